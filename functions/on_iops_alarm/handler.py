@@ -1,0 +1,61 @@
+"""EventBridge ``CloudWatch Alarm State Change`` for a VSA IOPS alarm → start ScaleArray.
+
+Thin: parse and validate the event, derive the workflow input and its idempotent execution
+name in the core, start the execution. A repeated delivery of the same state change maps to
+the same execution name, so it starts nothing new.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from vsa_core.clients import client
+from vsa_core.events import AlarmStateChangeEvent, ScaleRequest
+from vsa_core.naming import parse_iops_alarm_name, scale_execution_name
+from vsa_core.observability import logger, metrics, tracer
+from vsa_core.settings import get_settings
+
+if TYPE_CHECKING:
+    from mypy_boto3_stepfunctions import SFNClient
+
+
+def start_scale(event: AlarmStateChangeEvent, sfn: "SFNClient") -> dict[str, Any]:
+    detail = event.detail
+    array_id, kind = parse_iops_alarm_name(detail.alarm_name)
+    logger.append_keys(array_id=array_id, alarm=detail.alarm_name, event_id=event.id)
+    if detail.state.value != "ALARM":
+        logger.info("alarm left ALARM; nothing to scale", extra={"state": detail.state.value})
+        return {"started": False, "reason": f"alarm state is {detail.state.value}, not ALARM"}
+    request = ScaleRequest(
+        arrayId=array_id,
+        alarmName=detail.alarm_name,
+        alarmKind=kind,
+        demandIops=detail.state.latest_datapoint(),
+        stateTimestamp=detail.state.timestamp,
+        eventId=event.id,
+    )
+    alarm_arn = event.resources[0] if event.resources else detail.alarm_name
+    name = scale_execution_name(array_id, alarm_arn, detail.state.timestamp)
+    try:
+        execution = sfn.start_execution(
+            stateMachineArn=get_settings().scale_state_machine_arn,
+            name=name,
+            input=request.model_dump_json(by_alias=True),
+        )
+    except sfn.exceptions.ExecutionAlreadyExists:
+        logger.info("duplicate alarm event: execution already started", extra={"execution": name})
+        metrics.add_metric(name="DuplicateAlarmEvents", unit=MetricUnit.Count, value=1)
+        return {"started": False, "reason": "duplicate event", "executionName": name}
+    logger.info("ScaleArray started", extra={"execution": name, "demand_iops": request.demand_iops})
+    metrics.add_metric(name="ScaleWorkflowsStarted", unit=MetricUnit.Count, value=1)
+    return {"started": True, "executionArn": execution["executionArn"], "executionName": name}
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+@event_parser(model=AlarmStateChangeEvent)
+def lambda_handler(event: AlarmStateChangeEvent, context: LambdaContext) -> dict[str, Any]:
+    return start_scale(event, client("stepfunctions"))

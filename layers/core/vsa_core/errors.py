@@ -1,0 +1,19 @@
+"""Named domain errors. Step Functions ``Retry``/``Catch`` match them by class name
+(``errorType`` of a Lambda error is the exception's class name), and the API maps them to
+HTTP status codes in one place."""
+
+
+class VsaError(Exception):
+    """Base of every error the control plane raises on purpose."""
+
+
+class ArrayNotFoundError(VsaError):
+    """The array id is not in the registry."""
+
+
+class InvalidSpecError(VsaError):
+    """An array spec that cannot be applied; the message says what to fix."""
+
+
+class InvalidEventError(VsaError):
+    """An event that does not have the shape or content the trigger expects."""

@@ -1,0 +1,57 @@
+"""Models of the events and workflow payloads the control plane consumes."""
+
+import json
+from typing import Any, Literal
+
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from pydantic import BaseModel, ConfigDict, Field
+
+from vsa_core.errors import InvalidEventError
+
+AlarmStateValue = Literal["OK", "ALARM", "INSUFFICIENT_DATA"]
+
+
+class AlarmState(BaseModel):
+    value: AlarmStateValue
+    reason: str = ""
+    reason_data: str | None = Field(default=None, alias="reasonData")
+    timestamp: str
+
+    def latest_datapoint(self) -> float:
+        """The newest datapoint CloudWatch evaluated (``reasonData.recentDatapoints[-1]``)."""
+        if not self.reason_data:
+            raise InvalidEventError("alarm state carries no reasonData: cannot read the demand")
+        try:
+            data: dict[str, Any] = json.loads(self.reason_data)
+        except json.JSONDecodeError as error:
+            raise InvalidEventError(f"alarm reasonData is not JSON: {error}") from error
+        points = data.get("recentDatapoints") or []
+        if not points:
+            raise InvalidEventError("alarm reasonData has no recentDatapoints: cannot read the demand")
+        return float(points[-1])
+
+
+class AlarmStateChangeDetail(BaseModel):
+    alarm_name: str = Field(alias="alarmName")
+    state: AlarmState
+    previous_state: AlarmState | None = Field(default=None, alias="previousState")
+    configuration: dict[str, Any] = Field(default_factory=dict)
+
+
+class AlarmStateChangeEvent(EventBridgeModel):  # type: ignore[misc]
+    """EventBridge ``CloudWatch Alarm State Change`` (source ``aws.cloudwatch``)."""
+
+    detail: AlarmStateChangeDetail
+
+
+class ScaleRequest(BaseModel):
+    """Input of the ScaleArray workflow, as ``on_iops_alarm`` starts it."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    array_id: str = Field(alias="arrayId")
+    alarm_name: str = Field(alias="alarmName")
+    alarm_kind: Literal["high", "low"] = Field(alias="alarmKind")
+    demand_iops: float = Field(alias="demandIops", ge=0)
+    state_timestamp: str = Field(alias="stateTimestamp")
+    event_id: str = Field(alias="eventId")

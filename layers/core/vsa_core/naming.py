@@ -1,0 +1,38 @@
+"""Names the control plane derives (alarm names, execution names), in one place."""
+
+import hashlib
+import re
+from typing import Literal
+
+from vsa_core.errors import InvalidEventError
+
+ARRAY_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{1,30}[a-z0-9]$"
+AlarmKind = Literal["high", "low"]
+_ALARM_NAME = re.compile(r"^vsa-(?P<array>[a-z0-9][a-z0-9-]{1,30}[a-z0-9])-iops-(?P<kind>high|low)$")
+
+
+def iops_alarm_name(array_id: str, kind: AlarmKind) -> str:
+    """``vsa-<array>-iops-high`` (scale out) or ``vsa-<array>-iops-low`` (scale in)."""
+    return f"vsa-{array_id}-iops-{kind}"
+
+
+def parse_iops_alarm_name(alarm_name: str) -> tuple[str, AlarmKind]:
+    """The array id and alarm kind encoded in an IOPS alarm name."""
+    match = _ALARM_NAME.match(alarm_name)
+    if match is None:
+        raise InvalidEventError(
+            f"alarm {alarm_name!r} is not a VSA IOPS alarm (expected vsa-<arrayId>-iops-high|low)"
+        )
+    kind: AlarmKind = "high" if match["kind"] == "high" else "low"
+    return match["array"], kind
+
+
+def scale_execution_name(array_id: str, alarm_arn: str, state_timestamp: str) -> str:
+    """A Step Functions execution name unique per alarm state change.
+
+    CloudWatch may deliver one state change more than once; the same change always maps to the
+    same name, and Step Functions refuses a second execution of that name, so repeated events
+    start one workflow. Valid characters only, at most 80.
+    """
+    digest = hashlib.sha256(f"{alarm_arn}|{state_timestamp}".encode()).hexdigest()[:20]
+    return f"scale-{array_id}-{digest}"

@@ -1,0 +1,21 @@
+"""Typed settings, read from the environment lazily (never at import)."""
+
+import os
+from functools import lru_cache
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    table_name: str = Field(min_length=1)
+    scale_state_machine_arn: str = ""
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings(
+        table_name=os.environ.get("VSA_TABLE_NAME", ""),
+        scale_state_machine_arn=os.environ.get("VSA_SCALE_STATE_MACHINE_ARN", ""),
+    )

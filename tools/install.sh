@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Install everything the project needs, idempotently (re-runs only what changed):
+#   .venv/                     dev tools: SAM CLI, pytest, ruff, mypy, moto, stubs  (Python 3.13)
+#   .localcloud/venv/          LocalStack community core + our plugins (tools/localcloud)
+#   .localcloud/runtime-venv/  what the Lambda python3.13 runtime holds (boto3), for Lambda processes
+# Nothing is installed outside the checkout.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+# shellcheck source=tools/env.sh
+source tools/env.sh
+
+py313() {
+  if command -v pyenv >/dev/null 2>&1 && pyenv prefix 3.13.0 >/dev/null 2>&1; then
+    echo "$(pyenv prefix 3.13.0)/bin/python"
+  elif command -v python3.13 >/dev/null 2>&1; then
+    command -v python3.13
+  else
+    echo "error: Python 3.13 not found (pyenv 3.13.0 or python3.13 on PATH); LocalStack and the Lambda runtime need it" >&2
+    exit 1
+  fi
+}
+
+# make_venv DIR STAMP-INPUTS... -- PIP-ARGS...
+make_venv() {
+  local dir="$1"; shift
+  local inputs=()
+  while [[ "$1" != "--" ]]; do inputs+=("$1"); shift; done
+  shift
+  local digest
+  digest="$(cat "${inputs[@]}" | sha256sum | cut -c1-16)"
+  if [[ -f "$dir/.stamp" && "$(cat "$dir/.stamp")" == "$digest" ]]; then
+    return 0
+  fi
+  echo "==> installing $dir"
+  rm -rf "$dir"
+  "$(py313)" -m venv "$dir"
+  "$dir/bin/pip" install --quiet --disable-pip-version-check "$@"
+  echo "$digest" > "$dir/.stamp"
+}
+
+mkdir -p "$VSA_STATE"
+make_venv "$ROOT/.venv" requirements/dev.txt -- -r requirements/dev.txt
+make_venv "$VSA_STATE/venv" requirements/localcloud.txt tools/localcloud/pyproject.toml tools/localcloud/vsa_localcloud/*.py -- \
+  -r requirements/localcloud.txt ./tools/localcloud
+make_venv "$VSA_STATE/runtime-venv" requirements/lambda-runtime.txt -- -r requirements/lambda-runtime.txt

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The local cloud: LocalStack community core as a host process (no Docker engine), with the
+# project's plugins (tools/localcloud): Lambda functions run as host processes, DynamoDB by moto.
+#
+#   tools/localcloud.sh start    start on 127.0.0.1:$VSA_LOCALCLOUD_PORT (default 4566), wait for "Ready."
+#   tools/localcloud.sh stop     stop the instance this script started (by its PID)
+#   tools/localcloud.sh status   running or not
+#   tools/localcloud.sh logs     print its log
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=tools/env.sh
+source "$ROOT/tools/env.sh"
+PIDFILE="$VSA_STATE/localstack.pid"
+LOG="$VSA_STATE/localstack.log"
+
+running() { [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+
+port_free() {
+  "$VSA_STATE/venv/bin/python" - "$VSA_LOCALCLOUD_PORT" <<'PY'
+import socket, sys
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError:
+    sys.exit(1)
+finally:
+    s.close()
+PY
+}
+
+start() {
+  if running; then
+    echo "local cloud already running (pid $(cat "$PIDFILE")) on $VSA_LOCALCLOUD_URL"
+    return 0
+  fi
+  if ! port_free; then
+    # A second LocalStack on a busy port logs CannotListenError, still prints "Ready." and then
+    # ignores SIGTERM: never start one. Point VSA_LOCALCLOUD_PORT elsewhere instead.
+    echo "error: 127.0.0.1:$VSA_LOCALCLOUD_PORT is in use by another process; set VSA_LOCALCLOUD_PORT to a free port" >&2
+    exit 1
+  fi
+  local data="$VSA_STATE/data"
+  rm -rf "$data" && mkdir -p "$data"/{fs,tmp,cache,config}
+  : > "$LOG"
+  (
+    cd "$data"
+    # OVERRIDE_IN_DOCKER=0: these machines have /.dockerenv; without it LocalStack ignores
+    #   FILESYSTEM_ROOT and writes into the shared /var/lib/localstack.
+    # GATEWAY_SERVER=hypercorn: twisted binds 0.0.0.0 whatever GATEWAY_LISTEN says.
+    # TMPDIR: Lambda code is unzipped under tempfile.gettempdir(). XDG_CACHE_HOME: plux's
+    #   entry-point cache (fresh each start, so a reinstalled plugin is always seen).
+    exec env -i PATH="/usr/local/bin:/usr/bin:/bin" HOME="$data" LANG=C.UTF-8 \
+      OVERRIDE_IN_DOCKER=0 \
+      GATEWAY_SERVER=hypercorn \
+      GATEWAY_LISTEN="127.0.0.1:$VSA_LOCALCLOUD_PORT" \
+      LOCALSTACK_HOST="127.0.0.1:$VSA_LOCALCLOUD_PORT" \
+      FILESYSTEM_ROOT="$data/fs" TMPDIR="$data/tmp" XDG_CACHE_HOME="$data/cache" CONFIG_DIR="$data/config" \
+      DNS_ADDRESS=0 SKIP_SSL_CERT_DOWNLOAD=1 DISABLE_EVENTS=1 \
+      EXTERNAL_SERVICE_PORTS_START=$((VSA_LOCALCLOUD_PORT + 1000)) EXTERNAL_SERVICE_PORTS_END=$((VSA_LOCALCLOUD_PORT + 1050)) \
+      LAMBDA_RUNTIME_EXECUTOR=process VSA_LAMBDA_PYTHON="$VSA_STATE/runtime-venv/bin/python" \
+      PROVIDER_OVERRIDE_DYNAMODB=moto \
+      LAMBDA_RUNTIME_ENVIRONMENT_TIMEOUT=30 \
+      "$VSA_STATE/venv/bin/python" -m localstack.runtime.main
+  ) >>"$LOG" 2>&1 &
+  echo $! > "$PIDFILE"
+  for _ in $(seq 1 600); do
+    if grep -q "^Ready\." "$LOG"; then
+      echo "local cloud ready on $VSA_LOCALCLOUD_URL (pid $(cat "$PIDFILE"), log $LOG)"
+      return 0
+    fi
+    if ! running; then
+      echo "error: the local cloud exited during start; its log:" >&2
+      cat "$LOG" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  echo "error: the local cloud did not print Ready. within 60 s; its log:" >&2
+  cat "$LOG" >&2
+  stop
+  exit 1
+}
+
+stop() {
+  if ! running; then
+    rm -f "$PIDFILE"
+    echo "local cloud not running"
+    return 0
+  fi
+  local pid
+  pid="$(cat "$PIDFILE")"
+  kill -TERM "$pid"
+  for _ in $(seq 1 150); do
+    kill -0 "$pid" 2>/dev/null || { rm -f "$PIDFILE"; echo "local cloud stopped"; return 0; }
+    sleep 0.1
+  done
+  echo "local cloud did not stop in 15 s; killing pid $pid" >&2
+  kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$PIDFILE"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  status) if running; then echo "running (pid $(cat "$PIDFILE")) on $VSA_LOCALCLOUD_URL"; else echo "stopped"; exit 3; fi ;;
+  logs) cat "$LOG" ;;
+  *) echo "usage: $0 start|stop|status|logs" >&2; exit 2 ;;
+esac
