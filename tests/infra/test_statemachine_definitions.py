@@ -1,0 +1,89 @@
+"""Every DefinitionUri in the template renders with exactly the substitutions it is given.
+
+Step Functions leaves an unknown ``${Placeholder}`` in the definition as literal text, and a
+substitution nobody uses is a sign of a renamed placeholder: both must fail here, before a
+deploy. The rendered definition is the one the tests and the local cloud run.
+"""
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
+
+
+class _CfnLoader(yaml.SafeLoader):
+    """YAML loader that keeps CloudFormation short-form tags (!Ref, !GetAtt, !Sub) as data."""
+
+
+def _tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        return {suffix: loader.construct_scalar(node)}
+    if isinstance(node, yaml.SequenceNode):
+        return {suffix: loader.construct_sequence(node)}
+    return {suffix: loader.construct_mapping(node)}  # type: ignore[arg-type]
+
+
+_CfnLoader.add_multi_constructor("!", _tag)
+
+
+def load_template() -> dict[str, Any]:
+    return yaml.load((ROOT / "template.yaml").read_text(), Loader=_CfnLoader)  # noqa: S506 - safe loader subclass
+
+
+def state_machines() -> list[tuple[str, dict[str, Any]]]:
+    resources = load_template()["Resources"]
+    return [
+        (name, resource["Properties"])
+        for name, resource in resources.items()
+        if resource["Type"] == "AWS::Serverless::StateMachine"
+    ]
+
+
+
+
+def test_template_has_state_machines() -> None:
+    # Given the template / Then it declares at least the ScaleArray workflow from a file
+    names = [name for name, _ in state_machines()]
+    assert "ScaleArrayStateMachine" in names
+
+
+@pytest.mark.parametrize(("name", "props"), state_machines(), ids=[n for n, _ in state_machines()])
+def test_placeholders_match_substitutions(name: str, props: dict[str, Any]) -> None:
+    # Given a state machine defined by a file with DefinitionSubstitutions
+    assert "DefinitionUri" in props, f"{name}: workflows live in statemachines/, not inline"
+    definition = (ROOT / props["DefinitionUri"]).read_text()
+    substitutions = props.get("DefinitionSubstitutions", {})
+    # When its placeholders are collected
+    placeholders = set(PLACEHOLDER.findall(definition))
+    # Then every placeholder has a substitution and every substitution is used
+    assert placeholders - set(substitutions) == set(), f"{name}: placeholders without a substitution"
+    assert set(substitutions) - placeholders == set(), f"{name}: substitutions no placeholder uses"
+    # And the rendered definition is valid JSON with no ${...} left
+    rendered = PLACEHOLDER.sub(lambda m: f"resolved-{m.group(1)}", definition)
+    parsed = json.loads(rendered)
+    assert "${" not in json.dumps(parsed)
+    assert parsed["StartAt"] in parsed["States"]
+
+
+@pytest.mark.parametrize(("name", "props"), state_machines(), ids=[n for n, _ in state_machines()])
+def test_lambda_tasks_retry_transient_errors(name: str, props: dict[str, Any]) -> None:
+    # Given the rendered workflow
+    definition = json.loads((ROOT / props["DefinitionUri"]).read_text())
+    lambda_tasks = {
+        state_name: state
+        for state_name, state in definition["States"].items()
+        if state.get("Type") == "Task" and ":::lambda:invoke" in state.get("Resource", "")
+    }
+    # Then each Lambda task retries the standard transient Lambda errors with backoff and jitter
+    for state_name, state in lambda_tasks.items():
+        retried = {error for rule in state.get("Retry", []) for error in rule["ErrorEquals"]}
+        assert {"Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException",
+                "Lambda.TooManyRequestsException"} <= retried, f"{name}.{state_name}"
+        assert all(rule.get("JitterStrategy") == "FULL" for rule in state["Retry"]), f"{name}.{state_name}"
+        assert "TimeoutSeconds" in state, f"{name}.{state_name} has no timeout"

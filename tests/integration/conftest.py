@@ -1,0 +1,181 @@
+"""Integration tier: the real template deployed to the local cloud, the real Lambda code run.
+
+The session fixture builds and deploys the stack with the SAM CLI exactly as on AWS
+(``sam build`` then ``sam deploy --config-env local``), against the local cloud that
+``tools/localcloud.sh`` started (``make test`` starts and stops it).
+"""
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.waiter import WaiterModel, create_waiter_with_client
+
+ROOT = Path(__file__).resolve().parents[2]
+STACK = "vsa-control-plane"
+
+# Step Functions has no boto3 waiter for an execution; this is one in botocore's own waiter
+# format, so tests wait the AWS way instead of sleeping.
+_WAITERS = WaiterModel(
+    {
+        "version": 2,
+        "waiters": {
+            "ExecutionFinished": {
+                "operation": "DescribeExecution",
+                "delay": 1,
+                "maxAttempts": 60,
+                "acceptors": [
+                    # EventBridge -> Lambda -> StartExecution is asynchronous: not there yet
+                    {"matcher": "error", "expected": "ExecutionDoesNotExist", "state": "retry"},
+                    *(
+                        {"matcher": "path", "argument": "status", "expected": s, "state": "success"}
+                        for s in ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+                    ),
+                ],
+            },
+        },
+    }
+)
+
+
+@pytest.fixture(scope="session")
+def local_env() -> dict[str, str]:
+    endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+    if not endpoint.startswith("http://127.0.0.1"):
+        pytest.fail(
+            "integration tests run against the local cloud: use `make test` (or start it with "
+            "`tools/localcloud.sh start` and export AWS_ENDPOINT_URL=http://127.0.0.1:4566)"
+        )
+    return {"AWS_ENDPOINT_URL": endpoint}
+
+
+@pytest.fixture(scope="session")
+def stack_outputs(local_env: dict[str, str]) -> dict[str, str]:
+    """Build and deploy the real template; the outputs of the deployed stack."""
+    for command in (
+        ["sam", "build", "--config-env", "local"],
+        ["sam", "deploy", "--config-env", "local"],
+    ):
+        started = time.monotonic()
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)  # noqa: S603
+        print(f"{' '.join(command[:2])}: {time.monotonic() - started:.1f} s")
+        assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}"
+    stack = boto3.client("cloudformation").describe_stacks(StackName=STACK)["Stacks"][0]
+    assert stack["StackStatus"] in {"CREATE_COMPLETE", "UPDATE_COMPLETE"}, stack["StackStatus"]
+    return {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+
+
+@pytest.fixture
+def array_id() -> str:
+    return f"it-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def registry(stack_outputs: dict[str, str]) -> Iterator[Any]:
+    from vsa_core.registry import ArrayRegistry
+
+    table = stack_outputs["RegistryTableName"]
+    dynamodb = boto3.client("dynamodb")
+    created: list[str] = []
+
+    class Tracking(ArrayRegistry):
+        def create(self, spec: Any) -> Any:  # remember what to clean up
+            created.append(spec.array_id)
+            return super().create(spec)
+
+    yield Tracking(table, dynamodb)
+    for array in created:
+        items = dynamodb.query(
+            TableName=table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": f"ARRAY#{array}"}},
+        )["Items"]
+        for item in items:
+            dynamodb.delete_item(TableName=table, Key={"pk": item["pk"], "sk": item["sk"]})
+
+
+def load_event(relative: str) -> dict[str, Any]:
+    return json.loads((ROOT / "events" / relative).read_text())
+
+
+def alarm_event_for(array_id: str, demand: float, state_timestamp: str) -> dict[str, Any]:
+    """The AWS sample alarm event, re-aimed at ``array_id`` with a given demand and state time."""
+    event = load_event("cloudwatch/iops_alarm_high.json")
+    name = f"vsa-{array_id}-iops-high"
+    event["detail"]["alarmName"] = name
+    event["resources"] = [f"arn:aws:cloudwatch:us-east-1:000000000000:alarm:{name}"]
+    reason = json.loads(event["detail"]["state"]["reasonData"])
+    reason["recentDatapoints"] = [demand * 0.9, demand]
+    event["detail"]["state"]["reasonData"] = json.dumps(reason)
+    event["detail"]["state"]["timestamp"] = state_timestamp
+    return event
+
+
+def put_event(event: dict[str, Any]) -> str:
+    response = boto3.client("events").put_events(
+        Entries=[
+            {
+                "Source": event["source"],
+                "DetailType": event["detail-type"],
+                "Detail": json.dumps(event["detail"]),
+                "Resources": event["resources"],
+            }
+        ]
+    )
+    assert response["FailedEntryCount"] == 0, response
+    return str(response["Entries"][0]["EventId"])
+
+
+def wait_for_execution(state_machine_arn: str, name: str) -> dict[str, Any]:
+    """The finished execution called ``name`` (started asynchronously after the event)."""
+    sfn = boto3.client("stepfunctions")
+    execution_arn = state_machine_arn.replace(":stateMachine:", ":execution:") + f":{name}"
+    create_waiter_with_client("ExecutionFinished", _WAITERS, sfn).wait(executionArn=execution_arn)
+    return dict(sfn.describe_execution(executionArn=execution_arn))
+
+
+def execution_history(execution_arn: str) -> list[dict[str, Any]]:
+    sfn = boto3.client("stepfunctions")
+    return list(sfn.get_execution_history(executionArn=execution_arn, maxResults=1000)["events"])
+
+
+def function_logs(function_name: str, term: str) -> list[str]:
+    """Log lines of ``function_name`` containing ``term``, once at least one has arrived.
+
+    The match is done in the waiter's JMESPath, not by ``filterPattern``: the local cloud's
+    CloudWatch Logs ignores filter patterns and returns every event.
+    """
+    assert "'" not in term
+    arrived = WaiterModel(
+        {
+            "version": 2,
+            "waiters": {
+                "LogLinesArrived": {
+                    "operation": "FilterLogEvents",
+                    "delay": 1,
+                    "maxAttempts": 30,
+                    "acceptors": [
+                        {
+                            "matcher": "path",
+                            "argument": f"length(events[?contains(message, '{term}')]) > `0`",
+                            "expected": True,
+                            "state": "success",
+                        },
+                        {"matcher": "error", "expected": "ResourceNotFoundException", "state": "retry"},
+                    ],
+                }
+            },
+        }
+    )
+    logs = boto3.client("logs")
+    group = f"/aws/lambda/{function_name}"
+    create_waiter_with_client("LogLinesArrived", arrived, logs).wait(logGroupName=group)
+    events = logs.filter_log_events(logGroupName=group)["events"]
+    return [event["message"] for event in events if term in event["message"]]
