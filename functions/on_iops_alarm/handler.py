@@ -29,12 +29,12 @@ def start_scale(event: AlarmStateChangeEvent, sfn: "SFNClient") -> dict[str, Any
         logger.info("alarm left ALARM; nothing to scale", extra={"state": detail.state.value})
         return {"started": False, "reason": f"alarm state is {detail.state.value}, not ALARM"}
     request = ScaleRequest(
-        arrayId=array_id,
-        alarmName=detail.alarm_name,
-        alarmKind=kind,
-        demandIops=detail.state.latest_datapoint(),
-        stateTimestamp=detail.state.timestamp,
-        eventId=event.id,
+        array_id=array_id,
+        alarm_name=detail.alarm_name,
+        alarm_kind=kind,
+        demand_iops=detail.state.latest_datapoint(),
+        state_timestamp=detail.state.timestamp,
+        event_id=event.id,
     )
     alarm_arn = event.resources[0] if event.resources else detail.alarm_name
     name = scale_execution_name(array_id, alarm_arn, detail.state.timestamp)

@@ -33,7 +33,7 @@ _CfnLoader.add_multi_constructor("!", _tag)
 
 
 def load_template() -> dict[str, Any]:
-    return yaml.load((ROOT / "template.yaml").read_text(), Loader=_CfnLoader)  # noqa: S506 - safe loader subclass
+    return yaml.load((ROOT / "template.yaml").read_text(), Loader=_CfnLoader)
 
 
 def state_machines() -> list[tuple[str, dict[str, Any]]]:
@@ -43,8 +43,6 @@ def state_machines() -> list[tuple[str, dict[str, Any]]]:
         for name, resource in resources.items()
         if resource["Type"] == "AWS::Serverless::StateMachine"
     ]
-
-
 
 
 def test_template_has_state_machines() -> None:
@@ -83,7 +81,11 @@ def test_lambda_tasks_retry_transient_errors(name: str, props: dict[str, Any]) -
     # Then each Lambda task retries the standard transient Lambda errors with backoff and jitter
     for state_name, state in lambda_tasks.items():
         retried = {error for rule in state.get("Retry", []) for error in rule["ErrorEquals"]}
-        assert {"Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException",
-                "Lambda.TooManyRequestsException"} <= retried, f"{name}.{state_name}"
+        assert {
+            "Lambda.ServiceException",
+            "Lambda.AWSLambdaException",
+            "Lambda.SdkClientException",
+            "Lambda.TooManyRequestsException",
+        } <= retried, f"{name}.{state_name}"
         assert all(rule.get("JitterStrategy") == "FULL" for rule in state["Retry"]), f"{name}.{state_name}"
         assert "TimeoutSeconds" in state, f"{name}.{state_name} has no timeout"

@@ -16,7 +16,7 @@ from typing import Any
 import boto3
 import pytest
 
-HANDLER = '''
+HANDLER = """
 import json, os, sys, time
 import boto3
 
@@ -34,7 +34,7 @@ def handler(event, context):
         "remaining_ms": context.get_remaining_time_in_millis(),
         "tables": boto3.client("dynamodb").list_tables()["TableNames"] is not None,
     }
-'''
+"""
 
 
 def _zip(files: dict[str, str]) -> bytes:

@@ -7,8 +7,6 @@ registry's desired count), not by mocks.
 from typing import Any
 
 import boto3
-from vsa_core.model import ArraySpec
-from vsa_core.naming import scale_execution_name
 
 from tests.integration.conftest import (
     alarm_event_for,
@@ -17,6 +15,8 @@ from tests.integration.conftest import (
     put_event,
     wait_for_execution,
 )
+from vsa_core.model import ArraySpec
+from vsa_core.naming import scale_execution_name
 
 
 def _register(registry: Any, array_id: str) -> None:
@@ -36,7 +36,9 @@ def test_alarm_event_records_a_scale_decision(stack_outputs, registry, array_id)
     event = alarm_event_for(array_id, demand=612_345.0, state_timestamp="2026-11-02T17:04:40.989+0000")
     put_event(event)
     # Then ScaleArray runs to success through the real Lambda step and the DynamoDB writes
-    execution = wait_for_execution(stack_outputs["ScaleArrayStateMachineArn"], _execution_name(event, array_id))
+    execution = wait_for_execution(
+        stack_outputs["ScaleArrayStateMachineArn"], _execution_name(event, array_id)
+    )
     assert execution["status"] == "SUCCEEDED", execution
     history = execution_history(execution["executionArn"])
     entered = [e["stateEnteredEventDetails"]["name"] for e in history if e["type"] == "TaskStateEntered"]
@@ -81,7 +83,9 @@ def test_alarm_for_unregistered_array_fails_the_workflow_by_name(stack_outputs, 
     # When its alarm fires
     put_event(event)
     # Then the workflow fails with the named domain error, caught and surfaced by the ASL
-    execution = wait_for_execution(stack_outputs["ScaleArrayStateMachineArn"], _execution_name(event, array_id))
+    execution = wait_for_execution(
+        stack_outputs["ScaleArrayStateMachineArn"], _execution_name(event, array_id)
+    )
     assert execution["status"] == "FAILED"
     assert execution.get("error") == "ArrayNotFoundError"
     assert array_id in execution.get("cause", "")

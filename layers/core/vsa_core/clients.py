@@ -3,7 +3,7 @@
 Endpoints come from the environment (``AWS_ENDPOINT_URL``, which the local cloud sets for
 every Lambda), never from code."""
 
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import boto3
@@ -12,7 +12,7 @@ from botocore.config import Config
 RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
 
 
-@lru_cache(maxsize=None)
+@cache
 def client(service: str) -> Any:
     """A cached client for ``service`` (typed at the call site with mypy-boto3 stubs)."""
     return boto3.client(service, config=RETRY_CONFIG)  # type: ignore[call-overload]

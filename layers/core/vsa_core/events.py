@@ -38,7 +38,7 @@ class AlarmStateChangeDetail(BaseModel):
     configuration: dict[str, Any] = Field(default_factory=dict)
 
 
-class AlarmStateChangeEvent(EventBridgeModel):  # type: ignore[misc]
+class AlarmStateChangeEvent(EventBridgeModel):
     """EventBridge ``CloudWatch Alarm State Change`` (source ``aws.cloudwatch``)."""
 
     detail: AlarmStateChangeDetail

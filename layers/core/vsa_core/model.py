@@ -12,7 +12,9 @@ MULTI_ATTACH_LIMIT = 16
 R5B_CONTROLLER_IOPS = 260_000
 """Per-instance EBS IOPS ceiling of the r5b class (seed 004): one controller's worth."""
 
-ArrayId = Annotated[str, Field(pattern=ARRAY_ID_PATTERN, description="lower-case letters, digits and '-', 3-32 chars")]
+ArrayId = Annotated[
+    str, Field(pattern=ARRAY_ID_PATTERN, description="lower-case letters, digits and '-', 3-32 chars")
+]
 
 
 class ArraySpec(BaseModel):

@@ -26,7 +26,9 @@ class ArrayRegistry:
         self._dynamodb: DynamoDBClient = dynamodb or client("dynamodb")
 
     def get(self, array_id: str) -> RegisteredArray:
-        item = self._dynamodb.get_item(TableName=self._table, Key=array_key(array_id), ConsistentRead=True).get("Item")
+        item = self._dynamodb.get_item(
+            TableName=self._table, Key=array_key(array_id), ConsistentRead=True
+        ).get("Item")
         if item is None:
             raise ArrayNotFoundError(f"array {array_id!r} is not registered")
         return RegisteredArray(
@@ -60,6 +62,5 @@ class ArrayRegistry:
             Limit=limit,
         )
         return [
-            {"sk": item["sk"]["S"], **json.loads(item["decision"]["S"])}
-            for item in response.get("Items", [])
+            {"sk": item["sk"]["S"], **json.loads(item["decision"]["S"])} for item in response.get("Items", [])
         ]

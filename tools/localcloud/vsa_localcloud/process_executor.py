@@ -86,9 +86,7 @@ class ProcessRuntimeExecutor(RuntimeExecutor):
     def start(self, env_vars: dict[str, str]) -> None:
         runtime = str(self.function_version.config.runtime or "")
         if not runtime.startswith("python"):
-            raise LambdaRuntimeException(
-                f"the process executor runs Python runtimes only, not {runtime!r}"
-            )
+            raise LambdaRuntimeException(f"the process executor runs Python runtimes only, not {runtime!r}")
         self._env = self._build_env(env_vars)
         self._spawn()
 
@@ -109,11 +107,10 @@ class ProcessRuntimeExecutor(RuntimeExecutor):
             {
                 "PYTHONPATH": os.pathsep.join(python_path),
                 "LAMBDA_TASK_ROOT": str(code_dir),
-                "PATH": os.pathsep.join(
-                    [str(Path(python).parent), "/usr/local/bin", "/usr/bin", "/bin"]
-                ),
-                "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
-                "HOME": os.environ.get("TMPDIR", "/tmp"),
+                "PATH": os.pathsep.join([str(Path(python).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+                # Lambda's only writable directory; the local cloud points TMPDIR into its state dir
+                "TMPDIR": os.environ.get("TMPDIR", "/tmp"),  # noqa: S108
+                "HOME": os.environ.get("TMPDIR", "/tmp"),  # noqa: S108
                 "LANG": "en_US.UTF-8",
                 "PYTHONUNBUFFERED": "1",
                 "PYTHONDONTWRITEBYTECODE": "1",
@@ -138,7 +135,9 @@ class ProcessRuntimeExecutor(RuntimeExecutor):
         )
         self._process = process
         threading.Thread(
-            target=self._pump, args=(process, endpoint.startup_future), daemon=True,
+            target=self._pump,
+            args=(process, endpoint.startup_future),
+            daemon=True,
             name=f"lambda-process-{self.id}",
         ).start()
         endpoint.wait_for_startup()

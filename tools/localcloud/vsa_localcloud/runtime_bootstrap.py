@@ -103,19 +103,23 @@ class LambdaContext:
 
 
 def post(url: str, body: bytes) -> None:
-    request = urllib.request.Request(url, data=body, method="POST")
+    """POST to LocalStack's runtime endpoint (always http://127.0.0.1:<gateway>/...)."""
+    request = urllib.request.Request(url, data=body, method="POST")  # noqa: S310
     request.add_header("Content-Type", "application/json")
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(request, timeout=30) as response:
         response.read()
 
 
-def error_body(error: BaseException, error_type: str | None = None, request_id: str = "") -> dict[str, Any]:
+def error_body(
+    error: BaseException, error_type: str | None = None, request_id: str = "", skip_frames: int = 0
+) -> dict[str, Any]:
+    """Lambda's error document; ``skip_frames`` drops this bootstrap's own frames, as Lambda does."""
     return {
         "errorMessage": str(error),
         "errorType": error_type or type(error).__name__,
         "requestId": request_id,
-        "stackTrace": traceback.format_tb(error.__traceback__),
+        "stackTrace": traceback.format_tb(error.__traceback__)[skip_frames:],
     }
 
 
@@ -141,9 +145,7 @@ def load_handler(spec: str) -> Any:
         ) from error
     handler = getattr(module, attribute, None)
     if handler is None:
-        raise InitError(
-            "Runtime.HandlerNotFound", f"Handler '{attribute}' missing on module '{module_name}'"
-        )
+        raise InitError("Runtime.HandlerNotFound", f"Handler '{attribute}' missing on module '{module_name}'")
     return handler
 
 
@@ -159,7 +161,9 @@ def main() -> None:
         handler = load_handler(os.environ["_HANDLER"])
     except InitError as error:
         print(f"[ERROR] {error.error_type}: {error}", flush=True)
-        post(f"{endpoint}/status/{runtime_id}/error", json.dumps(error_body(error, error.error_type)).encode())
+        post(
+            f"{endpoint}/status/{runtime_id}/error", json.dumps(error_body(error, error.error_type)).encode()
+        )
         sys.exit(1)
     except Exception as error:  # noqa: BLE001 - any exception at import is an init error in Lambda
         traceback.print_exc()
@@ -169,7 +173,7 @@ def main() -> None:
     invocations: queue.Queue[dict[str, Any]] = queue.Queue()
 
     class InvokeServer(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
             body = json.loads(self.rfile.read(length) or b"{}")
             if self.path != "/invoke":
@@ -202,8 +206,11 @@ def main() -> None:
             result = handler(event, context)
             outcome = ("response", json.dumps(result).encode())
         except Exception as error:  # noqa: BLE001 - an unhandled error is the function's error result
-            body = error_body(error, request_id=request_id)
-            print(json.dumps({k: body[k] for k in ("errorMessage", "errorType", "requestId", "stackTrace")}), flush=True)
+            body = error_body(error, request_id=request_id, skip_frames=1)
+            print(
+                json.dumps({k: body[k] for k in ("errorMessage", "errorType", "requestId", "stackTrace")}),
+                flush=True,
+            )
             outcome = ("error", json.dumps(body).encode())
         duration_ms = (time.monotonic() - started) * 1000
         report = f"REPORT RequestId: {request_id}\tDuration: {duration_ms:.2f} ms"

@@ -1,0 +1,62 @@
+# VSA control plane. The two commands of the README:
+#   make demo   install everything, start the local cloud, deploy, run the product's main job
+#   make test   install everything, lint, type-check, validate, unit + integration tests
+SHELL := /bin/bash
+VENV := $(CURDIR)/.venv/bin
+PORT ?= 4566
+# Clients (SAM CLI, tests, demo) reach the local cloud with throw-away credentials.
+LOCAL := env PATH="$(VENV):$$PATH" VSA_LOCALCLOUD_PORT=$(PORT) AWS_ENDPOINT_URL=http://127.0.0.1:$(PORT) \
+	AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1 AWS_REGION=us-east-1 \
+	SAM_CLI_TELEMETRY=0 PYTHONPATH=$(CURDIR)/layers/core
+OFFLINE := env PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0 \
+	-u AWS_ENDPOINT_URL
+
+.PHONY: demo test install localcloud-start localcloud-stop localcloud-logs build deploy-local \
+	lint format typecheck validate unit integration clean
+
+demo: install
+	@$(LOCAL) bash tools/demo.sh
+
+test: install
+	@$(LOCAL) bash tools/test.sh
+
+install:
+	@bash tools/install.sh
+
+localcloud-start: install
+	@$(LOCAL) tools/localcloud.sh start
+
+localcloud-stop:
+	@$(LOCAL) tools/localcloud.sh stop
+
+localcloud-logs:
+	@$(LOCAL) tools/localcloud.sh logs
+
+build: install
+	@$(LOCAL) sam build --config-env local
+
+deploy-local: build localcloud-start
+	@$(LOCAL) sam deploy --config-env local
+
+lint: install
+	$(VENV)/ruff check .
+	$(VENV)/ruff format --check .
+
+format: install
+	$(VENV)/ruff check --fix .
+	$(VENV)/ruff format .
+
+typecheck: install
+	$(VENV)/mypy layers/core functions
+
+validate: install
+	$(OFFLINE) sam validate --lint
+
+unit: install
+	$(OFFLINE) $(VENV)/python -m pytest tests/unit tests/infra
+
+integration: install
+	@$(LOCAL) $(VENV)/python -m pytest tests/integration
+
+clean:
+	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache

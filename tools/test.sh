@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The test command (make test; .ci/run calls it). Runs, in order: ruff, mypy, sam validate
+# --lint, unit + infra tests (no network), then the integration tests against the local cloud,
+# which it starts unless one is already running and stops again if it started it, even on
+# failure. When a test fails, the local cloud's log is printed.
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+VENV="$ROOT/.venv/bin"
+status=0
+step() { echo; echo "=== $*"; }
+offline() { env -u AWS_ENDPOINT_URL "$@"; }
+
+step "ruff (lint + format)"
+"$VENV/ruff" check . && "$VENV/ruff" format --check . || status=1
+step "mypy (strict, pydantic plugin, boto3 stubs)"
+"$VENV/mypy" layers/core functions || status=1
+step "sam validate --lint"
+offline sam validate --lint || status=1
+if [[ $status -ne 0 ]]; then
+  echo "static checks failed; not running the tests" >&2
+  exit $status
+fi
+
+started_here=0
+stop_cloud() {
+  if [[ $started_here -eq 1 ]]; then tools/localcloud.sh stop; fi
+}
+trap stop_cloud EXIT
+
+step "tests: unit + infra (no network) and integration (local cloud, real template, real Lambda code)"
+if ! tools/localcloud.sh status >/dev/null 2>&1; then
+  tools/localcloud.sh start || exit 1
+  started_here=1
+fi
+"$VENV/python" -m pytest tests/unit tests/infra tests/integration
+status=$?
+if [[ $status -ne 0 ]]; then
+  echo; echo "=== local cloud log (tests failed)"
+  tail -n 400 "${VSA_STATE:-$ROOT/.localcloud}/localstack.log"
+fi
+exit $status
