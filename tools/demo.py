@@ -11,37 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from botocore.waiter import WaiterModel, create_waiter_with_client
 from rich.console import Console
 from rich.table import Table
 
 from vsa_core.model import ArraySpec
 from vsa_core.naming import AlarmKind, iops_alarm_name, scale_execution_name
 from vsa_core.registry import ArrayRegistry
+from vsa_core.waiters import execution_arn, execution_finished
 
 ROOT = Path(__file__).resolve().parents[1]
 STACK = "vsa-control-plane"
 console = Console(highlight=False, width=110)
-
-WAITERS = WaiterModel(
-    {
-        "version": 2,
-        "waiters": {
-            "ExecutionFinished": {
-                "operation": "DescribeExecution",
-                "delay": 1,
-                "maxAttempts": 60,
-                "acceptors": [
-                    {"matcher": "error", "expected": "ExecutionDoesNotExist", "state": "retry"},
-                    *(
-                        {"matcher": "path", "argument": "status", "expected": s, "state": "success"}
-                        for s in ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
-                    ),
-                ],
-            }
-        },
-    }
-)
 
 
 def say(step: str, text: str) -> None:
@@ -85,8 +65,8 @@ def run_alarm(out: dict[str, str], array_id: str, demand: float, kind: AlarmKind
     started = time.monotonic()
     put(event)
     sfn = boto3.client("stepfunctions")
-    arn = out["ScaleArrayStateMachineArn"].replace(":stateMachine:", ":execution:") + f":{name}"
-    create_waiter_with_client("ExecutionFinished", WAITERS, sfn).wait(executionArn=arn)
+    arn = execution_arn(out["ScaleArrayStateMachineArn"], name)
+    execution_finished(sfn).wait(executionArn=arn)
     execution = sfn.describe_execution(executionArn=arn)
     history = sfn.get_execution_history(executionArn=arn)["events"]
     steps = [e["stateEnteredEventDetails"]["name"] for e in history if e["type"] == "TaskStateEntered"]

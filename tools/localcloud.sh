@@ -90,13 +90,28 @@ stop() {
   local pid
   pid="$(cat "$PIDFILE")"
   kill -TERM "$pid"
-  for _ in $(seq 1 150); do
-    kill -0 "$pid" 2>/dev/null || { rm -f "$PIDFILE"; echo "local cloud stopped"; return 0; }
+  local stopped=0
+  for _ in $(seq 1 300); do
+    if ! kill -0 "$pid" 2>/dev/null; then stopped=1; break; fi
     sleep 0.1
   done
-  echo "local cloud did not stop in 15 s; killing pid $pid" >&2
-  kill -KILL "$pid" 2>/dev/null || true
+  if [[ $stopped -eq 0 ]]; then
+    echo "local cloud did not stop in 30 s; killing pid $pid" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
   rm -f "$PIDFILE"
+  # Lambda environments run in their own process groups; end any the executor noted as live
+  # (only those: each PID is checked to still be one of our runtime_bootstrap.py processes).
+  local pids="$VSA_STATE/data/tmp/vsa-lambda-pids"
+  if [[ -d "$pids" ]]; then
+    for f in "$pids"/*; do
+      [[ -e "$f" ]] || continue
+      local lp="${f##*/}"
+      if grep -q runtime_bootstrap "/proc/$lp/cmdline" 2>/dev/null; then kill -KILL "$lp" 2>/dev/null || true; fi
+      rm -f "$f"
+    done
+  fi
+  echo "local cloud stopped"
 }
 
 case "${1:-}" in

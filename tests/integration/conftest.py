@@ -18,31 +18,10 @@ import boto3
 import pytest
 from botocore.waiter import WaiterModel, create_waiter_with_client
 
+from vsa_core.waiters import execution_arn, execution_finished
+
 ROOT = Path(__file__).resolve().parents[2]
 STACK = "vsa-control-plane"
-
-# Step Functions has no boto3 waiter for an execution; this is one in botocore's own waiter
-# format, so tests wait the AWS way instead of sleeping.
-_WAITERS = WaiterModel(
-    {
-        "version": 2,
-        "waiters": {
-            "ExecutionFinished": {
-                "operation": "DescribeExecution",
-                "delay": 1,
-                "maxAttempts": 60,
-                "acceptors": [
-                    # EventBridge -> Lambda -> StartExecution is asynchronous: not there yet
-                    {"matcher": "error", "expected": "ExecutionDoesNotExist", "state": "retry"},
-                    *(
-                        {"matcher": "path", "argument": "status", "expected": s, "state": "success"}
-                        for s in ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
-                    ),
-                ],
-            },
-        },
-    }
-)
 
 
 @pytest.fixture(scope="session")
@@ -136,9 +115,9 @@ def put_event(event: dict[str, Any]) -> str:
 def wait_for_execution(state_machine_arn: str, name: str) -> dict[str, Any]:
     """The finished execution called ``name`` (started asynchronously after the event)."""
     sfn = boto3.client("stepfunctions")
-    execution_arn = state_machine_arn.replace(":stateMachine:", ":execution:") + f":{name}"
-    create_waiter_with_client("ExecutionFinished", _WAITERS, sfn).wait(executionArn=execution_arn)
-    return dict(sfn.describe_execution(executionArn=execution_arn))
+    arn = execution_arn(state_machine_arn, name)
+    execution_finished(sfn).wait(executionArn=arn)
+    return dict(sfn.describe_execution(executionArn=arn))
 
 
 def execution_history(execution_arn: str) -> list[dict[str, Any]]:

@@ -63,6 +63,21 @@ def _runtime_python() -> str:
     return python
 
 
+def _pid_dir() -> Path:
+    """Where live environment PIDs are noted, so ``localcloud.sh stop`` can end any that
+    outlive a LocalStack that had to be killed (they run in their own process groups)."""
+    return Path(os.environ.get("TMPDIR", "/tmp")) / "vsa-lambda-pids"  # noqa: S108
+
+
+def _remember(pid: int) -> None:
+    _pid_dir().mkdir(parents=True, exist_ok=True)
+    (_pid_dir() / str(pid)).touch()
+
+
+def _forget(pid: int) -> None:
+    (_pid_dir() / str(pid)).unlink(missing_ok=True)
+
+
 def _error_payload(error_type: str, message: str, request_id: str = "") -> bytes:
     return json.dumps(
         {"errorType": error_type, "errorMessage": message, "requestId": request_id, "stackTrace": []}
@@ -134,6 +149,7 @@ class ProcessRuntimeExecutor(RuntimeExecutor):
             start_new_session=True,
         )
         self._process = process
+        _remember(process.pid)
         threading.Thread(
             target=self._pump,
             args=(process, endpoint.startup_future),
@@ -175,7 +191,10 @@ class ProcessRuntimeExecutor(RuntimeExecutor):
 
     def _kill(self) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
+        if process is None:
+            return
+        _forget(process.pid)
+        if process.poll() is not None:
             return
         try:
             os.killpg(process.pid, signal.SIGTERM)
