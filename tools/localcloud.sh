@@ -19,6 +19,8 @@ port_free() {
   "$VSA_STATE/venv/bin/python" - "$VSA_LOCALCLOUD_PORT" <<'PY'
 import socket, sys
 s = socket.socket()
+# SO_REUSEADDR as the gateway sets it: TIME-WAIT leftovers of a previous run are not "in use"
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 try:
     s.bind(("127.0.0.1", int(sys.argv[1])))
 except OSError:
