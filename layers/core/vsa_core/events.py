@@ -1,6 +1,7 @@
 """Models of the events and workflow payloads the control plane consumes."""
 
 import json
+import math
 from typing import Any, Literal
 
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
@@ -22,13 +23,16 @@ class AlarmState(BaseModel):
         if not self.reason_data:
             raise InvalidEventError("alarm state carries no reasonData: cannot read the demand")
         try:
-            data: dict[str, Any] = json.loads(self.reason_data)
+            data: Any = json.loads(self.reason_data)
         except json.JSONDecodeError as error:
             raise InvalidEventError(f"alarm reasonData is not JSON: {error}") from error
-        points = data.get("recentDatapoints") or []
-        if not points:
-            raise InvalidEventError("alarm reasonData has no recentDatapoints: cannot read the demand")
-        return float(points[-1])
+        points = data.get("recentDatapoints") if isinstance(data, dict) else None
+        if not isinstance(points, list) or not points:
+            raise InvalidEventError("alarm reasonData has no recentDatapoints list: cannot read the demand")
+        latest = points[-1]
+        if isinstance(latest, bool) or not isinstance(latest, int | float) or not math.isfinite(latest):
+            raise InvalidEventError(f"alarm's latest datapoint {latest!r} is not a finite number of IOPS")
+        return float(latest)
 
 
 class AlarmStateChangeDetail(BaseModel):
@@ -52,6 +56,6 @@ class ScaleRequest(BaseModel):
     array_id: str = Field(alias="arrayId")
     alarm_name: str = Field(alias="alarmName")
     alarm_kind: Literal["high", "low"] = Field(alias="alarmKind")
-    demand_iops: float = Field(alias="demandIops", ge=0)
+    demand_iops: float = Field(alias="demandIops", ge=0, allow_inf_nan=False)
     state_timestamp: str = Field(alias="stateTimestamp")
     event_id: str = Field(alias="eventId")

@@ -6,9 +6,10 @@ from typing import Literal
 
 from vsa_core.errors import InvalidEventError
 
+# pydantic matches patterns with Rust regex, where "$" is the very end (no trailing newline)
 ARRAY_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{1,30}[a-z0-9]$"
 AlarmKind = Literal["high", "low"]
-_ALARM_NAME = re.compile(r"^vsa-(?P<array>[a-z0-9][a-z0-9-]{1,30}[a-z0-9])-iops-(?P<kind>high|low)$")
+_ALARM_NAME = re.compile(r"vsa-(?P<array>[a-z0-9][a-z0-9-]{1,30}[a-z0-9])-iops-(?P<kind>high|low)")
 
 
 def iops_alarm_name(array_id: str, kind: AlarmKind) -> str:
@@ -18,7 +19,7 @@ def iops_alarm_name(array_id: str, kind: AlarmKind) -> str:
 
 def parse_iops_alarm_name(alarm_name: str) -> tuple[str, AlarmKind]:
     """The array id and alarm kind encoded in an IOPS alarm name."""
-    match = _ALARM_NAME.match(alarm_name)
+    match = _ALARM_NAME.fullmatch(alarm_name)  # fullmatch: '$' would accept a trailing newline
     if match is None:
         raise InvalidEventError(
             f"alarm {alarm_name!r} is not a VSA IOPS alarm (expected vsa-<arrayId>-iops-high|low)"

@@ -38,10 +38,11 @@ def controllers_needed(demand_iops: float, per_controller_iops: int, target_util
 def plan(spec: ArraySpec, demand_iops: float, current_controllers: int) -> ScaleDecision:
     """Desired controllers for ``demand_iops``.
 
-    Clamped to [min, max] (max never above 16); scale-in removes one controller at a time and
-    never goes below what current demand needs.
+    Clamped to [min, max] (max never above 16); scale-in removes one controller at a time
+    (straight to max when max was lowered below the running count) and never goes below what
+    current demand needs.
     """
-    if demand_iops < 0 or math.isnan(demand_iops):
+    if not math.isfinite(demand_iops) or demand_iops < 0:
         raise ValueError(f"demand must be a non-negative number of IOPS, got {demand_iops}")
     needed = controllers_needed(demand_iops, spec.per_controller_iops, spec.target_utilisation)
     ceiling = min(spec.max_controllers, MULTI_ATTACH_LIMIT)
@@ -53,13 +54,16 @@ def plan(spec: ArraySpec, demand_iops: float, current_controllers: int) -> Scale
         if under:
             reason += f"; capped at maxControllers={ceiling}, the array stays under-provisioned"
     elif target < current_controllers:
-        desired, action = current_controllers - 1, "scale-in"
+        # one controller at a time, but never above the ceiling (maxControllers may have been lowered)
+        desired, action = max(target, min(current_controllers - 1, ceiling)), "scale-in"
         reason = (
             f"demand {demand_iops:,.0f} IOPS needs {needed} controller(s), {current_controllers} running; "
             "scale in one controller at a time"
         )
         if target == spec.min_controllers and needed < spec.min_controllers:
             reason += f" (floor minControllers={spec.min_controllers})"
+        if under:
+            reason += f"; maxControllers={ceiling} was lowered below demand: under-provisioned"
     else:
         desired, action = current_controllers, "hold"
         reason = f"demand {demand_iops:,.0f} IOPS is served by {current_controllers} controller(s)"

@@ -1,0 +1,155 @@
+"""Unit tier: the core and the handlers in-process, AWS replaced by moto or botocore's Stubber.
+
+Nothing here reaches a network: every test runs with throw-away credentials, no configured
+endpoint (moto must intercept, not the local cloud) and fresh cached clients and settings.
+"""
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from vsa_core.clients import client
+from vsa_core.observability import metrics
+from vsa_core.settings import get_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+EVENTS = ROOT / "events"
+REGION = "us-east-1"
+ACCOUNT = "123456789012"  # moto's default account, also the one in the sample events
+TABLE_NAME = "vsa-unit-registry"
+
+
+def load_event(relative: str) -> dict[str, Any]:
+    """A sample event from ``events/`` (a fresh copy: tests may edit it)."""
+    return json.loads((EVENTS / relative).read_text())
+
+
+def alarm_event(
+    *,
+    alarm_name: str = "vsa-demo-iops-high",
+    state: str = "ALARM",
+    datapoints: list[float] | None = None,
+    state_timestamp: str | None = None,
+) -> dict[str, Any]:
+    """The AWS sample alarm event, re-aimed at another alarm, state, demand or state time."""
+    event = load_event("cloudwatch/iops_alarm_high.json")
+    event["detail"]["alarmName"] = alarm_name
+    event["resources"] = [f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{alarm_name}"]
+    event["detail"]["state"]["value"] = state
+    if datapoints is not None:
+        reason = json.loads(event["detail"]["state"]["reasonData"])
+        reason["recentDatapoints"] = datapoints
+        event["detail"]["state"]["reasonData"] = json.dumps(reason)
+    if state_timestamp is not None:
+        event["detail"]["state"]["timestamp"] = state_timestamp
+    return event
+
+
+@dataclass(frozen=True)
+class FakeLambdaContext:
+    """The attributes Powertools' ``inject_lambda_context`` reads from a real context."""
+
+    function_name: str = "unit-test-function"
+    memory_limit_in_mb: int = 256
+    invoked_function_arn: str = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:unit-test-function"
+    aws_request_id: str = "00000000-0000-4000-8000-000000000000"
+
+
+def _clear_caches() -> None:
+    client.cache_clear()
+    get_settings.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def offline_aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fake credentials and region, no endpoint override, fresh cached clients and settings."""
+    for name in list(os.environ):
+        if name.startswith("AWS_ENDPOINT_URL") or name in {"AWS_PROFILE", "AWS_DEFAULT_PROFILE"}:
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_REGION", REGION)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_SECURITY_TOKEN", "testing")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "testing")
+    # No shared config can bring a profile or an endpoint_url back in.
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    monkeypatch.setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true")
+    monkeypatch.delenv("VSA_TABLE_NAME", raising=False)
+    monkeypatch.delenv("VSA_SCALE_STATE_MACHINE_ARN", raising=False)
+    _clear_caches()
+    yield
+    _clear_caches()
+
+
+@pytest.fixture
+def function_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The environment template.yaml's Globals give every function, with tracing off and metrics reset."""
+    monkeypatch.setenv("VSA_TABLE_NAME", TABLE_NAME)
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "1")
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "VSA")
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "vsa-control-plane")
+    # The shared Metrics object read its namespace from the environment when first imported.
+    monkeypatch.setattr(metrics, "namespace", "VSA")
+    metrics.clear_metrics()
+    get_settings.cache_clear()
+    yield
+    metrics.clear_metrics()
+
+
+@pytest.fixture
+def lambda_context() -> FakeLambdaContext:
+    return FakeLambdaContext()
+
+
+@pytest.fixture
+def aws() -> Iterator[None]:
+    """moto in place of every AWS service for the duration of the test."""
+    with mock_aws():
+        yield
+
+
+@pytest.fixture
+def registry_table(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The registry table as the template declares it (pk/sk strings), named in VSA_TABLE_NAME."""
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    dynamodb.create_table(
+        TableName=TABLE_NAME,
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    monkeypatch.setenv("VSA_TABLE_NAME", TABLE_NAME)
+    get_settings.cache_clear()
+    yield TABLE_NAME
+    dynamodb.delete_table(TableName=TABLE_NAME)
+
+
+@pytest.fixture
+def scale_state_machine(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A ScaleArray state machine in moto (which records executions without running them)."""
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    arn = sfn.create_state_machine(
+        name="ScaleArray-unit",
+        definition=json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}),
+        roleArn=f"arn:aws:iam::{ACCOUNT}:role/scale-array-unit",
+        type="STANDARD",
+    )["stateMachineArn"]
+    monkeypatch.setenv("VSA_SCALE_STATE_MACHINE_ARN", arn)
+    get_settings.cache_clear()
+    yield arn
+    sfn.delete_state_machine(stateMachineArn=arn)

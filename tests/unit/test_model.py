@@ -1,0 +1,153 @@
+"""ArraySpec validation: what a spec may declare, and what it is told to fix when it may not."""
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from vsa_core.model import MULTI_ATTACH_LIMIT, R5B_CONTROLLER_IOPS, ArraySpec, RegisteredArray
+from vsa_core.naming import ARRAY_ID_PATTERN
+
+
+def spec_fields(**overrides: Any) -> dict[str, Any]:
+    return {
+        "arrayId": "demo",
+        "availabilityZone": "us-east-1a",
+        "minControllers": 2,
+        "maxControllers": 4,
+        **overrides,
+    }
+
+
+def error_fields(error: ValidationError) -> set[str]:
+    return {str(part) for detail in error.errors() for part in detail["loc"]}
+
+
+def test_minimal_spec_gets_r5b_defaults():
+    # Given a spec with only the required fields / When validated
+    spec = ArraySpec.model_validate(spec_fields())
+    # Then one controller is an r5b at a 70 % target, spec version 1
+    assert spec.per_controller_iops == R5B_CONTROLLER_IOPS == 260_000
+    assert spec.target_utilisation == 0.7
+    assert spec.spec_version == 1
+
+
+def test_min_above_max_is_rejected_naming_both_fields():
+    # Given a spec whose minimum is above its maximum
+    # When validated
+    with pytest.raises(ValidationError) as raised:
+        ArraySpec.model_validate(spec_fields(minControllers=5, maxControllers=4))
+    # Then the message names both fields and their values
+    message = str(raised.value)
+    assert "minControllers (5)" in message
+    assert "maxControllers (4)" in message
+
+
+def test_min_equal_to_max_is_a_fixed_size_array():
+    spec = ArraySpec.model_validate(spec_fields(minControllers=3, maxControllers=3))
+    assert spec.min_controllers == spec.max_controllers == 3
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"maxControllers": MULTI_ATTACH_LIMIT + 1}, "maxControllers"),
+        ({"minControllers": MULTI_ATTACH_LIMIT + 1, "maxControllers": MULTI_ATTACH_LIMIT}, "minControllers"),
+        ({"minControllers": 0}, "minControllers"),
+        ({"perControllerIops": 0}, "perControllerIops"),
+        ({"targetUtilisation": 0.0}, "targetUtilisation"),
+        ({"targetUtilisation": 1.01}, "targetUtilisation"),
+        ({"availabilityZone": ""}, "availabilityZone"),
+        ({"specVersion": 2}, "specVersion"),
+    ],
+    ids=[
+        "max-17",
+        "min-17",
+        "min-0",
+        "zero-iops",
+        "zero-utilisation",
+        "over-full-utilisation",
+        "empty-az",
+        "unknown-version",
+    ],
+)
+def test_out_of_range_fields_are_rejected(overrides: dict[str, Any], field: str):
+    # Given a spec with one field out of range / When validated / Then that field is named
+    with pytest.raises(ValidationError) as raised:
+        ArraySpec.model_validate(spec_fields(**overrides))
+    assert field in error_fields(raised.value)
+
+
+def test_sixteen_controllers_and_full_utilisation_are_allowed():
+    # Given the io2 Multi-Attach limit and a 100 % target / When validated / Then both are accepted
+    spec = ArraySpec.model_validate(spec_fields(maxControllers=16, targetUtilisation=1.0))
+    assert spec.max_controllers == MULTI_ATTACH_LIMIT
+
+
+@pytest.mark.parametrize(
+    "array_id",
+    ["ab", "a" * 33, "Demo", "-demo", "demo-", "de_mo", "de mo", "démo", "demo\n", ""],
+    ids=["too-short", "too-long", "upper", "leading-dash", "trailing-dash", "underscore", "space",
+         "non-ascii", "trailing-newline", "empty"],
+)  # fmt: skip
+def test_bad_array_ids_are_rejected(array_id: str):
+    with pytest.raises(ValidationError) as raised:
+        ArraySpec.model_validate(spec_fields(arrayId=array_id))
+    assert "arrayId" in error_fields(raised.value)
+
+
+@pytest.mark.parametrize("array_id", ["abc", "a" * 32, "0-9", "prod-db-01"])
+def test_good_array_ids_are_accepted(array_id: str):
+    assert ArraySpec.model_validate(spec_fields(arrayId=array_id)).array_id == array_id
+
+
+def test_extra_fields_are_rejected():
+    # Given a spec with a field the model does not know (a typo must not pass silently)
+    # When validated / Then the unknown field is named
+    with pytest.raises(ValidationError) as raised:
+        ArraySpec.model_validate(spec_fields(maxControlers=8))
+    assert "maxControlers" in error_fields(raised.value)
+    assert raised.value.errors()[0]["type"] == "extra_forbidden"
+
+
+def test_spec_is_immutable():
+    spec = ArraySpec.model_validate(spec_fields())
+    with pytest.raises(ValidationError):
+        spec.max_controllers = 8  # type: ignore[misc]
+
+
+def test_python_names_are_accepted_too():
+    spec = ArraySpec(array_id="demo", availability_zone="us-east-1a", min_controllers=1, max_controllers=2)
+    assert spec.model_dump(by_alias=True)["arrayId"] == "demo"
+
+
+@given(
+    array_id=st.from_regex(ARRAY_ID_PATTERN, fullmatch=True),
+    bounds=st.integers(1, MULTI_ATTACH_LIMIT).flatmap(lambda hi: st.tuples(st.integers(1, hi), st.just(hi))),
+    per_controller_iops=st.integers(1, 10_000_000),
+    target_utilisation=st.floats(0.0, 1.0, exclude_min=True),
+)
+def test_spec_round_trips_through_its_json_as_the_registry_stores_it(
+    array_id: str, bounds: tuple[int, int], per_controller_iops: int, target_utilisation: float
+):
+    # Given any valid spec
+    spec = ArraySpec(
+        arrayId=array_id,
+        availabilityZone="us-east-1a",
+        minControllers=bounds[0],
+        maxControllers=bounds[1],
+        perControllerIops=per_controller_iops,
+        targetUtilisation=target_utilisation,
+    )
+    # When written as JSON by alias (the registry's format) and read back
+    # Then it is the same spec
+    assert ArraySpec.model_validate_json(spec.model_dump_json(by_alias=True)) == spec
+
+
+@pytest.mark.parametrize("desired", [-1, MULTI_ATTACH_LIMIT + 1])
+def test_registered_array_desired_count_stays_within_the_attach_limit(desired: int):
+    spec = ArraySpec.model_validate(spec_fields())
+    with pytest.raises(ValidationError):
+        RegisteredArray(spec=spec, desired_controllers=desired, version=1)

@@ -1,0 +1,335 @@
+"""Capacity planning: examples from the design, then its invariants as properties."""
+
+import json
+import math
+
+import pytest
+from hypothesis import assume, example, given
+from hypothesis import strategies as st
+
+from vsa_core.model import MULTI_ATTACH_LIMIT, ArraySpec
+from vsa_core.naming import ARRAY_ID_PATTERN
+from vsa_core.planner import ScaleDecision, controllers_needed, plan
+
+
+def spec(
+    min_controllers: int = 2,
+    max_controllers: int = 8,
+    per_controller_iops: int = 260_000,
+    target_utilisation: float = 0.7,
+) -> ArraySpec:
+    return ArraySpec(
+        arrayId="demo",
+        availabilityZone="us-east-1a",
+        minControllers=min_controllers,
+        maxControllers=max_controllers,
+        perControllerIops=per_controller_iops,
+        targetUtilisation=target_utilisation,
+    )
+
+
+# ---------------------------------------------------------------- examples
+
+
+def test_controllers_needed_at_the_boundary_of_one_controller():
+    # Given one r5b controller at 70 % serves 182,000 IOPS
+    # When / Then exactly that much needs one controller and one IOPS more needs two
+    assert controllers_needed(182_000, 260_000, 0.7) == 1
+    assert controllers_needed(182_001, 260_000, 0.7) == 2
+
+
+def test_scale_out_goes_straight_to_what_demand_needs():
+    # Given an array running 2 controllers of 260k IOPS at a 70 % target
+    array = spec(min_controllers=2, max_controllers=8)
+    # When demand reaches 612,345 IOPS (612,345 / 182,000 = 3.4)
+    decision = plan(array, 612_345, current_controllers=2)
+    # Then it scales out to 4 in one step, not one controller at a time
+    assert decision.action == "scale-out"
+    assert decision.needed_controllers == 4
+    assert decision.desired_controllers == 4
+    assert decision.under_provisioned is False
+    assert "612,345" in decision.reason
+    assert "needs 4 controller(s), 2 running" in decision.reason
+
+
+def test_hold_when_the_running_controllers_serve_the_demand():
+    # Given an array already at the 4 controllers its demand needs
+    array = spec(min_controllers=2, max_controllers=8)
+    # When the same demand is planned again
+    decision = plan(array, 612_345, current_controllers=4)
+    # Then nothing changes
+    assert decision.action == "hold"
+    assert decision.desired_controllers == 4
+    assert decision.under_provisioned is False
+
+
+def test_scale_in_removes_one_controller_at_a_time():
+    # Given an array running 6 controllers
+    array = spec(min_controllers=2, max_controllers=8)
+    # When demand drops to what 2 controllers serve
+    decision = plan(array, 200_000, current_controllers=6)
+    # Then it removes a single controller, not four
+    assert decision.needed_controllers == 2
+    assert decision.action == "scale-in"
+    assert decision.desired_controllers == 5
+    assert "one controller at a time" in decision.reason
+
+
+def test_scale_in_stops_at_the_minimum():
+    # Given an array one controller above its minimum of 2
+    array = spec(min_controllers=2, max_controllers=8)
+    # When there is no demand at all
+    decision = plan(array, 0, current_controllers=3)
+    # Then it scales in to the floor and says the floor is why it stops there
+    assert decision.action == "scale-in"
+    assert decision.desired_controllers == 2
+    assert "floor minControllers=2" in decision.reason
+
+
+def test_hold_at_the_minimum_without_demand():
+    # Given an array at its minimum of 2
+    array = spec(min_controllers=2, max_controllers=8)
+    # When there is no demand
+    decision = plan(array, 0, current_controllers=2)
+    # Then it keeps the minimum
+    assert decision.needed_controllers == 0
+    assert decision.action == "hold"
+    assert decision.desired_controllers == 2
+
+
+def test_an_array_below_its_minimum_scales_out_to_it():
+    # Given an array with no controllers running (desiredControllers may be 0)
+    array = spec(min_controllers=2, max_controllers=8)
+    # When it is planned with no demand
+    decision = plan(array, 0, current_controllers=0)
+    # Then it scales out to its minimum
+    assert decision.action == "scale-out"
+    assert decision.desired_controllers == 2
+
+
+def test_scale_out_is_capped_at_max_and_reported_under_provisioned():
+    # Given an array allowed at most 4 controllers
+    array = spec(min_controllers=2, max_controllers=4)
+    # When demand needs 6 (1,000,000 / 182,000 = 5.5)
+    decision = plan(array, 1_000_000, current_controllers=2)
+    # Then it scales out to the cap and says the array stays under-provisioned
+    assert decision.needed_controllers == 6
+    assert decision.action == "scale-out"
+    assert decision.desired_controllers == 4
+    assert decision.max_controllers == 4
+    assert decision.under_provisioned is True
+    assert "maxControllers=4" in decision.reason
+    assert "under-provisioned" in decision.reason
+
+
+def test_hold_at_max_still_reports_under_provisioned():
+    # Given an array already at its cap of 4
+    array = spec(min_controllers=2, max_controllers=4)
+    # When demand still needs 6
+    decision = plan(array, 1_000_000, current_controllers=4)
+    # Then it holds and still reports the shortfall
+    assert decision.action == "hold"
+    assert decision.desired_controllers == 4
+    assert decision.under_provisioned is True
+    assert "needs 6" in decision.reason
+    assert "under-provisioned" in decision.reason
+
+
+def test_zero_demand_needs_no_controllers():
+    # Given / When no demand / Then no controller is needed for it
+    assert controllers_needed(0, 260_000, 0.7) == 0
+    assert controllers_needed(0.0, 1, 1.0) == 0
+
+
+@pytest.mark.parametrize("demand", [-1, -0.001, float("-inf"), float("nan")])
+def test_negative_or_nan_demand_is_rejected(demand: float):
+    # Given a valid array / When planned for a demand that is not a non-negative number
+    # Then it is refused
+    with pytest.raises(ValueError, match="non-negative"):
+        plan(spec(), demand, current_controllers=2)
+
+
+def test_infinite_demand_is_rejected_as_a_value_error():
+    # Given a valid array / When planned for an infinite demand / Then it is refused like NaN
+    with pytest.raises(ValueError, match="non-negative"):
+        plan(spec(), float("inf"), current_controllers=2)
+
+
+def test_desired_never_exceeds_max_even_when_running_far_above_it():
+    # Given an array allowed 4 controllers that runs 8 (its maxControllers was lowered)
+    array = spec(min_controllers=1, max_controllers=4)
+    # When it is planned with no demand
+    decision = plan(array, 0, current_controllers=8)
+    # Then the desired count respects the cap
+    assert decision.desired_controllers <= 4
+
+
+def test_decision_is_json_serialisable_with_the_fields_the_workflow_reads():
+    # Given a decision
+    decision = plan(spec(), 612_345, current_controllers=2)
+    # When it is returned from Lambda as JSON (the ASL reads $.plan.decision.desired_controllers)
+    payload = json.loads(json.dumps(decision.as_dict()))
+    # Then it carries every input and the desired count
+    assert payload["desired_controllers"] == 4
+    assert payload["array_id"] == "demo"
+    assert payload["demand_iops"] == 612_345
+    assert payload["current_controllers"] == 2
+    assert payload["per_controller_iops"] == 260_000
+    assert payload["target_utilisation"] == 0.7
+
+
+# ---------------------------------------------------------------- properties
+
+
+@st.composite
+def specs(draw: st.DrawFn) -> ArraySpec:
+    max_controllers = draw(st.integers(1, MULTI_ATTACH_LIMIT))
+    return ArraySpec(
+        arrayId=draw(st.from_regex(ARRAY_ID_PATTERN, fullmatch=True)),
+        availabilityZone="us-east-1a",
+        minControllers=draw(st.integers(1, max_controllers)),
+        maxControllers=max_controllers,
+        perControllerIops=draw(st.integers(1_000, 1_000_000)),
+        targetUtilisation=draw(st.floats(0.05, 1.0)),
+    )
+
+
+demands = st.one_of(
+    st.just(0.0),
+    st.integers(0, 100_000_000).map(float),
+    # (subnormal demands underflow to 0 controllers: not IOPS anyone measures)
+    st.floats(0.0, 100_000_000.0, allow_nan=False, allow_infinity=False, allow_subnormal=False),
+)
+running = st.integers(0, MULTI_ATTACH_LIMIT)  # RegisteredArray.desired_controllers: 0..16
+
+
+def _needed_or_less_than_max(decision: ScaleDecision) -> bool:
+    return decision.needed_controllers <= decision.max_controllers
+
+
+@given(array=specs(), demand=demands, current=running)
+def test_desired_is_never_below_min_nor_above_the_attach_limit(array: ArraySpec, demand: float, current: int):
+    # Given any valid array, demand and running count / When planned
+    decision = plan(array, demand, current)
+    # Then the desired count is within [minControllers, 16]
+    assert array.min_controllers <= decision.desired_controllers <= MULTI_ATTACH_LIMIT
+
+
+@given(array=specs(), demand=demands, data=st.data())
+def test_desired_never_exceeds_max_from_a_count_within_the_spec(
+    array: ArraySpec, demand: float, data: st.DataObject
+):
+    # Given an array running no more controllers than its spec allows
+    current = data.draw(st.integers(0, array.max_controllers), label="current")
+    # When planned
+    decision = plan(array, demand, current)
+    # Then the desired count never exceeds maxControllers
+    assert decision.desired_controllers <= array.max_controllers
+    assert decision.max_controllers == array.max_controllers
+
+
+@given(array=specs(), demand=demands, data=st.data())
+def test_any_scale_in_is_one_step(array: ArraySpec, demand: float, data: st.DataObject):
+    # (From more than max + 1, "never above max" wins over "one step": see the test above.)
+    # Given any running count within the spec / When planned
+    current = data.draw(st.integers(0, array.max_controllers), label="current")
+    decision = plan(array, demand, current)
+    # Then a scale-in, if any, removes exactly one controller and never drops below the demand
+    if decision.action == "scale-in":
+        assert decision.desired_controllers == current - 1
+        assert decision.desired_controllers >= decision.needed_controllers
+
+
+@given(array=specs(), data=st.data())
+def test_demand_below_the_running_count_scales_in_by_one(array: ArraySpec, data: st.DataObject):
+    # Given an array running more than its minimum (and within its maximum)
+    assume(array.min_controllers < array.max_controllers)
+    current = data.draw(st.integers(array.min_controllers + 1, array.max_controllers), label="current")
+    # And a demand that one controller fewer serves at the target utilisation
+    capacity = (current - 1) * array.per_controller_iops * array.target_utilisation
+    demand = data.draw(st.floats(0.0, capacity * 0.999), label="demand")
+    # When planned
+    decision = plan(array, demand, current)
+    # Then it scales in by exactly one, and not below what the demand needs
+    assert decision.action == "scale-in"
+    assert decision.desired_controllers == current - 1
+    assert decision.desired_controllers >= decision.needed_controllers
+
+
+@given(array=specs(), demand=demands, current=running)
+@example(array=spec(min_controllers=2, max_controllers=8), demand=612_345.0, current=2)
+def test_never_fewer_controllers_than_demand_needs_when_max_allows(
+    array: ArraySpec, demand: float, current: int
+):
+    # Given a demand that maxControllers can serve / When planned from any running count
+    decision = plan(array, demand, current)
+    assume(_needed_or_less_than_max(decision))
+    # Then the desired count serves it, and nothing is reported under-provisioned
+    assert decision.desired_controllers >= decision.needed_controllers
+    assert decision.under_provisioned is False
+
+
+@given(array=specs(), demand=demands, data=st.data())
+def test_under_provisioned_exactly_when_demand_needs_more_than_max(
+    array: ArraySpec, demand: float, data: st.DataObject
+):
+    # Given an array running no more controllers than its spec allows
+    current = data.draw(st.integers(0, array.max_controllers), label="current")
+    # When planned / Then the shortfall is flagged, and explained, exactly when max cannot serve demand
+    decision = plan(array, demand, current)
+    assert decision.under_provisioned == (decision.needed_controllers > array.max_controllers)
+    if decision.under_provisioned:
+        assert "under-provisioned" in decision.reason
+
+
+@given(array=specs(), demand=demands, current=running)
+def test_action_agrees_with_desired_versus_current(array: ArraySpec, demand: float, current: int):
+    decision = plan(array, demand, current)
+    expected = {1: "scale-out", -1: "scale-in", 0: "hold"}[
+        (decision.desired_controllers > current) - (decision.desired_controllers < current)
+    ]
+    assert decision.action == expected
+    assert decision.current_controllers == current
+
+
+@given(array=specs(), demand=demands)
+def test_needed_is_the_fewest_controllers_that_serve_demand_at_target(array: ArraySpec, demand: float):
+    # Given any demand / When the controllers it needs are counted
+    needed = controllers_needed(demand, array.per_controller_iops, array.target_utilisation)
+    per_controller = array.per_controller_iops * array.target_utilisation
+    # Then that many serve it at the target utilisation, and one fewer does not (up to float
+    # rounding: at an exact multiple, e.g. 3 x 156,769 x 1/3, the division may land just above)
+    assert needed >= 0
+    assert needed * per_controller >= demand * (1 - 1e-12)
+    if needed > 0:
+        assert (needed - 1) * per_controller < demand * (1 + 1e-12)
+
+
+@given(array=specs(), low=demands, high=demands, current=running)
+def test_more_demand_never_means_fewer_controllers(array: ArraySpec, low: float, high: float, current: int):
+    # Given two demands, one at least the other, from the same running count
+    low, high = sorted((low, high))
+    # When both are planned / Then the larger never desires fewer controllers
+    assert plan(array, high, current).desired_controllers >= plan(array, low, current).desired_controllers
+
+
+@given(array=specs(), demand=demands, current=running)
+def test_repeated_planning_settles_on_demand_clamped_to_min_and_max(
+    array: ArraySpec, demand: float, current: int
+):
+    # Given a steady demand, each decision applied before the next plan
+    decision = plan(array, demand, current)
+    for _ in range(MULTI_ATTACH_LIMIT + 1):
+        if decision.action == "hold":
+            break
+        decision = plan(array, demand, decision.desired_controllers)
+    # Then it settles (holds) within 17 steps, at the needed count clamped to [min, max]
+    assert decision.action == "hold"
+    settled = min(max(decision.needed_controllers, array.min_controllers), array.max_controllers)
+    assert decision.desired_controllers == settled
+
+
+@given(array=specs(), demand=st.one_of(st.floats(max_value=-1e-9), st.just(math.nan)), current=running)
+def test_any_negative_or_nan_demand_raises(array: ArraySpec, demand: float, current: int):
+    with pytest.raises(ValueError, match="non-negative"):
+        plan(array, demand, current)

@@ -1,0 +1,146 @@
+"""ArrayRegistry over the control plane's DynamoDB table (moto)."""
+
+import json
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.unit.conftest import REGION
+from vsa_core.errors import ArrayNotFoundError
+from vsa_core.model import ArraySpec
+from vsa_core.registry import ArrayRegistry, array_key
+
+
+def make_spec(array_id: str = "demo", **overrides: object) -> ArraySpec:
+    return ArraySpec.model_validate(
+        {
+            "arrayId": array_id,
+            "availabilityZone": "us-east-1a",
+            "minControllers": 2,
+            "maxControllers": 8,
+            "perControllerIops": 250_000,
+            "targetUtilisation": 0.6,
+            **overrides,
+        }
+    )
+
+
+@pytest.fixture
+def dynamodb(registry_table: str):
+    return boto3.client("dynamodb", region_name=REGION)
+
+
+@pytest.fixture
+def registry(registry_table: str, dynamodb) -> ArrayRegistry:
+    return ArrayRegistry(registry_table, dynamodb)
+
+
+def test_create_then_get_round_trips_the_spec(registry: ArrayRegistry):
+    # Given a new array spec
+    spec = make_spec()
+    # When it is registered and read back
+    created = registry.create(spec)
+    loaded = registry.get("demo")
+    # Then it is stored at its minimum size, version 1, with the spec unchanged
+    assert created.desired_controllers == 2
+    assert created.version == 1
+    assert loaded == created
+    assert loaded.spec == spec
+
+
+def test_create_stores_the_documented_item(registry: ArrayRegistry, dynamodb, registry_table: str):
+    # Given / When an array is registered
+    registry.create(make_spec())
+    # Then the SPEC item has the key, JSON spec (camelCase) and counters the workflow updates
+    item = dynamodb.get_item(TableName=registry_table, Key=array_key("demo"))["Item"]
+    assert item["pk"] == {"S": "ARRAY#demo"}
+    assert item["sk"] == {"S": "SPEC"}
+    assert json.loads(item["spec"]["S"])["maxControllers"] == 8
+    assert item["desiredControllers"] == {"N": "2"}
+    assert item["version"] == {"N": "1"}
+
+
+def test_create_twice_fails_and_keeps_the_first(registry: ArrayRegistry):
+    # Given a registered array
+    registry.create(make_spec(maxControllers=8))
+    # When an array with the same id is registered again
+    with pytest.raises(ClientError) as raised:
+        registry.create(make_spec(maxControllers=16))
+    # Then DynamoDB refuses the write and the first spec is untouched
+    assert raised.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
+    assert registry.get("demo").spec.max_controllers == 8
+
+
+def test_get_unknown_array_raises_array_not_found(registry: ArrayRegistry):
+    # Given an empty registry / When an unknown array is read / Then it is named in the error
+    with pytest.raises(ArrayNotFoundError, match="'nope'"):
+        registry.get("nope")
+
+
+def test_get_reads_the_count_and_version_the_workflow_wrote(
+    registry: ArrayRegistry, dynamodb, registry_table: str
+):
+    # Given a registered array whose count the ScaleArray workflow updated (RecordDesiredCount)
+    registry.create(make_spec())
+    dynamodb.update_item(
+        TableName=registry_table,
+        Key=array_key("demo"),
+        UpdateExpression="SET desiredControllers = :desired ADD version :one",
+        ConditionExpression="attribute_exists(pk)",
+        ExpressionAttributeValues={":desired": {"N": "5"}, ":one": {"N": "1"}},
+    )
+    # When read / Then the registry reports the new count and version
+    loaded = registry.get("demo")
+    assert (loaded.desired_controllers, loaded.version) == (5, 2)
+
+
+def test_arrays_are_kept_apart(registry: ArrayRegistry):
+    registry.create(make_spec("alpha", minControllers=1))
+    registry.create(make_spec("beta", minControllers=3))
+    assert registry.get("alpha").desired_controllers == 1
+    assert registry.get("beta").desired_controllers == 3
+
+
+def test_decisions_are_newest_first_limited_and_per_array(
+    registry: ArrayRegistry, dynamodb, registry_table: str
+):
+    # Given decisions recorded by the workflow for two arrays (the ASL's RecordDecision item)
+    registry.create(make_spec())
+    for minute, desired in ((1, 3), (2, 4), (3, 5)):
+        dynamodb.put_item(
+            TableName=registry_table,
+            Item={
+                "pk": {"S": "ARRAY#demo"},
+                "sk": {"S": f"DECISION#2026-11-02T17:0{minute}:00Z#scale-demo-{minute}"},
+                "decision": {"S": json.dumps({"desired_controllers": desired})},
+            },
+        )
+    dynamodb.put_item(
+        TableName=registry_table,
+        Item={
+            "pk": {"S": "ARRAY#other"},
+            "sk": {"S": "DECISION#2026-11-02T18:00:00Z#scale-other-1"},
+            "decision": {"S": json.dumps({"desired_controllers": 9})},
+        },
+    )
+    # When the newest two of "demo" are read
+    decisions = registry.decisions("demo", limit=2)
+    # Then they are its two latest, newest first, without the SPEC item or the other array's
+    assert decisions == [
+        {"sk": "DECISION#2026-11-02T17:03:00Z#scale-demo-3", "desired_controllers": 5},
+        {"sk": "DECISION#2026-11-02T17:02:00Z#scale-demo-2", "desired_controllers": 4},
+    ]
+
+
+def test_decisions_of_an_array_without_any_are_empty(registry: ArrayRegistry):
+    registry.create(make_spec())
+    assert registry.decisions("demo") == []
+
+
+def test_default_client_comes_from_the_environment(registry_table: str):
+    # Given no client passed in (as in Lambda: the shared cached client, region from the env)
+    registry = ArrayRegistry(registry_table)
+    # When used / Then it reaches the same table
+    registry.create(make_spec())
+    assert registry.get("demo").spec.array_id == "demo"
