@@ -40,7 +40,20 @@ make_venv() {
 }
 
 mkdir -p "$VSA_STATE"
+# One install at a time (several local clouds or test runs may call this concurrently).
+exec 9>"$VSA_STATE/.install.lock"
+flock 9
 make_venv "$ROOT/.venv" requirements/dev.txt -- -r requirements/dev.txt
-make_venv "$VSA_STATE/venv" requirements/localcloud.txt tools/localcloud/pyproject.toml tools/localcloud/vsa_localcloud/*.py -- \
-  -r requirements/localcloud.txt ./tools/localcloud
+make_venv "$VSA_STATE/venv" requirements/localcloud.txt -- -r requirements/localcloud.txt
+# Our plugins: reinstalled (without touching LocalStack) whenever their source changes; restart
+# the local cloud to load the new code. Not editable: plux's setuptools hook breaks editable builds.
+plugin_digest="$(cat "$VSA_STATE/venv/.stamp" tools/localcloud/pyproject.toml \
+  $(find tools/localcloud/vsa_localcloud -type f \( -name '*.py' -o -name '*.json' -o -name '*.yaml' \) | sort) | sha256sum | cut -c1-16)"
+if [[ "$(cat "$VSA_STATE/venv/.plugins-stamp" 2>/dev/null)" != "$plugin_digest" ]]; then
+  echo "==> installing the local-cloud plugins (tools/localcloud)"
+  rm -rf tools/localcloud/build tools/localcloud/*.egg-info
+  "$VSA_STATE/venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --force-reinstall ./tools/localcloud
+  rm -rf tools/localcloud/build tools/localcloud/*.egg-info
+  echo "$plugin_digest" > "$VSA_STATE/venv/.plugins-stamp"
+fi
 make_venv "$VSA_STATE/runtime-venv" requirements/lambda-runtime.txt -- -r requirements/lambda-runtime.txt

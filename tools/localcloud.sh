@@ -10,8 +10,12 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=tools/env.sh
 source "$ROOT/tools/env.sh"
-PIDFILE="$VSA_STATE/localstack.pid"
-LOG="$VSA_STATE/localstack.log"
+# One instance per port: its PID file, log and data live under $VSA_STATE/run-<port>/, so
+# several local clouds (one per developer task) can run side by side on different ports.
+RUN="$VSA_STATE/run-$VSA_LOCALCLOUD_PORT"
+mkdir -p "$RUN"
+PIDFILE="$RUN/localstack.pid"
+LOG="$RUN/localstack.log"
 
 running() { [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
@@ -41,7 +45,7 @@ start() {
     echo "error: 127.0.0.1:$VSA_LOCALCLOUD_PORT is in use by another process; set VSA_LOCALCLOUD_PORT to a free port" >&2
     exit 1
   fi
-  local data="$VSA_STATE/data"
+  local data="$RUN/data"
   rm -rf "$data" && mkdir -p "$data"/{fs,tmp,cache,config}
   : > "$LOG"
   (
@@ -60,7 +64,8 @@ start() {
       DNS_ADDRESS=0 SKIP_SSL_CERT_DOWNLOAD=1 DISABLE_EVENTS=1 \
       EXTERNAL_SERVICE_PORTS_START=$((VSA_LOCALCLOUD_PORT + 1000)) EXTERNAL_SERVICE_PORTS_END=$((VSA_LOCALCLOUD_PORT + 1050)) \
       LAMBDA_RUNTIME_EXECUTOR=process VSA_LAMBDA_PYTHON="$VSA_STATE/runtime-venv/bin/python" \
-      PROVIDER_OVERRIDE_DYNAMODB=moto \
+      PROVIDER_OVERRIDE_DYNAMODB=moto PROVIDER_OVERRIDE_AUTOSCALING=vsa PROVIDER_OVERRIDE_EC2=vsa \
+      PROVIDER_OVERRIDE_CLOUDWATCH=vsa PROVIDER_OVERRIDE_SSM=vsa \
       LAMBDA_RUNTIME_ENVIRONMENT_TIMEOUT=30 \
       "$VSA_STATE/venv/bin/python" -m localstack.runtime.main
   ) >>"$LOG" 2>&1 &
@@ -104,7 +109,7 @@ stop() {
   rm -f "$PIDFILE"
   # Lambda environments run in their own process groups; end any the executor noted as live
   # (only those: each PID is checked to still be one of our runtime_bootstrap.py processes).
-  local pids="$VSA_STATE/data/tmp/vsa-lambda-pids"
+  local pids="$RUN/data/tmp/vsa-lambda-pids"
   if [[ -d "$pids" ]]; then
     for f in "$pids"/*; do
       [[ -e "$f" ]] || continue

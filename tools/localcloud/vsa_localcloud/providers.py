@@ -1,4 +1,8 @@
-"""AWS service providers added to community LocalStack through its plugin entry points."""
+"""AWS service providers added to community LocalStack through its plugin entry points.
+
+Each factory imports its implementation lazily: LocalStack loads a provider only when the
+service is first used (or at start for those it preloads).
+"""
 
 from localstack.services.plugins import Service, aws_provider
 
@@ -16,3 +20,39 @@ def dynamodb_moto() -> Service:
     from localstack.services.moto import MotoFallbackDispatcher
 
     return Service.for_provider(DynamodbApi(), dispatch_table_factory=MotoFallbackDispatcher)
+
+
+@aws_provider(api="autoscaling", name="vsa")
+def autoscaling_vsa() -> Service:
+    """EC2 Auto Scaling, which community LocalStack lacks: moto's backend in this process (so
+    its instances are the local cloud's EC2 instances) plus lifecycle-hook emulation."""
+    from vsa_localcloud.autoscaling import service
+
+    return service()
+
+
+@aws_provider(api="ec2", name="vsa")
+def ec2_vsa() -> Service:
+    """EC2 as stock LocalStack (moto underneath), with EBS made to behave as AWS documents:
+    Multi-Attach, multi-volume snapshots with a real lifecycle, per-volume snapshot limits."""
+    from vsa_localcloud.ebs import service
+
+    return service()
+
+
+@aws_provider(api="cloudwatch", name="vsa")
+def cloudwatch_vsa() -> Service:
+    """CloudWatch as stock LocalStack, plus alarm state-change events on EventBridge and the
+    metric-math alarms and GetMetricData expressions the product uses."""
+    from vsa_localcloud.cloudwatch import service
+
+    return service()
+
+
+@aws_provider(api="ssm", name="vsa")
+def ssm_vsa() -> Service:
+    """SSM as stock LocalStack, with Run Command that really runs documents on local managed
+    nodes (a sandbox directory each)."""
+    from vsa_localcloud.ssm import service
+
+    return service()
