@@ -67,6 +67,7 @@ start() {
       PROVIDER_OVERRIDE_DYNAMODB=moto PROVIDER_OVERRIDE_AUTOSCALING=vsa PROVIDER_OVERRIDE_EC2=vsa \
       PROVIDER_OVERRIDE_CLOUDWATCH=vsa PROVIDER_OVERRIDE_SSM=vsa \
       LAMBDA_RUNTIME_ENVIRONMENT_TIMEOUT=30 \
+      SFN_MOCK_CONFIG="$VSA_ROOT/tests/workflows/mock_config.json" \
       "$VSA_STATE/venv/bin/python" -m localstack.runtime.main
   ) >>"$LOG" 2>&1 &
   echo $! > "$PIDFILE"

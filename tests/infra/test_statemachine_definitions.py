@@ -89,3 +89,38 @@ def test_lambda_tasks_retry_transient_errors(name: str, props: dict[str, Any]) -
         } <= retried, f"{name}.{state_name}"
         assert all(rule.get("JitterStrategy") == "FULL" for rule in state["Retry"]), f"{name}.{state_name}"
         assert "TimeoutSeconds" in state, f"{name}.{state_name} has no timeout"
+
+
+PATH_FIELDS = {"InputPath", "OutputPath", "ResultPath", "ItemsPath", "Variable"}
+
+
+def _paths(node: Any) -> list[str]:
+    """Every JSONPath (``"field.$": "$..."``) in a definition, recursively."""
+    found: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            is_path = key.endswith(".$") or key in PATH_FIELDS
+            if is_path and isinstance(value, str):
+                found.append(value)
+            found.extend(_paths(value))
+    elif isinstance(node, list):
+        for item in node:
+            found.extend(_paths(item))
+    return found
+
+
+@pytest.mark.parametrize(("name", "props"), state_machines(), ids=[n for n, _ in state_machines()])
+def test_no_wildcard_projections(name: str, props: dict[str, Any]) -> None:
+    # Design rule (README, "Step Functions on the local cloud"): the local cloud's engine turns
+    # a `$.X[*].Y` projection with exactly one match into a scalar where AWS yields a list, so a
+    # workflow that passes the result on behaves differently in tests and in production.
+    # Lists are built by Map states (ItemSelector) or Lambdas instead.
+    definition = json.loads((ROOT / props["DefinitionUri"]).read_text())
+    offending = [p for p in _paths(definition) if "[*]" in p or ".." in p]
+    assert offending == [], f"{name}: wildcard JSONPath projections {offending}"
+
+
+def test_wildcard_rule_catches_a_projection() -> None:
+    # The rule above must be able to fail: a projection inside Parameters is found
+    definition = {"States": {"P": {"Type": "Pass", "Parameters": {"ids.$": "$.volumes[*].id"}}}}
+    assert _paths(definition) == ["$.volumes[*].id"]

@@ -1,0 +1,42 @@
+"""Small, targeted fixes to LocalStack itself, applied when the local cloud starts.
+
+Each patch names the gap it closes and the test that pins it. Keep this list short: a patch
+here is a LocalStack bug we had to work around, not a feature.
+"""
+
+import logging
+from typing import Any
+
+from localstack.runtime import hooks
+from localstack.utils.patch import patch
+
+LOG = logging.getLogger(__name__)
+
+
+def _mocked_dynamodb_throw_keeps_its_error_name() -> None:
+    """Step Functions mock config (``SFN_MOCK_CONFIG``): a ``Throw`` mocked for a DynamoDB
+    task (``arn:aws:states:::dynamodb:*``) reaches the workflow as the generic
+    ``DynamoDB.AmazonDynamoDBException`` with an empty cause, because the DynamoDB task's error
+    mapper turns every non-``ClientError`` into that name. Step Functions Local (whose mock
+    format LocalStack implements) raises the mocked error as written, and so do LocalStack's
+    Lambda and aws-sdk tasks. Pinned by
+    tests/workflows/test_scale_array_workflow.py::test_decision_already_recorded_still_sets_the_desired_count.
+    """
+    from localstack.services.stepfunctions.asl.component.common.error_name.failure_event import (
+        FailureEventException,
+    )
+    from localstack.services.stepfunctions.asl.component.state.state_execution.state_task.service.state_task_service_dynamodb import (  # noqa: E501
+        StateTaskServiceDynamoDB,
+    )
+
+    @patch(StateTaskServiceDynamoDB._from_error)
+    def _from_error(fn: Any, self: Any, env: Any, ex: Exception) -> Any:
+        if isinstance(ex, FailureEventException):
+            return ex.failure_event
+        return fn(self, env, ex)
+
+
+@hooks.on_infra_start()
+def apply_localcloud_patches() -> None:
+    _mocked_dynamodb_throw_keeps_its_error_name()
+    LOG.info("local-cloud patches applied: mocked DynamoDB task errors keep their names")
