@@ -281,7 +281,7 @@ def test_only_the_targeted_nodes_receive_the_command(ssm: Any, make_node) -> Non
 
 
 def test_describe_instance_information_lists_managed_nodes_with_filters(
-    ssm: Any, make_node, control: Callable[..., dict[str, Any]]
+    aws: Callable[[str], Any], ssm: Any, make_node, control: Callable[..., dict[str, Any]]
 ) -> None:
     (online, _), (offline, _) = make_node(), make_node()
     unmanaged, _ = make_node(managed=False)
@@ -303,6 +303,13 @@ def test_describe_instance_information_lists_managed_nodes_with_filters(
     )["InstanceInformationList"]
     assert offline in [i["InstanceId"] for i in lost]
     assert online not in [i["InstanceId"] for i in lost]
+    # a stopped instance's agent is not connected; a terminated one is no longer listed
+    aws("ec2").stop_instances(InstanceIds=[online])
+    stopped = ssm.describe_instance_information(Filters=[{"Key": "InstanceIds", "Values": [online]}])
+    assert [i["PingStatus"] for i in stopped["InstanceInformationList"]] == ["ConnectionLost"]
+    aws("ec2").terminate_instances(InstanceIds=[online])
+    gone = ssm.describe_instance_information(Filters=[{"Key": "InstanceIds", "Values": [online]}])
+    assert gone["InstanceInformationList"] == []
     with pytest.raises(ClientError) as error:
         ssm.describe_instance_information(Filters=[{"Key": "Nope", "Values": ["x"]}])
     assert error_code(error) == "InvalidFilterKey"

@@ -54,7 +54,9 @@ def _page(
 
 class VsaSsmProvider(SsmProvider, ServiceLifecycleHook):
     def on_before_stop(self) -> None:
-        # LocalStack is shutting down: no script it started may outlive it
+        # LocalStack is shutting down: no script it started may outlive it. Done as the provider's
+        # own lifecycle hook (SsmProvider is not a ServiceLifecycleHook; the mix-in makes it one)
+        # because an on_infra_shutdown hook would need a new entry point in pyproject.toml.
         ssm_commands.stop_all()
 
     # --- managed nodes ----------------------------------------------------------------------
@@ -71,7 +73,8 @@ class VsaSsmProvider(SsmProvider, ServiceLifecycleHook):
             if key not in INFORMATION_FILTER_KEYS and not key.startswith("tag:"):
                 raise InvalidFilterKey(f"The filter key {key} is not valid.")
         with LOCK:
-            found = [n.information() for n in ssm_nodes.nodes(context.account_id, context.region)]
+            # nodes whose instance is terminated are no longer listed
+            found = [n.information() for n in ssm_nodes.nodes(context.account_id, context.region) if n.ping()]
         ec2 = ec2_backends[context.account_id][context.region]
         for key, values in wanted.items():
             if key.startswith("tag:"):

@@ -55,15 +55,23 @@ class Node:
     last_ping: datetime = field(default_factory=now)
     registered: datetime = field(default_factory=now)
 
+    def ping(self) -> str | None:
+        """The node's PingStatus: its agent is connected only while its EC2 instance runs (a
+        stopped instance shows ConnectionLost); None once the instance is terminated."""
+        instance = ec2_instance(self.account_id, self.region, self.instance_id)
+        if instance is None or instance.state in GONE_STATES:
+            return None
+        return self.ping_status if instance.state == "running" else "ConnectionLost"
+
     @property
     def online(self) -> bool:
-        return self.ping_status == "Online"
+        return self.ping() == "Online"
 
     def information(self) -> dict[str, Any]:
         """An ``InstanceInformation`` as DescribeInstanceInformation answers it for an EC2 node."""
         return {
             "InstanceId": self.instance_id,
-            "PingStatus": self.ping_status,
+            "PingStatus": self.ping(),
             "LastPingDateTime": self.last_ping,
             "AgentVersion": AGENT_VERSION,
             "IsLatestVersion": True,
