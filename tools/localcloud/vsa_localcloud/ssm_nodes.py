@@ -1,0 +1,175 @@
+"""Local SSM managed nodes: an EC2 instance of the local cloud plus a sandbox directory of its own.
+
+A node is registered explicitly through the control endpoint (``register_node``); its sandbox is
+``<data dir>/ssm-nodes/<instance-id>/`` where ``<data dir>`` is the local cloud's run directory
+(the parent of LocalStack's ``FILESYSTEM_ROOT``), so it is wiped with the rest of the state at
+the next start. ``set_ping`` takes a node offline (``ConnectionLost``) or back ``Online``, as an
+agent losing and regaining its connection would.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from localstack import config
+from moto.ec2.models import ec2_backends
+
+DEFAULT_ACCOUNT = "000000000000"
+DEFAULT_REGION = "us-east-1"
+AGENT_VERSION = "3.3.1611.0"
+PING_STATUSES = ("Online", "ConnectionLost")
+# EC2 states in which AWS refuses to send a command to an instance (SendCommand: InvalidInstanceId)
+GONE_STATES = ("shutting-down", "terminated")
+
+# One lock and condition for all Run Command state: nodes, commands and invocations. Invocation
+# threads wait on it for a node to come back online, for a cancel, or for their deadline.
+LOCK = threading.RLock()
+CHANGED = threading.Condition(LOCK)
+
+
+def data_dir() -> Path:
+    """The local cloud's run directory (``.localcloud/run-<port>/data``): the parent of
+    FILESYSTEM_ROOT that ``tools/localcloud.sh`` sets; LocalStack's own state dir otherwise."""
+    root = os.environ.get("FILESYSTEM_ROOT")
+    return Path(root).resolve().parent if root else Path(config.dirs.data)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Node:
+    instance_id: str
+    account_id: str
+    region: str
+    root: Path
+    ip_address: str
+    computer_name: str
+    ping_status: str = "Online"
+    last_ping: datetime = field(default_factory=now)
+    registered: datetime = field(default_factory=now)
+
+    def ping(self) -> str | None:
+        """The node's PingStatus: its agent is connected only while its EC2 instance runs (a
+        stopped instance shows ConnectionLost); None once the instance is terminated."""
+        instance = ec2_instance(self.account_id, self.region, self.instance_id)
+        if instance is None or instance.state in GONE_STATES:
+            return None
+        return self.ping_status if instance.state == "running" else "ConnectionLost"
+
+    @property
+    def online(self) -> bool:
+        return self.ping() == "Online"
+
+    def information(self) -> dict[str, Any]:
+        """An ``InstanceInformation`` as DescribeInstanceInformation answers it for an EC2 node."""
+        return {
+            "InstanceId": self.instance_id,
+            "PingStatus": self.ping(),
+            "LastPingDateTime": self.last_ping,
+            "AgentVersion": AGENT_VERSION,
+            "IsLatestVersion": True,
+            "PlatformType": "Linux",
+            "PlatformName": "Amazon Linux",
+            "PlatformVersion": "2023",
+            "ResourceType": "EC2Instance",
+            "IPAddress": self.ip_address,
+            "ComputerName": self.computer_name,
+            "AssociationStatus": "Success",
+            "LastAssociationExecutionDate": self.registered,
+            "LastSuccessfulAssociationExecutionDate": self.registered,
+            "SourceId": self.instance_id,
+            "SourceType": "AWS::EC2::Instance",
+        }
+
+
+# (account, region) -> instance id -> node
+NODES: dict[tuple[str, str], dict[str, Node]] = {}
+
+
+def ec2_instance(account_id: str, region: str, instance_id: str) -> Any | None:
+    """The instance in the local cloud's EC2 (moto's backend, shared with the EC2 provider)."""
+    try:
+        return ec2_backends[account_id][region].get_instance(instance_id)
+    except Exception:  # noqa: BLE001 - moto raises its own InvalidInstanceIdError for unknown ids
+        return None
+
+
+def instance_gone(account_id: str, region: str, instance_id: str) -> bool:
+    instance = ec2_instance(account_id, region, instance_id)
+    return instance is None or instance.state in GONE_STATES
+
+
+def node(account_id: str, region: str, instance_id: str) -> Node | None:
+    return NODES.get((account_id, region), {}).get(instance_id)
+
+
+def nodes(account_id: str, region: str) -> list[Node]:
+    return list(NODES.get((account_id, region), {}).values())
+
+
+def _where(body: dict[str, Any]) -> tuple[str, str, str]:
+    instance_id = body.get("InstanceId")
+    if not isinstance(instance_id, str) or not instance_id:
+        raise ValueError("InstanceId is required")
+    return str(body.get("AccountId", DEFAULT_ACCOUNT)), str(body.get("Region", DEFAULT_REGION)), instance_id
+
+
+def register_node(body: dict[str, Any]) -> dict[str, Any]:
+    """``{"InstanceId"[, "AccountId", "Region"]}`` -> the node's sandbox path. Idempotent."""
+    account_id, region, instance_id = _where(body)
+    instance = ec2_instance(account_id, region, instance_id)
+    if instance is None:
+        raise ValueError(f"no EC2 instance {instance_id} in {account_id}/{region}")
+    if instance.state in GONE_STATES:
+        raise ValueError(f"EC2 instance {instance_id} is {instance.state}")
+    with CHANGED:
+        existing = node(account_id, region, instance_id)
+        if existing is None:
+            root = data_dir() / "ssm-nodes" / instance_id
+            root.mkdir(parents=True, exist_ok=True)
+            existing = Node(
+                instance_id=instance_id,
+                account_id=account_id,
+                region=region,
+                root=root,
+                ip_address=instance.private_ip or "",
+                computer_name=instance.private_dns_name or instance_id,
+            )
+            NODES.setdefault((account_id, region), {})[instance_id] = existing
+        CHANGED.notify_all()
+        return {"InstanceId": instance_id, "Root": str(existing.root), "PingStatus": existing.ping_status}
+
+
+def set_ping(body: dict[str, Any]) -> dict[str, Any]:
+    """``{"InstanceId", "PingStatus": "Online"|"ConnectionLost"}``: a node coming back online
+    receives the commands still pending for it (within their delivery timeout)."""
+    account_id, region, instance_id = _where(body)
+    status = body.get("PingStatus")
+    if status not in PING_STATUSES:
+        raise ValueError(f"PingStatus must be one of {', '.join(PING_STATUSES)}")
+    with CHANGED:
+        managed = node(account_id, region, instance_id)
+        if managed is None:
+            raise ValueError(f"{instance_id} is not a managed node; register_node it first")
+        managed.ping_status = status
+        if status == "Online":
+            managed.last_ping = now()
+        CHANGED.notify_all()
+        return {"InstanceId": instance_id, "PingStatus": status}
+
+
+def deregister_node(body: dict[str, Any]) -> dict[str, Any]:
+    """``{"InstanceId"}``: no longer managed; commands still pending for it end Undeliverable.
+    The sandbox directory is kept (as a deregistered instance keeps its disk)."""
+    account_id, region, instance_id = _where(body)
+    with CHANGED:
+        removed = NODES.get((account_id, region), {}).pop(instance_id, None)
+        CHANGED.notify_all()
+    return {"InstanceId": instance_id, "Deregistered": removed is not None}
