@@ -119,6 +119,17 @@ stop() {
       rm -f "$f"
     done
   fi
+  # Run Command scripts on local managed nodes (vsa_localcloud/ssm_commands.py) likewise: each
+  # PID is checked to still be one of our _script.sh runs before its process group is killed.
+  local scripts="$RUN/data/tmp/vsa-ssm-pids"
+  if [[ -d "$scripts" ]]; then
+    for f in "$scripts"/*; do
+      [[ -e "$f" ]] || continue
+      local sp="${f##*/}"
+      if grep -q _script.sh "/proc/$sp/cmdline" 2>/dev/null; then kill -KILL -- "-$sp" 2>/dev/null || true; fi
+      rm -f "$f"
+    done
+  fi
   echo "local cloud stopped"
 }
 
