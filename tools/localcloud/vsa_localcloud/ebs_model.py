@@ -135,7 +135,8 @@ def attach_volume(
         if device_path in instance.block_device_mapping:
             raise refuse(
                 "InvalidParameterValue",
-                f"Invalid value '{device_path}' for unixDevice. Attachment point {device_path} is already in use",
+                f"Invalid value '{device_path}' for unixDevice. "
+                f"Attachment point {device_path} is already in use",
             )
         attachment = VolumeAttachment(volume, instance, device_path, "attached")
         attachment.delete_on_termination = bool(delete_on_termination)  # type: ignore[attr-defined]
