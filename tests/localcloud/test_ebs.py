@@ -99,7 +99,9 @@ def _mappings(ec2: Any, instance_id: str) -> dict[str, str]:
 
 def test_multi_attach_volume_lists_every_attachment(ec2, instances, volumes):
     first, second = instances(2)
-    volume_id = volumes("io2")
+    volume_id = volumes(
+        "io2", TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": "vsa", "Value": "ma"}]}]
+    )
     ec2.attach_volume(VolumeId=volume_id, InstanceId=first, Device="/dev/sdf")
     ec2.attach_volume(VolumeId=volume_id, InstanceId=second, Device="/dev/sdf")
 
@@ -122,6 +124,7 @@ def test_multi_attach_volume_lists_every_attachment(ec2, instances, volumes):
             {"Name": "volume-id", "Values": [volume_id]},
             {"Name": "status", "Values": ["in-use"]},
             {"Name": "attachment.status", "Values": ["attached"]},
+            {"Name": "tag:vsa", "Values": ["ma"]},
         ]
     )
     assert [v["VolumeId"] for v in in_use["Volumes"]] == [volume_id]
@@ -152,13 +155,16 @@ def test_detach_with_instance_id_keeps_the_other_attachment(ec2, instances, volu
 
 
 def test_delete_attached_volume_is_volume_in_use(ec2, instances, volumes):
-    (instance_id,) = instances(1)
+    first, second = instances(2)
     volume_id = volumes("io2")
-    ec2.attach_volume(VolumeId=volume_id, InstanceId=instance_id, Device="/dev/sdf")
+    for instance_id in (first, second):
+        ec2.attach_volume(VolumeId=volume_id, InstanceId=instance_id, Device="/dev/sdf")
+    ec2.detach_volume(VolumeId=volume_id, InstanceId=first)
+    # still attached to the second instance (moto's detach emptied the volume's only attachment)
     with pytest.raises(ClientError) as excinfo:
         ec2.delete_volume(VolumeId=volume_id)
     assert _error_code(excinfo) == "VolumeInUse"
-    assert _volume(ec2, volume_id)["Attachments"][0]["InstanceId"] == instance_id
+    assert [a["InstanceId"] for a in _volume(ec2, volume_id)["Attachments"]] == [second]
 
 
 def test_multi_attach_only_on_io1_and_io2(ec2, volumes):
