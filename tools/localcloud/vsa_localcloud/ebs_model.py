@@ -8,6 +8,25 @@ the API handlers) so RunInstances, TerminateInstances and Auto Scaling see the s
 
 Every mutation of attachments or snapshot state happens under ``LOCK``; events are emitted
 outside it.
+
+moto quirks worked around here (each also commented where it is handled):
+
+* ``Volume.attachment`` holds one attachment: the last attach wins and a detach empties it.
+  Now a list (``Volume.attachments``); ``attachment`` is a view of its first entry, so moto's
+  own ``status`` ("in-use" while any attachment exists) and ``delete_volume`` check still work.
+* ``attach_volume`` ignored the Availability Zone, device names and Multi-Attach.
+* ``Instance.teardown_defaults`` (TerminateInstances) detached by device and deleted every
+  DeleteOnTermination volume, even one still attached elsewhere; a volume already gone raised
+  ``InvalidVolume.NotFound``.
+* ``attachment.*`` filters looked at one attachment only.
+* The DescribeVolumes XML rendered one attachment with ``deleteOnTermination`` always false
+  and left out ``multiAttachEnabled`` when false; the snapshot XML hard-coded ``pending``/60%
+  (create) and 100% (describe). The templates are edited in place (module globals).
+* Snapshots were ``completed`` at creation: ``Snapshot.status`` is an attribute moto's
+  ``__init__`` assigns, so it becomes a property with a setter.
+* The default root volume is always /dev/sda1 whatever the AMI's root device name.
+* The patches apply when the EC2 provider loads (LocalStack loads it at first EC2 call): a
+  moto EC2 use before that (e.g. Auto Scaling) sees stock moto.
 """
 
 import re
