@@ -1,13 +1,103 @@
-"""EC2 provider with EBS behaving as AWS documents it (work in progress: stock behaviour)."""
+"""EC2 provider with EBS behaving as AWS documents it.
 
-from localstack.services.ec2.provider import Ec2Provider
-from localstack.services.moto import MotoFallbackDispatcher
+* Multi-Attach: a volume keeps a list of attachments (io1/io2 only, up to 16 instances in the
+  volume's AZ); DescribeVolumes/DescribeInstances, DetachVolume, DeleteVolume and
+  TerminateInstances respect every attachment.
+* Snapshots stay ``pending`` with a growing ``Progress`` before ``completed``, with AWS's
+  per-volume limits and the EventBridge events EBS emits; CreateSnapshots honours its options.
+
+The model changes live in ``ebs_model`` (patches of moto's EC2 backend, so RunInstances and
+TerminateInstances agree); this module holds the API handlers that moto cannot express and the
+control actions (``POST /_localcloud/ebs/<action>``).
+"""
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from localstack.aws.api import CommonServiceException, RequestContext, handler
+from localstack.aws.api.ec2 import CreateSnapshotsRequest, CreateSnapshotsResult, CreateVolumeRequest, Volume
+from localstack.services.ec2.provider import Ec2Provider, get_moto_backend
+from localstack.services.moto import MotoFallbackDispatcher, call_moto
 from localstack.services.plugins import Service
+from moto.core.exceptions import RESTError
+
+from vsa_localcloud import ebs_model
+
+
+@contextmanager
+def _as_service_errors() -> Iterator[None]:
+    """moto's errors raised outside ``call_moto`` become the same AWS error responses."""
+    try:
+        yield
+    except RESTError as exc:
+        raise CommonServiceException(exc.error_type, exc.message) from exc
 
 
 class VsaEc2Provider(Ec2Provider):
-    pass
+    @handler("CreateVolume", expand=False)
+    def create_volume(self, context: RequestContext, request: CreateVolumeRequest) -> Volume:
+        volume_type = request.get("VolumeType") or "gp2"
+        if request.get("MultiAttachEnabled") and volume_type not in ebs_model.MULTI_ATTACH_TYPES:
+            # moto answers InvalidParameterDependency; EC2 reports a parameter that does not fit
+            # the volume type as InvalidParameterCombination.
+            raise CommonServiceException(
+                "InvalidParameterCombination",
+                f"Multi-Attach is supported only for io1 and io2 volumes, not {volume_type}",
+            )
+        volume: Volume = call_moto(context)
+        return volume
+
+    @handler("CreateSnapshots", expand=False)
+    def create_snapshots(
+        self, context: RequestContext, request: CreateSnapshotsRequest
+    ) -> CreateSnapshotsResult:
+        # moto ignores ExcludeDataVolumeIds and CopyTagsFromSource: done here on its backend.
+        spec = request["InstanceSpecification"]
+        tags = {
+            tag["Key"]: tag["Value"]
+            for tag_spec in request.get("TagSpecifications", [])
+            if tag_spec.get("ResourceType", "snapshot") == "snapshot"
+            for tag in tag_spec.get("Tags", [])
+        }
+        with _as_service_errors():
+            snapshots = ebs_model.create_snapshots(
+                get_moto_backend(context),
+                instance_id=spec["InstanceId"],
+                exclude_boot=bool(spec.get("ExcludeBootVolume")),
+                exclude_volume_ids=spec.get("ExcludeDataVolumeIds", []),
+                description=request.get("Description", ""),
+                tags=tags,
+                copy_volume_tags=request.get("CopyTagsFromSource") == "volume",
+            )
+        return {"Snapshots": [_snapshot_info(s) for s in snapshots]}
+
+
+def _snapshot_info(snapshot: Any) -> dict[str, Any]:
+    return {
+        "SnapshotId": snapshot.id,
+        "VolumeId": snapshot.volume.id,
+        "VolumeSize": snapshot.volume.size,
+        "State": snapshot.status,
+        "Progress": snapshot.progress,
+        "StartTime": datetime.fromisoformat(snapshot.start_time.replace("Z", "+00:00")),
+        "OwnerId": snapshot.owner_id,
+        "Description": snapshot.description,
+        "Encrypted": bool(snapshot.encrypted),
+        "Tags": [{"Key": t["key"], "Value": t["value"]} for t in snapshot.get_tags()],
+    }
 
 
 def service() -> Service:
+    ebs_model.apply_patches()
     return Service.for_provider(VsaEc2Provider(), dispatch_table_factory=MotoFallbackDispatcher)
+
+
+# POST /_localcloud/ebs/<action>
+CONTROL: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    # {"snapshot_seconds": 2, "snapshot_rate_seconds": 0} or {"reset": true}; answers the settings
+    "configure": ebs_model.configure,
+    # {"SnapshotId": "snap-..."}: a pending snapshot goes to ``error`` (and its event is emitted)
+    "fail_snapshot": lambda body: ebs_model.fail_snapshot(body["SnapshotId"]),
+}

@@ -1,0 +1,500 @@
+"""EBS semantics moto lacks, patched into moto's EC2 models of this process.
+
+moto keeps one attachment per volume (``Volume.attachment``) and creates every snapshot
+``completed``. Here a volume keeps a list of attachments (Multi-Attach), snapshots go through
+``pending`` → ``completed``/``error`` on a timer, and AWS's per-volume snapshot limits apply.
+The patches are applied once, when the EC2 provider loads, and change moto's backend (not only
+the API handlers) so RunInstances, TerminateInstances and Auto Scaling see the same volumes.
+
+Every mutation of attachments or snapshot state happens under ``LOCK``; events are emitted
+outside it.
+
+moto quirks worked around here (each also commented where it is handled):
+
+* ``Volume.attachment`` holds one attachment: the last attach wins and a detach empties it.
+  Now a list (``Volume.attachments``); ``attachment`` is a view of its first entry, so moto's
+  own ``status`` ("in-use" while any attachment exists) and ``delete_volume`` check still work.
+* ``attach_volume`` ignored the Availability Zone, device names and Multi-Attach.
+* ``Instance.teardown_defaults`` (TerminateInstances) detached by device and deleted every
+  DeleteOnTermination volume, even one still attached elsewhere; a volume already gone raised
+  ``InvalidVolume.NotFound``.
+* ``attachment.*`` filters looked at one attachment only.
+* The DescribeVolumes XML rendered one attachment with ``deleteOnTermination`` always false
+  and left out ``multiAttachEnabled`` when false; the snapshot XML hard-coded ``pending``/60%
+  (create) and 100% (describe). The templates are edited in place (module globals).
+* Snapshots were ``completed`` at creation: ``Snapshot.status`` is an attribute moto's
+  ``__init__`` assigns, so it becomes a property with a setter.
+* The default root volume is always /dev/sda1 whatever the AMI's root device name.
+* The patches apply when the EC2 provider loads (LocalStack loads it at first EC2 call): a
+  moto EC2 use before that (e.g. Auto Scaling) sees stock moto.
+"""
+
+import re
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from moto.ec2.exceptions import EC2ClientError, InvalidVolumeAttachmentError
+from moto.ec2.models.elastic_block_store import EBSBackend, Snapshot, Volume, VolumeAttachment
+from moto.ec2.models.instances import Instance
+from moto.ec2.responses import elastic_block_store as templates
+from moto.packages.boto.ec2.blockdevicemapping import BlockDeviceType
+
+from vsa_localcloud.eventbus import emit
+
+LOCK = threading.RLock()
+
+MULTI_ATTACH_TYPES = ("io1", "io2")
+MAX_MULTI_ATTACH = 16  # "attach the volume to up to 16 Nitro-based instances in the same AZ"
+# "Quotas for Amazon EBS": concurrent (pending) snapshots per volume: sc1 and st1 1, others 5.
+CONCURRENT_SNAPSHOTS = {"sc1": 1, "st1": 1}
+DEFAULT_CONCURRENT_SNAPSHOTS = 5
+
+
+@dataclass
+class Settings:
+    """What tests may change through ``CONTROL["configure"]``."""
+
+    snapshot_seconds: float = 5.0  # how long a snapshot stays pending
+    snapshot_rate_seconds: float = 15.0  # "Wait at least 15 seconds between concurrent volume snapshots"
+
+
+SETTINGS = Settings()
+
+
+@dataclass
+class SnapshotSet:
+    """The snapshots of one CreateSnapshots call: one event when all have finished."""
+
+    snapshots: list[Snapshot]
+    start_time: str
+    emitted: bool = False
+
+
+@dataclass
+class _State:
+    snapshots: dict[str, Snapshot] = field(default_factory=dict)  # lifecycle-managed, by id
+    sets: dict[str, SnapshotSet] = field(default_factory=dict)  # by member snapshot id
+    last_snapshot_at: dict[str, float] = field(default_factory=dict)  # by volume id (monotonic)
+
+
+STATE = _State()
+
+
+def refuse(code: str, message: str) -> EC2ClientError:
+    return EC2ClientError(code, message)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def _true(value: Any) -> bool:
+    return str(value).lower() == "true"
+
+
+def configure(body: dict[str, Any]) -> dict[str, Any]:
+    with LOCK:
+        if body.pop("reset", False):
+            defaults = Settings()
+            SETTINGS.snapshot_seconds = defaults.snapshot_seconds
+            SETTINGS.snapshot_rate_seconds = defaults.snapshot_rate_seconds
+            STATE.last_snapshot_at.clear()
+        for key, value in body.items():
+            if key not in asdict(SETTINGS):
+                raise ValueError(f"unknown setting {key!r}; one of {', '.join(asdict(SETTINGS))}")
+            setattr(SETTINGS, key, float(value))
+        return asdict(SETTINGS)
+
+
+# --- Volumes: a list of attachments ---------------------------------------------------------
+
+
+def _attachments(volume: Volume) -> list[VolumeAttachment]:
+    attachments: list[VolumeAttachment] = volume.__dict__.setdefault("vsa_attachments", [])
+    return attachments
+
+
+def _first_attachment(volume: Volume) -> VolumeAttachment | None:
+    attachments = _attachments(volume)
+    return attachments[0] if attachments else None
+
+
+def _set_attachment(volume: Volume, value: VolumeAttachment | None) -> None:
+    # moto's Volume.__init__ assigns ``self.attachment = None``; its attach/detach (replaced
+    # below) were the only other writers.
+    _attachments(volume)[:] = [] if value is None else [value]
+
+
+def attach_volume(
+    self: EBSBackend, volume_id: str, instance_id: str, device_path: str, delete_on_termination: bool = False
+) -> VolumeAttachment:
+    """AttachVolume as AWS documents it (also used by RunInstances for the volumes it creates)."""
+    with LOCK:
+        volume = self.get_volume(volume_id)
+        instance = self.get_instance(instance_id)  # type: ignore[attr-defined]
+        attached = _attachments(volume)
+        if any(a.instance.id == instance_id for a in attached):
+            raise refuse("VolumeInUse", f"{volume_id} is already attached to instance {instance_id}")
+        if attached and not _true(volume.multi_attach_enabled):
+            raise refuse("VolumeInUse", f"{volume_id} is already attached to an instance")
+        if len(attached) >= MAX_MULTI_ATTACH:
+            raise refuse(
+                "AttachmentLimitExceeded",
+                f"Volume {volume_id} is attached to the maximum of {MAX_MULTI_ATTACH} instances",
+            )
+        if volume.zone and volume.zone.name != instance._placement.zone:
+            raise refuse(
+                "InvalidVolume.ZoneMismatch",
+                f"The volume '{volume_id}' is not in the same availability zone as instance '{instance_id}'",
+            )
+        if device_path in instance.block_device_mapping:
+            raise refuse(
+                "InvalidParameterValue",
+                f"Invalid value '{device_path}' for unixDevice. "
+                f"Attachment point {device_path} is already in use",
+            )
+        attachment = VolumeAttachment(volume, instance, device_path, "attached")
+        attachment.delete_on_termination = bool(delete_on_termination)  # type: ignore[attr-defined]
+        attached.append(attachment)
+        instance.block_device_mapping[device_path] = BlockDeviceType(
+            volume_id=volume_id,
+            status="in-use",  # moto's DescribeInstances shows "in-use" as "attached"
+            size=volume.size,
+            attach_time=attachment.attach_time,
+            delete_on_termination=bool(delete_on_termination),
+        )
+        return attachment
+
+
+def detach_volume(
+    self: EBSBackend, volume_id: str, instance_id: str | None, device_path: str | None
+) -> VolumeAttachment:
+    """DetachVolume of one attachment; a Multi-Attach volume needs the InstanceId."""
+    with LOCK:
+        volume = self.get_volume(volume_id)
+        attached = _attachments(volume)
+        if not attached:
+            raise refuse("IncorrectState", f"Volume '{volume_id}' is in the 'available' state.")
+        if not instance_id and _true(volume.multi_attach_enabled):
+            raise refuse(
+                "MissingParameter",
+                "The request must contain the parameter InstanceId to detach a Multi-Attach enabled volume",
+            )
+        matches = [
+            a
+            for a in attached
+            if (not instance_id or a.instance.id == instance_id)
+            and (not device_path or a.device == device_path)
+        ]
+        if not matches:
+            raise InvalidVolumeAttachmentError(volume_id, instance_id or attached[0].instance.id)
+        attachment = matches[0]
+        attached.remove(attachment)
+        attachment.instance.block_device_mapping.pop(attachment.device, None)
+        attachment.status = "detached"
+        return attachment
+
+
+def teardown_defaults(self: Instance) -> None:
+    """TerminateInstances: detach this instance's attachments only; delete a DeleteOnTermination
+    volume when no other instance keeps it attached.
+
+    moto detached by device and deleted unconditionally, which emptied a Multi-Attach volume's
+    attachments and raised InvalidVolume.NotFound for a volume already gone."""
+    backend = self.ec2_backend
+    with LOCK:
+        for device, mapping in list(self.block_device_mapping.items()):
+            self.block_device_mapping.pop(device, None)
+            volume = backend.volumes.get(mapping.volume_id)
+            if volume is None:
+                continue
+            attached = _attachments(volume)
+            attached[:] = [a for a in attached if a.instance is not self]
+            if mapping.delete_on_termination and not attached:
+                backend.volumes.pop(volume.id, None)
+
+
+_volume_filter = Volume.get_filter_value
+
+
+def volume_filter_value(self: Volume, filter_name: str, method_name: str | None = None) -> Any:
+    """``attachment.*`` filters match any of the volume's attachments (moto: only the one)."""
+    getters = {
+        "attachment.instance-id": lambda a: a.instance.id,
+        "attachment.status": lambda a: a.status,
+        "attachment.device": lambda a: a.device,
+        "attachment.attach-time": lambda a: a.attach_time,
+        "attachment.delete-on-termination": lambda a: str(getattr(a, "delete_on_termination", False)).lower(),
+    }
+    if filter_name in getters:
+        return [getters[filter_name](a) for a in _attachments(self)]
+    if filter_name == "multi-attach-enabled":
+        return str(_true(self.multi_attach_enabled)).lower()
+    return _volume_filter(self, filter_name, method_name)
+
+
+# --- Snapshots: pending → completed/error, limits, events -----------------------------------
+
+
+def _get_status(snapshot: Snapshot) -> str:
+    status: str = snapshot.__dict__.get("vsa_status", "completed")
+    return status
+
+
+def _set_status(snapshot: Snapshot, value: str) -> None:
+    snapshot.__dict__["vsa_status"] = value
+
+
+def _progress(snapshot: Snapshot) -> str:
+    status = _get_status(snapshot)
+    if status == "completed":
+        return "100%"
+    if status == "error":
+        return str(snapshot.__dict__.get("vsa_progress", "0%"))
+    started, duration = snapshot.__dict__.get("vsa_timing", (time.monotonic(), 0.0))
+    fraction = (time.monotonic() - started) / duration if duration > 0 else 1.0
+    return f"{min(99, int(fraction * 100))}%"
+
+
+def _check_limits(backend: EBSBackend, volumes: Iterable[Volume]) -> None:
+    now = time.monotonic()
+    for volume in volumes:
+        last = STATE.last_snapshot_at.get(volume.id)
+        if last is not None and now - last < SETTINGS.snapshot_rate_seconds:
+            raise refuse(
+                "SnapshotCreationPerVolumeRateExceeded",
+                "The rate limit for creating concurrent snapshots of an EBS volume has been exceeded. "
+                "Wait at least 15 seconds between concurrent volume snapshots.",
+            )
+        # Snapshots in error count too: "check that you do not have snapshots that are in an
+        # incomplete state, such as 'error', which count against your concurrent snapshot limit".
+        incomplete = [
+            s for s in backend.snapshots.values() if s.volume is volume and s.status in ("pending", "error")
+        ]
+        if len(incomplete) >= CONCURRENT_SNAPSHOTS.get(volume.volume_type, DEFAULT_CONCURRENT_SNAPSHOTS):
+            raise refuse(
+                "ConcurrentSnapshotLimitExceeded",
+                "You've reached the limit on the number of concurrent snapshots you can create on the "
+                "specified volume. Wait until the 'pending' requests complete, and check that you do not "
+                "have snapshots that are in an incomplete state, such as 'error', which count against "
+                "your concurrent snapshot limit.",
+            )
+
+
+def _start(snapshot: Snapshot) -> None:
+    """Put a new snapshot into ``pending`` and schedule its completion (caller holds LOCK)."""
+    duration = SETTINGS.snapshot_seconds
+    snapshot.status = "pending"
+    snapshot.__dict__["vsa_timing"] = (time.monotonic(), duration)
+    STATE.snapshots[snapshot.id] = snapshot
+    STATE.last_snapshot_at[snapshot.volume.id] = time.monotonic()
+    timer = threading.Timer(duration, _finish, (snapshot.id, "completed"))
+    timer.daemon = True
+    timer.start()
+
+
+_moto_create_snapshot = EBSBackend.create_snapshot
+
+
+def create_snapshot(
+    self: EBSBackend,
+    volume_id: str,
+    description: str,
+    owner_id: str | None = None,
+    from_ami: str | None = None,
+) -> Snapshot:
+    """CreateSnapshot with AWS's per-volume limits and a pending phase (AMI snapshots: as moto)."""
+    if from_ami:
+        return _moto_create_snapshot(self, volume_id, description, owner_id, from_ami)
+    with LOCK:
+        _check_limits(self, [self.get_volume(volume_id)])
+        snapshot = _moto_create_snapshot(self, volume_id, description, owner_id)
+        _start(snapshot)
+        return snapshot
+
+
+def create_snapshots(
+    backend: EBSBackend,
+    *,
+    instance_id: str,
+    exclude_boot: bool,
+    exclude_volume_ids: Iterable[str],
+    description: str,
+    tags: dict[str, str],
+    copy_volume_tags: bool,
+) -> list[Snapshot]:
+    """CreateSnapshots: one crash-consistent set of the instance's volumes (all or none)."""
+    with LOCK:
+        instance = backend.get_instance(instance_id)  # type: ignore[attr-defined]
+        excluded = set(exclude_volume_ids)
+        volumes = [
+            backend.get_volume(mapping.volume_id)
+            for device, mapping in instance.block_device_mapping.items()
+            if not (exclude_boot and _is_boot_device(instance, device)) and mapping.volume_id not in excluded
+        ]
+        _check_limits(backend, volumes)
+        snapshots = []
+        for volume in volumes:
+            snapshot = _moto_create_snapshot(backend, volume.id, description)
+            if copy_volume_tags:
+                snapshot.add_tags({t["key"]: t["value"] for t in volume.get_tags()})
+            snapshot.add_tags(tags)
+            _start(snapshot)
+            snapshots.append(snapshot)
+        group = SnapshotSet(snapshots, start_time=_now())
+        for snapshot in snapshots:
+            STATE.sets[snapshot.id] = group
+        return snapshots
+
+
+def _is_boot_device(instance: Instance, device: str) -> bool:
+    # moto attaches the default root volume as /dev/sda1 whatever the AMI's root device name
+    # (ami-12c6146b says /dev/xvda): both count as the boot volume.
+    return device in (instance.root_device_name, "/dev/sda1")
+
+
+def fail_snapshot(snapshot_id: str) -> dict[str, Any]:
+    with LOCK:
+        snapshot = STATE.snapshots.get(snapshot_id)
+        if snapshot is None:
+            raise KeyError(f"no snapshot {snapshot_id!r} created through CreateSnapshot(s)")
+        if snapshot.status != "pending":
+            raise ValueError(f"snapshot {snapshot_id} is {snapshot.status}, not pending")
+    _finish(snapshot_id, "error")
+    return {"SnapshotId": snapshot_id, "State": "error"}
+
+
+def _arn(snapshot: Snapshot, kind: str, resource_id: str) -> str:
+    # The documented event examples use ARNs without the account (arn:aws:ec2:<region>::snapshot/...).
+    return f"arn:aws:ec2:{snapshot.ec2_backend.region_name}::{kind}/{resource_id}"
+
+
+def _finish(snapshot_id: str, status: str) -> None:
+    """A pending snapshot ends (timer: completed; fail_snapshot: error); emit what AWS emits."""
+    events: list[dict[str, Any]] = []
+    with LOCK:
+        snapshot = STATE.snapshots.get(snapshot_id)
+        if snapshot is None or snapshot.status != "pending":
+            return
+        snapshot.__dict__["vsa_progress"] = _progress(snapshot)
+        snapshot.status = status
+        snapshot.__dict__["vsa_end_time"] = _now()
+        if snapshot.id not in snapshot.ec2_backend.snapshots:
+            return  # deleted while pending: nobody to notify
+        group = STATE.sets.get(snapshot_id)
+        if group is None:
+            events.append(_snapshot_event(snapshot))
+        elif not group.emitted and all(s.status != "pending" for s in group.snapshots):
+            group.emitted = True
+            events.append(_snapshots_event(group))
+    for event in events:
+        emit(**event)
+
+
+def _snapshot_event(snapshot: Snapshot) -> dict[str, Any]:
+    failed = snapshot.status == "error"
+    return {
+        "account_id": snapshot.ec2_backend.account_id,
+        "region": snapshot.ec2_backend.region_name,
+        "source": "aws.ec2",
+        "detail_type": "EBS Snapshot Notification",
+        "resources": [_arn(snapshot, "snapshot", snapshot.id)],
+        "detail": {
+            "event": "createSnapshot",
+            "result": "failed" if failed else "succeeded",
+            "cause": f"Snapshot {snapshot.id} is in status error" if failed else "",
+            "request-id": "",
+            "snapshot_id": _arn(snapshot, "snapshot", snapshot.id),
+            "source": _arn(snapshot, "volume", snapshot.volume.id),
+            "startTime": snapshot.start_time,
+            "endTime": snapshot.__dict__["vsa_end_time"],
+        },
+    }
+
+
+def _snapshots_event(group: SnapshotSet) -> dict[str, Any]:
+    first = group.snapshots[0]
+    failed = [s for s in group.snapshots if s.status == "error"]
+    return {
+        "account_id": first.ec2_backend.account_id,
+        "region": first.ec2_backend.region_name,
+        "source": "aws.ec2",
+        "detail_type": "EBS Multi-Volume Snapshots Completion Status",
+        "resources": [_arn(s, "snapshot", s.id) for s in group.snapshots],
+        "detail": {
+            "event": "createSnapshots",
+            "result": "failed" if failed else "succeeded",
+            "cause": f"Snapshot {failed[0].id} is in status error" if failed else "",
+            "request-id": "",
+            "startTime": group.start_time,
+            "endTime": _now(),
+            "snapshots": [
+                {
+                    "snapshot_id": _arn(s, "snapshot", s.id),
+                    "source": _arn(s, "volume", s.volume.id),
+                    "status": s.status,
+                }
+                for s in group.snapshots
+            ],
+        },
+    }
+
+
+# --- Response templates: moto's XML rendered one attachment and fixed snapshot progress ------
+
+_ATTACHMENTS_XML = """<attachmentSet>
+  {% for attachment in volume.attachments %}
+    <item>
+      <volumeId>{{ volume.id }}</volumeId>
+      <instanceId>{{ attachment.instance.id }}</instanceId>
+      <device>{{ attachment.device }}</device>
+      <status>{{ attachment.status }}</status>
+      <attachTime>{{ attachment.attach_time }}</attachTime>
+      <deleteOnTermination>{{ 'true' if attachment.delete_on_termination else 'false' }}</deleteOnTermination>
+    </item>
+  {% endfor %}
+</attachmentSet>"""
+_MULTI_ATTACH_XML = (
+    "<multiAttachEnabled>{{ 'true' if volume.multi_attach_enabled|string|lower == 'true' "
+    "else 'false' }}</multiAttachEnabled>"
+)
+
+
+def _patch_templates() -> None:
+    multi_attach = re.compile(r"\{% if volume\.multi_attach_enabled %\}.*?\{% endif %\}", re.S)
+    for name in ("CREATE_VOLUME_RESPONSE", "DESCRIBE_VOLUMES_RESPONSE"):
+        text = multi_attach.sub(_MULTI_ATTACH_XML, getattr(templates, name))
+        text = re.sub(r"<attachmentSet>.*?</attachmentSet>", _ATTACHMENTS_XML, text, flags=re.S)
+        setattr(templates, name, text)
+    for name in ("CREATE_SNAPSHOT_RESPONSE", "CREATE_SNAPSHOTS_RESPONSE", "DESCRIBE_SNAPSHOTS_RESPONSE"):
+        text = getattr(templates, name).replace(
+            "<status>pending</status>", "<status>{{ snapshot.status }}</status>"
+        )
+        text = re.sub(r"<progress>\d+%</progress>", "<progress>{{ snapshot.progress }}</progress>", text)
+        setattr(templates, name, text)
+
+
+_applied = False
+
+
+def apply_patches() -> None:
+    """Patch moto's EBS model once (idempotent)."""
+    global _applied
+    with LOCK:
+        if _applied:
+            return
+        Volume.attachments = property(_attachments)  # type: ignore[attr-defined]
+        Volume.attachment = property(_first_attachment, _set_attachment)  # type: ignore[assignment,method-assign]
+        Volume.get_filter_value = volume_filter_value  # type: ignore[method-assign]
+        Snapshot.status = property(_get_status, _set_status)  # type: ignore[assignment,method-assign]
+        Snapshot.progress = property(_progress)  # type: ignore[attr-defined]
+        EBSBackend.attach_volume = attach_volume  # type: ignore[assignment,method-assign]
+        EBSBackend.detach_volume = detach_volume  # type: ignore[assignment,method-assign]
+        EBSBackend.create_snapshot = create_snapshot  # type: ignore[method-assign]
+        Instance.teardown_defaults = teardown_defaults  # type: ignore[method-assign]
+        _patch_templates()
+        _applied = True
