@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from moto.ec2.exceptions import EC2ClientError, InvalidVolumeAttachmentError
+from moto.ec2.exceptions import EC2ClientError, InvalidSnapshotIdError, InvalidVolumeAttachmentError
 from moto.ec2.models.elastic_block_store import EBSBackend, Snapshot, Volume, VolumeAttachment
 from moto.ec2.models.instances import Instance
 from moto.ec2.responses import elastic_block_store as templates
@@ -481,6 +481,28 @@ def _patch_templates() -> None:
 _applied = False
 
 
+class SnapshotNotFoundError(EC2ClientError):
+    def __init__(self, snapshot_id: str) -> None:
+        super().__init__("InvalidSnapshot.NotFound", f"The snapshot '{snapshot_id}' does not exist.")
+
+
+def _snapshot_not_found_names_the_snapshot(original: Any, ids_of: Any) -> Any:
+    """moto raises InvalidSnapshot.NotFound with an empty message ("as AWS did in 2014"); AWS
+    answers "The snapshot 'snap-…' does not exist." An empty message also broke LocalStack's
+    Step Functions: an aws-sdk:ec2:describeSnapshots task for a deleted snapshot ended the
+    execution with States.Runtime (KeyError 'Message') instead of a catchable TaskFailed.
+    Pinned by tests/localcloud/test_stepfunctions.py."""
+
+    def wrapped(self: EBSBackend, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(self, *args, **kwargs)
+        except InvalidSnapshotIdError:
+            missing = [i for i in ids_of(*args, **kwargs) if i not in self.snapshots]
+            raise SnapshotNotFoundError(missing[0] if missing else "") from None
+
+    return wrapped
+
+
 def apply_patches() -> None:
     """Patch moto's EBS model once (idempotent)."""
     global _applied
@@ -495,6 +517,17 @@ def apply_patches() -> None:
         EBSBackend.attach_volume = attach_volume  # type: ignore[assignment,method-assign]
         EBSBackend.detach_volume = detach_volume  # type: ignore[assignment,method-assign]
         EBSBackend.create_snapshot = create_snapshot  # type: ignore[method-assign]
+        EBSBackend.describe_snapshots = _snapshot_not_found_names_the_snapshot(  # type: ignore[method-assign]
+            EBSBackend.describe_snapshots, lambda snapshot_ids=None, filters=None: snapshot_ids or []
+        )
+        for name in ("get_snapshot", "delete_snapshot"):
+            setattr(
+                EBSBackend,
+                name,
+                _snapshot_not_found_names_the_snapshot(
+                    getattr(EBSBackend, name), lambda snapshot_id: [snapshot_id]
+                ),
+            )
         Instance.teardown_defaults = teardown_defaults  # type: ignore[method-assign]
         _patch_templates()
         _applied = True

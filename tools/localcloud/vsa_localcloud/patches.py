@@ -39,4 +39,9 @@ def _mocked_dynamodb_throw_keeps_its_error_name() -> None:
 @hooks.on_infra_start()
 def apply_localcloud_patches() -> None:
     _mocked_dynamodb_throw_keeps_its_error_name()
-    LOG.info("local-cloud patches applied: mocked DynamoDB task errors keep their names")
+    # moto's EC2 model is shared by EC2, Auto Scaling and CloudFormation; patch it before any
+    # of them runs (the EC2 provider also applies it, idempotently, when it loads).
+    from vsa_localcloud import ebs_model
+
+    ebs_model.apply_patches()
+    LOG.info("local-cloud patches applied: mocked DynamoDB task errors keep their names; EBS model")
