@@ -64,6 +64,9 @@ def test_ssm_document_exists_with_its_content(aws: Callable[[str], Any], stack: 
     assert content["mainSteps"][0]["inputs"]["runCommand"] == ["echo hello"]
     tags = ssm.list_tags_for_resource(ResourceType="Document", ResourceId=name)["TagList"]
     assert {"Key": "purpose", "Value": "cfn-test"} in tags
+    yaml_document = stack["outputs"]["YamlDocumentName"]  # Content given as a YAML string
+    assert ssm.describe_document(Name=yaml_document)["Document"]["DocumentFormat"] == "YAML"
+    assert "echo hello" in ssm.get_document(Name=yaml_document, DocumentFormat="YAML")["Content"]
 
 
 def test_volume_exists_as_multi_attach_io2(aws: Callable[[str], Any], stack: dict[str, Any]) -> None:
@@ -136,10 +139,14 @@ def test_update_versions_the_template_and_resizes_the_group(
     assert (document["DocumentVersion"], document["DefaultVersion"]) == ("2", "2")
     content = json.loads(ssm.get_document(Name=out["DocumentName"])["Content"])
     assert content["mainSteps"][0]["inputs"]["runCommand"] == ["echo bonjour"]
+    replaced = ssm.describe_document(Name=out["YamlDocumentName"])["Document"]  # UpdateMethod Replace
+    assert (replaced["DocumentVersion"], replaced["DefaultVersion"]) == ("1", "1")
+    assert "echo bonjour" in ssm.get_document(Name=out["YamlDocumentName"], DocumentFormat="YAML")["Content"]
 
 
 def test_delete_removes_every_resource(aws: Callable[[str], Any], stack: dict[str, Any]) -> None:
     cfn, ec2, out = aws("cloudformation"), aws("ec2"), stack["outputs"]
+    assert ec2.describe_volumes(VolumeIds=[out["VolumeId"]])["Volumes"]  # there before the delete
     cfn.delete_stack(StackName=stack["name"])
     cfn.get_waiter("stack_delete_complete").wait(StackName=stack["name"], WaiterConfig=FAST)
     groups = aws("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[out["GroupName"]])
@@ -149,6 +156,7 @@ def test_delete_removes_every_resource(aws: Callable[[str], Any], stack: dict[st
     for call in (
         lambda: ec2.describe_volumes(VolumeIds=[out["VolumeId"]]),
         lambda: aws("ssm").describe_document(Name=out["DocumentName"]),
+        lambda: aws("ssm").describe_document(Name=out["YamlDocumentName"]),
     ):
         with pytest.raises(ClientError):
             call()
