@@ -55,6 +55,8 @@ start() {
     # GATEWAY_SERVER=hypercorn: twisted binds 0.0.0.0 whatever GATEWAY_LISTEN says.
     # TMPDIR: Lambda code is unzipped under tempfile.gettempdir(). XDG_CACHE_HOME: plux's
     #   entry-point cache (fresh each start, so a reinstalled plugin is always seen).
+    # CFN_IGNORE_UNSUPPORTED_RESOURCE_TYPES=0: a resource type without a provider fails the stack
+    #   instead of a fake CREATE_COMPLETE (supported types: vsa_localcloud/cfn/catalog.py).
     exec env -i PATH="/usr/local/bin:/usr/bin:/bin" HOME="$data" LANG=C.UTF-8 \
       OVERRIDE_IN_DOCKER=0 \
       GATEWAY_SERVER=hypercorn \
@@ -68,6 +70,7 @@ start() {
       PROVIDER_OVERRIDE_CLOUDWATCH=vsa PROVIDER_OVERRIDE_SSM=vsa \
       LAMBDA_RUNTIME_ENVIRONMENT_TIMEOUT=30 \
       SFN_MOCK_CONFIG="$VSA_ROOT/tests/workflows/mock_config.json" \
+      CFN_IGNORE_UNSUPPORTED_RESOURCE_TYPES=0 \
       "$VSA_STATE/venv/bin/python" -m localstack.runtime.main
   ) >>"$LOG" 2>&1 &
   echo $! > "$PIDFILE"
