@@ -325,6 +325,23 @@ def test_terminate_instance_in_group_waits_on_the_hook_and_is_replaced(
     assert old not in group.states()
 
 
+def test_an_instance_scaled_in_while_waiting_to_launch_goes_to_the_terminate_hook(
+    make_group: Callable[..., Group], event_capture: Any
+) -> None:
+    capture = event_capture(ASG)
+    group = make_group(desired=1, hooks=(("ready", LAUNCHING), ("drain", TERMINATING)))
+    (launch,) = lifecycle_events(capture, group, "launch")
+    instance_id = launch["detail"]["EC2InstanceId"]
+    group.asg.set_desired_capacity(AutoScalingGroupName=group.name, DesiredCapacity=0)
+    assert group.states() == {instance_id: "Terminating:Wait"}
+    with pytest.raises(ClientError, match="No active Lifecycle Action found"):
+        group.complete("ready", LifecycleActionToken=launch["detail"]["LifecycleActionToken"])
+    (terminate,) = lifecycle_events(capture, group, "terminate")
+    group.complete("drain", LifecycleActionToken=terminate["detail"]["LifecycleActionToken"])
+    assert group.states() == {}
+    assert group.ec2_state(instance_id) == "terminated"
+
+
 def test_scale_in_never_picks_an_instance_protected_from_scale_in(make_group: Callable[..., Group]) -> None:
     group = make_group(desired=2)
     states = group.wait_states(lambda s: list(s.values()) == ["InService"] * 2, "two in service")
@@ -391,42 +408,66 @@ def test_lifecycle_hooks_are_described_as_put_and_leave_with_their_group(
     assert again.asg.describe_lifecycle_hooks(AutoScalingGroupName=again.name)["LifecycleHooks"] == []
 
 
-def test_lifecycle_action_is_delivered_to_the_hook_notification_target(
-    aws: Callable[[str], Any], make_group: Callable[..., Group]
+class Queue:
+    """An SQS queue to receive what Auto Scaling sends a notification target."""
+
+    def __init__(self, aws: Callable[[str], Any]) -> None:
+        self.sqs = aws("sqs")
+        self.url = self.sqs.create_queue(QueueName=f"asg-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+        attributes = self.sqs.get_queue_attributes(QueueUrl=self.url, AttributeNames=["QueueArn"])
+        self.arn: str = attributes["Attributes"]["QueueArn"]
+        self.received: list[dict[str, Any]] = []
+
+    def wait_for(self, event: str) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            for message in self.sqs.receive_message(QueueUrl=self.url, WaitTimeSeconds=1).get("Messages", []):
+                self.received.append(json.loads(message["Body"]))
+            return next(
+                (m for m in self.received if m.get("Event", m.get("LifecycleTransition")) == event), None
+            )
+
+        found: dict[str, Any] = wait_until(probe, what=f"{event} message")
+        return found
+
+
+@pytest.fixture
+def queue(aws: Callable[[str], Any]) -> Iterator[Queue]:
+    created = Queue(aws)
+    yield created
+    created.sqs.delete_queue(QueueUrl=created.url)
+
+
+def test_lifecycle_actions_are_sent_to_the_hook_notification_target(
+    make_group: Callable[..., Group], queue: Queue
 ) -> None:
-    sqs = aws("sqs")
-    url = sqs.create_queue(QueueName=f"hook-{uuid.uuid4().hex[:8]}")["QueueUrl"]
-    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    try:
-        group = make_group(
-            hooks=(("ready", LAUNCHING),),
-            ready={"NotificationTargetARN": arn, "RoleARN": "arn:aws:iam::000000000000:role/hooks"},
-        )
-
-        def receive() -> list[dict[str, Any]]:
-            messages = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1).get("Messages", [])
-            return [json.loads(m["Body"]) for m in messages]
-
-        (message,) = wait_until(receive, what="lifecycle message on the hook's queue")
-        (instance_id,) = group.states()
-        assert message["EC2InstanceId"] == instance_id
-        assert message["LifecycleTransition"] == LAUNCHING
-        assert message["LifecycleHookName"] == "ready"
-        group.complete("ready", LifecycleActionToken=message["LifecycleActionToken"])
-        assert group.states() == {instance_id: "InService"}
-    finally:
-        sqs.delete_queue(QueueUrl=url)
+    group = make_group(desired=0)
+    group.asg.put_lifecycle_hook(
+        AutoScalingGroupName=group.name,
+        LifecycleHookName="ready",
+        LifecycleTransition=LAUNCHING,
+        NotificationTargetARN=queue.arn,
+        RoleARN="arn:aws:iam::000000000000:role/hooks",
+        NotificationMetadata="vsa-node",
+    )
+    test = queue.wait_for("autoscaling:TEST_NOTIFICATION")  # sent when the hook is put
+    assert test["AutoScalingGroupName"] == group.name
+    group.asg.set_desired_capacity(AutoScalingGroupName=group.name, DesiredCapacity=1)
+    message = queue.wait_for(LAUNCHING)
+    (instance_id,) = group.states()
+    assert message["EC2InstanceId"] == instance_id
+    assert (message["LifecycleHookName"], message["NotificationMetadata"]) == ("ready", "vsa-node")
+    assert (message["Origin"], message["Destination"]) == ("EC2", "AutoScalingGroup")
+    group.complete("ready", LifecycleActionToken=message["LifecycleActionToken"])
+    assert group.states() == {instance_id: "InService"}
 
 
 def test_notification_configurations_round_trip_and_publish_launches(
-    aws: Callable[[str], Any], make_group: Callable[..., Group]
+    aws: Callable[[str], Any], make_group: Callable[..., Group], queue: Queue
 ) -> None:
-    sns, sqs = aws("sns"), aws("sqs")
+    sns = aws("sns")
     topic = sns.create_topic(Name=f"asg-{uuid.uuid4().hex[:8]}")["TopicArn"]
-    url = sqs.create_queue(QueueName=f"asg-n-{uuid.uuid4().hex[:8]}")["QueueUrl"]
-    queue_arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     sns.subscribe(
-        TopicArn=topic, Protocol="sqs", Endpoint=queue_arn, Attributes={"RawMessageDelivery": "true"}
+        TopicArn=topic, Protocol="sqs", Endpoint=queue.arn, Attributes={"RawMessageDelivery": "true"}
     )
     try:
         group = make_group(desired=0)
@@ -439,21 +480,14 @@ def test_notification_configurations_round_trip_and_publish_launches(
             {"AutoScalingGroupName": group.name, "TopicARN": topic, "NotificationType": kind}
             for kind in kinds
         ]
+        queue.wait_for("autoscaling:TEST_NOTIFICATION")
         group.asg.set_desired_capacity(AutoScalingGroupName=group.name, DesiredCapacity=1)
         (instance_id,) = group.states()
-
-        def receive() -> list[dict[str, Any]]:
-            messages = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1).get("Messages", [])
-            return [json.loads(m["Body"]) for m in messages]
-
-        (message,) = wait_until(receive, what="launch notification")
-        assert (message["Event"], message["EC2InstanceId"]) == (
-            "autoscaling:EC2_INSTANCE_LAUNCH",
-            instance_id,
-        )
+        message = queue.wait_for("autoscaling:EC2_INSTANCE_LAUNCH")
+        assert message["EC2InstanceId"] == instance_id
+        assert message["AutoScalingGroupARN"] == group.describe()["AutoScalingGroupARN"]
         group.asg.delete_notification_configuration(AutoScalingGroupName=group.name, TopicARN=topic)
         described = group.asg.describe_notification_configurations(AutoScalingGroupNames=[group.name])
         assert described["NotificationConfigurations"] == []
     finally:
-        sqs.delete_queue(QueueUrl=url)
         sns.delete_topic(TopicArn=topic)

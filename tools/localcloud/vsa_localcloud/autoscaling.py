@@ -97,6 +97,8 @@ def put_lifecycle_hook(context: RequestContext, request: Request) -> Request:
         existing = group.autoscaling_backend.lifecycle_hooks.get(key)
         hook = _put_hook(group.name, request, existing if isinstance(existing, Hook) else None)
         group.autoscaling_backend.lifecycle_hooks[key] = hook
+        if request.get("NotificationTargetARN"):
+            lc.test_notification(group, request["NotificationTargetARN"])
     return {}
 
 
@@ -113,9 +115,10 @@ def delete_lifecycle_hook(context: RequestContext, request: Request) -> Request:
     with LOCK:
         if group.autoscaling_backend.lifecycle_hooks.pop(f"{group.name}_{name}", None) is None:
             raise ValidationError(f"No Lifecycle Hook found with name {name} for group {group.name}")
-        # Pending actions of a deleted hook complete with its default result, as on AWS.
+        # Outstanding actions complete first: ABANDON for launching, CONTINUE for terminating (AWS).
         for action in [a for a in lc.ACTIONS.values() if a.group is group and a.hook.name == name]:
-            lc.complete(action, action.hook.default_result, "Lifecycle Hook deleted")
+            result = "ABANDON" if action.hook.transition == lc.LAUNCHING else "CONTINUE"
+            lc.complete(action, result, "Lifecycle Hook deleted")
     return {}
 
 
@@ -166,6 +169,7 @@ def put_notification_configuration(context: RequestContext, request: Request) ->
         raise ValidationError(f"Notification type(s) {', '.join(unknown)} not supported")
     with LOCK:
         _notifications(group)[request["TopicARN"]] = sorted(set(types))
+        lc.test_notification(group, request["TopicARN"])
     return {}
 
 

@@ -136,8 +136,8 @@ def _outbox_worker() -> None:
         fn = _outbox.get()
         try:
             fn()
-        except Exception:
-            LOG.exception("auto scaling notification not delivered")
+        except Exception as exc:  # noqa: BLE001 (e.g. a hook target queue that does not exist)
+            LOG.warning("auto scaling notification not delivered: %s", exc)
 
 
 def _emit(group: FakeAutoScalingGroup, detail_type: str, detail: dict[str, Any], *extra: str) -> None:
@@ -170,6 +170,21 @@ def _notify(group: FakeAutoScalingGroup, target_arn: str, subject: str, message:
             clients.sns.publish(TopicArn=target_arn, Subject=subject, Message=body)
 
     _send(deliver)
+
+
+def test_notification(group: FakeAutoScalingGroup, target_arn: str) -> None:
+    """What AWS sends a hook's notification target, or a notification configuration's topic, when
+    it is put: an ``autoscaling:TEST_NOTIFICATION`` message (consumers must skip it)."""
+    message = {
+        "AccountId": group.account_id,
+        "RequestId": str(uuid.uuid4()),
+        "AutoScalingGroupARN": group.arn,
+        "AutoScalingGroupName": group.name,
+        "Service": "AWS Auto Scaling",
+        "Event": "autoscaling:TEST_NOTIFICATION",
+        "Time": iso(now()),
+    }
+    _notify(group, target_arn, f'Auto Scaling: test notification for group "{group.name}"', message)
 
 
 # --- activities ----------------------------------------------------------------------------------
@@ -249,7 +264,7 @@ def _scaling_event(
                 "Time": iso(now()),
                 "Event": notification,
             }
-            failed = " unsuccessful" if kind == "launch-error" else ""
+            failed = " error" if kind == "launch-error" else ""
             _notify(group, topic, f'Auto Scaling: {verb}{failed} for group "{group.name}"', message)
 
 
@@ -298,7 +313,11 @@ def _start_actions(group: FakeAutoScalingGroup, state: InstanceState, hooks: lis
                 "LifecycleActionToken": action.token,
                 **({"NotificationMetadata": hook.metadata} if hook.metadata else {}),
             }
-            _notify(group, hook.target_arn, "Auto Scaling: Lifecycle action", message)
+            what = hook.transition.rsplit("_", 1)[1]
+            subject = (
+                f"Auto Scaling:  Lifecycle action '{what}' for instance {state.instance.id} in progress."
+            )
+            _notify(group, hook.target_arn, subject, message)
 
 
 def begin_launch(group: FakeAutoScalingGroup, state: InstanceState, before: int) -> None:
@@ -326,6 +345,11 @@ def _finish_launch(group: FakeAutoScalingGroup, state: InstanceState) -> None:
 
 
 def begin_terminate(group: FakeAutoScalingGroup, state: InstanceState, cause: str) -> dict[str, Any]:
+    if state.lifecycle_state.startswith("Pending"):  # scaled in before its launch completed
+        _drop_actions(state.instance.id)
+        _finish(
+            state.vsa_activity, "Cancelled", "Instance was taken out of service before its launch completed"
+        )  # type: ignore[attr-defined]
     state.vsa_activity = _activity(  # type: ignore[attr-defined]
         group, f"Terminating EC2 instance: {state.instance.id}", cause
     )
