@@ -247,6 +247,25 @@ def test_a_heartbeat_extends_the_timeout_and_expiry_applies_the_default_result(
     assert group.states() == {instance_id: "InService"}
 
 
+def test_heartbeats_cannot_extend_past_the_global_timeout(
+    make_group: Callable[..., Group], event_capture: Any, control: Callable[..., dict[str, Any]]
+) -> None:
+    capture = event_capture(ASG)
+    group = make_group(hooks=(("ready", LAUNCHING),), ready={"HeartbeatTimeout": 7200})
+    (hook,) = group.asg.describe_lifecycle_hooks(AutoScalingGroupName=group.name)["LifecycleHooks"]
+    assert hook["GlobalTimeout"] == 172800  # min(100 x HeartbeatTimeout, 48 h)
+    (event,) = lifecycle_events(capture, group, "launch")
+    instance_id, elapsed = event["detail"]["EC2InstanceId"], 0
+    while group.states().get(instance_id) == "Pending:Wait":
+        group.asg.record_lifecycle_action_heartbeat(
+            AutoScalingGroupName=group.name, LifecycleHookName="ready", InstanceId=instance_id
+        )
+        control("autoscaling", "advance", seconds=7000)
+        elapsed += 7000
+    assert 172800 <= elapsed < 172800 + 7000
+    assert group.ec2_state(instance_id) == "terminated"  # the default result, ABANDON
+
+
 def test_heartbeat_timeout_applies_default_abandon(
     make_group: Callable[..., Group], event_capture: Any, time_scale: Callable[[float], None]
 ) -> None:
@@ -340,6 +359,14 @@ def test_an_instance_scaled_in_while_waiting_to_launch_goes_to_the_terminate_hoo
     group.complete("drain", LifecycleActionToken=terminate["detail"]["LifecycleActionToken"])
     assert group.states() == {}
     assert group.ec2_state(instance_id) == "terminated"
+
+
+def test_an_instance_terminated_through_ec2_is_replaced(make_group: Callable[..., Group]) -> None:
+    group = make_group(desired=1)
+    (old,) = group.wait_states(lambda s: list(s.values()) == ["InService"], "in service")
+    group.ec2.terminate_instances(InstanceIds=[old])
+    states = group.wait_states(lambda s: len(s) == 1 and old not in s, "a replacement")
+    assert list(states.values()) == ["InService"]
 
 
 def test_scale_in_never_picks_an_instance_protected_from_scale_in(make_group: Callable[..., Group]) -> None:

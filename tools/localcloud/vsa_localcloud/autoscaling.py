@@ -80,23 +80,22 @@ def create_auto_scaling_group(context: RequestContext, request: Request) -> Any:
         if name in backend.autoscaling_groups or not specs:
             return call_moto(context)
         # Hooks first: the group's initial instances already wait on them (moto ignores the list).
+        hooks = lc.hook_table(context.account_id, context.region, name)
         for spec in specs:
-            backend.lifecycle_hooks[f"{name}_{spec['LifecycleHookName']}"] = _put_hook(name, spec, None)
+            hooks[spec["LifecycleHookName"]] = _put_hook(name, spec, None)
         try:
             return call_moto(context)
         except Exception:
-            for spec in specs:
-                backend.lifecycle_hooks.pop(f"{name}_{spec['LifecycleHookName']}", None)
+            hooks.clear()
             raise
 
 
 def put_lifecycle_hook(context: RequestContext, request: Request) -> Request:
     group = lc.group_of(context.account_id, context.region, request["AutoScalingGroupName"])
-    key = f"{group.name}_{request['LifecycleHookName']}"
+    name = request["LifecycleHookName"]
     with LOCK:
-        existing = group.autoscaling_backend.lifecycle_hooks.get(key)
-        hook = _put_hook(group.name, request, existing if isinstance(existing, Hook) else None)
-        group.autoscaling_backend.lifecycle_hooks[key] = hook
+        hooks = lc.hook_table(context.account_id, context.region, group.name)
+        hooks[name] = _put_hook(group.name, request, hooks.get(name))
         if request.get("NotificationTargetARN"):
             lc.test_notification(group, request["NotificationTargetARN"])
     return {}
@@ -113,7 +112,7 @@ def delete_lifecycle_hook(context: RequestContext, request: Request) -> Request:
     group = lc.group_of(context.account_id, context.region, request["AutoScalingGroupName"])
     name = request["LifecycleHookName"]
     with LOCK:
-        if group.autoscaling_backend.lifecycle_hooks.pop(f"{group.name}_{name}", None) is None:
+        if lc.hook_table(context.account_id, context.region, group.name).pop(name, None) is None:
             raise ValidationError(f"No Lifecycle Hook found with name {name} for group {group.name}")
         # Outstanding actions complete first: ABANDON for launching, CONTINUE for terminating (AWS).
         for action in [a for a in lc.ACTIONS.values() if a.group is group and a.hook.name == name]:
@@ -228,25 +227,24 @@ def terminate_instance_in_auto_scaling_group(context: RequestContext, request: R
             )
         group, state = found[0]
         if state.lifecycle_state.startswith("Terminating"):
-            return {"Activity": dict(state.vsa_activity)}
+            return {"Activity": dict(lc.CURRENT_ACTIVITY[instance_id])}
+        desired = group.desired_capacity or 0
         if request.get("ShouldDecrementDesiredCapacity"):
-            if group.desired_capacity <= group.min_size:
+            if desired <= (group.min_size or 0):
                 raise ValidationError(
                     f"Currently, desiredSize equals minSize ({group.min_size}). Terminating instance without "
                     "replacement will violate group's min size constraint. Either set "
                     "shouldDecrementDesiredCapacity flag to false or lower group's min size."
                 )
-            group.desired_capacity -= 1
+            group.desired_capacity = desired = desired - 1
         cause = f"At {lc.iso(lc.now())} instance {instance_id}"
         cause += " was taken out of service in response to a user request"
         if request.get("ShouldDecrementDesiredCapacity"):
-            cause += (
-                f", shrinking the capacity from {group.desired_capacity + 1} to {group.desired_capacity}."
-            )
+            cause += f", shrinking the capacity from {desired + 1} to {desired}."
         else:
             cause += "."
         activity = lc.begin_terminate(group, state, cause)
-        group.set_desired_capacity(group.desired_capacity)  # a replacement, unless decremented
+        group.set_desired_capacity(desired)  # a replacement, unless decremented
         return {"Activity": dict(activity)}
 
 
@@ -262,11 +260,7 @@ def delete_auto_scaling_group(context: RequestContext, request: Request) -> Requ
             backend.ec2_backend.terminate_instances(instance_ids)
         group.desired_capacity = 0
         backend.autoscaling_groups.pop(group.name, None)
-        # moto keeps a deleted group's hooks: a re-created group of the same name inherited them.
-        for key in [
-            k for k, h in backend.lifecycle_hooks.items() if isinstance(h, Hook) and h.group == group.name
-        ]:
-            del backend.lifecycle_hooks[key]
+        lc.HOOKS.pop((context.account_id, context.region, group.name), None)
     return {}
 
 
@@ -334,5 +328,5 @@ def service() -> Service:
     model = load_service("autoscaling")
     table = {op: OVERRIDES.get(op, _proxy_moto) for op in model.operation_names}
     svc = Service(name="autoscaling", skeleton=Skeleton(model, table))
-    svc._provider = provider
+    svc._provider = provider  # type: ignore[assignment]
     return svc

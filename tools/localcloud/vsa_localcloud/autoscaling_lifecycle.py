@@ -91,6 +91,10 @@ class Action:
 
 
 ACTIONS: dict[str, Action] = {}
+# Hooks by (account, region, group name), then by hook name. Not moto's ``lifecycle_hooks``: moto
+# describes those with hard-coded RoleARN/NotificationTargetARN and keeps them after their group.
+HOOKS: dict[tuple[str, str, str], dict[str, Hook]] = {}
+CURRENT_ACTIVITY: dict[str, dict[str, Any]] = {}  # instance ID -> its launch or terminate activity
 FINISHED: dict[str, str] = {}  # token -> instance ID of completed actions, for error messages
 _outbox: "queue.Queue[Callable[[], None]]" = queue.Queue()
 
@@ -106,13 +110,13 @@ def group_of(account: str, region: str, name: str) -> FakeAutoScalingGroup:
     return group
 
 
+def hook_table(account: str, region: str, group_name: str) -> dict[str, Hook]:
+    return HOOKS.setdefault((account, region, group_name), {})
+
+
 def hooks_of(group: FakeAutoScalingGroup, transition: str | None = None) -> list[Hook]:
-    hooks = group.autoscaling_backend.lifecycle_hooks.values()
-    return [
-        h
-        for h in hooks
-        if isinstance(h, Hook) and h.group == group.name and transition in (None, h.transition)
-    ]
+    hooks = hook_table(group.account_id, group.region, group.name).values()
+    return [h for h in hooks if transition in (None, h.transition)]
 
 
 def now() -> datetime:
@@ -322,7 +326,7 @@ def _start_actions(group: FakeAutoScalingGroup, state: InstanceState, hooks: lis
 
 def begin_launch(group: FakeAutoScalingGroup, state: InstanceState, before: int) -> None:
     instance_id = state.instance.id
-    state.vsa_activity = _activity(  # type: ignore[attr-defined]
+    CURRENT_ACTIVITY[state.instance.id] = _activity(
         group,
         f"Launching a new EC2 instance: {instance_id}",
         f"At {iso(now())} an instance was started in response to a difference between desired and "
@@ -337,9 +341,9 @@ def begin_launch(group: FakeAutoScalingGroup, state: InstanceState, before: int)
 
 
 def _finish_launch(group: FakeAutoScalingGroup, state: InstanceState) -> None:
-    state.lifecycle_state = "Pending:Proceed"
+    state.lifecycle_state = "Pending:Proceed"  # nothing to do there locally (no ELB health checks)
     state.lifecycle_state = "InService"
-    activity = state.vsa_activity  # type: ignore[attr-defined]
+    activity = CURRENT_ACTIVITY[state.instance.id]
     _finish(activity, "Successful")
     _scaling_event(group, state, activity, "launch")
 
@@ -347,10 +351,9 @@ def _finish_launch(group: FakeAutoScalingGroup, state: InstanceState) -> None:
 def begin_terminate(group: FakeAutoScalingGroup, state: InstanceState, cause: str) -> dict[str, Any]:
     if state.lifecycle_state.startswith("Pending"):  # scaled in before its launch completed
         _drop_actions(state.instance.id)
-        _finish(
-            state.vsa_activity, "Cancelled", "Instance was taken out of service before its launch completed"
-        )  # type: ignore[attr-defined]
-    state.vsa_activity = _activity(  # type: ignore[attr-defined]
+        launch: dict[str, Any] = CURRENT_ACTIVITY[state.instance.id]
+        _finish(launch, "Cancelled", "Instance was taken out of service before its launch completed")
+    CURRENT_ACTIVITY[state.instance.id] = _activity(
         group, f"Terminating EC2 instance: {state.instance.id}", cause
     )
     state.lifecycle_state = "Terminating"
@@ -359,7 +362,7 @@ def begin_terminate(group: FakeAutoScalingGroup, state: InstanceState, cause: st
         _start_actions(group, state, hooks)
     else:
         _finish_terminate(group, state)
-    activity: dict[str, Any] = state.vsa_activity  # type: ignore[attr-defined]
+    activity: dict[str, Any] = CURRENT_ACTIVITY[state.instance.id]
     return activity
 
 
@@ -370,7 +373,7 @@ def _finish_terminate(group: FakeAutoScalingGroup, state: InstanceState, launch_
         group.ec2_backend.terminate_instances([state.instance.id])
     state.lifecycle_state = "Terminated"
     group.instance_states = [s for s in group.instance_states if s is not state]
-    activity = state.vsa_activity  # type: ignore[attr-defined]
+    activity = CURRENT_ACTIVITY[state.instance.id]
     if launch_error:
         _finish(activity, "Cancelled", launch_error)
         _scaling_event(group, state, activity, "launch-error")
@@ -532,6 +535,10 @@ def _notify_terminate_instances(backend: AutoScalingBackend, instance_ids: list[
 def install() -> None:
     """Replace moto's capacity logic (class attributes: every caller, e.g. Create/Update/
     SetDesiredCapacity/ExecutePolicy/Detach/Standby, goes through it)."""
-    FakeAutoScalingGroup.set_desired_capacity = _set_desired_capacity  # type: ignore[method-assign]
-    FakeAutoScalingGroup.replace_autoscaling_group_instances = _replace_instances  # type: ignore[method-assign]
-    AutoScalingBackend.notify_terminate_instances = _notify_terminate_instances  # type: ignore[method-assign]
+    patches: list[tuple[type, str, Callable[..., None]]] = [
+        (FakeAutoScalingGroup, "set_desired_capacity", _set_desired_capacity),
+        (FakeAutoScalingGroup, "replace_autoscaling_group_instances", _replace_instances),
+        (AutoScalingBackend, "notify_terminate_instances", _notify_terminate_instances),
+    ]
+    for cls, name, function in patches:
+        setattr(cls, name, function)
