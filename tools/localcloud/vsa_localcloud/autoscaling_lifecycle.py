@@ -231,6 +231,7 @@ def _scaling_event(
     group's notification configurations."""
     launch = kind.startswith("launch")
     instance_id = state.instance.id
+    # moto's InstanceState.availability_zone is an InstancePlacement object: str() gives the zone.
     detail = {
         "Origin": "EC2" if launch else "AutoScalingGroup",
         "Destination": "AutoScalingGroup" if launch else "EC2",
