@@ -41,6 +41,7 @@ from localstack.aws.api.cloudwatch import (
     Timestamp,
 )
 from localstack.constants import DEFAULT_AWS_ACCOUNT_ID
+from localstack.services.cloudwatch.alarm_scheduler import AlarmScheduler
 from localstack.services.cloudwatch.models import LocalStackCompositeAlarm, LocalStackMetricAlarm
 from localstack.services.cloudwatch.provider_v2 import (
     _STORE_LOCK,
@@ -85,9 +86,18 @@ def _context(account_id: str, region: str) -> RequestContext:
     return context
 
 
+class _AlarmScheduler(AlarmScheduler):
+    """LocalStack's scheduler thread; each alarm's task is the provider's (``schedule``)."""
+
+    def schedule_metric_alarm(self, alarm_arn: str) -> None:
+        if _PROVIDER is not None:
+            _PROVIDER.schedule(alarm_arn)
+
+
 class VsaCloudwatchProvider(CloudwatchProvider):
     def __init__(self) -> None:
         super().__init__()
+        self.alarm_scheduler = _AlarmScheduler()
         global _PROVIDER
         _PROVIDER = self
 
@@ -164,14 +174,18 @@ class VsaCloudwatchProvider(CloudwatchProvider):
             if previous:
                 alarm = self.get_store(context.account_id, context.region).alarms[arn].alarm
                 alarm.update({k: previous.alarm[k] for k in STATE_KEYS if k in previous.alarm})  # type: ignore[literal-required]
-        self._schedule(arn, context.account_id, context.region, request)
 
-    def _schedule(self, arn: str, account_id: str, region: str, request: Mapping[str, Any]) -> None:
+    def schedule(self, arn: str) -> None:
         """Evaluate every minute (every 10 s for high-resolution periods), as CloudWatch does.
         Replaces LocalStack's task, which runs only every EvaluationPeriods x Period and not at all
         for metric-math alarms."""
         self.alarm_scheduler.delete_scheduler_for_alarm(arn)
-        period = int(request.get("Period") or query_period(request.get("Metrics") or []))
+        parts = arns.parse_arn(arn)
+        account_id, region = parts["account"], parts["region"]
+        alarm = self.get_store(account_id, region).alarms.get(arn)
+        if not isinstance(alarm, LocalStackMetricAlarm):
+            return
+        period = int(alarm.alarm.get("Period") or query_period(alarm.alarm.get("Metrics") or []))
         interval = 10 if period < 60 else 60
 
         def on_error(exc: Exception) -> None:
@@ -181,7 +195,7 @@ class VsaCloudwatchProvider(CloudwatchProvider):
             func=self.evaluate_alarm,
             period=interval,
             start=time.time() + interval,
-            args=[account_id, region, request["AlarmName"]],
+            args=[account_id, region, alarm.alarm["AlarmName"]],
             on_error=on_error,
         )
         self.alarm_scheduler.scheduled_alarms[arn] = task
