@@ -1,0 +1,340 @@
+"""CloudWatch alarms and metric math as AWS documents them (each fails on stock LocalStack):
+
+* "Alarm events and EventBridge": every alarm state change, and only a change, puts a
+  ``CloudWatch Alarm State Change`` event on the default bus, in a documented shape;
+* metric-math alarms (``Metrics=[...]``) are evaluated like single-metric alarms;
+* GetMetricData evaluates ``Expression`` queries and returns only ``ReturnData`` queries;
+* PutMetricData refuses the ``AWS/`` namespaces (only AWS services publish there);
+* composite alarms evaluate their ``AlarmRule``.
+
+AWS/EBS datapoints are published through the control endpoint, standing in for EBS itself, and
+alarms are evaluated through it (``evaluate``, optionally as of a past time) instead of waiting.
+"""
+
+import json
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+ACCOUNT = "000000000000"
+REGION = "us-east-1"
+STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+0000$")
+STATE_CHANGE = "CloudWatch Alarm State Change"
+EVENTS = Path(__file__).resolve().parents[2] / "events" / "cloudwatch"
+
+
+@pytest.fixture
+def alarms(aws: Callable[[str], Any]) -> Iterator[list[str]]:
+    """Names of alarms the test creates; deleted afterwards (composites first)."""
+    names: list[str] = []
+    yield names
+    aws("cloudwatch").delete_alarms(AlarmNames=list(reversed(names)))
+
+
+def _name(kind: str) -> str:
+    return f"vsa-test-{kind}-{uuid.uuid4().hex[:8]}"
+
+
+def _arn(name: str) -> str:
+    return f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{name}"
+
+
+def _state_changes(event_capture: Callable[..., Any], *names: str) -> Any:
+    return event_capture(
+        {"source": ["aws.cloudwatch"], "detail-type": [STATE_CHANGE], "detail": {"alarmName": list(names)}}
+    )
+
+
+def _simple_alarm(aws: Callable[[str], Any], name: str, **extra: Any) -> None:
+    aws("cloudwatch").put_metric_alarm(
+        AlarmName=name,
+        Namespace="VsaTest",
+        MetricName="Load",
+        Dimensions=[{"Name": "Array", "Value": "a1"}],
+        Statistic="Average",
+        Period=60,
+        EvaluationPeriods=1,
+        Threshold=50.0,
+        ComparisonOperator="GreaterThanThreshold",
+        **extra,
+    )
+
+
+def test_set_alarm_state_emits_the_state_change_event_in_aws_shape(aws, event_capture, alarms) -> None:
+    name = _name("shape")
+    alarms.append(name)
+    capture = _state_changes(event_capture, name)
+    _simple_alarm(aws, name, AlarmDescription="load too high")
+
+    aws("cloudwatch").set_alarm_state(
+        AlarmName=name, StateValue="ALARM", StateReason="testing", StateReasonData='{"source":"test"}'
+    )
+
+    (event,) = capture.wait_for(lambda e: True)
+    assert set(event) == {
+        "version",
+        "id",
+        "detail-type",
+        "source",
+        "account",
+        "time",
+        "region",
+        "resources",
+        "detail",
+    }
+    assert event["version"] == "0"
+    assert (event["detail-type"], event["source"]) == (STATE_CHANGE, "aws.cloudwatch")
+    assert (event["account"], event["region"], event["resources"]) == (ACCOUNT, REGION, [_arn(name)])
+    detail = event["detail"]
+    assert set(detail) == {"alarmName", "state", "previousState", "configuration"}
+    assert detail["alarmName"] == name
+    state, previous = detail["state"], detail["previousState"]
+    assert STAMP.match(state["timestamp"])
+    assert STAMP.match(previous["timestamp"])
+    # SetAlarmState's reason data is passed through exactly as given
+    assert {k: v for k, v in state.items() if k != "timestamp"} == {
+        "value": "ALARM",
+        "reason": "testing",
+        "reasonData": '{"source":"test"}',
+    }
+    assert {k: v for k, v in previous.items() if k != "timestamp"} == {
+        "value": "INSUFFICIENT_DATA",
+        "reason": "Unchecked: Initial alarm creation",
+    }
+    (metric,) = detail["configuration"]["metrics"]
+    assert detail["configuration"]["description"] == "load too high"
+    assert isinstance(metric.pop("id"), str)
+    assert metric == {
+        "metricStat": {
+            "metric": {"namespace": "VsaTest", "name": "Load", "dimensions": {"Array": "a1"}},
+            "period": 60,
+            "stat": "Average",
+        },
+        "returnData": True,
+    }
+    described = aws("cloudwatch").describe_alarms(AlarmNames=[name])["MetricAlarms"][0]
+    assert described["StateReasonData"] == '{"source":"test"}'
+
+
+def test_no_event_when_the_state_does_not_change(aws, event_capture, alarms) -> None:
+    name = _name("same")
+    alarms.append(name)
+    capture = _state_changes(event_capture, name)
+    _simple_alarm(aws, name)
+    cloudwatch = aws("cloudwatch")
+
+    for value in ("ALARM", "ALARM", "OK", "OK"):
+        cloudwatch.set_alarm_state(AlarmName=name, StateValue=value, StateReason=f"now {value}")
+
+    capture.wait_for(lambda e: e["detail"]["state"]["value"] == "OK")
+    changes = [
+        (e["detail"]["previousState"]["value"], e["detail"]["state"]["value"]) for e in capture.settle()
+    ]
+    assert changes == [("INSUFFICIENT_DATA", "ALARM"), ("ALARM", "OK")]
+
+
+def _product_metrics(vol1: str, vol2: str) -> list[dict[str, Any]]:
+    """The product's IOPS alarm: (r1 + w1 + r2 + w2) / PERIOD(r1) over two volumes' EBS ops."""
+    queries: list[dict[str, Any]] = [
+        {
+            "Id": "demand",
+            "Expression": "(r1 + w1 + r2 + w2) / PERIOD(r1)",
+            "Label": "ArrayIops",
+            "ReturnData": True,
+        }
+    ]
+    for index, volume in ((1, vol1), (2, vol2)):
+        for prefix, metric in (("r", "VolumeReadOps"), ("w", "VolumeWriteOps")):
+            stat = {
+                "Metric": {
+                    "Namespace": "AWS/EBS",
+                    "MetricName": metric,
+                    "Dimensions": [{"Name": "VolumeId", "Value": volume}],
+                },
+                "Period": 60,
+                "Stat": "Sum",
+            }
+            queries.append({"Id": f"{prefix}{index}", "MetricStat": stat, "ReturnData": False})
+    return queries
+
+
+def _publish_ops(
+    control: Callable[..., Any], volume: str, minute: datetime, reads: float, writes: float
+) -> None:
+    """EBS publishing one minute of a volume's read and write operations (two datapoints each)."""
+    data = []
+    for metric, total in (("VolumeReadOps", reads), ("VolumeWriteOps", writes)):
+        for second in (5, 35):
+            data.append(
+                {
+                    "MetricName": metric,
+                    "Dimensions": [{"Name": "VolumeId", "Value": volume}],
+                    "Timestamp": (minute + timedelta(seconds=second)).isoformat(),
+                    "Value": total / 2,
+                    "Unit": "Count",
+                }
+            )
+    control("cloudwatch", "publish", Namespace="AWS/EBS", MetricData=data)
+
+
+def _volumes() -> tuple[str, str]:
+    return f"vol-0{uuid.uuid4().hex[:16]}", f"vol-0{uuid.uuid4().hex[:16]}"
+
+
+def _this_minute() -> datetime:
+    return datetime.now(UTC).replace(second=0, microsecond=0)
+
+
+def test_metric_math_alarm_over_ebs_volumes_goes_to_alarm_and_back_to_ok(
+    aws, control, event_capture, alarms
+) -> None:
+    vol1, vol2 = _volumes()
+    now = _this_minute()
+    # minutes -10..-8: 400 IOPS (24,000 ops a minute); minutes -3..-1: 100 IOPS
+    for ago, ops in ((10, 6000), (9, 6000), (8, 6000), (3, 1500), (2, 1500), (1, 1500)):
+        for volume in (vol1, vol2):
+            _publish_ops(control, volume, now - timedelta(minutes=ago), reads=ops, writes=ops)
+    name = _name("iops-high")
+    alarms.append(name)
+    capture = _state_changes(event_capture, name)
+    aws("cloudwatch").put_metric_alarm(
+        AlarmName=name,
+        AlarmDescription="IOPS demand above target",
+        Metrics=_product_metrics(vol1, vol2),
+        EvaluationPeriods=3,
+        DatapointsToAlarm=3,
+        Threshold=300.0,
+        ComparisonOperator="GreaterThanThreshold",
+        TreatMissingData="missing",
+    )
+
+    at_high = now - timedelta(minutes=8) + timedelta(seconds=30)
+    assert control("cloudwatch", "evaluate", AlarmName=name, At=at_high.isoformat())["States"] == {
+        name: "ALARM"
+    }
+    assert control("cloudwatch", "evaluate", AlarmName=name)["States"] == {name: "OK"}
+
+    alarm_event, ok_event = capture.wait_for(lambda e: True, count=2)
+    assert (alarm_event["detail"]["previousState"]["value"], alarm_event["detail"]["state"]["value"]) == (
+        "INSUFFICIENT_DATA",
+        "ALARM",
+    )
+    assert (ok_event["detail"]["previousState"]["value"], ok_event["detail"]["state"]["value"]) == (
+        "ALARM",
+        "OK",
+    )
+    state = alarm_event["detail"]["state"]
+    assert state["reason"].startswith("Threshold Crossed: 3 out of the last 3 datapoints [400.0 (")
+    assert "were greater than the threshold (300.0) (minimum 3 datapoints for" in state["reason"]
+    reason_data = json.loads(state["reasonData"])
+    assert reason_data["recentDatapoints"] == [400.0, 400.0, 400.0]
+    assert (reason_data["threshold"], reason_data["period"]) == (300.0, 60)
+    assert reason_data["startDate"] == (now - timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:00.000+0000")
+    assert ok_event["detail"]["state"]["reason"].startswith(
+        "Threshold Crossed: 3 out of the last 3 datapoints [100.0"
+    )
+    assert "were not greater than the threshold (300.0)" in ok_event["detail"]["state"]["reason"]
+    assert ok_event["detail"]["previousState"] == state
+    # the configuration shows the metric-math queries as in the product's sample events
+    expected = json.loads((EVENTS / "iops_alarm_high.json").read_text())["detail"]["configuration"]["metrics"]
+    for item in expected:
+        if "metricStat" in item:
+            sample = item["metricStat"]["metric"]["dimensions"]["VolumeId"]
+            item["metricStat"]["metric"]["dimensions"]["VolumeId"] = vol1 if sample.endswith("1") else vol2
+    assert ok_event["detail"]["configuration"] == {
+        "description": "IOPS demand above target",
+        "metrics": expected,
+    }
+    described = aws("cloudwatch").describe_alarms(AlarmNames=[name])["MetricAlarms"][0]
+    assert described["StateValue"] == "OK"
+
+
+def test_get_metric_data_computes_the_product_expression_per_period(aws, control) -> None:
+    vol1, vol2 = _volumes()
+    now = _this_minute()
+    ops = {6: (600, 300, 60, 240), 5: (1200, 0, 0, 0), 4: (30, 30, 30, 30)}  # r1, w1, r2, w2 per minute
+    for ago, (r1, w1, r2, w2) in ops.items():
+        _publish_ops(control, vol1, now - timedelta(minutes=ago), reads=r1, writes=w1)
+        _publish_ops(control, vol2, now - timedelta(minutes=ago), reads=r2, writes=w2)
+
+    reply = aws("cloudwatch").get_metric_data(
+        MetricDataQueries=_product_metrics(vol1, vol2),
+        StartTime=now - timedelta(minutes=6),
+        EndTime=now - timedelta(minutes=3),
+    )
+
+    (result,) = reply["MetricDataResults"]  # ReturnData=False queries are not returned
+    assert (result["Id"], result["Label"], result["StatusCode"]) == ("demand", "ArrayIops", "Complete")
+    assert result["Timestamps"] == [now - timedelta(minutes=m) for m in (4, 5, 6)]  # newest first
+    assert result["Values"] == [2.0, 20.0, 20.0]
+
+
+def test_get_metric_data_sums_an_array_of_metrics(aws, control) -> None:
+    vol1, vol2 = _volumes()
+    minute = _this_minute() - timedelta(minutes=2)
+    _publish_ops(control, vol1, minute, reads=100, writes=20)
+    _publish_ops(control, vol2, minute, reads=50, writes=10)
+    queries = [q for q in _product_metrics(vol1, vol2) if q["Id"] != "demand"]
+    queries += [
+        {"Id": "reads", "Expression": "SUM([r1, r2])", "Label": "Reads"},
+        {"Id": "all", "Expression": "SUM(METRICS())", "Label": "All"},
+    ]
+
+    reply = aws("cloudwatch").get_metric_data(
+        MetricDataQueries=queries,
+        StartTime=minute,
+        EndTime=minute + timedelta(minutes=1),
+        ScanBy="TimestampAscending",
+    )
+
+    assert {r["Id"]: r["Values"] for r in reply["MetricDataResults"]} == {"reads": [150.0], "all": [180.0]}
+
+
+def test_put_metric_data_into_an_aws_namespace_is_refused(aws) -> None:
+    cloudwatch = aws("cloudwatch")
+    with pytest.raises(ClientError) as refused:
+        cloudwatch.put_metric_data(
+            Namespace="AWS/EBS", MetricData=[{"MetricName": "VolumeReadOps", "Value": 1.0}]
+        )
+    error = refused.value.response["Error"]
+    assert (error["Code"], error["Message"]) == (
+        "InvalidParameterValue",
+        "The value AWS/EBS for parameter Namespace is invalid.",
+    )
+    cloudwatch.put_metric_data(Namespace="VsaTest", MetricData=[{"MetricName": "Load", "Value": 1.0}])
+
+
+def test_composite_alarm_follows_its_rule(aws, event_capture, alarms) -> None:
+    first, second, composite = _name("first"), _name("second"), _name("composite")
+    alarms.extend([first, second])
+    capture = _state_changes(event_capture, composite)
+    _simple_alarm(aws, first)
+    _simple_alarm(aws, second)
+    rule = f'ALARM("{first}") AND NOT ALARM({_arn(second)})'
+    cloudwatch = aws("cloudwatch")
+    cloudwatch.put_composite_alarm(AlarmName=composite, AlarmRule=rule)
+    alarms.append(composite)
+
+    cloudwatch.set_alarm_state(AlarmName=first, StateValue="ALARM", StateReason="first breaches")
+    (alarm_event,) = capture.wait_for(lambda e: True)
+    cloudwatch.set_alarm_state(AlarmName=second, StateValue="ALARM", StateReason="second breaches")
+    capture.wait_for(lambda e: e["detail"]["state"]["value"] == "OK")
+
+    changes = [
+        (e["detail"]["previousState"]["value"], e["detail"]["state"]["value"]) for e in capture.settle()
+    ]
+    assert changes == [("INSUFFICIENT_DATA", "ALARM"), ("ALARM", "OK")]
+    detail = alarm_event["detail"]
+    assert alarm_event["resources"] == [_arn(composite)]
+    assert detail["configuration"] == {"alarmRule": rule}
+    assert detail["state"]["reason"].startswith(f"{_arn(first)} transitioned to ALARM at ")
+    triggering = json.loads(detail["state"]["reasonData"])["triggeringAlarms"]
+    assert [(t["arn"], t["state"]["value"]) for t in triggering] == [(_arn(first), "ALARM")]
+    described = cloudwatch.describe_alarms(AlarmNames=[composite], AlarmTypes=["CompositeAlarm"])
+    assert described["CompositeAlarms"][0]["StateValue"] == "OK"
