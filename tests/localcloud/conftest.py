@@ -15,6 +15,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -132,3 +133,27 @@ def event_capture(aws: Callable[[str], Any]) -> Iterator[Callable[[dict[str, Any
     yield start
     for capture in captures:
         capture.close()
+
+
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+
+
+def _shape(value: Any, optional: frozenset[str]) -> Any:
+    """The structure of a JSON value: dict keys (minus optional ones) with their shapes, the
+    shape of a list's first item, the type name of a scalar."""
+    if isinstance(value, dict):
+        return {k: _shape(v, optional) for k, v in value.items() if k not in optional}
+    if isinstance(value, list):
+        return [_shape(value[0], optional)] if value else []
+    return type(value).__name__
+
+
+def assert_matches_sample(
+    event: dict[str, Any], sample: str, *, optional: frozenset[str] = frozenset()
+) -> None:
+    """The event has exactly the structure of the AWS-documented sample in ``events/<sample>``:
+    the same keys at every level and the same JSON types (``optional`` keys may be absent)."""
+    expected = json.loads((EVENTS / sample).read_text())
+    assert _shape(event, optional) == _shape(expected, optional), (
+        f"event differs in shape from events/{sample}:\n{json.dumps(event, indent=1, default=str)}"
+    )

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from tests.localcloud.conftest import assert_matches_sample
+
 LAUNCHING, TERMINATING = "autoscaling:EC2_INSTANCE_LAUNCHING", "autoscaling:EC2_INSTANCE_TERMINATING"
 ASG = {"source": ["aws.autoscaling"]}
 LIFECYCLE_KEYS = {
@@ -146,6 +148,7 @@ def test_launch_hook_holds_instance_in_pending_wait_and_emits_the_lifecycle_acti
     assert event["resources"] == [arn]
     detail = event["detail"]
     assert set(detail) == LIFECYCLE_KEYS | {"NotificationMetadata"}
+    assert_matches_sample(event, "autoscaling/launch_lifecycle_action.json")
     assert uuid.UUID(detail["LifecycleActionToken"])
     assert detail["LifecycleHookName"] == "ready"
     assert detail["EC2InstanceId"] == instance_id
@@ -314,6 +317,9 @@ def test_scale_in_with_a_terminate_hook_waits_then_continue_terminates_the_ec2_i
     assert event["resources"] == [group.describe()["AutoScalingGroupARN"]]
     detail = event["detail"]
     assert set(detail) == LIFECYCLE_KEYS  # no NotificationMetadata when the hook has none
+    assert_matches_sample(
+        event, "autoscaling/terminate_lifecycle_action.json", optional=frozenset({"NotificationMetadata"})
+    )
     assert (detail["EC2InstanceId"], detail["LifecycleTransition"]) == (instance_id, TERMINATING)
     assert (detail["Origin"], detail["Destination"]) == ("AutoScalingGroup", "EC2")
     group.complete("drain", LifecycleActionToken=detail["LifecycleActionToken"])

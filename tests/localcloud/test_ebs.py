@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, WaiterError
 
+from tests.localcloud.conftest import assert_matches_sample
+
 ZONE = "us-east-1a"
 AMI = "ami-12c6146b"  # known to moto
 
@@ -364,6 +366,7 @@ def test_snapshot_notification_events(ec2, control, volumes, snapshots, event_ca
     assert succeeded["detail"]["source"].endswith(":volume/" + _snapshot(ec2, good)["VolumeId"])
     assert succeeded["resources"] == [succeeded["detail"]["snapshot_id"]]
     assert {"startTime", "endTime", "cause", "request-id"} <= set(succeeded["detail"])
+    assert_matches_sample(succeeded, "ebs/snapshot_notification.json")
     (failed,) = capture.wait_for(about(bad))
     assert (failed["detail"]["event"], failed["detail"]["result"]) == ("createSnapshot", "failed")
 
@@ -398,6 +401,7 @@ def test_multi_volume_snapshots_completion_event(ec2, control, instances, volume
     assert {s["status"] for s in succeeded["detail"]["snapshots"]} == {"completed"}
     assert any(s["source"].endswith(f":volume/{shared}") for s in succeeded["detail"]["snapshots"])
     assert len(succeeded["resources"]) == len(ok)
+    assert_matches_sample(succeeded, "ebs/multi_volume_snapshots_completion.json")
     (failed,) = capture.wait_for(about(broken))
     assert failed["detail"]["result"] == "failed"
     assert failed["detail"]["cause"] == f"Snapshot {broken[0]} is in status error"

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from tests.localcloud.conftest import assert_matches_sample
+
 Node = tuple[str, Path]
 TERMINAL = ("Success", "Failed", "TimedOut", "Cancelled")
 
@@ -380,6 +382,9 @@ def test_status_change_events_have_the_aws_shapes(ssm: Any, make_node, event_cap
     assert [e["detail"]["status"] for e in invocation_events] == ["InProgress", "Success"]
     assert [e["detail"]["status"] for e in command_events] == ["InProgress", "Success"]
     invocation, command = invocation_events[-1], command_events[-1]
+    assert_matches_sample(invocation, "ssm/command_invocation_status_change.json")
+    parameters = frozenset({"commands", "arrayId"})  # the documents' own parameters differ
+    assert_matches_sample(command, "ssm/command_status_change.json", optional=parameters)
     for event in (invocation, command):
         assert event["source"] == "aws.ssm"
         assert event["resources"] == [arn]
