@@ -101,8 +101,7 @@ def test_group_uses_the_launch_template_and_has_both_hooks(
     terminating = hooks[out["HookName"]]
     assert terminating["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
     assert (terminating["HeartbeatTimeout"], terminating["DefaultResult"]) == (120, "ABANDON")
-    # NotificationMetadata is passed to PutLifecycleHook too; moto's backend drops it, so it is
-    # asserted where the Auto Scaling provider keeps it (vsa_localcloud/autoscaling.py).
+    assert terminating["NotificationMetadata"] == '{"role": "vsa"}'
     template = aws("ec2").describe_launch_templates(LaunchTemplateIds=[out["LaunchTemplateId"]])[
         "LaunchTemplates"
     ][0]
