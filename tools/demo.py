@@ -86,7 +86,14 @@ def main() -> None:
     console.print(
         "    (the PUT /arrays API arrives with issue #4; until then the registry is written directly)"
     )
-    spec = ArraySpec(arrayId=array_id, availabilityZone="us-east-1a", minControllers=2, maxControllers=8)
+    spec = ArraySpec(
+        arrayId=array_id,
+        availabilityZone="us-east-1a",
+        volumes=[{"volumeId": "vol-0a1b2c3d4e5f60001"}],
+        controllers={"instanceType": "r5b.2xlarge", "imageId": "ami-0a1b2c3d4e5f60001"},
+        minControllers=2,
+        maxControllers=8,
+    )
     registry.create(spec)
 
     say("5.", f"alarm {iops_alarm_name(array_id, 'high')} fires: the hosts now drive 612,345 IOPS")

@@ -15,13 +15,14 @@ from tests.integration.conftest import (
     put_event,
     wait_for_execution,
 )
+from tests.specs import BASE
 from vsa_core.model import ArraySpec
 from vsa_core.naming import scale_execution_name
 
 
 def _register(registry: Any, array_id: str) -> None:
     registry.create(
-        ArraySpec(arrayId=array_id, availabilityZone="us-east-1a", minControllers=2, maxControllers=8)
+        ArraySpec(arrayId=array_id, availabilityZone="us-east-1a", **BASE, minControllers=2, maxControllers=8)
     )
 
 

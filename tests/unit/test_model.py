@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from tests.specs import BASE
 from vsa_core.model import MULTI_ATTACH_LIMIT, R5B_CONTROLLER_IOPS, ArraySpec, RegisteredArray
 from vsa_core.naming import ARRAY_ID_PATTERN
 
@@ -15,6 +16,7 @@ def spec_fields(**overrides: Any) -> dict[str, Any]:
     return {
         "arrayId": "demo",
         "availabilityZone": "us-east-1a",
+        **BASE,
         "minControllers": 2,
         "maxControllers": 4,
         **overrides,
@@ -119,7 +121,9 @@ def test_spec_is_immutable():
 
 
 def test_python_names_are_accepted_too():
-    spec = ArraySpec(array_id="demo", availability_zone="us-east-1a", min_controllers=1, max_controllers=2)
+    spec = ArraySpec(
+        array_id="demo", availability_zone="us-east-1a", **BASE, min_controllers=1, max_controllers=2
+    )
     assert spec.model_dump(by_alias=True)["arrayId"] == "demo"
 
 
@@ -136,6 +140,7 @@ def test_spec_round_trips_through_its_json_as_the_registry_stores_it(
     spec = ArraySpec(
         arrayId=array_id,
         availabilityZone="us-east-1a",
+        **BASE,
         minControllers=bounds[0],
         maxControllers=bounds[1],
         perControllerIops=per_controller_iops,

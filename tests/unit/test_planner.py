@@ -7,6 +7,7 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
+from tests.specs import BASE
 from vsa_core.model import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.naming import ARRAY_ID_PATTERN
 from vsa_core.planner import ScaleDecision, controllers_needed, plan
@@ -21,6 +22,7 @@ def spec(
     return ArraySpec(
         arrayId="demo",
         availabilityZone="us-east-1a",
+        **BASE,
         minControllers=min_controllers,
         maxControllers=max_controllers,
         perControllerIops=per_controller_iops,
@@ -187,6 +189,7 @@ def specs(draw: st.DrawFn) -> ArraySpec:
     return ArraySpec(
         arrayId=draw(st.from_regex(ARRAY_ID_PATTERN, fullmatch=True)),
         availabilityZone="us-east-1a",
+        **BASE,
         minControllers=draw(st.integers(1, max_controllers)),
         maxControllers=max_controllers,
         perControllerIops=draw(st.integers(1_000, 1_000_000)),

@@ -6,6 +6,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from tests.specs import BASE
 from tests.unit.conftest import REGION
 from vsa_core.errors import ArrayNotFoundError
 from vsa_core.model import ArraySpec
@@ -17,6 +18,7 @@ def make_spec(array_id: str = "demo", **overrides: object) -> ArraySpec:
         {
             "arrayId": array_id,
             "availabilityZone": "us-east-1a",
+            **BASE,
             "minControllers": 2,
             "maxControllers": 8,
             "perControllerIops": 250_000,

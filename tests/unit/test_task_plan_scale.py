@@ -7,6 +7,7 @@ import boto3
 import pytest
 
 from task_plan_scale import handler
+from tests.specs import BASE
 from tests.unit.conftest import REGION, FakeLambdaContext, load_event
 from vsa_core.errors import ArrayNotFoundError
 from vsa_core.events import ScaleRequest
@@ -15,7 +16,7 @@ from vsa_core.planner import plan
 from vsa_core.registry import ArrayRegistry, array_key
 
 REQUEST: dict[str, Any] = load_event("stepfunctions/task_plan_scale.json")
-DEMO = ArraySpec(arrayId="demo", availabilityZone="us-east-1a", minControllers=2, maxControllers=8)
+DEMO = ArraySpec(arrayId="demo", availabilityZone="us-east-1a", **BASE, minControllers=2, maxControllers=8)
 
 
 @pytest.fixture

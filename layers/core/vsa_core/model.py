@@ -1,8 +1,13 @@
-"""The array spec, as much of it as the control plane acts on so far (issue #4 grows it)."""
+"""The array spec: what an operator declares once (``vsactl apply -f array.yaml``).
 
+Everything here is plain, validated data; the messages of every validation error say what to
+fix. Field names are camelCase on the wire (YAML, JSON, the API) and snake_case in Python.
+"""
+
+import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vsa_core.naming import ARRAY_ID_PATTERN
 
@@ -12,30 +17,179 @@ MULTI_ATTACH_LIMIT = 16
 R5B_CONTROLLER_IOPS = 260_000
 """Per-instance EBS IOPS ceiling of the r5b class (seed 004): one controller's worth."""
 
+ARRAY_TAG = "vsa:array"
+"""Everything the control plane creates carries ``vsa:array=<id>``."""
+
+OWNED_TAG = "vsa:owned"
+"""Volumes the control plane created (and may delete, on request) carry ``vsa:owned=true``."""
+
 ArrayId = Annotated[
     str, Field(pattern=ARRAY_ID_PATTERN, description="lower-case letters, digits and '-', 3-32 chars")
 ]
+VolumeId = Annotated[str, Field(pattern=r"^vol-[0-9a-f]{8,17}$", description="an EBS volume id")]
+InstanceId = Annotated[str, Field(pattern=r"^i-[0-9a-f]{8,17}$", description="an EC2 instance id")]
+
+_SCHEDULE = re.compile(r"^(rate\(\d+ (minute|minutes|hour|hours|day|days)\)|cron\(.+\))$")
 
 
-class ArraySpec(BaseModel):
+class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
+
+class ExistingVolume(_Strict):
+    """An io2 Multi-Attach volume that already exists; the control plane never deletes it."""
+
+    volume_id: VolumeId = Field(alias="volumeId")
+
+
+class NewVolume(_Strict):
+    """A volume the control plane creates (io2, Multi-Attach), tags as owned, and deletes only
+    when the array is deleted with ``deleteVolumes``. io2 throughput follows from its IOPS (EBS
+    takes no throughput setting for io2), so there is none to declare."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,30}$", description="unique within the array")
+    size_gib: int = Field(alias="sizeGiB", ge=4, le=65536)
+    iops: int = Field(ge=100, le=256000)
+
+    @model_validator(mode="after")
+    def _iops_per_gib(self) -> "NewVolume":
+        if self.iops > self.size_gib * 1000:
+            raise ValueError(
+                f"volume {self.name}: io2 allows at most 1,000 IOPS per GiB; {self.iops} IOPS needs "
+                f"sizeGiB >= {-(-self.iops // 1000)}"
+            )
+        return self
+
+
+Volume = ExistingVolume | NewVolume
+
+
+class LaunchTemplateRef(_Strict):
+    launch_template_id: str | None = Field(default=None, alias="launchTemplateId", pattern=r"^lt-[0-9a-f]+$")
+    launch_template_name: str | None = Field(default=None, alias="launchTemplateName", min_length=3)
+    version: str = Field(default="$Latest", pattern=r"^(\$Latest|\$Default|\d+)$")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "LaunchTemplateRef":
+        if (self.launch_template_id is None) == (self.launch_template_name is None):
+            raise ValueError("launchTemplate: give exactly one of launchTemplateId or launchTemplateName")
+        return self
+
+
+class ControllerSettings(_Strict):
+    """How controllers launch: an existing launch template, or the parts of one (the control
+    plane then creates and owns the launch template ``vsa-<id>-controller``)."""
+
+    launch_template: LaunchTemplateRef | None = Field(default=None, alias="launchTemplate")
+    instance_type: str | None = Field(default=None, alias="instanceType", pattern=r"^[a-z0-9-]+\.[a-z0-9]+$")
+    image_id: str | None = Field(default=None, alias="imageId", pattern=r"^ami-[0-9a-f]{8,17}$")
+    subnet_id: str | None = Field(default=None, alias="subnetId", pattern=r"^subnet-[0-9a-f]{8,17}$")
+    security_group_ids: tuple[str, ...] = Field(default=(), alias="securityGroupIds")
+    instance_profile: str | None = Field(
+        default=None, alias="instanceProfile", description="IAM instance profile name (SSM agent needs one)"
+    )
+
+    @model_validator(mode="after")
+    def _template_or_parts(self) -> "ControllerSettings":
+        parts = {
+            "instanceType": self.instance_type,
+            "imageId": self.image_id,
+        }
+        if self.launch_template is not None:
+            given = [k for k, v in parts.items() if v is not None]
+            if given:
+                raise ValueError(
+                    "controllers: give either launchTemplate or instanceType + imageId, not both "
+                    f"({', '.join(given)})"
+                )
+            return self
+        missing = [k for k, v in parts.items() if v is None]
+        if missing:
+            raise ValueError(
+                "controllers: give a launchTemplate, or instanceType and imageId (missing: "
+                + ", ".join(missing)
+                + ")"
+            )
+        return self
+
+
+class Host(_Strict):
+    """A client host: it connects a path to every controller and, for application-consistent
+    backups, has its listed mountpoints frozen."""
+
+    instance_id: InstanceId = Field(alias="instanceId")
+    mountpoints: tuple[str, ...] = Field(default=())
+
+    @field_validator("mountpoints")
+    @classmethod
+    def _absolute(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [m for m in value if not m.startswith("/") or m == "/"]
+        if bad:
+            raise ValueError(f"mountpoints must be absolute and not '/': {', '.join(bad) or repr(bad)}")
+        return value
+
+
+class BackupPolicy(_Strict):
+    schedule: str = Field(description="EventBridge Scheduler expression: rate(…) or cron(…)")
+    mode: Literal["crash", "application"] = "crash"
+    retention: int = Field(default=7, ge=1, le=1000, description="backup sets to keep")
+    freeze_timeout_seconds: int = Field(default=10, alias="freezeTimeoutSeconds", ge=1, le=60)
+
+    @field_validator("schedule")
+    @classmethod
+    def _expression(cls, value: str) -> str:
+        if not _SCHEDULE.fullmatch(value):
+            raise ValueError(f"schedule {value!r}: use rate(N minutes|hours|days) or cron(…)")
+        return value
+
+
+class ArraySpec(_Strict):
     spec_version: Literal[1] = Field(default=1, alias="specVersion")
     array_id: ArrayId = Field(alias="arrayId")
-    availability_zone: str = Field(alias="availabilityZone", min_length=1)
+    availability_zone: str = Field(alias="availabilityZone", pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
+    volumes: tuple[Volume, ...] = Field(min_length=1)
+    controllers: ControllerSettings
     min_controllers: int = Field(alias="minControllers", ge=1, le=MULTI_ATTACH_LIMIT)
     max_controllers: int = Field(alias="maxControllers", ge=1, le=MULTI_ATTACH_LIMIT)
     per_controller_iops: int = Field(default=R5B_CONTROLLER_IOPS, alias="perControllerIops", gt=0)
     target_utilisation: float = Field(default=0.7, alias="targetUtilisation", gt=0.0, le=1.0)
+    scale_out_cooldown_seconds: int = Field(default=300, alias="scaleOutCooldownSeconds", ge=0, le=86400)
+    scale_in_cooldown_seconds: int = Field(default=900, alias="scaleInCooldownSeconds", ge=0, le=86400)
+    hosts: tuple[Host, ...] = ()
+    backup: BackupPolicy | None = None
 
     @model_validator(mode="after")
-    def _min_not_above_max(self) -> "ArraySpec":
+    def _consistent(self) -> "ArraySpec":
         if self.min_controllers > self.max_controllers:
             raise ValueError(
                 f"minControllers ({self.min_controllers}) is above maxControllers "
                 f"({self.max_controllers}): lower minControllers or raise maxControllers"
             )
+        seen: set[str] = set()
+        for volume in self.volumes:
+            key = volume.volume_id if isinstance(volume, ExistingVolume) else volume.name
+            if key in seen:
+                raise ValueError(f"volume {key} is listed twice")
+            seen.add(key)
+        hosts = [h.instance_id for h in self.hosts]
+        if len(hosts) != len(set(hosts)):
+            raise ValueError("a host is listed twice")
+        if self.backup and self.backup.mode == "application":
+            bare = [h.instance_id for h in self.hosts if not h.mountpoints]
+            if not self.hosts or bare:
+                raise ValueError(
+                    "backup mode application freezes the hosts' mountpoints: list mountpoints for every "
+                    f"host ({', '.join(bare) or 'no hosts declared'})"
+                )
         return self
+
+    @property
+    def existing_volume_ids(self) -> tuple[str, ...]:
+        return tuple(v.volume_id for v in self.volumes if isinstance(v, ExistingVolume))
+
+    @property
+    def new_volumes(self) -> tuple[NewVolume, ...]:
+        return tuple(v for v in self.volumes if isinstance(v, NewVolume))
 
 
 class RegisteredArray(BaseModel):

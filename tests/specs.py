@@ -1,0 +1,7 @@
+"""The parts of an array spec most tests do not vary (volumes, controller launch settings)."""
+
+from typing import Any
+
+VOLUMES: tuple[dict[str, Any], ...] = ({"volumeId": "vol-0a1b2c3d4e5f60001"},)
+CONTROLLERS: dict[str, Any] = {"instanceType": "r5b.2xlarge", "imageId": "ami-0a1b2c3d4e5f60001"}
+BASE: dict[str, Any] = {"volumes": VOLUMES, "controllers": CONTROLLERS}
