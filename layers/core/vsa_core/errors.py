@@ -17,3 +17,9 @@ class InvalidSpecError(VsaError):
 
 class InvalidEventError(VsaError):
     """An event that does not have the shape or content the trigger expects."""
+
+
+class ConflictError(VsaError):
+    """The request conflicts with the array's current state (a concurrent apply won, a bootstrap,
+    drain or backup is running, maxControllers below the serving controllers); the message says
+    why and what to do."""

@@ -37,3 +37,33 @@ def scale_execution_name(array_id: str, alarm_arn: str, state_timestamp: str) ->
     """
     digest = hashlib.sha256(f"{alarm_arn}|{state_timestamp}".encode()).hexdigest()[:20]
     return f"scale-{array_id}-{digest}"
+
+
+def group_name(array_id: str) -> str:
+    """The array's controller Auto Scaling group."""
+    return f"vsa-{array_id}-controllers"
+
+
+def launch_template_name(array_id: str) -> str:
+    """The launch template the control plane creates when the spec gives instance settings."""
+    return f"vsa-{array_id}-controller"
+
+
+def launch_hook_name(array_id: str) -> str:
+    """Launch lifecycle hook: holds a new controller until it is bootstrapped (or abandoned)."""
+    return f"vsa-{array_id}-bootstrap"
+
+
+def terminate_hook_name(array_id: str) -> str:
+    """Terminate lifecycle hook: holds a leaving controller until hosts have drained it."""
+    return f"vsa-{array_id}-drain"
+
+
+def backup_schedule_name(array_id: str) -> str:
+    """The EventBridge Scheduler schedule of the array's backup policy."""
+    return f"vsa-{array_id}-backup"
+
+
+def owned_volume_name(array_id: str, name: str) -> str:
+    """The ``Name`` tag of a volume the control plane created for the array."""
+    return f"vsa-{array_id}-{name}"
