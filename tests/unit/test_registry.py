@@ -8,7 +8,7 @@ from botocore.exceptions import ClientError
 
 from tests.specs import BASE
 from tests.unit.conftest import REGION
-from vsa_core.errors import ArrayNotFoundError
+from vsa_core.errors import ArrayNotFoundError, ConflictError
 from vsa_core.model import ArraySpec
 from vsa_core.registry import ArrayRegistry, array_key
 
@@ -146,3 +146,63 @@ def test_default_client_comes_from_the_environment(registry_table: str):
     # When used / Then it reaches the same table
     registry.create(make_spec())
     assert registry.get("demo").spec.array_id == "demo"
+
+
+def test_put_new_registers_at_minimum_and_a_second_create_conflicts(registry: ArrayRegistry):
+    # Given / When a new array is put without a version
+    created = registry.put(make_spec(), expected_version=None)
+    assert (created.version, created.desired_controllers) == (1, 2)
+    # Then a concurrent create of the same id loses with a ConflictError
+    with pytest.raises(ConflictError, match="concurrent apply"):
+        registry.put(make_spec(maxControllers=16), expected_version=None)
+    assert registry.get("demo").spec.max_controllers == 8
+
+
+def test_put_update_bumps_the_version_and_clamps_the_desired_count(registry: ArrayRegistry):
+    # Given an array scaled to 5 controllers
+    registry.create(make_spec(minControllers=2, maxControllers=8))
+    registry.put(make_spec(minControllers=5, maxControllers=8), expected_version=1)
+    # When maxControllers is lowered to 4 and minControllers to 1
+    updated = registry.put(make_spec(minControllers=1, maxControllers=4), expected_version=2)
+    # Then the version moves on and the desired count is clamped into the new bounds
+    assert (updated.version, updated.desired_controllers) == (3, 4)
+    assert registry.get("demo") == updated
+
+
+def test_two_applies_from_the_same_version_one_wins_one_conflicts(registry: ArrayRegistry):
+    # Given two writers that both read version 1
+    registry.create(make_spec())
+    registry.put(make_spec(maxControllers=10), expected_version=1)
+    # When the second one writes on the version it read
+    with pytest.raises(ConflictError, match="changed since version 1"):
+        registry.put(make_spec(maxControllers=12), expected_version=1)
+    # Then the first update is kept, not lost
+    assert registry.get("demo").spec.max_controllers == 10
+
+
+def test_all_lists_every_array_by_id(registry: ArrayRegistry, dynamodb, registry_table: str):
+    registry.create(make_spec("beta"))
+    registry.create(make_spec("alpha"))
+    dynamodb.put_item(
+        TableName=registry_table,
+        Item={"pk": {"S": "ARRAY#alpha"}, "sk": {"S": "DECISION#x"}, "decision": {"S": "{}"}},
+    )
+    assert [a.spec.array_id for a in registry.all()] == ["alpha", "beta"]
+
+
+def test_delete_removes_the_array_and_its_decisions_only_at_the_version_read(
+    registry: ArrayRegistry, dynamodb, registry_table: str
+):
+    registry.create(make_spec("alpha"))
+    registry.create(make_spec("beta"))
+    dynamodb.put_item(
+        TableName=registry_table,
+        Item={"pk": {"S": "ARRAY#alpha"}, "sk": {"S": "DECISION#x"}, "decision": {"S": "{}"}},
+    )
+    with pytest.raises(ConflictError):
+        registry.delete("alpha", expected_version=7)
+    registry.delete("alpha", expected_version=1)
+    with pytest.raises(ArrayNotFoundError):
+        registry.get("alpha")
+    assert registry.decisions("alpha") == []
+    assert registry.get("beta").version == 1

@@ -3,13 +3,19 @@
 Keys: ``pk = ARRAY#<id>``; ``sk = SPEC`` holds the declared spec (JSON), the desired
 controller count and a version; ``sk = DECISION#<time>#<execution>`` holds scale decisions
 (written by the ScaleArray workflow itself).
+
+Every write of the SPEC item is conditional on the version it read (optimistic concurrency):
+of two concurrent applies one wins, the other gets ``ConflictError`` and changes nothing. The
+ScaleArray workflow bumps the version too when it sets the desired count.
 """
 
 import json
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from vsa_core.clients import client
-from vsa_core.errors import ArrayNotFoundError
+from vsa_core.errors import ArrayNotFoundError, ConflictError
 from vsa_core.model import ArraySpec, RegisteredArray
 
 if TYPE_CHECKING:
@@ -31,6 +37,84 @@ class ArrayRegistry:
         ).get("Item")
         if item is None:
             raise ArrayNotFoundError(f"array {array_id!r} is not registered")
+        return self._from_item(item)
+
+    def put(self, spec: ArraySpec, expected_version: int | None) -> RegisteredArray:
+        """Store ``spec``: a new array when ``expected_version`` is None, else an update of the
+        version the caller read. The desired count stays, clamped into the new [min, max]."""
+        if expected_version is None:
+            try:
+                return self.create(spec)
+            except ClientError as error:
+                if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                    raise
+                raise ConflictError(
+                    f"array {spec.array_id!r} was created by a concurrent apply: read it and apply again"
+                ) from None
+        current = self.get(spec.array_id)
+        desired = min(max(current.desired_controllers, spec.min_controllers), spec.max_controllers)
+        try:
+            self._dynamodb.update_item(
+                TableName=self._table,
+                Key=array_key(spec.array_id),
+                UpdateExpression="SET spec = :spec, desiredControllers = :desired, version = :next",
+                ConditionExpression="version = :expected",
+                ExpressionAttributeValues={
+                    ":spec": {"S": spec.model_dump_json(by_alias=True)},
+                    ":desired": {"N": str(desired)},
+                    ":next": {"N": str(expected_version + 1)},
+                    ":expected": {"N": str(expected_version)},
+                },
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            raise ConflictError(
+                f"array {spec.array_id!r} changed since version {expected_version} (a concurrent apply "
+                "or a scaling decision): read it and apply again"
+            ) from None
+        return RegisteredArray(spec=spec, desired_controllers=desired, version=expected_version + 1)
+
+    def all(self) -> list[RegisteredArray]:
+        """Every registered array, by id. A scan of the SPEC items: arrays number in the tens."""
+        arrays: list[RegisteredArray] = []
+        paginator = self._dynamodb.get_paginator("scan")
+        for page in paginator.paginate(
+            TableName=self._table,
+            FilterExpression="sk = :spec",
+            ExpressionAttributeValues={":spec": {"S": "SPEC"}},
+            ConsistentRead=True,
+        ):
+            arrays.extend(self._from_item(item) for item in page.get("Items", []))
+        return sorted(arrays, key=lambda a: a.spec.array_id)
+
+    def delete(self, array_id: str, expected_version: int) -> None:
+        """Forget the array (its SPEC item, conditional on the version read, then its decisions)."""
+        try:
+            self._dynamodb.delete_item(
+                TableName=self._table,
+                Key=array_key(array_id),
+                ConditionExpression="version = :expected",
+                ExpressionAttributeValues={":expected": {"N": str(expected_version)}},
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            raise ConflictError(
+                f"array {array_id!r} changed while it was being deleted: delete it again"
+            ) from None
+        paginator = self._dynamodb.get_paginator("query")
+        for page in paginator.paginate(
+            TableName=self._table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": f"ARRAY#{array_id}"}},
+            ProjectionExpression="pk, sk",
+        ):
+            for item in page.get("Items", []):
+                self._dynamodb.delete_item(TableName=self._table, Key={"pk": item["pk"], "sk": item["sk"]})
+
+    @staticmethod
+    def _from_item(item: dict[str, Any]) -> RegisteredArray:
         return RegisteredArray(
             spec=ArraySpec.model_validate(json.loads(item["spec"]["S"])),
             desired_controllers=int(item["desiredControllers"]["N"]),
