@@ -16,6 +16,9 @@ from typing import Any
 
 import boto3
 import pytest
+import urllib3
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
 from botocore.waiter import WaiterModel, create_waiter_with_client
 
 from vsa_core.waiters import execution_arn, execution_finished
@@ -158,3 +161,43 @@ def function_logs(function_name: str, term: str) -> list[str]:
     create_waiter_with_client("LogLinesArrived", arrived, logs).wait(logGroupName=group)
     events = logs.filter_log_events(logGroupName=group)["events"]
     return [event["message"] for event in events if term in event["message"]]
+
+
+class Api:
+    """The deployed arrays API, called as vsactl calls it: SigV4-signed (service execute-api)
+    by botocore, at the local cloud's path-style URL of the stack's ``ApiId``."""
+
+    def __init__(self, endpoint: str, api_id: str) -> None:
+        self.base = f"{endpoint}/restapis/{api_id}/v1/_user_request_"
+        self._http = urllib3.PoolManager()
+        self._credentials = boto3.Session().get_credentials()
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        headers: dict[str, str] | None = None,
+        sign: bool = True,
+        raw: bytes | None = None,
+    ) -> tuple[int, Any]:
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        request = AWSRequest(method=method, url=f"{self.base}{path}", data=data, headers=headers or {})
+        if data is not None:
+            request.headers["Content-Type"] = "application/json"
+        if sign:
+            SigV4Auth(self._credentials, "execute-api", "us-east-1").add_auth(request)
+        reply = self._http.request(
+            method, request.url, body=data, headers=dict(request.headers.items()), timeout=60.0
+        )
+        try:
+            payload = json.loads(reply.data) if reply.data else None
+        except ValueError:
+            payload = reply.data.decode(errors="replace")
+        return reply.status, payload
+
+
+@pytest.fixture(scope="session")
+def api(stack_outputs: dict[str, str], local_env: dict[str, str]) -> Api:
+    return Api(local_env["AWS_ENDPOINT_URL"], stack_outputs["ApiId"])
