@@ -156,3 +156,49 @@ def test_registered_array_desired_count_stays_within_the_attach_limit(desired: i
     spec = ArraySpec.model_validate(spec_fields())
     with pytest.raises(ValidationError):
         RegisteredArray(spec=spec, desired_controllers=desired, version=1)
+
+
+def test_the_documented_example_spec_is_valid():
+    # Given the example in examples/ (the README points operators at it) / Then it validates
+    import pathlib
+
+    import yaml
+
+    example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "array.yaml"
+    spec = ArraySpec.model_validate(yaml.safe_load(example.read_text()))
+    assert spec.backup is not None
+    assert spec.backup.mode == "application"
+    assert [v.name for v in spec.new_volumes] == ["data2"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"volumes": []}, "volumes"),
+        (
+            {"volumes": [{"volumeId": "vol-0a1b2c3d4e5f60001"}, {"volumeId": "vol-0a1b2c3d4e5f60001"}]},
+            "twice",
+        ),
+        ({"volumes": [{"name": "big", "sizeGiB": 10, "iops": 20000}]}, "sizeGiB >= 20"),
+        ({"controllers": {"instanceType": "r5b.2xlarge"}}, "imageId"),
+        (
+            {
+                "controllers": {
+                    "instanceType": "r5b.2xlarge",
+                    "imageId": "ami-0a1b2c3d",
+                    "launchTemplate": {"launchTemplateName": "x-template"},
+                }
+            },
+            "not both",
+        ),
+        ({"controllers": {"launchTemplate": {}}}, "exactly one"),
+        ({"hosts": [{"instanceId": "i-0a1b2c3d4e5f60101", "mountpoints": ["data"]}]}, "absolute"),
+        ({"backup": {"schedule": "every day"}}, "rate("),
+        ({"backup": {"schedule": "rate(1 day)", "mode": "application"}}, "mountpoints"),
+        ({"availabilityZone": "us-east-1"}, "availabilityZone"),
+    ],
+)
+def test_invalid_array_parts_say_what_to_fix(overrides: dict[str, Any], message: str):
+    with pytest.raises(ValidationError) as raised:
+        ArraySpec.model_validate(spec_fields(**overrides))
+    assert message in str(raised.value)
