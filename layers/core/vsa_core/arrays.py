@@ -210,7 +210,7 @@ class ArrayService:
         settings = spec.controllers
         if settings.launch_template is not None:
             return self._launch_template_problems(spec)
-        problems: list[str] = []
+        problems = self._foreign_template_problems(spec.array_id)
         try:
             images = self._ec2.describe_images(ImageIds=[settings.image_id])["Images"]
         except ClientError as error:
@@ -236,6 +236,21 @@ class ArrayService:
                     f"array is in {spec.availability_zone}: use a subnet in {spec.availability_zone}"
                 )
         return problems
+
+    def _foreign_template_problems(self, array_id: str) -> list[str]:
+        name = launch_template_name(array_id)
+        try:
+            template = self._ec2.describe_launch_templates(LaunchTemplateNames=[name])["LaunchTemplates"][0]
+        except ClientError as error:
+            if "NotFound" not in _error_code(error):
+                raise
+            return []
+        if _tags(template.get("Tags")).get(ARRAY_TAG) == array_id:
+            return []
+        return [
+            f"launch template {name} exists and was not created by the control plane for array {array_id} "
+            f"(no tag {ARRAY_TAG}={array_id}): give it as controllers.launchTemplate, or rename or delete it"
+        ]
 
     def _launch_template_problems(self, spec: ArraySpec) -> list[str]:
         ref = spec.controllers.launch_template
@@ -493,8 +508,16 @@ class ArrayService:
             if "NotFound" not in _error_code(error):
                 raise
             return None
-        data = _project(version.get("LaunchTemplateData", {}), _LT_DATA_KEYS)
         tags = _tags(template.get("Tags"))
+        if tags.get(ARRAY_TAG) != array_id:
+            return None  # not the control plane's (validate refuses to create over it)
+        data = _project(version.get("LaunchTemplateData", {}), _LT_DATA_KEYS)
+        if "TagSpecifications" in data:
+            # A template's data cannot tag a launch template; moto copies the template's own
+            # tags in there. Dropping them is a no-op on AWS.
+            data["TagSpecifications"] = [
+                t for t in data["TagSpecifications"] if t.get("ResourceType") != "launch-template"
+            ]
         return {
             "LaunchTemplateName": name,
             "LaunchTemplateData": data,
