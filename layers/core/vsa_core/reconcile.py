@@ -1,0 +1,472 @@
+"""What an applied array spec should produce, and how that differs from what exists. Pure.
+
+``desired_resources`` turns a spec into the exact request parameters of every AWS resource the
+control plane owns for the array (the kwargs of CreateVolume, CreateLaunchTemplate,
+CreateAutoScalingGroup, PutLifecycleHook, PutMetricAlarm, CreateSchedule). The AWS side
+(``vsa_core.arrays``) reads the same shapes back from AWS, and ``diff`` compares the two field
+by field, so an update changes exactly what changed and nothing else.
+"""
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from vsa_core.model import ARRAY_TAG, MULTI_ATTACH_LIMIT, OWNED_TAG, ArraySpec, NewVolume
+from vsa_core.naming import (
+    backup_schedule_name,
+    group_name,
+    iops_alarm_name,
+    launch_hook_name,
+    launch_template_name,
+    owned_volume_name,
+    terminate_hook_name,
+)
+
+Params = Mapping[str, Any]
+Action = Literal["create", "update", "delete", "unchanged"]
+
+SCALE_IN_HYSTERESIS = 0.8
+"""The low threshold sits 20% below what one controller fewer could serve at target: demand just
+under the line does not make the array flap between n and n-1 controllers."""
+
+HIGH_EVALUATION_PERIODS = 3
+"""Scale out after 3 of 3 one-minute periods above target: a controller takes minutes to launch,
+attach every volume and get a path from every host, so react fast but not to a single spike."""
+
+LOW_EVALUATION_PERIODS = 15
+"""Scale in after 15 of 15 one-minute periods below: removing a controller costs a drain on every
+host and re-adding it costs a bootstrap; only sustained low demand is worth that."""
+
+METRIC_PERIOD_SECONDS = 60
+
+HEARTBEAT_MIN_SECONDS = 30
+HEARTBEAT_MAX_SECONDS = 7200
+"""Auto Scaling accepts a HeartbeatTimeout of 30..7200 seconds."""
+
+BACKUP_EVENT_SOURCE = "vsa.control-plane"
+BACKUP_EVENT_DETAIL_TYPE = "Backup Requested"
+PUT_EVENTS_TARGET = "arn:aws:scheduler:::aws-sdk:eventbridge:putEvents"
+
+
+# --- thresholds and timeouts -----------------------------------------------------------------
+
+
+def alarm_thresholds(spec: ArraySpec, desired_controllers: int) -> tuple[float, float]:
+    """(high, low) IOPS thresholds of the array's alarms at ``desired_controllers``.
+
+    high: the demand above which the current controllers run above the target utilisation
+    (``n x perControllerIops x targetUtilisation``). low: the demand below which one controller
+    fewer would still run under target, less ``SCALE_IN_HYSTERESIS``. At (or below) the minimum
+    there is nothing to scale in to: low is 0, and as IOPS are never negative a
+    LessThanThreshold alarm at 0 never fires (the alarm stays in place, effectively disabled, so
+    the resource set does not change shape with the controller count).
+    """
+    n = clamp_controllers(spec, desired_controllers)
+    per_controller = spec.per_controller_iops * spec.target_utilisation
+    high = n * per_controller
+    low = (n - 1) * per_controller * SCALE_IN_HYSTERESIS if n > spec.min_controllers else 0.0
+    return high, low
+
+
+def clamp_controllers(spec: ArraySpec, desired_controllers: int) -> int:
+    """The registered controller count held to the spec's [min, max] (max never above 16)."""
+    ceiling = min(spec.max_controllers, MULTI_ATTACH_LIMIT)
+    return max(spec.min_controllers, min(desired_controllers, ceiling))
+
+
+def _clamp_heartbeat(seconds: int) -> int:
+    return max(HEARTBEAT_MIN_SECONDS, min(seconds, HEARTBEAT_MAX_SECONDS))
+
+
+def bootstrap_heartbeat_seconds(spec: ArraySpec) -> int:
+    """Launch hook heartbeat: 300 s to boot and load nvmet, 30 s per volume to attach and export,
+    20 s per host for connect-path. The workflow also records heartbeats on long steps."""
+    return _clamp_heartbeat(300 + 30 * len(spec.volumes) + 20 * len(spec.hosts))
+
+
+def drain_heartbeat_seconds(spec: ArraySpec) -> int:
+    """Terminate hook heartbeat: 60 s base plus 20 s per host for disconnect-path."""
+    return _clamp_heartbeat(60 + 20 * len(spec.hosts))
+
+
+# --- the desired resources -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Every resource an applied spec produces, each as its create/put request parameters.
+
+    The same shape describes what AWS holds (``None`` for an absent resource, a volume missing
+    from ``volumes``). ``volumes`` maps a NewVolume's name to its CreateVolume parameters.
+    ``launch_template`` is ``None`` when the spec references its own launch template.
+    Schedules take no tags (EventBridge Scheduler tags only schedule groups): the schedule
+    carries the array id in its name and in the event it puts instead.
+    """
+
+    array_id: str
+    volumes: Mapping[str, Params] = field(default_factory=dict)
+    launch_template: Params | None = None
+    group: Params | None = None
+    launch_hook: Params | None = None
+    terminate_hook: Params | None = None
+    alarm_high: Params | None = None
+    alarm_low: Params | None = None
+    schedule: Params | None = None
+
+
+DesiredResources = Resources
+ObservedResources = Resources
+
+
+def array_tags(array_id: str, **extra: str) -> list[dict[str, str]]:
+    """``[{Key, Value}]`` with ``vsa:array=<id>`` and ``extra``, sorted by key."""
+    tags = {ARRAY_TAG: array_id, **extra}
+    return [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+
+
+def owned_volume_params(spec: ArraySpec, volume: NewVolume) -> dict[str, Any]:
+    """CreateVolume parameters of an owned volume (io2, Multi-Attach, tagged as owned)."""
+    tags = array_tags(
+        spec.array_id, **{OWNED_TAG: "true", "Name": owned_volume_name(spec.array_id, volume.name)}
+    )
+    return {
+        "AvailabilityZone": spec.availability_zone,
+        "Size": volume.size_gib,
+        "Iops": volume.iops,
+        "VolumeType": "io2",
+        "MultiAttachEnabled": True,
+        "TagSpecifications": [{"ResourceType": "volume", "Tags": tags}],
+    }
+
+
+def launch_template_params(spec: ArraySpec) -> dict[str, Any] | None:
+    """CreateLaunchTemplate parameters, or ``None`` when the spec references a launch template."""
+    settings = spec.controllers
+    if settings.launch_template is not None:
+        return None
+    tags = array_tags(spec.array_id)
+    data: dict[str, Any] = {
+        "InstanceType": settings.instance_type,
+        "ImageId": settings.image_id,
+        "MetadataOptions": {"HttpTokens": "required"},
+        "TagSpecifications": [
+            {"ResourceType": "instance", "Tags": tags},
+            {"ResourceType": "volume", "Tags": tags},
+        ],
+    }
+    if settings.subnet_id is not None:
+        interface: dict[str, Any] = {"DeviceIndex": 0, "SubnetId": settings.subnet_id}
+        if settings.security_group_ids:
+            interface["Groups"] = sorted(settings.security_group_ids)
+        data["NetworkInterfaces"] = [interface]
+    elif settings.security_group_ids:
+        data["SecurityGroupIds"] = sorted(settings.security_group_ids)
+    if settings.instance_profile is not None:
+        data["IamInstanceProfile"] = {"Name": settings.instance_profile}
+    return {
+        "LaunchTemplateName": launch_template_name(spec.array_id),
+        "LaunchTemplateData": data,
+        "TagSpecifications": [{"ResourceType": "launch-template", "Tags": tags}],
+    }
+
+
+def _group_launch_template(spec: ArraySpec, launch_template_id: str | None) -> dict[str, str]:
+    ref = spec.controllers.launch_template
+    if ref is None:  # the control plane's own template: each apply makes its new version the default
+        return {"LaunchTemplateName": launch_template_name(spec.array_id), "Version": "$Default"}
+    if launch_template_id is not None:
+        return {"LaunchTemplateId": launch_template_id, "Version": ref.version}
+    if ref.launch_template_id is not None:
+        return {"LaunchTemplateId": ref.launch_template_id, "Version": ref.version}
+    assert ref.launch_template_name is not None  # the model requires exactly one
+    return {"LaunchTemplateName": ref.launch_template_name, "Version": ref.version}
+
+
+def group_params(spec: ArraySpec, desired_controllers: int, launch_template_id: str | None) -> dict[str, Any]:
+    """CreateAutoScalingGroup parameters.
+
+    New instances are protected from scale-in: the scale workflow (not the group) chooses which
+    controller leaves. DefaultCooldown is the scale-out cooldown; the group has no scaling
+    policies, the ScaleArray workflow applies both cooldowns itself.
+    """
+    name = group_name(spec.array_id)
+    params: dict[str, Any] = {
+        "AutoScalingGroupName": name,
+        "LaunchTemplate": _group_launch_template(spec, launch_template_id),
+        "MinSize": spec.min_controllers,
+        "MaxSize": min(spec.max_controllers, MULTI_ATTACH_LIMIT),
+        "DesiredCapacity": clamp_controllers(spec, desired_controllers),
+        "NewInstancesProtectedFromScaleIn": True,
+        "DefaultCooldown": spec.scale_out_cooldown_seconds,
+        "Tags": [
+            {
+                "ResourceId": name,
+                "ResourceType": "auto-scaling-group",
+                "Key": ARRAY_TAG,
+                "Value": spec.array_id,
+                "PropagateAtLaunch": True,
+            }
+        ],
+    }
+    if spec.controllers.subnet_id is not None:
+        params["VPCZoneIdentifier"] = spec.controllers.subnet_id
+    else:
+        params["AvailabilityZones"] = [spec.availability_zone]
+    return params
+
+
+def hook_params(spec: ArraySpec, kind: Literal["launch", "terminate"]) -> dict[str, Any]:
+    """PutLifecycleHook parameters. A launch that is not completed is abandoned (no half
+    bootstrapped controller serves); a drain that dies continues (no dying instance is kept)."""
+    if kind == "launch":
+        name, transition = launch_hook_name(spec.array_id), "autoscaling:EC2_INSTANCE_LAUNCHING"
+        timeout, result = bootstrap_heartbeat_seconds(spec), "ABANDON"
+    else:
+        name, transition = terminate_hook_name(spec.array_id), "autoscaling:EC2_INSTANCE_TERMINATING"
+        timeout, result = drain_heartbeat_seconds(spec), "CONTINUE"
+    return {
+        "LifecycleHookName": name,
+        "AutoScalingGroupName": group_name(spec.array_id),
+        "LifecycleTransition": transition,
+        "HeartbeatTimeout": timeout,
+        "DefaultResult": result,
+        "NotificationMetadata": json.dumps({"arrayId": spec.array_id}),
+    }
+
+
+def iops_metrics(volume_ids: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Metric math for the array's IOPS: ``(r0 + w0 + r1 + w1 …) / PERIOD(r0)``."""
+    queries: list[dict[str, Any]] = []
+    for index, volume_id in enumerate(volume_ids):
+        for prefix, metric in (("r", "VolumeReadOps"), ("w", "VolumeWriteOps")):
+            queries.append(
+                {
+                    "Id": f"{prefix}{index}",
+                    "MetricStat": {
+                        "Metric": {
+                            "Namespace": "AWS/EBS",
+                            "MetricName": metric,
+                            "Dimensions": [{"Name": "VolumeId", "Value": volume_id}],
+                        },
+                        "Period": METRIC_PERIOD_SECONDS,
+                        "Stat": "Sum",
+                    },
+                    "ReturnData": False,
+                }
+            )
+    terms = " + ".join(q["Id"] for q in queries)
+    queries.append(
+        {"Id": "iops", "Expression": f"({terms}) / PERIOD(r0)", "Label": "ArrayIops", "ReturnData": True}
+    )
+    return queries
+
+
+def alarm_params(
+    spec: ArraySpec, desired_controllers: int, volume_ids: tuple[str, ...], kind: Literal["high", "low"]
+) -> dict[str, Any]:
+    """PutMetricAlarm parameters.
+
+    Missing data: EBS publishes no datapoint for a volume without IO, so missing data means no
+    demand. The high alarm treats it as not breaching (no demand never scales out); the low
+    alarm treats it as breaching (an idle array shrinks towards minControllers, one controller
+    at a time, and the ScaleArray workflow still never goes below what measured demand needs).
+    """
+    high, low = alarm_thresholds(spec, desired_controllers)
+    n = clamp_controllers(spec, desired_controllers)
+    if kind == "high":
+        threshold, operator, periods, missing = (
+            high,
+            "GreaterThanThreshold",
+            HIGH_EVALUATION_PERIODS,
+            "notBreaching",
+        )
+        description = (
+            f"Array {spec.array_id}: IOPS above {high:,.0f}, what {n} controller(s) serve at "
+            f"{spec.target_utilisation:.0%} utilisation: scale out"
+        )
+    else:
+        threshold, operator, missing = low, "LessThanThreshold", "breaching"
+        periods = LOW_EVALUATION_PERIODS
+        description = (
+            f"Array {spec.array_id}: IOPS below {low:,.0f}, what {n - 1} controller(s) serve with "
+            "headroom: scale in"
+            if low > 0
+            else f"Array {spec.array_id}: at minControllers={spec.min_controllers}, scale-in disabled (0)"
+        )
+    return {
+        "AlarmName": iops_alarm_name(spec.array_id, kind),
+        "AlarmDescription": description,
+        "ActionsEnabled": True,
+        "Metrics": iops_metrics(volume_ids),
+        "Threshold": threshold,
+        "ComparisonOperator": operator,
+        "EvaluationPeriods": periods,
+        "DatapointsToAlarm": periods,
+        "TreatMissingData": missing,
+        "Tags": array_tags(spec.array_id),
+    }
+
+
+def schedule_params(spec: ArraySpec, *, scheduler_role_arn: str) -> dict[str, Any] | None:
+    """CreateSchedule parameters of the backup policy (``None`` without one): put a ``Backup
+    Requested`` event on the default bus, which the backup workflow subscribes to."""
+    policy = spec.backup
+    if policy is None:
+        return None
+    detail = {
+        "arrayId": spec.array_id,
+        "mode": policy.mode,
+        "retention": policy.retention,
+        "freezeTimeoutSeconds": policy.freeze_timeout_seconds,
+        "trigger": "schedule",
+    }
+    entry = {
+        "Source": BACKUP_EVENT_SOURCE,
+        "DetailType": BACKUP_EVENT_DETAIL_TYPE,
+        "Detail": json.dumps(detail, sort_keys=True),
+        "EventBusName": "default",
+    }
+    return {
+        "Name": backup_schedule_name(spec.array_id),
+        "ScheduleExpression": policy.schedule,
+        "FlexibleTimeWindow": {"Mode": "OFF"},
+        "State": "ENABLED",
+        "Target": {
+            "Arn": PUT_EVENTS_TARGET,
+            "RoleArn": scheduler_role_arn,
+            "Input": json.dumps({"Entries": [entry]}, sort_keys=True),
+        },
+    }
+
+
+def desired_resources(
+    spec: ArraySpec,
+    desired_controllers: int,
+    *,
+    account_id: str,
+    region: str,
+    launch_template_id_of_spec: str | None,
+    volume_ids: tuple[str, ...],
+    scheduler_role_arn: str,
+) -> DesiredResources:
+    """Everything ``spec`` produces at ``desired_controllers`` (held to [min, max]).
+
+    ``volume_ids``: the array's volumes that exist (the existing ones and the owned ones created
+    so far) — the alarms watch these. ``launch_template_id_of_spec``: the resolved id of the
+    launch template the spec references (the group then refers to it by id), if known.
+    ``account_id``/``region`` are checked, not used in names: they keep the call explicit about
+    which account's resources it describes, and the scheduler role must live in that account.
+    """
+    if not volume_ids:
+        raise ValueError(f"array {spec.array_id}: the alarms need at least one existing volume id")
+    if f":{account_id}:" not in scheduler_role_arn and spec.backup is not None:
+        raise ValueError(f"scheduler role {scheduler_role_arn} is not in account {account_id} ({region})")
+    return Resources(
+        array_id=spec.array_id,
+        volumes={v.name: owned_volume_params(spec, v) for v in spec.new_volumes},
+        launch_template=launch_template_params(spec),
+        group=group_params(spec, desired_controllers, launch_template_id_of_spec),
+        launch_hook=hook_params(spec, "launch"),
+        terminate_hook=hook_params(spec, "terminate"),
+        alarm_high=alarm_params(spec, desired_controllers, volume_ids, "high"),
+        alarm_low=alarm_params(spec, desired_controllers, volume_ids, "low"),
+        schedule=schedule_params(spec, scheduler_role_arn=scheduler_role_arn),
+    )
+
+
+# --- diff ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """One resource's change: ``fields`` are (dotted field, before, after), only those that differ."""
+
+    resource: str
+    action: Action
+    fields: tuple[tuple[str, Any, Any], ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "resource": self.resource,
+            "action": self.action,
+            "fields": [{"field": f, "before": b, "after": a} for f, b, a in self.fields],
+        }
+
+
+def flatten(params: Params, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as dotted paths (``LaunchTemplateData.InstanceType``); lists stay whole."""
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{path}."))
+        else:
+            flat[path] = value
+    return flat
+
+
+def diff_resource(resource: str, desired: Params | None, observed: Params | None) -> Change | None:
+    """The change that takes ``observed`` to ``desired`` (``None`` when both are absent)."""
+    if desired is None and observed is None:
+        return None
+    after = flatten(desired) if desired is not None else {}
+    before = flatten(observed) if observed is not None else {}
+    fields = tuple(
+        (key, before.get(key), after.get(key))
+        for key in sorted(after.keys() | before.keys())
+        if before.get(key) != after.get(key)
+    )
+    if observed is None:
+        return Change(resource, "create", fields)
+    if desired is None:
+        return Change(resource, "delete", fields)
+    return Change(resource, "update" if fields else "unchanged", fields)
+
+
+_SINGLE = (
+    ("launch-template", "launch_template"),
+    ("group", "group"),
+    ("lifecycle-hook", "launch_hook"),
+    ("lifecycle-hook", "terminate_hook"),
+    ("alarm", "alarm_high"),
+    ("alarm", "alarm_low"),
+    ("schedule", "schedule"),
+)
+
+
+def resource_name(kind: str, params: Params) -> str:
+    """The name a resource's parameters give it."""
+    key = {
+        "launch-template": "LaunchTemplateName",
+        "group": "AutoScalingGroupName",
+        "lifecycle-hook": "LifecycleHookName",
+        "alarm": "AlarmName",
+        "schedule": "Name",
+    }[kind]
+    return str(params[key])
+
+
+def diff(desired: DesiredResources, observed: ObservedResources) -> list[Change]:
+    """Every change from ``observed`` to ``desired``, unchanged resources included (as
+    ``unchanged``, no fields). Volumes are only ever created or updated here: a volume dropped
+    from the spec is not deleted by an apply (only ``DELETE`` with ``deleteVolumes`` does that)."""
+    changes: list[Change] = []
+    for name, params in desired.volumes.items():
+        change = diff_resource(f"volume/{name}", params, observed.volumes.get(name))
+        assert change is not None
+        changes.append(change)
+    for kind, attribute in _SINGLE:
+        want, have = getattr(desired, attribute), getattr(observed, attribute)
+        if want is None and have is None:
+            continue
+        label = resource_name(kind, want if want is not None else have)
+        change = diff_resource(f"{kind}/{label}", want, have)
+        assert change is not None
+        changes.append(change)
+    return changes
+
+
+def pending(changes: list[Change]) -> list[Change]:
+    """The changes that touch AWS (everything but ``unchanged``)."""
+    return [c for c in changes if c.action != "unchanged"]

@@ -1,0 +1,404 @@
+"""ArrayService against moto: validate, apply (create, no-op, update), status, teardown.
+
+moto gaps, worked around here and nowhere else:
+- SSM ``DescribeInstanceInformation`` is not implemented by moto: the SSM client is a real client
+  under botocore's Stubber, answering with the shape AWS documents.
+- moto's lifecycle hooks drop ``NotificationMetadata`` (and store hard-coded role/target ARNs):
+  ``_hooks_keep_metadata`` records what PutLifecycleHook sent and puts it back into
+  DescribeLifecycleHooks answers, as AWS does; without it every re-apply would see a change.
+"""
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from tests.unit.conftest import ACCOUNT, REGION
+from vsa_core.arrays import ArrayService
+from vsa_core.errors import ConflictError, InvalidSpecError
+from vsa_core.model import ArraySpec, RegisteredArray
+
+AZ = "us-east-1a"
+ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/vsa-scheduler"
+HOST = "i-0a1b2c3d4e5f60001"
+
+
+def _hooks_keep_metadata(autoscaling: Any) -> None:
+    sent: dict[tuple[str, str], str] = {}
+
+    def record(params: dict[str, Any], **_: Any) -> None:
+        if "NotificationMetadata" in params:
+            sent[(params["AutoScalingGroupName"], params["LifecycleHookName"])] = params[
+                "NotificationMetadata"
+            ]
+
+    def restore(parsed: dict[str, Any], **_: Any) -> None:
+        for hook in parsed.get("LifecycleHooks", []):
+            key = (hook["AutoScalingGroupName"], hook["LifecycleHookName"])
+            if key in sent:
+                hook["NotificationMetadata"] = sent[key]
+
+    autoscaling.meta.events.register("provide-client-params.autoscaling.PutLifecycleHook", record)
+    autoscaling.meta.events.register("after-call.autoscaling.DescribeLifecycleHooks", restore)
+
+
+class World:
+    """moto clients, a Stubber-driven SSM client and the service under test."""
+
+    def __init__(self) -> None:
+        self.ec2 = boto3.client("ec2", region_name=REGION)
+        self.autoscaling = boto3.client("autoscaling", region_name=REGION)
+        _hooks_keep_metadata(self.autoscaling)
+        self.cloudwatch = boto3.client("cloudwatch", region_name=REGION)
+        self.scheduler = boto3.client("scheduler", region_name=REGION)
+        self.ssm = boto3.client("ssm", region_name=REGION)
+        self.ssm_stub = Stubber(self.ssm)
+        self.ssm_stub.activate()
+        self.service = ArrayService(
+            scheduler_role_arn=ROLE_ARN,
+            ec2=self.ec2,
+            autoscaling=self.autoscaling,
+            cloudwatch=self.cloudwatch,
+            scheduler=self.scheduler,
+            ssm=self.ssm,
+            wait_delay_seconds=0,
+            wait_max_attempts=3,
+        )
+        self.image_id = self.ec2.describe_images()["Images"][0]["ImageId"]
+
+    def volume(self, *, az: str = AZ, volume_type: str = "io2", multi_attach: bool = True) -> str:
+        params: dict[str, Any] = {"AvailabilityZone": az, "Size": 100, "VolumeType": volume_type}
+        if volume_type == "io2":
+            params |= {"Iops": 1000, "MultiAttachEnabled": multi_attach}
+        return str(self.ec2.create_volume(**params)["VolumeId"])
+
+    def hosts_answer(self, *nodes: tuple[str, str]) -> None:
+        self.ssm_stub.add_response(
+            "describe_instance_information",
+            {"InstanceInformationList": [{"InstanceId": i, "PingStatus": s} for i, s in nodes]},
+        )
+
+    def spec(self, volumes: list[dict[str, Any]], **overrides: Any) -> ArraySpec:
+        document: dict[str, Any] = {
+            "arrayId": "demo",
+            "availabilityZone": AZ,
+            "volumes": volumes,
+            "controllers": {"instanceType": "r5b.2xlarge", "imageId": self.image_id},
+            "minControllers": 2,
+            "maxControllers": 8,
+            **overrides,
+        }
+        return ArraySpec.model_validate(document)
+
+    def nothing_created(self) -> bool:
+        return (
+            not self.autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"]
+            and not self.cloudwatch.describe_alarms()["MetricAlarms"]
+            and not self.scheduler.list_schedules()["Schedules"]
+            and not self.ec2.describe_launch_templates()["LaunchTemplates"]
+        )
+
+
+@pytest.fixture
+def world(aws: None) -> Iterator[World]:
+    w = World()
+    yield w
+    w.ssm_stub.assert_no_pending_responses()
+
+
+# --- validate ------------------------------------------------------------------------------------
+
+
+def test_validate_accepts_a_good_spec(world: World) -> None:
+    # Given an io2 Multi-Attach volume in the array's AZ and a managed, online host
+    spec = world.spec([{"volumeId": world.volume()}], hosts=[{"instanceId": HOST}])
+    world.hosts_answer((HOST, "Online"))
+    # When / Then
+    world.service.validate(spec, None)
+
+
+@pytest.mark.parametrize(
+    ("volume_kwargs", "message"),
+    [
+        ({"az": "us-east-1b"}, "is in us-east-1b, the array is in us-east-1a: use a volume in us-east-1a"),
+        ({"volume_type": "gp3"}, "is not io2 with Multi-Attach (it is gp3, Multi-Attach off)"),
+        ({"multi_attach": False}, "is not io2 with Multi-Attach (it is io2, Multi-Attach off)"),
+    ],
+    ids=["other-az", "gp3", "io2-without-multi-attach"],
+)
+def test_validate_rejects_a_volume_unfit_for_the_array(
+    world: World, volume_kwargs: dict[str, Any], message: str
+) -> None:
+    volume_id = world.volume(**volume_kwargs)
+    spec = world.spec([{"volumeId": volume_id}])
+    with pytest.raises(InvalidSpecError) as raised:
+        world.service.validate(spec, None)
+    assert f"volume {volume_id} {message}" in str(raised.value)
+    assert world.nothing_created()
+
+
+def test_validate_rejects_a_missing_volume(world: World) -> None:
+    spec = world.spec([{"volumeId": "vol-0123456789abcdef0"}])
+    with pytest.raises(InvalidSpecError, match="volume vol-0123456789abcdef0 does not exist"):
+        world.service.validate(spec, None)
+
+
+def test_validate_rejects_an_unknown_launch_template(world: World) -> None:
+    spec = world.spec(
+        [{"volumeId": world.volume()}],
+        controllers={"launchTemplate": {"launchTemplateName": "no-such-template"}},
+    )
+    with pytest.raises(InvalidSpecError, match=r"controllers\.launchTemplate no-such-template"):
+        world.service.validate(spec, None)
+    assert world.nothing_created()
+
+
+def test_validate_rejects_hosts_that_are_not_managed_or_online(world: World) -> None:
+    other = "i-0a1b2c3d4e5f60002"
+    spec = world.spec([{"volumeId": world.volume()}], hosts=[{"instanceId": HOST}, {"instanceId": other}])
+    world.hosts_answer((other, "ConnectionLost"))
+    with pytest.raises(InvalidSpecError) as raised:
+        world.service.validate(spec, None)
+    message = str(raised.value)
+    assert "2 problem(s)" in message
+    assert (
+        f"host {HOST} is not an SSM managed node: install/start the SSM agent and give it an instance "
+        "profile with AmazonSSMManagedInstanceCore" in message
+    )
+    assert f"host {other} is an SSM managed node but ConnectionLost" in message
+
+
+def test_validate_collects_every_problem_in_one_message(world: World) -> None:
+    spec = world.spec(
+        [{"volumeId": world.volume(az="us-east-1b")}, {"volumeId": world.volume(volume_type="gp3")}],
+        controllers={"instanceType": "r5b.2xlarge", "imageId": "ami-0123456789abcdef0"},
+    )
+    with pytest.raises(InvalidSpecError) as raised:
+        world.service.validate(spec, None)
+    message = str(raised.value)
+    assert "3 problem(s)" in message
+    assert "controllers.imageId ami-0123456789abcdef0 does not exist" in message
+
+
+def test_validate_refuses_max_below_serving_controllers(world: World) -> None:
+    # Given an applied array with 3 controllers in service
+    spec = world.spec([{"volumeId": world.volume()}])
+    world.service.apply(spec, 3)
+    registered = RegisteredArray(spec=spec, desired_controllers=3, version=1)
+    # When maxControllers drops to 2
+    lowered = spec.model_copy(update={"max_controllers": 2})
+    # Then 409, naming the serving controllers, and nothing changes
+    with pytest.raises(ConflictError, match="maxControllers=2 is below the 3 serving controllers"):
+        world.service.validate(lowered, registered)
+    group = world.autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"][0]
+    assert group["MaxSize"] == 8
+
+
+def test_validate_refuses_to_move_an_array_to_another_az(world: World) -> None:
+    spec = world.spec([{"volumeId": world.volume()}])
+    registered = RegisteredArray(spec=spec, desired_controllers=2, version=1)
+    moved = world.spec([{"volumeId": world.volume(az="us-east-1b")}], availabilityZone="us-east-1b")
+    with pytest.raises(ConflictError, match="availabilityZone cannot change from us-east-1a to us-east-1b"):
+        world.service.validate(moved, registered)
+
+
+# --- apply ---------------------------------------------------------------------------------------
+
+
+def _full_spec(world: World) -> ArraySpec:
+    return world.spec(
+        [{"volumeId": world.volume()}, {"name": "data", "sizeGiB": 100, "iops": 3000}],
+        backup={"schedule": "rate(1 day)", "retention": 3},
+    )
+
+
+def test_apply_creates_everything_the_spec_implies(world: World) -> None:
+    spec = _full_spec(world)
+
+    changes = world.service.apply(spec, 2)
+
+    assert {c.action for c in changes} == {"create"}
+    assert sorted(c.resource for c in changes) == [
+        "alarm/vsa-demo-iops-high",
+        "alarm/vsa-demo-iops-low",
+        "group/vsa-demo-controllers",
+        "launch-template/vsa-demo-controller",
+        "lifecycle-hook/vsa-demo-bootstrap",
+        "lifecycle-hook/vsa-demo-drain",
+        "schedule/vsa-demo-backup",
+        "volume/data",
+    ]
+    owned = world.ec2.describe_volumes(Filters=[{"Name": "tag:vsa:owned", "Values": ["true"]}])["Volumes"]
+    assert len(owned) == 1
+    assert owned[0]["VolumeType"] == "io2"
+    assert owned[0]["MultiAttachEnabled"] is True
+    assert {"Key": "Name", "Value": "vsa-demo-data"} in owned[0]["Tags"]
+    group = world.autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"][0]
+    assert (group["MinSize"], group["MaxSize"], group["DesiredCapacity"]) == (2, 8, 2)
+    assert group["NewInstancesProtectedFromScaleIn"] is True
+    assert group["LaunchTemplate"]["LaunchTemplateName"] == "vsa-demo-controller"
+    hooks = world.autoscaling.describe_lifecycle_hooks(AutoScalingGroupName="vsa-demo-controllers")
+    by_name = {h["LifecycleHookName"]: h for h in hooks["LifecycleHooks"]}
+    assert by_name["vsa-demo-bootstrap"]["DefaultResult"] == "ABANDON"
+    assert by_name["vsa-demo-drain"]["DefaultResult"] == "CONTINUE"
+    assert by_name["vsa-demo-bootstrap"]["HeartbeatTimeout"] == 300 + 30 * 2
+    alarms = {a["AlarmName"]: a for a in world.cloudwatch.describe_alarms()["MetricAlarms"]}
+    assert alarms["vsa-demo-iops-high"]["Threshold"] == 2 * 260_000 * 0.7
+    assert len(alarms["vsa-demo-iops-high"]["Metrics"]) == 2 * 2 + 1
+    schedule = world.scheduler.get_schedule(Name="vsa-demo-backup")
+    assert schedule["ScheduleExpression"] == "rate(1 day)"
+    assert schedule["Target"]["RoleArn"] == ROLE_ARN
+
+
+def test_reapply_changes_nothing_and_creates_no_second_volume(world: World) -> None:
+    spec = _full_spec(world)
+    world.service.apply(spec, 2)
+
+    changes = world.service.apply(spec, 2)
+
+    assert [(c.resource, c.fields) for c in changes if c.action != "unchanged"] == []
+    assert len(changes) == 8
+    owned = world.ec2.describe_volumes(Filters=[{"Name": "tag:vsa:owned", "Values": ["true"]}])["Volumes"]
+    assert len(owned) == 1
+
+
+def test_an_update_changes_exactly_what_changed(world: World) -> None:
+    # Given an applied array
+    spec = _full_spec(world)
+    world.service.apply(spec, 2)
+    # When maxControllers goes 8 -> 10 and a volume is added
+    new_volume = world.volume()
+    updated = world.spec(
+        [*[v.model_dump(by_alias=True) for v in spec.volumes], {"volumeId": new_volume}],
+        maxControllers=10,
+        backup={"schedule": "rate(1 day)", "retention": 3},
+    )
+    changes = {c.resource: c for c in world.service.apply(updated, 2) if c.action != "unchanged"}
+    # Then the group's MaxSize, the alarms' metrics and the bootstrap heartbeat change, nothing else
+    assert set(changes) == {
+        "group/vsa-demo-controllers",
+        "alarm/vsa-demo-iops-high",
+        "alarm/vsa-demo-iops-low",
+        "lifecycle-hook/vsa-demo-bootstrap",
+    }
+    assert changes["group/vsa-demo-controllers"].fields == (("MaxSize", 8, 10),)
+    assert [f for f, _, _ in changes["alarm/vsa-demo-iops-high"].fields] == ["Metrics"]
+    assert changes["lifecycle-hook/vsa-demo-bootstrap"].fields == (("HeartbeatTimeout", 360, 390),)
+    group = world.autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"][0]
+    assert group["MaxSize"] == 10
+    alarm = world.cloudwatch.describe_alarms(AlarmNames=["vsa-demo-iops-high"])["MetricAlarms"][0]
+    assert new_volume in str(alarm["Metrics"])
+    # And applying again is a no-op
+    assert all(c.action == "unchanged" for c in world.service.apply(updated, 2))
+
+
+def test_dropping_the_backup_policy_deletes_the_schedule(world: World) -> None:
+    spec = _full_spec(world)
+    world.service.apply(spec, 2)
+    changes = world.service.apply(spec.model_copy(update={"backup": None}), 2)
+    assert [c.resource for c in changes if c.action == "delete"] == ["schedule/vsa-demo-backup"]
+    assert world.scheduler.list_schedules()["Schedules"] == []
+
+
+def test_a_new_instance_type_makes_a_new_default_template_version(world: World) -> None:
+    spec = _full_spec(world)
+    world.service.apply(spec, 2)
+    controllers = {"instanceType": "r5b.4xlarge", "imageId": world.image_id}
+    changes = world.service.apply(
+        world.spec(list(_dump(spec)), controllers=controllers, backup=_backup(spec)), 2
+    )
+    changed = [c for c in changes if c.action != "unchanged"]
+    assert [(c.resource, c.fields) for c in changed] == [
+        (
+            "launch-template/vsa-demo-controller",
+            (("LaunchTemplateData.InstanceType", "r5b.2xlarge", "r5b.4xlarge"),),
+        )
+    ]
+    template = world.ec2.describe_launch_templates(LaunchTemplateNames=["vsa-demo-controller"])
+    assert template["LaunchTemplates"][0]["DefaultVersionNumber"] == 2
+
+
+def _dump(spec: ArraySpec) -> list[dict[str, Any]]:
+    return [v.model_dump(by_alias=True) for v in spec.volumes]
+
+
+def _backup(spec: ArraySpec) -> dict[str, Any] | None:
+    return spec.backup.model_dump(by_alias=True) if spec.backup else None
+
+
+# --- status, busy, teardown ------------------------------------------------------------------------
+
+
+def test_status_reports_group_controllers_volumes_alarms_schedule_hosts(world: World) -> None:
+    spec = _full_spec(world).model_copy(update={"hosts": ()})
+    spec = ArraySpec.model_validate({**spec.model_dump(by_alias=True), "hosts": [{"instanceId": HOST}]})
+    world.service.apply(spec, 2)
+    world.hosts_answer((HOST, "Online"))
+
+    status = world.service.status(spec)
+
+    assert status["group"] == {"name": "vsa-demo-controllers", "desired": 2, "min": 2, "max": 8}
+    assert len(status["controllers"]) == 2
+    assert all(c["privateIp"] and c["protectedFromScaleIn"] for c in status["controllers"])
+    assert sorted(v["owned"] for v in status["volumes"]) == [False, True]
+    assert {a["name"] for a in status["alarms"]} == {"vsa-demo-iops-high", "vsa-demo-iops-low"}
+    assert status["backupSchedule"] == {
+        "name": "vsa-demo-backup",
+        "expression": "rate(1 day)",
+        "state": "ENABLED",
+    }
+    assert status["hosts"] == [{"instanceId": HOST, "mountpoints": [], "pingStatus": "Online", "paths": []}]
+
+
+def test_busy_reason_is_none_for_a_settled_array(world: World) -> None:
+    spec = _full_spec(world)
+    world.service.apply(spec, 2)
+    assert world.service.busy_reason(spec) is None
+
+
+def test_teardown_removes_what_apply_created_and_keeps_a_volume_it_does_not_own(world: World) -> None:
+    spec = _full_spec(world)
+    existing = spec.existing_volume_ids[0]
+    world.service.apply(spec, 2)
+
+    changes = world.service.teardown(spec, delete_volumes=True)
+
+    assert {c.action for c in changes} == {"delete"}
+    assert "volume/data" in {c.resource for c in changes}
+    assert world.nothing_created()
+    remaining = [v["VolumeId"] for v in world.ec2.describe_volumes()["Volumes"]]
+    assert existing in remaining
+    assert not world.ec2.describe_volumes(Filters=[{"Name": "tag:vsa:owned", "Values": ["true"]}])["Volumes"]
+
+
+def test_teardown_keeps_owned_volumes_unless_asked(world: World) -> None:
+    spec = _full_spec(world)
+    world.service.apply(spec, 2)
+    world.service.teardown(spec, delete_volumes=False)
+    owned = world.ec2.describe_volumes(Filters=[{"Name": "tag:vsa:owned", "Values": ["true"]}])["Volumes"]
+    assert len(owned) == 1
+
+
+def test_teardown_never_deletes_a_launch_template_it_did_not_create(world: World) -> None:
+    template_id = world.ec2.create_launch_template(
+        LaunchTemplateName="vsa-demo-controller", LaunchTemplateData={"ImageId": world.image_id}
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    spec = world.spec(
+        [{"volumeId": world.volume()}], controllers={"launchTemplate": {"launchTemplateId": template_id}}
+    )
+    world.service.apply(spec, 2)
+    world.service.teardown(spec, delete_volumes=True)
+    assert world.ec2.describe_launch_templates()["LaunchTemplates"][0]["LaunchTemplateId"] == template_id
+
+
+def test_validate_refuses_to_take_over_a_launch_template_of_the_same_name(world: World) -> None:
+    world.ec2.create_launch_template(
+        LaunchTemplateName="vsa-demo-controller", LaunchTemplateData={"ImageId": world.image_id}
+    )
+    spec = world.spec([{"volumeId": world.volume()}])
+    with pytest.raises(
+        InvalidSpecError, match="launch template vsa-demo-controller exists and was not created"
+    ):
+        world.service.validate(spec, None)
