@@ -387,7 +387,14 @@ class ArrayService:
         params = desired.group
         assert params is not None
         if change.action == "create":
-            self._autoscaling.create_auto_scaling_group(**params)
+            # The hooks come with the group: hooks put afterwards would miss the first controllers,
+            # which would then serve without ever being bootstrapped.
+            hooks = [
+                {k: v for k, v in hook.items() if k != "AutoScalingGroupName"}
+                for hook in (desired.launch_hook, desired.terminate_hook)
+                if hook is not None
+            ]
+            self._autoscaling.create_auto_scaling_group(**params, LifecycleHookSpecificationList=hooks)
             return
         top = {f.split(".", 1)[0] for f, _, _ in change.fields}
         update = {k: params[k] for k in sorted(top - {"Tags"})}

@@ -11,6 +11,7 @@ class Settings(BaseModel):
 
     table_name: str = Field(min_length=1)
     scale_state_machine_arn: str = ""
+    backup_scheduler_role_arn: str = ""
 
 
 @lru_cache(maxsize=1)
@@ -18,4 +19,5 @@ def get_settings() -> Settings:
     return Settings(
         table_name=os.environ.get("VSA_TABLE_NAME", ""),
         scale_state_machine_arn=os.environ.get("VSA_SCALE_STATE_MACHINE_ARN", ""),
+        backup_scheduler_role_arn=os.environ.get("VSA_BACKUP_SCHEDULER_ROLE_ARN", ""),
     )

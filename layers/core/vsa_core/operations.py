@@ -1,0 +1,116 @@
+"""What the arrays API does, in the order that keeps an array consistent.
+
+Apply: read the registry → validate the spec against AWS (reads only; an invalid spec touches
+nothing) → store it, conditional on the version read (of two concurrent applies one wins, the
+other gets 409 and touched nothing) → converge AWS to it (idempotent: re-applying the same spec
+repairs drift and reports no change).
+
+Delete: refuse while a controller bootstraps or drains → tear down what the control plane
+created (volumes it created only on request; never one it did not create) → forget the array.
+"""
+
+import dataclasses
+from typing import Any
+
+from vsa_core.arrays import ArrayService
+from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError
+from vsa_core.model import ArraySpec, RegisteredArray
+from vsa_core.registry import ArrayRegistry
+
+
+def _json(value: Any) -> Any:
+    """Dataclasses (changes, status) as plain JSON values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _json(dataclasses.asdict(value))
+    if hasattr(value, "model_dump"):
+        return value.model_dump(by_alias=True, mode="json")
+    if isinstance(value, dict):
+        return {k: _json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json(v) for v in value]
+    return value
+
+
+def _expected_version(if_match: str | None, current: RegisteredArray | None) -> None:
+    if if_match is None:
+        return
+    wanted = if_match.strip().strip('"')
+    actual = str(current.version) if current else "none"
+    if wanted != actual:
+        raise ConflictError(
+            f"If-Match {wanted} does not match the array's version {actual}: read the array again"
+        )
+
+
+def apply_array(
+    array_id: str,
+    spec: ArraySpec,
+    *,
+    registry: ArrayRegistry,
+    service: ArrayService,
+    if_match: str | None = None,
+) -> tuple[bool, dict[str, Any]]:
+    """Create or update; ``(created, reply)`` with the stored spec, its version and the changes."""
+    if spec.array_id != array_id:
+        raise InvalidSpecError(
+            f"the body's arrayId {spec.array_id!r} differs from the path's {array_id!r}: make them equal"
+        )
+    try:
+        current: RegisteredArray | None = registry.get(array_id)
+    except ArrayNotFoundError:
+        current = None
+    _expected_version(if_match, current)
+    service.validate(spec, current)
+    if current is not None and current.spec == spec:
+        stored = current  # nothing new to store; still converge (repairs drift)
+    else:
+        stored = registry.put(spec, expected_version=current.version if current else None)
+    changes = service.apply(spec, stored.desired_controllers)
+    return current is None, {
+        "array": spec.model_dump(by_alias=True, mode="json"),
+        "version": stored.version,
+        "desiredControllers": stored.desired_controllers,
+        "changes": _json(changes),
+    }
+
+
+def describe_array(array_id: str, *, registry: ArrayRegistry, service: ArrayService) -> dict[str, Any]:
+    array = registry.get(array_id)
+    return {
+        "spec": array.spec.model_dump(by_alias=True, mode="json"),
+        "version": array.version,
+        "desiredControllers": array.desired_controllers,
+        "status": _json(service.status(array.spec)),
+        "decisions": registry.decisions(array_id, limit=10),
+        "backups": [],  # consistent backups arrive with issue #7
+    }
+
+
+def list_arrays(*, registry: ArrayRegistry) -> dict[str, Any]:
+    return {
+        "arrays": [
+            {
+                "arrayId": a.spec.array_id,
+                "version": a.version,
+                "availabilityZone": a.spec.availability_zone,
+                "desiredControllers": a.desired_controllers,
+                "minControllers": a.spec.min_controllers,
+                "maxControllers": a.spec.max_controllers,
+                "volumes": len(a.spec.volumes),
+                "hosts": len(a.spec.hosts),
+            }
+            for a in registry.all()
+        ]
+    }
+
+
+def delete_array(
+    array_id: str, *, delete_volumes: bool, registry: ArrayRegistry, service: ArrayService
+) -> dict[str, Any]:
+    array = registry.get(array_id)
+    reason = service.busy_reason(array.spec)
+    if reason is not None:
+        raise ConflictError(f"array {array_id!r} cannot be deleted now: {reason}; try again when it ends")
+    changes = service.teardown(array.spec, delete_volumes=delete_volumes)
+    registry.delete(array_id, expected_version=array.version)
+    return {"deleted": array_id, "deleteVolumes": delete_volumes, "changes": _json(changes)}

@@ -1,0 +1,364 @@
+"""The arrays API on the local cloud: the real template, the real Lambda, SigV4-signed requests.
+
+Apply creates exactly what DESIGN.md lists (group, hooks, alarms, schedule, owned volumes),
+an update changes exactly what changed, an invalid spec leaves no trace, concurrent applies
+lose no update, delete removes what the control plane created and nothing else, and bad
+requests get 4xx, never 5xx.
+"""
+
+import contextlib
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+import urllib3
+
+from tests.integration.conftest import Api
+
+AZ, OTHER_AZ = "us-east-1a", "us-east-1b"
+AMI = "ami-1e749f67"  # one of the local cloud's (moto's) registered images
+Spec = dict[str, Any]
+
+
+def control(endpoint: str, area: str, action: str, **body: Any) -> dict[str, Any]:
+    reply = urllib3.PoolManager().request(
+        "POST", f"{endpoint}/_localcloud/{area}/{action}", body=json.dumps(body).encode()
+    )
+    assert reply.status == 200, reply.data
+    return dict(json.loads(reply.data))
+
+
+class World:
+    """What an operator already has before declaring an array: volumes and client hosts."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.ec2 = boto3.client("ec2")
+        self.endpoint = endpoint
+        self.volumes: list[str] = []
+        self.instances: list[str] = []
+
+    def volume(self, az: str = AZ, kind: str = "io2", multi_attach: bool = True) -> str:
+        kwargs: dict[str, Any] = {"AvailabilityZone": az, "Size": 100, "VolumeType": kind}
+        if kind in ("io1", "io2"):
+            kwargs["Iops"] = 3000
+            kwargs["MultiAttachEnabled"] = multi_attach
+        volume_id = str(self.ec2.create_volume(**kwargs)["VolumeId"])
+        self.volumes.append(volume_id)
+        return volume_id
+
+    def host(self, managed: bool = True) -> str:
+        instance = self.ec2.run_instances(
+            ImageId=AMI, MinCount=1, MaxCount=1, InstanceType="m5.large", Placement={"AvailabilityZone": AZ}
+        )["Instances"][0]["InstanceId"]
+        self.instances.append(instance)
+        if managed:
+            control(self.endpoint, "ssm", "register_node", InstanceId=instance)
+        return str(instance)
+
+    def close(self) -> None:
+        for instance in self.instances:
+            with contextlib.suppress(AssertionError):
+                control(self.endpoint, "ssm", "deregister_node", InstanceId=instance)
+        if self.instances:
+            self.ec2.terminate_instances(InstanceIds=self.instances)
+        for volume in self.volumes:
+            # deleted by the test already (or still attached: the local cloud is thrown away)
+            with contextlib.suppress(self.ec2.exceptions.ClientError):
+                self.ec2.delete_volume(VolumeId=volume)
+
+
+@pytest.fixture
+def world(local_env: dict[str, str]) -> Iterator[World]:
+    w = World(local_env["AWS_ENDPOINT_URL"])
+    yield w
+    w.close()
+
+
+def settle(array_id: str) -> None:
+    """Act as the bootstrap workflow (issue #6) would: let every waiting controller in."""
+    autoscaling = boto3.client("autoscaling")
+    groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[f"vsa-{array_id}-controllers"])
+    for group in groups["AutoScalingGroups"]:
+        for instance in group["Instances"]:
+            if instance["LifecycleState"] == "Pending:Wait":
+                autoscaling.complete_lifecycle_action(
+                    AutoScalingGroupName=group["AutoScalingGroupName"],
+                    LifecycleHookName=f"vsa-{array_id}-bootstrap",
+                    InstanceId=instance["InstanceId"],
+                    LifecycleActionResult="CONTINUE",
+                )
+
+
+@pytest.fixture
+def arrays(api: Api) -> Iterator[Callable[[], str]]:
+    """New array ids; each is deleted (with its owned volumes) after the test."""
+    made: list[str] = []
+
+    def new() -> str:
+        made.append(f"it-{uuid.uuid4().hex[:8]}")
+        return made[-1]
+
+    yield new
+    for array_id in made:
+        settle(array_id)
+        api.call("DELETE", f"/arrays/{array_id}?deleteVolumes=true")
+
+
+def spec_for(array_id: str, world: World, **overrides: Any) -> Spec:
+    spec: Spec = {
+        "specVersion": 1,
+        "arrayId": array_id,
+        "availabilityZone": AZ,
+        "volumes": [{"volumeId": world.volume()}, {"name": "scratch", "sizeGiB": 50, "iops": 5000}],
+        "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI},
+        "minControllers": 1,
+        "maxControllers": 4,
+        "hosts": [{"instanceId": world.host(), "mountpoints": ["/data"]}],
+        "backup": {"schedule": "cron(0 3 * * ? *)", "mode": "application", "retention": 7},
+    }
+    spec.update(overrides)
+    return spec
+
+
+def group_of(array_id: str) -> dict[str, Any] | None:
+    groups = boto3.client("autoscaling").describe_auto_scaling_groups(
+        AutoScalingGroupNames=[f"vsa-{array_id}-controllers"]
+    )["AutoScalingGroups"]
+    return groups[0] if groups else None
+
+
+def alarms_of(array_id: str) -> dict[str, dict[str, Any]]:
+    found = boto3.client("cloudwatch").describe_alarms(AlarmNamePrefix=f"vsa-{array_id}-")["MetricAlarms"]
+    return {a["AlarmName"]: a for a in found}
+
+
+def schedule_of(array_id: str) -> dict[str, Any] | None:
+    scheduler = boto3.client("scheduler")
+    try:
+        return dict(scheduler.get_schedule(Name=f"vsa-{array_id}-backup"))
+    except scheduler.exceptions.ResourceNotFoundException:
+        return None
+
+
+def owned_volumes(array_id: str) -> list[dict[str, Any]]:
+    return list(
+        boto3.client("ec2").describe_volumes(
+            Filters=[
+                {"Name": "tag:vsa:array", "Values": [array_id]},
+                {"Name": "tag:vsa:owned", "Values": ["true"]},
+            ]
+        )["Volumes"]
+    )
+
+
+def no_trace(array_id: str) -> None:
+    assert group_of(array_id) is None
+    assert alarms_of(array_id) == {}
+    assert schedule_of(array_id) is None
+    assert owned_volumes(array_id) == []
+
+
+def test_apply_creates_the_group_hooks_alarms_schedule_and_owned_volume(
+    api: Api, world: World, arrays: Callable[[], str]
+) -> None:
+    array_id = arrays()
+    spec = spec_for(array_id, world)
+    existing = spec["volumes"][0]["volumeId"]
+    status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
+    assert status == 201, reply
+    assert reply["version"] == 1
+    assert any(c["action"] == "create" for c in reply["changes"]), reply
+    group = group_of(array_id)
+    assert group is not None
+    assert (group["MinSize"], group["MaxSize"], group["DesiredCapacity"]) == (1, 4, 1)
+    assert group["NewInstancesProtectedFromScaleIn"] is True
+    assert {"Key": "vsa:array", "Value": array_id} in [
+        {"Key": t["Key"], "Value": t["Value"]} for t in group["Tags"]
+    ]
+    hooks = {
+        h["LifecycleHookName"]: h
+        for h in boto3.client("autoscaling").describe_lifecycle_hooks(
+            AutoScalingGroupName=group["AutoScalingGroupName"]
+        )["LifecycleHooks"]
+    }
+    launch, drain = hooks[f"vsa-{array_id}-bootstrap"], hooks[f"vsa-{array_id}-drain"]
+    assert (launch["LifecycleTransition"], launch["DefaultResult"]) == (
+        "autoscaling:EC2_INSTANCE_LAUNCHING",
+        "ABANDON",
+    )
+    assert drain["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
+    assert 30 <= launch["HeartbeatTimeout"] <= 7200
+    alarms = alarms_of(array_id)
+    assert set(alarms) == {f"vsa-{array_id}-iops-high", f"vsa-{array_id}-iops-low"}
+    watched = {
+        d["Value"]
+        for m in alarms[f"vsa-{array_id}-iops-high"]["Metrics"]
+        if "MetricStat" in m
+        for d in m["MetricStat"]["Metric"]["Dimensions"]
+    }
+    owned = owned_volumes(array_id)
+    assert len(owned) == 1
+    assert owned[0]["VolumeType"] == "io2"
+    assert owned[0]["MultiAttachEnabled"] is True
+    assert watched == {existing, owned[0]["VolumeId"]}
+    schedule = schedule_of(array_id)
+    assert schedule is not None
+    assert schedule["ScheduleExpression"] == "cron(0 3 * * ? *)"
+
+
+def test_reapply_changes_nothing_and_an_update_changes_exactly_what_changed(
+    api: Api, world: World, arrays: Callable[[], str]
+) -> None:
+    array_id = arrays()
+    spec = spec_for(array_id, world)
+    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    # Re-applying the same spec: 200, same version, nothing created or updated
+    status, again = api.call("PUT", f"/arrays/{array_id}", spec)
+    assert status == 200, again
+    assert again["version"] == 1
+    assert [c for c in again["changes"] if c["action"] != "unchanged"] == []
+    # Raising maxControllers changes the group's MaxSize and nothing else
+    status, updated = api.call("PUT", f"/arrays/{array_id}", {**spec, "maxControllers": 6})
+    assert status == 200, updated
+    assert updated["version"] == 2
+    changed = [c for c in updated["changes"] if c["action"] != "unchanged"]
+    assert [c["resource"] for c in changed] == [f"group/vsa-{array_id}-controllers"], changed
+    assert group_of(array_id)["MaxSize"] == 6  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("case", "expected_status", "expected_message"),
+    [
+        ("volume-in-other-az", 400, "us-east-1b"),
+        ("gp3-volume", 400, "io2"),
+        ("io2-without-multi-attach", 400, "Multi-Attach"),
+        ("host-not-managed", 400, "SSM"),
+        ("unknown-launch-template", 400, "launchTemplate nope-"),
+        ("seventeen-controllers", 422, "maxControllers"),
+    ],
+)
+def test_invalid_spec_is_rejected_with_its_reason_and_leaves_no_trace(
+    api: Api,
+    world: World,
+    arrays: Callable[[], str],
+    case: str,
+    expected_status: int,
+    expected_message: str,
+) -> None:
+    array_id = arrays()
+    spec = spec_for(array_id, world)
+    if case == "volume-in-other-az":
+        spec["volumes"] = [{"volumeId": world.volume(az=OTHER_AZ)}]
+    elif case == "gp3-volume":
+        spec["volumes"] = [{"volumeId": world.volume(kind="gp3")}]
+    elif case == "io2-without-multi-attach":
+        spec["volumes"] = [{"volumeId": world.volume(multi_attach=False)}]
+    elif case == "host-not-managed":
+        spec["hosts"] = [{"instanceId": world.host(managed=False), "mountpoints": ["/data"]}]
+    elif case == "unknown-launch-template":
+        spec["controllers"] = {"launchTemplate": {"launchTemplateName": f"nope-{array_id}"}}
+    elif case == "seventeen-controllers":
+        spec["maxControllers"] = 17
+    status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
+    assert status == expected_status, reply
+    assert expected_message in json.dumps(reply), reply
+    assert api.call("GET", f"/arrays/{array_id}")[0] == 404
+    no_trace(array_id)
+
+
+def test_max_below_the_serving_controllers_is_a_conflict(
+    api: Api, world: World, arrays: Callable[[], str]
+) -> None:
+    array_id = arrays()
+    spec = spec_for(array_id, world, minControllers=2)
+    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    settle(array_id)
+    status, reply = api.call("PUT", f"/arrays/{array_id}", {**spec, "minControllers": 1, "maxControllers": 1})
+    assert status == 409, reply
+    assert "maxControllers" in reply["message"]
+    assert group_of(array_id)["MaxSize"] == 4  # type: ignore[index]
+
+
+def test_concurrent_applies_lose_no_update(api: Api, world: World, arrays: Callable[[], str]) -> None:
+    # Given an array at version 1 and two operators who both read version 1
+    array_id = arrays()
+    spec = spec_for(array_id, world)
+    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    results: dict[int, tuple[int, Any]] = {}
+
+    def apply(max_controllers: int) -> None:
+        results[max_controllers] = api.call(
+            "PUT",
+            f"/arrays/{array_id}",
+            {**spec, "maxControllers": max_controllers},
+            headers={"If-Match": "1"},
+        )
+
+    # When both apply at once
+    threads = [threading.Thread(target=apply, args=(n,)) for n in (5, 6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Then exactly one wins and the other is told to re-read; the stored spec is the winner's
+    statuses = sorted(status for status, _ in results.values())
+    assert statuses == [200, 409], results
+    winner = next(n for n, (status, _) in results.items() if status == 200)
+    _, current = api.call("GET", f"/arrays/{array_id}")
+    assert current["version"] == 2
+    assert current["spec"]["maxControllers"] == winner
+
+
+def test_delete_refuses_while_bootstrapping_then_removes_what_it_created(
+    api: Api, world: World, arrays: Callable[[], str]
+) -> None:
+    array_id = arrays()
+    spec = spec_for(array_id, world)
+    existing = spec["volumes"][0]["volumeId"]
+    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    # A controller waits in Pending:Wait (bootstrapping): delete is refused with the reason
+    status, reply = api.call("DELETE", f"/arrays/{array_id}")
+    assert status == 409, reply
+    assert "bootstrapping" in reply["message"]
+    settle(array_id)
+    status, reply = api.call("DELETE", f"/arrays/{array_id}?deleteVolumes=true")
+    assert status == 200, reply
+    no_trace(array_id)
+    assert api.call("GET", f"/arrays/{array_id}")[0] == 404
+    # The volume the control plane did not create is still there
+    assert boto3.client("ec2").describe_volumes(VolumeIds=[existing])["Volumes"][0]["VolumeId"] == existing
+
+
+def test_get_and_list_show_the_array_and_its_live_status(
+    api: Api, world: World, arrays: Callable[[], str]
+) -> None:
+    array_id = arrays()
+    spec = spec_for(array_id, world)
+    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    status, described = api.call("GET", f"/arrays/{array_id}")
+    assert status == 200, described
+    assert described["spec"]["arrayId"] == array_id
+    controllers = described["status"]["controllers"]
+    assert len(controllers) == 1
+    assert controllers[0]["lifecycleState"] == "Pending:Wait"
+    assert {h["instanceId"] for h in described["status"]["hosts"]} == {spec["hosts"][0]["instanceId"]}
+    status, listed = api.call("GET", "/arrays")
+    assert status == 200
+    assert array_id in {a["arrayId"] for a in listed["arrays"]}
+
+
+def test_bad_requests_get_4xx_never_5xx(api: Api, world: World, arrays: Callable[[], str]) -> None:
+    array_id = arrays()
+    spec = spec_for(array_id, world)
+    assert api.call("PUT", f"/arrays/{array_id}", spec, sign=False)[0] == 403  # unsigned
+    assert api.call("PUT", f"/arrays/{array_id}", raw=b"{not json")[0] in (400, 422)
+    assert api.call("PUT", f"/arrays/{array_id}", {**spec, "arrayId": "other-id"})[0] == 400
+    assert api.call("PUT", f"/arrays/{array_id}", {**spec, "unknownField": 1})[0] == 422
+    assert api.call("PUT", "/arrays/BAD_ID", spec)[0] == 422
+    assert api.call("GET", f"/arrays/{array_id}")[0] == 404
+    assert api.call("DELETE", f"/arrays/{array_id}")[0] == 404
+    no_trace(array_id)

@@ -1,0 +1,47 @@
+"""Write (or check) the arrays API's OpenAPI document, generated from the handler's routes.
+
+python tools/openapi.py           write openapi.json
+python tools/openapi.py --check   exit 1 if openapi.json is not what the code generates
+"""
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "layers" / "core"), str(ROOT / "functions")]
+
+from api_arrays.handler import app  # noqa: E402
+
+DOCUMENT = ROOT / "openapi.json"
+
+
+def generate() -> str:
+    schema = app.get_openapi_json_schema(
+        title="VSA control plane: arrays API",
+        version="1",
+        summary="Declare a Virtual Storage Array once; read its live state; delete it.",
+        description=(
+            "Requests are signed with AWS Signature Version 4 (service execute-api): the API uses "
+            "IAM authorization. Errors answer {message} (400 invalid spec, 404 unknown array, 409 "
+            "conflict: a concurrent apply, a bootstrap/drain in progress, maxControllers below the "
+            "serving controllers) or 422 {detail} for a request that does not parse."
+        ),
+    )
+    return json.dumps(json.loads(schema), indent=2, sort_keys=True) + "\n"
+
+
+def main() -> int:
+    text = generate()
+    if "--check" in sys.argv:
+        if not DOCUMENT.exists() or DOCUMENT.read_text() != text:
+            print("openapi.json is out of date: run `python tools/openapi.py` and commit it", file=sys.stderr)
+            return 1
+        return 0
+    DOCUMENT.write_text(text)
+    print(f"wrote {DOCUMENT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
