@@ -167,7 +167,10 @@ def array_view(array_id: str, answer: dict[str, Any]) -> Group:
         ),
         _decisions(answer.get("decisions") or []),
     ]
-    return Group(*parts)
+    spaced: list[RenderableType] = []
+    for part in parts:
+        spaced.extend([part, Text("")])
+    return Group(*spaced[:-1])
 
 
 def print_json(console: Console, payload: Any) -> None:
