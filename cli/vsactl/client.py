@@ -19,12 +19,15 @@ import botocore.exceptions
 import requests
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
+from botocore.config import Config
 
 STACK_NAME = "vsa-control-plane"
 """The CloudFormation stack whose outputs ``ApiUrl`` / ``ApiId`` locate the API."""
 DEFAULT_STAGE = "v1"
 SIGNING_SERVICE = "execute-api"
 TIMEOUT_SECONDS = 60.0
+# One quick retry: an unreachable endpoint should be reported in seconds, not after backoffs.
+_LOOKUP_CONFIG = Config(retries={"mode": "standard", "total_max_attempts": 2}, connect_timeout=5)
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 _EXECUTE_API_HOST = re.compile(r"^[a-z0-9]+\.execute-api\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
 
@@ -51,12 +54,12 @@ def is_local(url: str) -> bool:
     return (urlsplit(url).hostname or "") in _LOCAL_HOSTS
 
 
-def _unreachable(endpoint: str, reason: object) -> CliError:
+def _unreachable(endpoint: str, reason: object, what: str = "the API") -> CliError:
     if is_local(endpoint):
         return CliError(
-            f"cannot reach the API at {endpoint}: is the local cloud running (make localcloud-start)?"
+            f"cannot reach {what} at {endpoint}: is the local cloud running (make localcloud-start)?"
         )
-    return CliError(f"cannot reach the API at {endpoint}: {reason}")
+    return CliError(f"cannot reach {what} at {endpoint}: {reason}")
 
 
 @dataclass
@@ -90,10 +93,11 @@ class ApiClient:
         stack = self.settings.stack
         cfn_endpoint = os.environ.get("AWS_ENDPOINT_URL_CLOUDFORMATION") or os.environ.get("AWS_ENDPOINT_URL")
         try:
-            cfn = self.session.client("cloudformation", region_name=self._region())
+            cfn = self.session.client("cloudformation", region_name=self._region(), config=_LOOKUP_CONFIG)
             stacks = cfn.describe_stacks(StackName=stack)["Stacks"]
         except botocore.exceptions.EndpointConnectionError as e:
-            raise _unreachable(cfn_endpoint or str(e.kwargs.get("endpoint_url", "")), e) from e
+            where = cfn_endpoint or str(e.kwargs.get("endpoint_url", ""))
+            raise _unreachable(where, e, what=f"CloudFormation (to find stack {stack})") from e
         except botocore.exceptions.NoCredentialsError as e:
             raise self._no_credentials() from e
         except botocore.exceptions.ClientError as e:

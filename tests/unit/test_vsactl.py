@@ -503,3 +503,25 @@ def a_closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_an_unreachable_local_cloud_during_the_stack_lookup_says_to_start_it(run, monkeypatch):
+    port = a_closed_port()
+    monkeypatch.delenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+
+    result = run("list", endpoint=None)
+
+    assert result.exit_code == 1
+    assert f"cannot reach CloudFormation (to find stack vsa-control-plane) at http://127.0.0.1:{port}" in (
+        result.output
+    )
+    assert "is the local cloud running (make localcloud-start)?" in result.output
+
+
+def test_an_unknown_profile_is_a_usage_error(run, api):
+    result = run("--profile", "no-such-profile", "list")
+
+    assert result.exit_code == 2
+    assert "no-such-profile" in result.output
+    assert api.requests == []
