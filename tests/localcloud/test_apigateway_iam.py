@@ -200,3 +200,66 @@ def test_a_method_without_authorization_stays_open(api_url: str) -> None:
 
     assert reply.status == 200, reply.data
     assert json.loads(reply.data)["userArn"] == ""
+
+
+# What SAM generates for `AWS::Serverless::Api` with `Auth: DefaultAuthorizer: AWS_IAM` (the
+# integration made a MOCK here): a `awsSigv4` security scheme required by each operation.
+SAM_STYLE_DEFINITION = {
+    "swagger": "2.0",
+    "info": {"version": "1.0", "title": "sigv4-import"},
+    "securityDefinitions": {
+        "AWS_IAM": {
+            "type": "apiKey",
+            "name": "Authorization",
+            "in": "header",
+            "x-amazon-apigateway-authtype": "awsSigv4",
+        }
+    },
+    "paths": {
+        "/arrays/{id}": {
+            "get": {
+                "security": [{"AWS_IAM": []}],
+                "responses": {"200": {"description": "ok"}},
+                "x-amazon-apigateway-integration": {
+                    "type": "mock",
+                    "requestTemplates": {"application/json": '{"statusCode": 200}'},
+                    "responses": {
+                        "default": {"statusCode": "200", "responseTemplates": {"application/json": "{}"}}
+                    },
+                },
+            }
+        },
+        "/open": {
+            "get": {
+                "responses": {"200": {"description": "ok"}},
+                "x-amazon-apigateway-integration": {
+                    "type": "mock",
+                    "requestTemplates": {"application/json": '{"statusCode": 200}'},
+                    "responses": {
+                        "default": {"statusCode": "200", "responseTemplates": {"application/json": "{}"}}
+                    },
+                },
+            }
+        },
+    },
+}
+
+
+def test_an_openapi_operation_secured_by_a_sigv4_scheme_imports_as_aws_iam(aws, endpoint) -> None:
+    apigw = aws("apigateway")
+    api_id = apigw.create_rest_api(name=f"sigv4-{uuid.uuid4().hex[:8]}")["id"]
+    try:
+        apigw.put_rest_api(restApiId=api_id, mode="overwrite", body=json.dumps(SAM_STYLE_DEFINITION).encode())
+        apigw.create_deployment(restApiId=api_id, stageName="v1")
+        by_path = {r["path"]: r["id"] for r in apigw.get_resources(restApiId=api_id)["items"]}
+        secured = apigw.get_method(restApiId=api_id, resourceId=by_path["/arrays/{id}"], httpMethod="GET")
+        opened = apigw.get_method(restApiId=api_id, resourceId=by_path["/open"], httpMethod="GET")
+        url = f"{endpoint}/restapis/{api_id}/v1/_user_request_"
+
+        assert secured["authorizationType"] == "AWS_IAM"
+        assert opened["authorizationType"] == "NONE"
+        assert call("GET", f"{url}/arrays/demo").status == 403
+        assert call("GET", f"{url}/arrays/demo", signed_headers("GET", f"{url}/arrays/demo")).status == 200
+        assert call("GET", f"{url}/open").status == 200
+    finally:
+        apigw.delete_rest_api(restApiId=api_id)

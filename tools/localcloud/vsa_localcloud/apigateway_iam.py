@@ -31,6 +31,14 @@ Makefile, tests and LocalStack itself). IAM *policies* (``execute-api:Invoke``) 
 On success the method's ``$context.identity`` carries the caller as on AWS (``accessKey``,
 ``accountId``, ``caller``, ``user``, ``userArn``), as the root of the access key's account.
 
+A second gap feeds the first: importing an OpenAPI definition (``PutRestApi``/``ImportRestApi``,
+which is how CloudFormation creates an ``AWS::ApiGateway::RestApi`` with a ``Body`` and so every
+SAM ``AWS::Serverless::Api``) leaves ``authorizationType`` ``NONE`` on operations secured by a
+``x-amazon-apigateway-authtype: awsSigv4`` scheme: LocalStack only maps schemes that carry an
+``x-amazon-apigateway-authorizer``. On AWS such operations import as ``AWS_IAM`` (it is what SAM's
+``Auth: DefaultAuthorizer: AWS_IAM`` generates). ``sigv4_security_imports_as_aws_iam`` wraps the
+import to set it.
+
 Pinned by tests/localcloud/test_apigateway_iam.py.
 """
 
@@ -185,6 +193,73 @@ iam_authorization_handler = IamAuthorizationHandler()
 
 
 def enforce_iam_authorization() -> None:
-    """Append the handler to the REST API invocation chain's ``preprocess_request`` (idempotent)."""
+    """Append the handler to the REST API invocation chain's ``preprocess_request`` and make
+    OpenAPI ``awsSigv4`` security import as ``AWS_IAM`` (both idempotent)."""
     if iam_authorization_handler not in handlers.preprocess_request.handlers:
         handlers.preprocess_request.append(iam_authorization_handler)
+    sigv4_security_imports_as_aws_iam()
+
+
+def _sigv4_scheme_names(spec: dict[str, Any]) -> set[str]:
+    schemes = spec.get("securityDefinitions") or spec.get("components", {}).get("securitySchemes", {}) or {}
+    return {
+        name
+        for name, scheme in schemes.items()
+        if isinstance(scheme, dict)
+        and str(scheme.get("x-amazon-apigateway-authtype", "")).lower() == "awssigv4"
+        and "x-amazon-apigateway-authorizer" not in scheme
+    }
+
+
+def _resource_paths(rest_api: Any) -> dict[str, Any]:
+    """Each moto resource of the API by its full path (computed here: no backend lookups)."""
+    resources = dict(rest_api.resources)
+
+    def path(resource: Any) -> str:
+        parent = resources.get(resource.parent_id) if resource.parent_id else None
+        if parent is None:
+            return "/"
+        parent_path = path(parent)
+        return ("" if parent_path == "/" else parent_path) + "/" + resource.path_part
+
+    return {path(r): r for r in resources.values()}
+
+
+def mark_sigv4_operations_aws_iam(rest_api: Any, spec: dict[str, Any]) -> None:
+    """Set ``AWS_IAM`` on the imported methods whose OpenAPI operation (or the document's default
+    ``security``) requires a ``awsSigv4`` scheme."""
+    sigv4 = _sigv4_scheme_names(spec)
+    if not sigv4:
+        return
+    paths: dict[str, Any] = spec.get("paths") or {}
+    base_path = str(spec.get("basePath") or "").rstrip("/")
+    for resource_path, resource in _resource_paths(rest_api).items():
+        operations = paths.get(resource_path) or paths.get(resource_path.removeprefix(base_path) or "/") or {}
+        for method_name, method in (resource.resource_methods or {}).items():
+            key = "x-amazon-apigateway-any-method" if method_name == "ANY" else method_name.lower()
+            operation = operations.get(key)
+            if not isinstance(operation, dict):
+                continue
+            security = operation.get("security", spec.get("security")) or []
+            if method.authorization_type in (None, "NONE") and any(
+                name in sigv4 for requirement in security for name in requirement
+            ):
+                method.authorization_type = "AWS_IAM"
+
+
+def sigv4_security_imports_as_aws_iam() -> None:
+    from localstack.services.apigateway.legacy import provider
+
+    original = provider.import_api_from_openapi_spec
+    if getattr(original, "_vsa_sigv4", False):
+        return
+
+    def import_api_from_openapi_spec(
+        rest_api: Any, context: Any, open_api_spec: dict[str, Any], mode: Any
+    ) -> Any:
+        result = original(rest_api, context=context, open_api_spec=open_api_spec, mode=mode)
+        mark_sigv4_operations_aws_iam(result[0], open_api_spec)
+        return result
+
+    import_api_from_openapi_spec._vsa_sigv4 = True  # type: ignore[attr-defined]
+    provider.import_api_from_openapi_spec = import_api_from_openapi_spec
