@@ -44,4 +44,12 @@ def apply_localcloud_patches() -> None:
     from vsa_localcloud import ebs_model
 
     ebs_model.apply_patches()
-    LOG.info("local-cloud patches applied: mocked DynamoDB task errors keep their names; EBS model")
+    # REST API methods with AWS_IAM authorization refuse unsigned or badly signed requests, as
+    # on AWS (community LocalStack lets them through): a handler added to the invocation chain.
+    from vsa_localcloud import apigateway_iam
+
+    apigateway_iam.enforce_iam_authorization()
+    LOG.info(
+        "local-cloud patches applied: mocked DynamoDB task errors keep their names; EBS model; "
+        "AWS_IAM authorization of REST API methods"
+    )

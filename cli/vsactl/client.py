@@ -1,0 +1,218 @@
+"""The REST API client: endpoint resolution, SigV4 signing (botocore), HTTP (requests), errors.
+
+The API is an API Gateway REST API with ``AWS_IAM`` authorization, so every request is signed
+for the ``execute-api`` service with the caller's credentials, exactly as the AWS CLI would sign
+them (botocore's ``SigV4Auth``; nothing hand-rolled).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
+
+import boto3
+import botocore.exceptions
+import requests
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.config import Config
+
+STACK_NAME = "vsa-control-plane"
+"""The CloudFormation stack whose outputs ``ApiUrl`` / ``ApiId`` locate the API."""
+DEFAULT_STAGE = "v1"
+SIGNING_SERVICE = "execute-api"
+TIMEOUT_SECONDS = 60.0
+# One quick retry: an unreachable endpoint should be reported in seconds, not after backoffs.
+_LOOKUP_CONFIG = Config(retries={"mode": "standard", "total_max_attempts": 2}, connect_timeout=5)
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+_EXECUTE_API_HOST = re.compile(r"^[a-z0-9]+\.execute-api\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
+
+
+class CliError(Exception):
+    """An error shown to the user as is, with the process exit code."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+class ApiError(CliError):
+    """The API answered with an HTTP error; ``message`` is what the API says to fix."""
+
+    def __init__(self, status: int, message: str, body: Any) -> None:
+        super().__init__(message, exit_code=1)
+        self.status = status
+        self.body = body
+
+
+def is_local(url: str) -> bool:
+    return (urlsplit(url).hostname or "") in _LOCAL_HOSTS
+
+
+def _unreachable(endpoint: str, reason: object, what: str = "the API") -> CliError:
+    if is_local(endpoint):
+        return CliError(
+            f"cannot reach {what} at {endpoint}: is the local cloud running (make localcloud-start)?"
+        )
+    return CliError(f"cannot reach {what} at {endpoint}: {reason}")
+
+
+@dataclass
+class Settings:
+    """The global options, as given on the command line (or from the environment)."""
+
+    endpoint: str | None = None
+    profile: str | None = None
+    region: str | None = None
+    stack: str = STACK_NAME
+
+
+class ApiClient:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        try:
+            self.session = boto3.Session(profile_name=settings.profile, region_name=settings.region)
+        except botocore.exceptions.ProfileNotFound as e:
+            raise CliError(f"{e}: pass an existing --profile (see ~/.aws/config)", exit_code=2) from e
+        self._endpoint: str | None = settings.endpoint.rstrip("/") if settings.endpoint else None
+
+    # -- endpoint ---------------------------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        if self._endpoint is None:
+            self._endpoint = self._endpoint_from_stack()
+        return self._endpoint
+
+    def _endpoint_from_stack(self) -> str:
+        stack = self.settings.stack
+        cfn_endpoint = os.environ.get("AWS_ENDPOINT_URL_CLOUDFORMATION") or os.environ.get("AWS_ENDPOINT_URL")
+        try:
+            cfn = self.session.client("cloudformation", region_name=self._region(), config=_LOOKUP_CONFIG)
+            stacks = cfn.describe_stacks(StackName=stack)["Stacks"]
+        except botocore.exceptions.EndpointConnectionError as e:
+            where = cfn_endpoint or str(e.kwargs.get("endpoint_url", ""))
+            raise _unreachable(where, e, what=f"CloudFormation (to find stack {stack})") from e
+        except botocore.exceptions.NoCredentialsError as e:
+            raise self._no_credentials() from e
+        except botocore.exceptions.ClientError as e:
+            message = e.response.get("Error", {}).get("Message", str(e))
+            raise CliError(
+                f"cannot find the API: stack {stack} ({message}); deploy it (make deploy-local) "
+                "or pass --endpoint / set VSA_API_URL"
+            ) from e
+        outputs = {o["OutputKey"]: o.get("OutputValue", "") for o in stacks[0].get("Outputs", [])}
+        api_url = outputs.get("ApiUrl", "")
+        if cfn_endpoint and is_local(cfn_endpoint):
+            # The local cloud serves REST APIs at LocalStack's path-style invoke URL; the stack's
+            # ApiUrl names the AWS host, which does not resolve here.
+            api_id = outputs.get("ApiId")
+            if not api_id:
+                raise CliError(f"stack {stack} has no output ApiId: redeploy it, or pass --endpoint")
+            stage = urlsplit(api_url).path.strip("/") or DEFAULT_STAGE
+            return f"{cfn_endpoint.rstrip('/')}/restapis/{api_id}/{stage}/_user_request_"
+        if not api_url:
+            raise CliError(f"stack {stack} has no output ApiUrl: redeploy it, or pass --endpoint")
+        return api_url.rstrip("/")
+
+    # -- signing ----------------------------------------------------------------------------------
+
+    def _region(self) -> str:
+        region = self.settings.region or self.session.region_name
+        if not region:
+            raise CliError("no AWS region: pass --region or set AWS_DEFAULT_REGION", exit_code=2)
+        return region
+
+    def _signing_region(self) -> str:
+        # An execute-api host names its region; a signature scoped to another one is refused.
+        match = _EXECUTE_API_HOST.match(urlsplit(self.endpoint).hostname or "")
+        return match.group(1) if match else self._region()
+
+    def _no_credentials(self) -> CliError:
+        return CliError(
+            "no AWS credentials found: configure them (aws configure, AWS_PROFILE, or "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)"
+        )
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        """Send a signed request to ``<endpoint><path>`` and return the decoded JSON answer.
+
+        Raises ``ApiError`` for an HTTP error and ``CliError`` when the API cannot be reached.
+        """
+        url = self.endpoint + quote(path, safe="/")
+        if query:
+            url += "?" + urlencode(query)
+        data = json.dumps(body, default=str).encode() if body is not None else None
+        request_headers = {"Accept": "application/json", **(headers or {})}
+        if data is not None:
+            request_headers["Content-Type"] = "application/json"
+        credentials = self.session.get_credentials()
+        if credentials is None:
+            raise self._no_credentials()
+        aws_request = AWSRequest(method=method, url=url, data=data, headers=request_headers)
+        SigV4Auth(credentials.get_frozen_credentials(), SIGNING_SERVICE, self._signing_region()).add_auth(
+            aws_request
+        )
+        prepared = aws_request.prepare()
+        try:
+            response = requests.request(
+                method,
+                prepared.url,
+                headers=dict(prepared.headers.items()),
+                data=prepared.body,
+                timeout=TIMEOUT_SECONDS,
+            )
+        except requests.ConnectionError as e:
+            raise _unreachable(self.endpoint, e) from e
+        except requests.Timeout as e:
+            raise CliError(f"the API at {self.endpoint} did not answer within {TIMEOUT_SECONDS:.0f} s") from e
+        try:
+            payload: Any = response.json() if response.content else None
+        except ValueError:
+            payload = response.text
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, error_message(response.status_code, payload), payload)
+        return payload
+
+
+def error_message(status: int, payload: Any) -> str:
+    """What the API says to fix, from its error body (``message``, or a validation ``detail``)."""
+    if isinstance(payload, dict):
+        parts: list[str] = []
+        message = payload.get("message") or payload.get("Message")
+        if message:
+            parts.append(str(message))
+        detail = payload.get("detail")
+        if isinstance(detail, list):
+            parts.extend(_detail_line(d) for d in detail)
+        elif detail:
+            parts.append(str(detail))
+        if parts:
+            return "\n".join(parts)
+    if isinstance(payload, str) and payload.strip():
+        return payload.strip()
+    return f"HTTP {status}"
+
+
+def _detail_line(detail: Any) -> str:
+    if not isinstance(detail, dict):
+        return f"  - {detail}"
+    loc = detail.get("loc") or []
+    where = ".".join(str(p) for p in loc if p != "body") if isinstance(loc, list) else str(loc)
+    what = detail.get("msg") or detail.get("type") or json.dumps(detail)
+    return f"  - {where}: {what}" if where else f"  - {what}"

@@ -1,0 +1,203 @@
+"""``vsactl``: apply, get, list and delete Virtual Storage Arrays through the control plane's API.
+
+Exit codes: 0 done; 1 the API refused (its message is shown), or could not be reached; 2 the
+command line or its input file is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+
+from . import render
+from .client import STACK_NAME, ApiClient, ApiError, CliError, Settings
+
+app = typer.Typer(
+    name="vsactl",
+    help="Manage Virtual Storage Arrays through the VSA control plane's REST API (SigV4-signed requests).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+out = Console(soft_wrap=False)
+err = Console(stderr=True, soft_wrap=True)
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+
+
+OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table (default) or json")]
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(
+            envvar="VSA_API_URL",
+            help="The API's base URL (with its stage). Default: the stack's output ApiUrl (on the "
+            "local cloud, AWS_ENDPOINT_URL at 127.0.0.1, the path-style URL of its ApiId).",
+        ),
+    ] = None,
+    profile: Annotated[str | None, typer.Option(help="AWS profile, as for the AWS CLI.")] = None,
+    region: Annotated[str | None, typer.Option(help="AWS region, as for the AWS CLI.")] = None,
+    stack: Annotated[
+        str, typer.Option(envvar="VSA_STACK_NAME", help="The control plane's CloudFormation stack.")
+    ] = STACK_NAME,
+) -> None:
+    ctx.obj = Settings(endpoint=endpoint, profile=profile, region=region, stack=stack)
+
+
+def _client(ctx: typer.Context) -> ApiClient:
+    settings = ctx.obj if isinstance(ctx.obj, Settings) else Settings()
+    return ApiClient(settings)
+
+
+def _fail(e: CliError) -> typer.Exit:
+    if isinstance(e, ApiError):
+        first, _, rest = e.message.partition("\n")
+        err.print(f"[bold red]error[/] (HTTP {e.status}): {first}", markup=True, highlight=False)
+        if rest:
+            err.print(rest, markup=False, highlight=False)
+        if e.status == 403:
+            err.print("hint: the API authorizes with AWS IAM: check the credentials, profile and region.")
+    else:
+        err.print("[bold red]error[/]: ", end="", markup=True)
+        err.print(e.message, markup=False, highlight=False)
+    return typer.Exit(e.exit_code)
+
+
+def load_spec(path: Path) -> dict[str, Any]:
+    """The array spec from a YAML (or JSON) file, with the file and line of any error."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise CliError(f"{path}: no such file", exit_code=2) from e
+    except OSError as e:
+        raise CliError(f"{path}: cannot read it: {e.strerror}", exit_code=2) from e
+    except UnicodeDecodeError as e:
+        raise CliError(f"{path}: not a text file (UTF-8): {e.reason}", exit_code=2) from e
+    try:
+        spec = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = " ".join(p for p in (e.context, e.problem) if p) or "invalid YAML"
+        raise CliError(f"{where}: not valid YAML: {problem}", exit_code=2) from e
+    except yaml.YAMLError as e:
+        raise CliError(f"{path}: not valid YAML: {e}", exit_code=2) from e
+    if not isinstance(spec, dict):
+        kind = "empty" if spec is None else f"a {type(spec).__name__}"
+        raise CliError(f"{path}: expected the array spec (a mapping with arrayId, volumes…), got {kind}", 2)
+    if not isinstance(spec.get("arrayId"), str) or not spec["arrayId"]:
+        raise CliError(f"{path}: the spec has no arrayId: name the array with arrayId: <id>", exit_code=2)
+    return spec
+
+
+@app.command()
+def apply(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Option("--filename", "-f", help="The array spec (YAML).")],
+    if_match: Annotated[
+        int | None,
+        typer.Option(
+            "--if-match",
+            "--version-check",
+            help="Apply only if the array is still at this version (sent as If-Match).",
+        ),
+    ] = None,
+    output: OutputOption = Output.table,
+) -> None:
+    """Create or update the array declared in FILE and show what changed."""
+    try:
+        spec = load_spec(file)
+        array_id = spec["arrayId"]
+        headers = {"If-Match": str(if_match)} if if_match is not None else None
+        answer = _client(ctx).request("PUT", f"/arrays/{array_id}", body=spec, headers=headers) or {}
+    except CliError as e:
+        raise _fail(e) from e
+    if output is Output.json:
+        render.print_json(out, answer)
+        return
+    changes = answer.get("changes") or []
+    version = answer.get("version")
+    if not changes:
+        out.print(f"array {array_id} unchanged (version {version})", highlight=False)
+        return
+    out.print(f"array {array_id} applied (version {version})", highlight=False)
+    out.print(render.changes_table(changes))
+
+
+@app.command()
+def get(
+    ctx: typer.Context,
+    array_id: Annotated[str, typer.Argument(metavar="ID", help="The array's id.")],
+    output: OutputOption = Output.table,
+) -> None:
+    """Show an array: its spec, controllers, volumes, alarms, hosts and last scaling decisions."""
+    try:
+        answer = _client(ctx).request("GET", f"/arrays/{array_id}") or {}
+    except CliError as e:
+        raise _fail(e) from e
+    if output is Output.json:
+        render.print_json(out, answer)
+        return
+    out.print(render.array_view(array_id, answer))
+
+
+@app.command(name="list")
+def list_arrays(ctx: typer.Context, output: OutputOption = Output.table) -> None:
+    """List the arrays."""
+    try:
+        answer = _client(ctx).request("GET", "/arrays") or {}
+    except CliError as e:
+        raise _fail(e) from e
+    if output is Output.json:
+        render.print_json(out, answer)
+        return
+    arrays = answer.get("arrays") or []
+    if not arrays:
+        out.print("no arrays (create one with: vsactl apply -f array.yaml)")
+        return
+    out.print(render.arrays_table(arrays))
+
+
+@app.command()
+def delete(
+    ctx: typer.Context,
+    array_id: Annotated[str, typer.Argument(metavar="ID", help="The array's id.")],
+    delete_volumes: Annotated[
+        bool, typer.Option("--delete-volumes", help="Also delete the volumes the array created.")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    output: OutputOption = Output.table,
+) -> None:
+    """Delete an array (its controllers, alarms, schedule; its volumes with --delete-volumes)."""
+    what = "and the volumes it created" if delete_volumes else "(its volumes are kept)"
+    if not yes and not typer.confirm(f"Delete array {array_id} {what}?", default=False, err=True):
+        err.print("not deleted", highlight=False)
+        raise typer.Exit(1)
+    try:
+        answer = (
+            _client(ctx).request(
+                "DELETE", f"/arrays/{array_id}", query={"deleteVolumes": json.dumps(delete_volumes)}
+            )
+            or {}
+        )
+    except CliError as e:
+        raise _fail(e) from e
+    if output is Output.json:
+        render.print_json(out, answer)
+        return
+    out.print(f"array {answer.get('deleted', array_id)} deleted", highlight=False)
+    if answer.get("changes"):
+        out.print(render.changes_table(answer["changes"]))

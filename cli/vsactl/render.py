@@ -1,0 +1,177 @@
+"""Rich tables for the API's answers. Every function tolerates missing keys: the CLI shows what
+the API sends and never fails on a field it does not know."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+DECISIONS_SHOWN = 5
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_cell(v) for v in value) if value else "-"
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"), default=str)
+    return str(value)
+
+
+def _table(title: str, columns: list[str]) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def changes_table(changes: list[dict[str, Any]]) -> Table:
+    table = _table("Changes", ["Resource", "Action", "Field", "Before", "After"])
+    for change in changes:
+        fields = change.get("fields") or []
+        resource, action = _cell(change.get("resource")), _cell(change.get("action"))
+        if not fields:
+            table.add_row(resource, action, "", "", "")
+        for i, field in enumerate(fields):
+            table.add_row(
+                resource if i == 0 else "",
+                action if i == 0 else "",
+                _cell(field.get("field")),
+                _cell(field.get("before")),
+                _cell(field.get("after")),
+            )
+    return table
+
+
+def arrays_table(arrays: list[dict[str, Any]]) -> Table:
+    table = _table("Arrays", ["Array", "Version", "Controllers", "Desired", "Min", "Max"])
+    for a in arrays:
+        table.add_row(
+            _cell(a.get("arrayId")),
+            _cell(a.get("version")),
+            _cell(a.get("controllers")),
+            _cell(a.get("desiredControllers")),
+            _cell(a.get("minControllers")),
+            _cell(a.get("maxControllers")),
+        )
+    return table
+
+
+def _spec_summary(array_id: str, answer: dict[str, Any]) -> Table:
+    spec = answer.get("spec") or {}
+    controllers = spec.get("controllers") or {}
+    template = controllers.get("launchTemplate") or {}
+    backup = spec.get("backup")
+    backup_text = (
+        f"{backup.get('schedule')} ({backup.get('mode', 'crash')}, keep {backup.get('retention', 7)})"
+        if isinstance(backup, dict)
+        else None
+    )
+    table = Table(title=f"Array {array_id}", title_justify="left", box=None, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    rows: list[tuple[str, Any]] = [
+        ("Version", answer.get("version")),
+        ("Availability zone", spec.get("availabilityZone")),
+        (
+            "Controllers",
+            f"desired {_cell(answer.get('desiredControllers'))}, "
+            f"min {_cell(spec.get('minControllers'))}, max {_cell(spec.get('maxControllers'))}",
+        ),
+        (
+            "Launch",
+            controllers.get("instanceType")
+            or template.get("launchTemplateName")
+            or template.get("launchTemplateId"),
+        ),
+        ("Volumes declared", len(spec.get("volumes") or [])),
+        ("Hosts declared", len(spec.get("hosts") or [])),
+        ("Backup", backup_text),
+    ]
+    for key, value in rows:
+        table.add_row(key, _cell(value))
+    return table
+
+
+def _rows(title: str, columns: list[tuple[str, str]], items: list[dict[str, Any]]) -> RenderableType:
+    if not items:
+        return Text(f"{title}: none", style="dim")
+    table = _table(title, [header for header, _ in columns])
+    for item in items:
+        table.add_row(*(_cell(item.get(key)) for _, key in columns))
+    return table
+
+
+def _attachments(volume: dict[str, Any]) -> dict[str, Any]:
+    attached = [a.get("instanceId", a) if isinstance(a, dict) else a for a in volume.get("attachments") or []]
+    return {**volume, "attachments": attached}
+
+
+def _decisions(decisions: list[Any]) -> RenderableType:
+    last = [d for d in decisions[-DECISIONS_SHOWN:] if isinstance(d, dict)]
+    if not last:
+        return Text("Decisions: none", style="dim")
+    columns: list[str] = []
+    for d in last:
+        columns.extend(k for k in d if k not in columns)
+    table = _table(f"Last decisions ({len(last)} of {len(decisions)})", columns)
+    for d in last:
+        table.add_row(*(_cell(d.get(c)) for c in columns))
+    return table
+
+
+def array_view(array_id: str, answer: dict[str, Any]) -> Group:
+    status = answer.get("status") or {}
+    parts: list[RenderableType] = [
+        _spec_summary(array_id, answer),
+        _rows(
+            "Controllers",
+            [
+                ("Instance", "instanceId"),
+                ("Slot", "slot"),
+                ("Lifecycle", "lifecycleState"),
+                ("Health", "healthStatus"),
+                ("Private IP", "privateIp"),
+                ("AZ", "availabilityZone"),
+                ("Protected", "protectedFromScaleIn"),
+            ],
+            status.get("controllers") or [],
+        ),
+        _rows(
+            "Volumes",
+            [("Volume", "volumeId"), ("Owned", "owned"), ("State", "state"), ("Attached to", "attachments")],
+            [_attachments(v) for v in status.get("volumes") or []],
+        ),
+        _rows(
+            "Alarms",
+            [("Alarm", "name"), ("State", "state"), ("Threshold", "threshold")],
+            status.get("alarms") or [],
+        ),
+        _rows(
+            "Hosts",
+            [
+                ("Instance", "instanceId"),
+                ("Mountpoints", "mountpoints"),
+                ("SSM ping", "pingStatus"),
+                ("Paths", "paths"),
+            ],
+            [{**h, "paths": len(h.get("paths") or [])} for h in status.get("hosts") or []],
+        ),
+        _decisions(answer.get("decisions") or []),
+    ]
+    spaced: list[RenderableType] = []
+    for part in parts:
+        spaced.extend([part, Text("")])
+    return Group(*spaced[:-1])
+
+
+def print_json(console: Console, payload: Any) -> None:
+    console.print_json(json.dumps(payload, default=str))

@@ -1,0 +1,527 @@
+"""vsactl against a real HTTP server on 127.0.0.1 that records each request and answers as the
+REST API would. Nothing in the CLI is mocked: the requests really go over TCP, and every one must
+carry a SigV4 signature for ``execute-api`` that verifies (recomputed here with botocore)."""
+
+import json
+import re
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from typer.testing import CliRunner
+from vsactl.main import app
+
+ACCESS_KEY = "AKIAVSACTLTEST000001"
+SECRET_KEY = "vsactl-unit-secret"
+REGION = "eu-west-3"
+AUTH = re.compile(
+    r"^AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/(?P<service>[^/]+)"
+    r"/aws4_request, SignedHeaders=(?P<signed>[^,]+), Signature=(?P<signature>[0-9a-f]{64})$"
+)
+
+SPEC_YAML = """\
+arrayId: demo
+availabilityZone: eu-west-3a
+volumes:
+  - volumeId: vol-0a1b2c3d4e5f60001
+  - name: data2
+    sizeGiB: 500
+    iops: 16000
+controllers:
+  instanceType: r5b.2xlarge
+  imageId: ami-0a1b2c3d4e5f60001
+minControllers: 2
+maxControllers: 8
+"""
+
+DESCRIBE_STACKS = """<DescribeStacksResponse xmlns="http://cloudformation.amazonaws.com/doc/2010-05-15/">
+<DescribeStacksResult><Stacks><member>
+<StackName>vsa-control-plane</StackName>
+<StackId>arn:aws:cloudformation:eu-west-3:123456789012:stack/vsa-control-plane/1</StackId>
+<CreationTime>2026-01-01T00:00:00Z</CreationTime><StackStatus>CREATE_COMPLETE</StackStatus>
+<Outputs>
+<member><OutputKey>ApiUrl</OutputKey><OutputValue>https://a1b2c3d4e5.execute-api.eu-west-3.amazonaws.com/v1</OutputValue></member>
+<member><OutputKey>ApiId</OutputKey><OutputValue>a1b2c3d4e5</OutputValue></member>
+</Outputs>
+</member></Stacks></DescribeStacksResult>
+<ResponseMetadata><RequestId>00000000-0000-0000-0000-000000000001</RequestId></ResponseMetadata>
+</DescribeStacksResponse>"""
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class FakeApi:
+    """The REST API's answers, per (method, path with query), and the requests it received."""
+
+    port: int
+    answers: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
+    requests: list[Recorded] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def answer(self, method: str, path: str, status: int, body: Any) -> None:
+        self.answers[(method, path)] = (status, body)
+
+    def only_request(self) -> Recorded:
+        assert len(self.requests) == 1, self.requests
+        return self.requests[0]
+
+
+def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            if self.command == "POST" and self.path == "/" and b"Action=DescribeStacks" in body:
+                self._reply(200, DESCRIBE_STACKS.encode(), "text/xml")
+                return
+            api.requests.append(Recorded(self.command, self.path, headers, body))
+            status, answer = api.answers.get((self.command, self.path), (404, {"message": "no route"}))
+            self._reply(status, json.dumps(answer).encode(), "application/json")
+
+        def _reply(self, status: int, payload: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_GET = do_PUT = do_DELETE = do_POST = _serve  # noqa: N815
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApi]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    fake = FakeApi(port=server.server_address[1])
+    server.RequestHandlerClass = _handler(fake)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield fake
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def run(api: FakeApi, monkeypatch: pytest.MonkeyPatch):
+    """Run vsactl against the fake API with known credentials (no session token)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.delenv("AWS_SECURITY_TOKEN", raising=False)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("VSA_API_URL", raising=False)
+
+    def invoke(*args: str, endpoint: str | None = api.url, stdin: str | None = None):
+        prefix = ["--endpoint", endpoint] if endpoint else []
+        return CliRunner().invoke(app, [*prefix, *args], input=stdin)
+
+    return invoke
+
+
+def assert_signed(recorded: Recorded, secret: str = SECRET_KEY) -> None:
+    """The request carries a SigV4 signature for execute-api that verifies for ``secret``."""
+    match = AUTH.match(recorded.headers.get("authorization", ""))
+    assert match, recorded.headers.get("authorization")
+    assert match["service"] == "execute-api"
+    assert match["key"] == ACCESS_KEY
+    assert match["region"] == REGION
+    signed = match["signed"].split(";")
+    assert "host" in signed
+    assert "x-amz-date" in signed
+    request = AWSRequest(
+        method=recorded.method,
+        url=f"http://{recorded.headers['host']}{recorded.path}",
+        headers={name: recorded.headers[name] for name in signed},
+        data=recorded.body,
+    )
+    request.context["timestamp"] = recorded.headers["x-amz-date"]
+    assert request.context["timestamp"][:8] == match["date"]
+    signer = SigV4Auth(Credentials(match["key"], secret), match["service"], match["region"])
+    string_to_sign = signer.string_to_sign(request, signer.canonical_request(request))
+    assert signer.signature(string_to_sign, request) == match["signature"]
+
+
+def spec_file(tmp_path: Path, text: str = SPEC_YAML) -> str:
+    path = tmp_path / "array.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+APPLY_ANSWER = {
+    "array": {"arrayId": "demo"},
+    "version": 3,
+    "changes": [
+        {
+            "resource": "array",
+            "action": "update",
+            "fields": [
+                {"field": "maxControllers", "before": 6, "after": 8},
+                {"field": "minControllers", "before": 1, "after": 2},
+            ],
+        },
+        {"resource": "volume data2", "action": "create", "fields": []},
+    ],
+}
+
+
+def test_the_signature_check_of_this_test_rejects_a_wrong_secret(run, api, tmp_path):
+    api.answer("GET", "/v1/arrays", 200, {"arrays": []})
+    assert run("list").exit_code == 0
+    with pytest.raises(AssertionError):
+        assert_signed(api.only_request(), secret="not-the-secret")
+
+
+def test_apply_puts_the_yaml_as_json_signed_and_shows_the_changes(run, api, tmp_path):
+    api.answer("PUT", "/v1/arrays/demo", 200, APPLY_ANSWER)
+
+    result = run("apply", "-f", spec_file(tmp_path))
+
+    assert result.exit_code == 0, result.output
+    request = api.only_request()
+    assert_signed(request)
+    assert request.headers["content-type"] == "application/json"
+    assert "if-match" not in request.headers
+    body = json.loads(request.body)
+    assert body["arrayId"] == "demo"
+    assert body["volumes"][1] == {"name": "data2", "sizeGiB": 500, "iops": 16000}
+    assert "array demo applied (version 3)" in result.output
+    for text in ("Resource", "Before", "After", "maxControllers", "6", "8", "volume data2", "create"):
+        assert text in result.output
+
+
+def test_apply_with_if_match_sends_the_version_and_shows_unchanged(run, api, tmp_path):
+    api.answer("PUT", "/v1/arrays/demo", 200, {"array": {}, "version": 3, "changes": []})
+
+    result = run("apply", "-f", spec_file(tmp_path), "--if-match", "3")
+
+    assert result.exit_code == 0, result.output
+    request = api.only_request()
+    assert request.headers["if-match"] == "3"
+    assert "if-match" in AUTH.match(request.headers["authorization"])["signed"].split(";")
+    assert_signed(request)
+    assert "array demo unchanged (version 3)" in result.output
+
+
+def test_apply_conflict_shows_the_api_message_and_exits_1(run, api, tmp_path):
+    message = "array demo is at version 4, not 3: get it again and re-apply"
+    api.answer("PUT", "/v1/arrays/demo", 409, {"message": message})
+
+    result = run("apply", "-f", spec_file(tmp_path), "--version-check", "3")
+
+    assert result.exit_code == 1
+    assert "HTTP 409" in result.output
+    assert message in result.output
+
+
+IOPS_TOO_HIGH = "Input should be less than or equal to 256000"
+
+
+def test_apply_validation_error_shows_each_detail(run, api, tmp_path):
+    api.answer(
+        "PUT",
+        "/v1/arrays/demo",
+        422,
+        {
+            "statusCode": 422,
+            "detail": [
+                {
+                    "loc": ["body", "volumes", 1, "iops"],
+                    "msg": "Input should be less than or equal to 256000",
+                },
+                {"loc": ["body", "minControllers"], "type": "missing"},
+            ],
+        },
+    )
+
+    result = run("apply", "-f", spec_file(tmp_path))
+
+    assert result.exit_code == 1
+    assert "HTTP 422" in result.output
+    assert f"volumes.1.iops: {IOPS_TOO_HIGH}" in result.output
+    assert "minControllers: missing" in result.output
+
+
+def test_bad_yaml_names_the_file_and_line_and_sends_nothing(run, api, tmp_path):
+    path = spec_file(tmp_path, "arrayId: demo\nvolumes:\n  - volumeId: vol-1\n   bad: [\n")
+
+    result = run("apply", "-f", path)
+
+    assert result.exit_code == 2
+    assert f"{path}:4:" in result.output
+    assert "not valid YAML" in result.output
+    assert api.requests == []
+
+
+def test_a_missing_file_or_a_spec_without_array_id_is_a_usage_error(run, api, tmp_path):
+    missing = run("apply", "-f", str(tmp_path / "nope.yaml"))
+    assert missing.exit_code == 2
+    assert "nope.yaml: no such file" in missing.output
+
+    no_id = run("apply", "-f", spec_file(tmp_path, "volumes: []\n"))
+    assert no_id.exit_code == 2
+    assert "no arrayId" in no_id.output
+
+    a_list = run("apply", "-f", spec_file(tmp_path, "- a\n- b\n"))
+    assert a_list.exit_code == 2
+    assert "got a list" in a_list.output
+    assert api.requests == []
+
+
+GET_ANSWER = {
+    "spec": {
+        "arrayId": "demo",
+        "availabilityZone": "eu-west-3a",
+        "volumes": [{"volumeId": "vol-0a1b2c3d4e5f60001"}, {"name": "data2", "sizeGiB": 500, "iops": 16000}],
+        "controllers": {"instanceType": "r5b.2xlarge", "imageId": "ami-0a1b2c3d4e5f60001"},
+        "minControllers": 2,
+        "maxControllers": 8,
+        "backup": {"schedule": "cron(0 3 * * ? *)", "mode": "application", "retention": 7},
+    },
+    "version": 3,
+    "desiredControllers": 2,
+    "status": {
+        "controllers": [
+            {
+                "instanceId": "i-0a1b2c3d4e5f60201",
+                "lifecycleState": "InService",
+                "healthStatus": "Healthy",
+                "privateIp": "10.0.1.21",
+                "availabilityZone": "eu-west-3a",
+                "protectedFromScaleIn": True,
+                "slot": 0,
+            }
+        ],
+        "group": {"desiredCapacity": 2},
+        "volumes": [
+            {
+                "volumeId": "vol-0a1b2c3d4e5f60001",
+                "owned": False,
+                "state": "in-use",
+                "attachments": [{"instanceId": "i-0a1b2c3d4e5f60201", "state": "attached"}],
+            }
+        ],
+        "alarms": [{"name": "vsa-demo-iops-high", "state": "OK", "threshold": 112000}],
+        "hosts": [
+            {
+                "instanceId": "i-0a1b2c3d4e5f60101",
+                "mountpoints": ["/data"],
+                "pingStatus": "Online",
+                "paths": [],
+            }
+        ],
+        "backupSchedule": None,
+    },
+    "decisions": [
+        {"at": "2026-11-22T05:00:00Z", "action": "scale-out", "from": 1, "to": 2, "reason": "IOPS high"}
+    ],
+    "backups": [],
+}
+
+
+def test_get_shows_the_spec_controllers_volumes_alarms_hosts_and_decisions(run, api):
+    api.answer("GET", "/v1/arrays/demo", 200, GET_ANSWER)
+
+    result = run("get", "demo")
+
+    assert result.exit_code == 0, result.output
+    assert_signed(api.only_request())
+    for text in (
+        "Array demo",
+        "r5b.2xlarge",
+        "cron(0 3 * * ? *)",
+        "i-0a1b2c3d4e5f60201",
+        "InService",
+        "10.0.1.21",
+        "vol-0a1b2c3d4e5f60001",
+        "in-use",
+        "vsa-demo-iops-high",
+        "112000",
+        "i-0a1b2c3d4e5f60101",
+        "/data",
+        "Online",
+        "scale-out",
+        "IOPS high",
+    ):
+        assert text in result.output, text
+
+
+def test_get_json_prints_the_answer_and_404_shows_the_message(run, api):
+    api.answer("GET", "/v1/arrays/demo", 200, GET_ANSWER)
+    api.answer("GET", "/v1/arrays/nope", 404, {"message": "no array nope: vsactl list shows the arrays"})
+
+    as_json = run("get", "demo", "-o", "json")
+    assert as_json.exit_code == 0
+    assert json.loads(as_json.output)["status"]["alarms"][0]["threshold"] == 112000
+
+    missing = run("get", "nope")
+    assert missing.exit_code == 1
+    assert "no array nope: vsactl list shows the arrays" in missing.output
+
+
+def test_list_shows_a_table_of_arrays(run, api):
+    api.answer(
+        "GET",
+        "/v1/arrays",
+        200,
+        {
+            "arrays": [
+                {
+                    "arrayId": "demo",
+                    "version": 3,
+                    "desiredControllers": 2,
+                    "minControllers": 2,
+                    "maxControllers": 8,
+                    "controllers": 2,
+                },
+                {
+                    "arrayId": "other",
+                    "version": 1,
+                    "desiredControllers": 4,
+                    "minControllers": 1,
+                    "maxControllers": 16,
+                    "controllers": 3,
+                },
+            ]
+        },
+    )
+
+    result = run("list")
+
+    assert result.exit_code == 0, result.output
+    request = api.only_request()
+    assert (request.method, request.path, request.body) == ("GET", "/v1/arrays", b"")
+    assert_signed(request)
+    assert "demo" in result.output
+    assert "other" in result.output
+    assert "16" in result.output
+
+
+def test_delete_asks_for_confirmation_and_a_no_sends_nothing(run, api):
+    result = run("delete", "demo", "--delete-volumes", stdin="n\n")
+
+    assert result.exit_code == 1
+    assert "Delete array demo and the volumes it created?" in result.output
+    assert "not deleted" in result.output
+    assert api.requests == []
+
+
+def test_delete_confirmed_sends_delete_volumes_and_shows_the_changes(run, api):
+    api.answer(
+        "DELETE",
+        "/v1/arrays/demo?deleteVolumes=true",
+        200,
+        {"deleted": "demo", "changes": [{"resource": "volume data2", "action": "delete", "fields": []}]},
+    )
+
+    result = run("delete", "demo", "--delete-volumes", stdin="y\n")
+
+    assert result.exit_code == 0, result.output
+    request = api.only_request()
+    assert (request.method, request.path) == ("DELETE", "/v1/arrays/demo?deleteVolumes=true")
+    assert_signed(request)
+    assert "array demo deleted" in result.output
+    assert "volume data2" in result.output
+
+
+def test_delete_yes_keeps_volumes_by_default_and_409_is_shown(run, api):
+    message = "array demo is scaling (execution scale-demo-7 running): retry when it ends"
+    api.answer("DELETE", "/v1/arrays/demo?deleteVolumes=false", 409, {"message": message})
+
+    result = run("delete", "demo", "--yes")
+
+    assert result.exit_code == 1
+    assert api.only_request().path == "/v1/arrays/demo?deleteVolumes=false"
+    assert "HTTP 409" in result.output
+    assert message in result.output
+
+
+def test_the_endpoint_comes_from_vsa_api_url(run, api, monkeypatch):
+    api.answer("GET", "/v1/arrays", 200, {"arrays": []})
+    monkeypatch.setenv("VSA_API_URL", api.url + "/")
+
+    result = run("list", endpoint=None)
+
+    assert result.exit_code == 0, result.output
+    assert "no arrays" in result.output
+    assert_signed(api.only_request())
+
+
+def test_on_the_local_cloud_the_endpoint_is_the_path_style_url_of_the_stack_api_id(run, api, monkeypatch):
+    # AWS_ENDPOINT_URL at 127.0.0.1: the stack is looked up there (DescribeStacks answered by the
+    # fake), and the API is reached at LocalStack's path-style invoke URL of the output ApiId.
+    monkeypatch.delenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{api.port}")
+    api.answer("GET", "/restapis/a1b2c3d4e5/v1/_user_request_/arrays", 200, {"arrays": []})
+
+    result = run("list", endpoint=None)
+
+    assert result.exit_code == 0, result.output
+    assert api.only_request().path == "/restapis/a1b2c3d4e5/v1/_user_request_/arrays"
+    assert_signed(api.only_request())
+
+
+def test_an_unreachable_local_endpoint_says_to_start_the_local_cloud(run):
+    port = a_closed_port()
+    result = run("list", endpoint=f"http://127.0.0.1:{port}/v1")
+
+    assert result.exit_code == 1
+    assert f"cannot reach the API at http://127.0.0.1:{port}/v1" in result.output
+    assert "is the local cloud running (make localcloud-start)?" in result.output
+
+
+def test_unknown_options_are_usage_errors(run):
+    assert run("list", "--bogus").exit_code == 2
+    assert run("delete").exit_code == 2
+
+
+def a_closed_port() -> int:
+    """A port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_an_unreachable_local_cloud_during_the_stack_lookup_says_to_start_it(run, monkeypatch):
+    port = a_closed_port()
+    monkeypatch.delenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+
+    result = run("list", endpoint=None)
+
+    assert result.exit_code == 1
+    assert f"cannot reach CloudFormation (to find stack vsa-control-plane) at http://127.0.0.1:{port}" in (
+        result.output
+    )
+    assert "is the local cloud running (make localcloud-start)?" in result.output
+
+
+def test_an_unknown_profile_is_a_usage_error(run, api):
+    result = run("--profile", "no-such-profile", "list")
+
+    assert result.exit_code == 2
+    assert "no-such-profile" in result.output
+    assert api.requests == []
