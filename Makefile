@@ -47,7 +47,7 @@ format: install
 	$(VENV)/ruff format .
 
 typecheck: install
-	$(VENV)/mypy layers/core functions
+	$(VENV)/mypy layers/core functions cli
 
 validate: install
 	$(OFFLINE) sam validate --lint

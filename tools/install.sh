@@ -44,6 +44,12 @@ mkdir -p "$VSA_STATE"
 exec 9>"$VSA_STATE/.install.lock"
 flock 9
 make_venv "$ROOT/.venv" requirements/dev.txt -- -r requirements/dev.txt
+# The CLI (vsactl), editable in the dev venv; its dependencies are pinned in requirements/dev.txt.
+# Reinstalled when the venv was rebuilt or the editable install points at another checkout.
+if ! "$ROOT/.venv/bin/python" -c 'import sys, vsactl; sys.exit(not vsactl.__file__.startswith(sys.argv[1]))' "$ROOT/cli/" 2>/dev/null; then
+  echo "==> installing vsactl (cli/, editable)"
+  "$ROOT/.venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e ./cli
+fi
 make_venv "$VSA_STATE/venv" requirements/localcloud.txt -- -r requirements/localcloud.txt
 # Our plugins: reinstalled (without touching LocalStack) whenever their source changes; restart
 # the local cloud to load the new code. Not editable: plux's setuptools hook breaks editable builds.

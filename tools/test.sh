@@ -14,7 +14,7 @@ offline() { env -u AWS_ENDPOINT_URL "$@"; }
 step "ruff (lint + format)"
 "$VENV/ruff" check . && "$VENV/ruff" format --check . || status=1
 step "mypy (strict, pydantic plugin, boto3 stubs)"
-"$VENV/mypy" layers/core functions || status=1
+"$VENV/mypy" layers/core functions cli || status=1
 step "sam validate --lint"
 offline sam validate --lint || status=1
 if [[ $status -ne 0 ]]; then
