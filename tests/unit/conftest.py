@@ -153,3 +153,26 @@ def scale_state_machine(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     get_settings.cache_clear()
     yield arn
     sfn.delete_state_machine(stateMachineArn=arn)
+
+
+def hooks_keep_metadata(autoscaling: Any) -> None:
+    """moto's lifecycle hooks drop ``NotificationMetadata``: remember what PutLifecycleHook and
+    CreateAutoScalingGroup's LifecycleHookSpecificationList sent, and put it back into
+    DescribeLifecycleHooks answers, as AWS does (without it every re-apply sees a change)."""
+    sent: dict[tuple[str, str], str] = {}
+
+    def record(params: dict[str, Any], **_: Any) -> None:
+        group = params.get("AutoScalingGroupName", "")
+        for hook in [params, *params.get("LifecycleHookSpecificationList", [])]:
+            if "NotificationMetadata" in hook and "LifecycleHookName" in hook:
+                sent[(group, hook["LifecycleHookName"])] = hook["NotificationMetadata"]
+
+    def restore(parsed: dict[str, Any], **_: Any) -> None:
+        for hook in parsed.get("LifecycleHooks", []):
+            key = (hook["AutoScalingGroupName"], hook["LifecycleHookName"])
+            if key in sent:
+                hook["NotificationMetadata"] = sent[key]
+
+    for operation in ("PutLifecycleHook", "CreateAutoScalingGroup"):
+        autoscaling.meta.events.register(f"provide-client-params.autoscaling.{operation}", record)
+    autoscaling.meta.events.register("after-call.autoscaling.DescribeLifecycleHooks", restore)

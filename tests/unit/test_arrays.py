@@ -4,7 +4,7 @@ moto gaps, worked around here and nowhere else:
 - SSM ``DescribeInstanceInformation`` is not implemented by moto: the SSM client is a real client
   under botocore's Stubber, answering with the shape AWS documents.
 - moto's lifecycle hooks drop ``NotificationMetadata`` (and store hard-coded role/target ARNs):
-  ``_hooks_keep_metadata`` records what PutLifecycleHook sent and puts it back into
+  ``conftest.hooks_keep_metadata`` records what PutLifecycleHook sent and puts it back into
   DescribeLifecycleHooks answers, as AWS does; without it every re-apply would see a change.
 """
 
@@ -15,7 +15,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from tests.unit.conftest import ACCOUNT, REGION
+from tests.unit.conftest import ACCOUNT, REGION, hooks_keep_metadata
 from vsa_core.arrays import ArrayService
 from vsa_core.errors import ConflictError, InvalidSpecError
 from vsa_core.model import ArraySpec, RegisteredArray
@@ -25,32 +25,13 @@ ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/vsa-scheduler"
 HOST = "i-0a1b2c3d4e5f60001"
 
 
-def _hooks_keep_metadata(autoscaling: Any) -> None:
-    sent: dict[tuple[str, str], str] = {}
-
-    def record(params: dict[str, Any], **_: Any) -> None:
-        if "NotificationMetadata" in params:
-            sent[(params["AutoScalingGroupName"], params["LifecycleHookName"])] = params[
-                "NotificationMetadata"
-            ]
-
-    def restore(parsed: dict[str, Any], **_: Any) -> None:
-        for hook in parsed.get("LifecycleHooks", []):
-            key = (hook["AutoScalingGroupName"], hook["LifecycleHookName"])
-            if key in sent:
-                hook["NotificationMetadata"] = sent[key]
-
-    autoscaling.meta.events.register("provide-client-params.autoscaling.PutLifecycleHook", record)
-    autoscaling.meta.events.register("after-call.autoscaling.DescribeLifecycleHooks", restore)
-
-
 class World:
     """moto clients, a Stubber-driven SSM client and the service under test."""
 
     def __init__(self) -> None:
         self.ec2 = boto3.client("ec2", region_name=REGION)
         self.autoscaling = boto3.client("autoscaling", region_name=REGION)
-        _hooks_keep_metadata(self.autoscaling)
+        hooks_keep_metadata(self.autoscaling)
         self.cloudwatch = boto3.client("cloudwatch", region_name=REGION)
         self.scheduler = boto3.client("scheduler", region_name=REGION)
         self.ssm = boto3.client("ssm", region_name=REGION)

@@ -1,0 +1,116 @@
+"""api_arrays: the REST resolver over moto, fed the AWS-shaped proxy events from events/apigateway."""
+
+import json
+from typing import Any
+
+import boto3
+import pytest
+from api_arrays import handler
+
+from tests.unit.conftest import REGION, FakeLambdaContext, hooks_keep_metadata, load_event
+from vsa_core.clients import client
+
+ROLE = "arn:aws:iam::123456789012:role/vsa-backup-scheduler"
+
+
+@pytest.fixture
+def api_env(registry_table: str, function_env: None, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """A registry, one existing io2 Multi-Attach volume in us-east-1a, a subnet, an AMI."""
+    monkeypatch.setenv("VSA_BACKUP_SCHEDULER_ROLE_ARN", ROLE)
+    ec2 = boto3.client("ec2", region_name=REGION)
+    volume = ec2.create_volume(
+        AvailabilityZone="us-east-1a", Size=100, VolumeType="io2", Iops=3000, MultiAttachEnabled=True
+    )["VolumeId"]
+    subnet = ec2.describe_subnets(Filters=[{"Name": "availability-zone", "Values": ["us-east-1a"]}])[
+        "Subnets"
+    ][0]["SubnetId"]
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    hooks_keep_metadata(client("autoscaling"))  # the handler's own (cached) client
+    return {"volume": volume, "subnet": subnet, "image": image}
+
+
+def call(event: dict[str, Any]) -> tuple[int, Any]:
+    reply = handler.lambda_handler(event, FakeLambdaContext())
+    return reply["statusCode"], json.loads(reply["body"]) if reply.get("body") else None
+
+
+def put_event(env: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """The sample PUT, aimed at this account's volume, subnet and image, without hosts (moto has
+    no SSM DescribeInstanceInformation; host validation is covered in test_arrays.py)."""
+    event = load_event("apigateway/put_array.json")
+    spec = json.loads(event["body"])
+    spec["volumes"] = [{"volumeId": env["volume"]}, spec["volumes"][1]]
+    spec["controllers"] = {"instanceType": "r5b.2xlarge", "imageId": env["image"], "subnetId": env["subnet"]}
+    spec["hosts"] = []
+    spec["backup"]["mode"] = "crash"
+    spec.update(changes)
+    event["body"] = json.dumps(spec)
+    return event
+
+
+def test_put_creates_the_array_and_answers_201_with_its_changes(api_env: dict[str, Any]) -> None:
+    status, reply = call(put_event(api_env))
+    assert status == 201, reply
+    assert reply["version"] == 1
+    resources = {c["resource"]: c["action"] for c in reply["changes"]}
+    assert resources["group/vsa-demo-controllers"] == "create"
+    assert resources["alarm/vsa-demo-iops-high"] == "create"
+    # the same PUT again: 200, nothing to do
+    status, again = call(put_event(api_env))
+    assert status == 200
+    assert {c["action"] for c in again["changes"]} == {"unchanged"}, [
+        c for c in again["changes"] if c["action"] != "unchanged"
+    ]
+
+
+def test_get_and_list_answer_what_put_stored(api_env: dict[str, Any]) -> None:
+    call(put_event(api_env))
+    status, described = call(load_event("apigateway/get_array.json"))
+    assert status == 200, described
+    assert described["spec"]["arrayId"] == "demo"
+    assert described["status"]["group"]["max"] == 8
+    status, listed = call(load_event("apigateway/list_arrays.json"))
+    assert status == 200
+    assert [a["arrayId"] for a in listed["arrays"]] == ["demo"]
+
+
+def test_delete_removes_the_array(api_env: dict[str, Any]) -> None:
+    call(put_event(api_env))
+    status, reply = call(load_event("apigateway/delete_array.json"))
+    assert status == 200, reply
+    assert reply["deleted"] == "demo"
+    assert call(load_event("apigateway/get_array.json"))[0] == 404
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "text"),
+    [
+        ({"maxControllers": 17}, 422, "maxControllers"),
+        ({"arrayId": "other"}, 400, "differs from the path"),
+        ({"surprise": True}, 422, "surprise"),
+    ],
+)
+def test_bad_bodies_are_4xx_with_what_to_fix(
+    api_env: dict[str, Any], change: dict[str, Any], status: int, text: str
+) -> None:
+    got, reply = call(put_event(api_env, **change))
+    assert got == status, reply
+    assert text in json.dumps(reply)
+    assert call(load_event("apigateway/get_array.json"))[0] == 404
+
+
+def test_body_that_is_not_json_is_4xx(api_env: dict[str, Any]) -> None:
+    event = put_event(api_env)
+    event["body"] = "{not json"
+    status, _ = call(event)
+    assert 400 <= status < 500
+
+
+def test_if_match_on_a_stale_version_is_409(api_env: dict[str, Any]) -> None:
+    call(put_event(api_env))
+    event = put_event(api_env, maxControllers=6)
+    event["headers"]["If-Match"] = "7"
+    event["multiValueHeaders"]["If-Match"] = ["7"]
+    status, reply = call(event)
+    assert status == 409, reply
+    assert "If-Match 7" in reply["message"]
