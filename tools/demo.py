@@ -1,31 +1,59 @@
 """Narrated run of the control plane on the local cloud (called by tools/demo.sh after deploy).
 
-What a newcomer sees: an array registered, an IOPS alarm firing, the ScaleArray workflow
-deciding how many controllers the demand needs, the decision recorded with its inputs, and a
-repeated alarm event starting nothing new.
+What a newcomer sees: the infrastructure an operator already has (an io2 Multi-Attach volume, a
+client host), an array declared once with ``vsactl apply`` (validated, then made so: owned
+volume, launch template, controller group with its lifecycle hooks, IOPS alarms, backup
+schedule), a bad spec refused with its reason, the array's live state, then real IOPS demand
+on its volumes tripping the high alarm, whose state-change event runs the ScaleArray workflow.
 """
 
 import json
+import os
+import subprocess
+import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import boto3
+import urllib3
+import yaml
 from rich.console import Console
-from rich.table import Table
-
-from vsa_core.model import ArraySpec
-from vsa_core.naming import AlarmKind, iops_alarm_name, scale_execution_name
-from vsa_core.registry import ArrayRegistry
-from vsa_core.waiters import execution_arn, execution_finished
 
 ROOT = Path(__file__).resolve().parents[1]
 STACK = "vsa-control-plane"
+AZ = "us-east-1a"
+AMI = "ami-1e749f67"  # an image the local cloud (moto) knows
 console = Console(highlight=False, width=110)
+ENDPOINT = os.environ["AWS_ENDPOINT_URL"]
 
 
 def say(step: str, text: str) -> None:
-    console.print(f"[bold cyan]==> {step}[/] {text}")
+    console.print(f"\n[bold cyan]==> {step}[/] {text}")
+
+
+def note(text: str) -> None:
+    console.print(f"    [dim]{text}[/]")
+
+
+def control(area: str, action: str, **body: Any) -> dict[str, Any]:
+    """The local cloud's control endpoint: stands in for what AWS does by itself (see README)."""
+    reply = urllib3.PoolManager().request(
+        "POST", f"{ENDPOINT}/_localcloud/{area}/{action}", body=json.dumps(body, default=str).encode()
+    )
+    if reply.status != 200:
+        raise SystemExit(f"local cloud control {area}/{action} failed: {reply.data.decode()}")
+    return dict(json.loads(reply.data))
+
+
+def vsactl(*args: str, check: bool = True) -> int:
+    console.print(f"    [bold]$ vsactl {' '.join(args)}[/]")
+    wide = {**os.environ, "COLUMNS": "120"}  # not a terminal: Rich would wrap at 80
+    done = subprocess.run([str(Path(sys.executable).parent / "vsactl"), *args], check=False, env=wide)  # noqa: S603
+    if check and done.returncode != 0:
+        raise SystemExit(f"vsactl {args[0]} failed (exit {done.returncode})")
+    return done.returncode
 
 
 def outputs() -> dict[str, str]:
@@ -33,116 +61,168 @@ def outputs() -> dict[str, str]:
     return {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
 
 
-def alarm_event(array_id: str, demand: float, stamp: str, kind: AlarmKind) -> dict[str, Any]:
-    event = json.loads((ROOT / "events/cloudwatch/iops_alarm_high.json").read_text())
-    name = iops_alarm_name(array_id, kind)
-    event["detail"]["alarmName"] = name
-    event["resources"] = [f"arn:aws:cloudwatch:us-east-1:000000000000:alarm:{name}"]
-    reason = json.loads(event["detail"]["state"]["reasonData"])
-    reason["recentDatapoints"] = [demand * 0.93, demand * 0.97, demand]
-    event["detail"]["state"]["reasonData"] = json.dumps(reason)
-    event["detail"]["state"]["timestamp"] = stamp
-    return event
+def existing_infrastructure() -> tuple[str, str, str]:
+    ec2 = boto3.client("ec2")
+    volume = ec2.create_volume(
+        AvailabilityZone=AZ,
+        Size=500,
+        VolumeType="io2",
+        Iops=32000,
+        MultiAttachEnabled=True,
+        TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": "Name", "Value": "oltp-data"}]}],
+    )["VolumeId"]
+    gp3 = ec2.create_volume(AvailabilityZone=AZ, Size=100, VolumeType="gp3")["VolumeId"]
+    host = ec2.run_instances(
+        ImageId=AMI, MinCount=1, MaxCount=1, InstanceType="m5.2xlarge", Placement={"AvailabilityZone": AZ}
+    )["Instances"][0]["InstanceId"]
+    control("ssm", "register_node", InstanceId=host)
+    return str(volume), str(gp3), str(host)
 
 
-def put(event: dict[str, Any]) -> None:
-    boto3.client("events").put_events(
-        Entries=[
-            {
-                "Source": event["source"],
-                "DetailType": event["detail-type"],
-                "Detail": json.dumps(event["detail"]),
-                "Resources": event["resources"],
-            }
+def write_spec(path: Path, array_id: str, volume: str, host: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "specVersion": 1,
+        "arrayId": array_id,
+        "availabilityZone": AZ,
+        "volumes": [{"volumeId": volume}, {"name": "logs", "sizeGiB": 200, "iops": 16000}],
+        "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI},
+        "minControllers": 2,
+        "maxControllers": 8,
+        "hosts": [{"instanceId": host, "mountpoints": ["/data"]}],
+        "backup": {"schedule": "cron(0 3 * * ? *)", "mode": "application", "retention": 7},
+    }
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return spec
+
+
+def let_controllers_in(array_id: str) -> list[str]:
+    """What the BootstrapController workflow (issue #6) will do: CONTINUE each waiting launch."""
+    autoscaling = boto3.client("autoscaling")
+    group = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[f"vsa-{array_id}-controllers"])[
+        "AutoScalingGroups"
+    ][0]
+    waiting = [i["InstanceId"] for i in group["Instances"] if i["LifecycleState"] == "Pending:Wait"]
+    for instance in waiting:
+        autoscaling.complete_lifecycle_action(
+            AutoScalingGroupName=group["AutoScalingGroupName"],
+            LifecycleHookName=f"vsa-{array_id}-bootstrap",
+            InstanceId=instance,
+            LifecycleActionResult="CONTINUE",
+        )
+    return waiting
+
+
+def array_volumes(array_id: str, existing: str) -> list[str]:
+    owned = boto3.client("ec2").describe_volumes(
+        Filters=[
+            {"Name": "tag:vsa:array", "Values": [array_id]},
+            {"Name": "tag:vsa:owned", "Values": ["true"]},
         ]
-    )
+    )["Volumes"]
+    return [existing, *(v["VolumeId"] for v in owned)]
 
 
-def run_alarm(out: dict[str, str], array_id: str, demand: float, kind: AlarmKind) -> dict[str, Any]:
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000+0000", time.gmtime())
-    event = alarm_event(array_id, demand, stamp, kind)
-    name = scale_execution_name(array_id, event["resources"][0], stamp)
-    started = time.monotonic()
-    put(event)
+def publish_demand(volumes: list[str], iops: float, minutes: int = 4) -> None:
+    """EBS publishing VolumeReadOps/VolumeWriteOps (per minute) for ``iops`` spread over the volumes."""
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    per_metric = iops * 60 / (2 * len(volumes))
+    data = [
+        {
+            "MetricName": metric,
+            "Dimensions": [{"Name": "VolumeId", "Value": volume}],
+            "Timestamp": (now - timedelta(minutes=m) + timedelta(seconds=30)).isoformat(),
+            "Value": per_metric,
+            "Unit": "Count",
+        }
+        for m in range(minutes)
+        for volume in volumes
+        for metric in ("VolumeReadOps", "VolumeWriteOps")
+    ]
+    control("cloudwatch", "publish", Namespace="AWS/EBS", MetricData=data)
+
+
+def wait_for_scale_execution(state_machine: str, array_id: str, known: set[str]) -> dict[str, Any]:
     sfn = boto3.client("stepfunctions")
-    arn = execution_arn(out["ScaleArrayStateMachineArn"], name)
-    execution_finished(sfn).wait(executionArn=arn)
-    execution = sfn.describe_execution(executionArn=arn)
-    history = sfn.get_execution_history(executionArn=arn)["events"]
-    steps = [e["stateEnteredEventDetails"]["name"] for e in history if e["type"] == "TaskStateEntered"]
-    console.print(
-        f"    EventBridge -> on_iops_alarm -> ScaleArray [bold]{execution['status']}[/] "
-        f"in {time.monotonic() - started:.1f} s; steps: {' -> '.join(steps)}"
-    )
-    return {"event": event, "name": name, "execution": execution}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for execution in sfn.list_executions(stateMachineArn=state_machine)["executions"]:
+            new = execution["name"].startswith(f"scale-{array_id}-") and execution["name"] not in known
+            if new and execution["status"] != "RUNNING":
+                return dict(sfn.describe_execution(executionArn=execution["executionArn"]))
+        time.sleep(0.5)
+    raise SystemExit("no ScaleArray execution finished within 60 s: see `make localcloud-logs`")
+
+
+def scale_executions(state_machine: str, array_id: str) -> set[str]:
+    executions = boto3.client("stepfunctions").list_executions(stateMachineArn=state_machine)["executions"]
+    return {e["name"] for e in executions if e["name"].startswith(f"scale-{array_id}-")}
 
 
 def main() -> None:
     out = outputs()
-    registry = ArrayRegistry(out["RegistryTableName"], boto3.client("dynamodb"))
     array_id = f"demo-{time.strftime('%H%M%S')}"
+    spec_file = Path(os.environ.get("VSA_STATE", ROOT / ".localcloud")) / f"{array_id}.yaml"
 
-    say("4.", f"registering array [bold]{array_id}[/] (2..8 controllers, 260,000 IOPS each at 70% target)")
-    console.print(
-        "    (the PUT /arrays API arrives with issue #4; until then the registry is written directly)"
-    )
-    spec = ArraySpec(
-        arrayId=array_id,
-        availabilityZone="us-east-1a",
-        volumes=[{"volumeId": "vol-0a1b2c3d4e5f60001"}],
-        controllers={"instanceType": "r5b.2xlarge", "imageId": "ami-0a1b2c3d4e5f60001"},
-        minControllers=2,
-        maxControllers=8,
-    )
-    registry.create(spec)
+    say("4.", "what an operator already has: an io2 Multi-Attach volume and a client host")
+    volume, gp3, host = existing_infrastructure()
+    note(f"volume {volume} (io2, 500 GiB, 32,000 IOPS, Multi-Attach) in {AZ}; host {host}")
+    note("the host runs the SSM agent (here: registered as a local managed node with its own sandbox)")
 
-    say("5.", f"alarm {iops_alarm_name(array_id, 'high')} fires: the hosts now drive 612,345 IOPS")
-    first = run_alarm(out, array_id, 612_345.0, "high")
-    decision = json.loads(first["execution"]["output"])
-    table = Table(title="ScaleArray decision (recorded in DynamoDB with its inputs)")
-    columns = ("demand_iops", "current_controllers", "needed_controllers", "desired_controllers", "action")
-    for key in columns:
-        table.add_column(key)
-    table.add_row(*(str(decision[k]) for k in columns))
-    console.print(table)
-    console.print(f"    reason: {decision['reason']}")
-    console.print(
-        "    why: ceil(612,345 / (260,000 x 0.7)) = 4 controllers; the registry now wants "
-        f"{registry.get(array_id).desired_controllers}"
-    )
+    say("5.", f"declare array [bold]{array_id}[/] once: {spec_file.name}")
+    spec = write_spec(spec_file, array_id, volume, host)
+    console.print("    " + spec_file.read_text().replace("\n", "\n    ").rstrip())
+    note("vsactl signs the request with SigV4 (IAM auth); the API validates everything against AWS")
+    note("first (volumes, host, launch settings), stores the spec, then creates what it declares:")
+    vsactl("apply", "-f", str(spec_file))
 
-    say("6.", "EventBridge delivers the same alarm state change again (at-least-once delivery)")
-    put(first["event"])
-    logs = boto3.client("logs")
-    group = f"/aws/lambda/{out['OnIopsAlarmFunctionName']}"
-    deadline = time.monotonic() + 30
-    seen = False
-    while not seen and time.monotonic() < deadline:  # bounded: the duplicate invoke is asynchronous
-        events = logs.filter_log_events(logGroupName=group)["events"]
-        seen = any("duplicate alarm event" in e["message"] and first["name"] in e["message"] for e in events)
-        if not seen:
-            time.sleep(0.5)
-    executions = boto3.client("stepfunctions").list_executions(
-        stateMachineArn=out["ScaleArrayStateMachineArn"]
-    )
-    count = [e["name"] for e in executions["executions"]].count(first["name"])
-    console.print(
-        f"    on_iops_alarm saw it as a duplicate: {seen}; executions for that state change: {count} "
-        "(its execution name is derived from alarm ARN + state timestamp)"
-    )
+    say("6.", "a spec that cannot work is refused with its reason, and nothing is created")
+    bad_file = spec_file.with_name(f"{array_id}-bad.yaml")
+    bad = {**spec, "arrayId": f"{array_id}-bad", "volumes": [{"volumeId": gp3}]}
+    bad_file.write_text(yaml.safe_dump(bad, sort_keys=False))
+    vsactl("apply", "-f", str(bad_file), check=False)
 
-    say("7.", f"demand falls to 150,000 IOPS: alarm {iops_alarm_name(array_id, 'low')} fires")
-    second = run_alarm(out, array_id, 150_000.0, "low")
-    low = json.loads(second["execution"]["output"])
-    console.print(
-        f"    {low['action']}: {low['current_controllers']} -> {low['desired_controllers']} ({low['reason']})"
-    )
+    say("7.", "the group launched minControllers=2 controllers; the bootstrap hook holds them")
+    vsactl("get", array_id)
+    waiting = let_controllers_in(array_id)
+    note("the bootstrap workflow (issue #6) will configure nvmet and connect the hosts, then let each in;")
+    note(f"the demo lets {len(waiting)} in now (CompleteLifecycleAction CONTINUE)")
 
-    history = registry.decisions(array_id)
-    console.print(f"\n[bold green]done[/]: {len(history)} decisions recorded for {array_id}. Look around:")
+    say("8.", "the hosts push 612,345 IOPS: EBS metrics trip the array's high IOPS alarm")
+    volumes = array_volumes(array_id, volume)
+    known = scale_executions(out["ScaleArrayStateMachineArn"], array_id)
+    publish_demand(volumes, 612_345)
+    high = f"vsa-{array_id}-iops-high"
+    states = control("cloudwatch", "evaluate", AlarmName=high)["States"]
+    note(f"{high}: sum over {len(volumes)} volumes of (VolumeReadOps + VolumeWriteOps) / period")
+    note(f"-> {states[high]}")
+    note("threshold = 2 controllers x 260,000 IOPS x 0.7 target = 364,000 IOPS")
+    started = time.monotonic()
+    execution = wait_for_scale_execution(out["ScaleArrayStateMachineArn"], array_id, known)
+    decision = json.loads(execution["output"])
     console.print(
-        f"    aws --endpoint-url {boto3.client('sts').meta.endpoint_url} dynamodb scan "
-        f"--table-name {out['RegistryTableName']}"
+        "    alarm state change -> EventBridge -> on_iops_alarm -> ScaleArray "
+        f"[bold]{execution['status']}[/] in {time.monotonic() - started:.1f} s"
+    )
+    console.print(
+        f"    decision: {decision['action']} {decision['current_controllers']} -> "
+        f"{decision['desired_controllers']} ({decision['reason']})"
+    )
+    note("ceil(612,345 / (260,000 x 0.7)) = 4; SetDesiredCapacity on the group arrives with issue #5")
+
+    say("9.", "evaluating again changes no state, so no event and no second workflow")
+    control("cloudwatch", "evaluate", AlarmName=high)
+    time.sleep(2)
+    count = len(scale_executions(out["ScaleArrayStateMachineArn"], array_id) - known)
+    note(f"ScaleArray executions for this surge: {count}")
+
+    say("10.", "the array's live state, with the decision and its inputs")
+    vsactl("get", array_id)
+    vsactl("list")
+    console.print(
+        f"\n[bold green]done[/]: array {array_id} is declared and running on the local cloud. Look around:"
+    )
+    console.print(
+        f"    .venv/bin/vsactl get {array_id}     .venv/bin/vsactl delete {array_id} --delete-volumes"
     )
     console.print("    make localcloud-logs   |   make localcloud-stop")
 

@@ -52,12 +52,14 @@ def changes_table(changes: list[dict[str, Any]]) -> Table:
 
 
 def arrays_table(arrays: list[dict[str, Any]]) -> Table:
-    table = _table("Arrays", ["Array", "Version", "Controllers", "Desired", "Min", "Max"])
+    table = _table("Arrays", ["Array", "Version", "AZ", "Volumes", "Hosts", "Desired", "Min", "Max"])
     for a in arrays:
         table.add_row(
             _cell(a.get("arrayId")),
             _cell(a.get("version")),
-            _cell(a.get("controllers")),
+            _cell(a.get("availabilityZone")),
+            _cell(a.get("volumes")),
+            _cell(a.get("hosts")),
             _cell(a.get("desiredControllers")),
             _cell(a.get("minControllers")),
             _cell(a.get("maxControllers")),
@@ -116,15 +118,24 @@ def _attachments(volume: dict[str, Any]) -> dict[str, Any]:
 
 
 def _decisions(decisions: list[Any]) -> RenderableType:
-    last = [d for d in decisions[-DECISIONS_SHOWN:] if isinstance(d, dict)]
+    """The API answers decisions newest first; each carries its inputs and its reason."""
+    last = [d for d in decisions[:DECISIONS_SHOWN] if isinstance(d, dict)]
     if not last:
         return Text("Decisions: none", style="dim")
-    columns: list[str] = []
+    table = _table(
+        f"Last decisions ({len(last)} of {len(decisions)})",
+        ["When", "Action", "Controllers", "Demand IOPS", "Reason"],
+    )
     for d in last:
-        columns.extend(k for k in d if k not in columns)
-    table = _table(f"Last decisions ({len(last)} of {len(decisions)})", columns)
-    for d in last:
-        table.add_row(*(_cell(d.get(c)) for c in columns))
+        when = str(d.get("sk", "")).split("#")[1] if str(d.get("sk", "")).count("#") >= 2 else "-"
+        demand = d.get("demand_iops")
+        table.add_row(
+            when,
+            _cell(d.get("action")),
+            f"{_cell(d.get('current_controllers'))} -> {_cell(d.get('desired_controllers'))}",
+            f"{demand:,.0f}" if isinstance(demand, int | float) else _cell(demand),
+            _cell(d.get("reason")),
+        )
     return table
 
 

@@ -15,11 +15,14 @@ from typing import Any
 from vsa_core.arrays import ArrayService
 from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError
 from vsa_core.model import ArraySpec, RegisteredArray
+from vsa_core.reconcile import Change
 from vsa_core.registry import ArrayRegistry
 
 
 def _json(value: Any) -> Any:
-    """Dataclasses (changes, status) as plain JSON values."""
+    """Changes (``{resource, action, fields: [{field, before, after}]}``), status, as JSON values."""
+    if isinstance(value, Change):
+        return _json(value.as_dict())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _json(dataclasses.asdict(value))
     if hasattr(value, "model_dump"):
