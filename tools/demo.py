@@ -218,12 +218,9 @@ def main() -> None:
     say("10.", "the array's live state, with the decision and its inputs")
     vsactl("get", array_id)
     vsactl("list")
-    console.print(
-        f"\n[bold green]done[/]: array {array_id} is declared and running on the local cloud. Look around:"
-    )
-    console.print(
-        f"    .venv/bin/vsactl get {array_id}     .venv/bin/vsactl delete {array_id} --delete-volumes"
-    )
+    console.print(f"\n[bold green]done[/]: array {array_id} is declared and running on the local cloud.")
+    console.print(f"    look around: .venv/bin/vsactl get {array_id}")
+    console.print(f"    remove it:   .venv/bin/vsactl delete {array_id} --delete-volumes")
     console.print("    make localcloud-logs   |   make localcloud-stop")
 
 
