@@ -198,6 +198,13 @@ def delete(
     if output is Output.json:
         render.print_json(out, answer)
         return
+    if "deleting" in answer:  # 202: the DeleteArray workflow tears the array down
+        kept = "deleting the volumes it created" if answer.get("deleteVolumes") else "keeping its volumes"
+        array = answer["deleting"]
+        out.print(f"array {array} is being deleted ({kept})", highlight=False)
+        out.print(f"workflow {answer.get('executionArn', '?')}", highlight=False, soft_wrap=True)
+        out.print(f"`vsactl get {array}` shows it until it is gone", highlight=False)
+        return
     out.print(f"array {answer.get('deleted', array_id)} deleted", highlight=False)
     if answer.get("changes"):
         out.print(render.changes_table(answer["changes"]))

@@ -98,6 +98,11 @@ def _spec_summary(array_id: str, answer: dict[str, Any]) -> Table:
         ("Hosts declared", len(spec.get("hosts") or [])),
         ("Backup", backup_text),
     ]
+    deleting = answer.get("deleting")
+    if isinstance(deleting, dict):
+        rows.append(("Deleting", f"workflow {deleting.get('executionName')} since {deleting.get('requestedAt')}"))
+    if answer.get("deleteFailure"):
+        rows.append(("Delete failed", f"{answer['deleteFailure']} (delete again to retry)"))
     for key, value in rows:
         table.add_row(key, _cell(value))
     return table

@@ -5,7 +5,8 @@ delete it. Thin: the powertools resolver parses and validates (422 with the fail
     PUT    /arrays/{arrayId}                   create or update (idempotent); answers the changes
     GET    /arrays                             every array, one line each
     GET    /arrays/{arrayId}                   spec + live status + last decisions
-    DELETE /arrays/{arrayId}?deleteVolumes=    tear down what the control plane created
+    DELETE /arrays/{arrayId}?deleteVolumes=    202: the DeleteArray workflow tears down what the
+                                               control plane created, then forgets the array
 """
 
 from typing import Annotated, Any
@@ -16,6 +17,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from vsa_core import operations
 from vsa_core.arrays import ArrayService
+from vsa_core.clients import client
 from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError
 from vsa_core.model import ArraySpec
 from vsa_core.naming import ARRAY_ID_PATTERN
@@ -87,13 +89,18 @@ def delete_array(
     delete_volumes: Annotated[
         bool, Query(alias="deleteVolumes", description="also delete the volumes the control plane created")
     ] = False,
-) -> dict[str, Any]:
+) -> Response[dict[str, Any]]:
     logger.append_keys(array_id=array_id)
     reply = operations.delete_array(
-        array_id, delete_volumes=delete_volumes, registry=_registry(), service=_service()
+        array_id,
+        delete_volumes=delete_volumes,
+        registry=_registry(),
+        service=_service(),
+        sfn=client("stepfunctions"),
+        state_machine_arn=get_settings().delete_state_machine_arn,
     )
-    logger.info("array deleted", extra={"deleteVolumes": delete_volumes})
-    return reply
+    logger.info("array deletion started", extra={"execution": reply["executionArn"]})
+    return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=reply)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -9,6 +9,7 @@ requests get 4xx, never 5xx.
 import contextlib
 import json
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -103,9 +104,19 @@ def arrays(api: Api) -> Iterator[Callable[[], str]]:
         return made[-1]
 
     yield new
-    for array_id in made:
+    for array_id in made:  # the DeleteArray workflows finish in the background
         settle(array_id)
         api.call("DELETE", f"/arrays/{array_id}?deleteVolumes=true")
+
+
+def wait_until_gone(api: Api, array_id: str, timeout: float = 120) -> None:
+    """DELETE answers 202; the DeleteArray workflow forgets the array when it has finished."""
+    deadline = time.monotonic() + timeout
+    while (answer := api.call("GET", f"/arrays/{array_id}"))[0] == 200:
+        assert time.monotonic() < deadline, f"array {array_id} still there after {timeout} s: {answer}"
+        assert answer[1].get("deleteFailure") is None, answer
+        time.sleep(1)
+    assert answer[0] == 404, answer
 
 
 def spec_for(array_id: str, world: World, **overrides: Any) -> Spec:
@@ -326,7 +337,12 @@ def test_delete_refuses_while_bootstrapping_then_removes_what_it_created(
     assert "bootstrapping" in reply["message"]
     settle(array_id)
     status, reply = api.call("DELETE", f"/arrays/{array_id}?deleteVolumes=true")
-    assert status == 200, reply
+    assert status == 202, reply
+    assert reply["deleteVolumes"] is True
+    # a repeated DELETE answers the same workflow (or the array is already gone)
+    again = api.call("DELETE", f"/arrays/{array_id}")
+    assert again == (202, reply) or again[0] == 404, again
+    wait_until_gone(api, array_id)
     no_trace(array_id)
     assert api.call("GET", f"/arrays/{array_id}")[0] == 404
     # The volume the control plane did not create is still there

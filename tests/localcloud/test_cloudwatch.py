@@ -220,7 +220,14 @@ def test_metric_math_alarm_over_ebs_volumes_goes_to_alarm_and_back_to_ok(
     }
     assert control("cloudwatch", "evaluate", AlarmName=name)["States"] == {name: "OK"}
 
-    alarm_event, ok_event = capture.wait_for(lambda e: True, count=2)
+    # (SQS does not keep order: pick each transition by its states)
+    def transition(before: str, after: str) -> Callable[[dict[str, Any]], bool]:
+        return lambda e: (
+            (e["detail"]["previousState"]["value"], e["detail"]["state"]["value"]) == (before, after)
+        )
+
+    (alarm_event,) = capture.wait_for(transition("INSUFFICIENT_DATA", "ALARM"))
+    (ok_event,) = capture.wait_for(transition("ALARM", "OK"))
     assert (alarm_event["detail"]["previousState"]["value"], alarm_event["detail"]["state"]["value"]) == (
         "INSUFFICIENT_DATA",
         "ALARM",

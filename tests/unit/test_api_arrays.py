@@ -9,6 +9,7 @@ from api_arrays import handler
 
 from tests.unit.conftest import REGION, FakeLambdaContext, hooks_keep_metadata, load_event
 from vsa_core.clients import client
+from vsa_core.settings import get_settings
 
 ROLE = "arn:aws:iam::123456789012:role/vsa-backup-scheduler"
 
@@ -74,12 +75,39 @@ def test_get_and_list_answer_what_put_stored(api_env: dict[str, Any]) -> None:
     assert [a["arrayId"] for a in listed["arrays"]] == ["demo"]
 
 
-def test_delete_removes_the_array(api_env: dict[str, Any]) -> None:
+def test_delete_starts_the_delete_workflow_once(
+    api_env: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an applied array and the DeleteArray state machine
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    machine = sfn.create_state_machine(
+        name="vsa-delete-array",
+        definition=json.dumps({"StartAt": "S", "States": {"S": {"Type": "Succeed"}}}),
+        roleArn="arn:aws:iam::123456789012:role/sfn",
+    )["stateMachineArn"]
+    monkeypatch.setenv("VSA_DELETE_STATE_MACHINE_ARN", machine)
+    get_settings.cache_clear()
     call(put_event(api_env))
+    # When it is deleted
     status, reply = call(load_event("apigateway/delete_array.json"))
-    assert status == 200, reply
-    assert reply["deleted"] == "demo"
-    assert call(load_event("apigateway/get_array.json"))[0] == 404
+    # Then 202 names the workflow, started with the array's input; GET shows it deleting
+    assert status == 202, reply
+    assert reply["executionArn"].endswith(":delete-demo-v1")
+    execution = sfn.describe_execution(executionArn=reply["executionArn"])
+    assert json.loads(execution["input"]) == {
+        "arrayId": "demo",
+        "groupName": "vsa-demo-controllers",
+        "deleteVolumes": False,
+    }
+    status, described = call(load_event("apigateway/get_array.json"))
+    assert described["deleting"]["executionName"] == "delete-demo-v1"
+    # and a repeated DELETE answers the same workflow instead of starting another
+    assert call(load_event("apigateway/delete_array.json")) == (202, reply)
+    assert len(sfn.list_executions(stateMachineArn=machine)["executions"]) == 1
+    # while an apply is refused until the array is gone
+    status, refused = call(put_event(api_env))
+    assert status == 409, refused
+    assert "being deleted" in refused["message"]
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from botocore.exceptions import ClientError
 from tests.specs import BASE
 from tests.unit.conftest import REGION
 from vsa_core.errors import ArrayNotFoundError, ConflictError
-from vsa_core.model import ArraySpec
+from vsa_core.model import ArraySpec, Deletion
 from vsa_core.registry import ArrayRegistry, array_key
 
 
@@ -206,3 +206,39 @@ def test_delete_removes_the_array_and_its_decisions_only_at_the_version_read(
         registry.get("alpha")
     assert registry.decisions("alpha") == []
     assert registry.get("beta").version == 1
+
+
+def test_mark_deleting_then_forget(registry: ArrayRegistry):
+    registry.create(make_spec())
+    deletion = Deletion(execution_name="delete-demo-v1", delete_volumes=False, requested_at="t")
+    # forgetting an array that is not being deleted is refused
+    with pytest.raises(ConflictError, match="not being deleted"):
+        registry.forget("demo")
+    # marking on a stale version is refused; on the version read it sticks, once
+    with pytest.raises(ConflictError):
+        registry.mark_deleting("demo", 7, deletion)
+    marked = registry.mark_deleting("demo", 1, deletion)
+    assert marked.deleting == deletion
+    with pytest.raises(ConflictError):
+        registry.mark_deleting("demo", marked.version, deletion)
+    registry.forget("demo")
+    registry.forget("demo")  # idempotent
+    with pytest.raises(ArrayNotFoundError):
+        registry.get("demo")
+
+
+def test_retry_deleting_only_after_a_failure(registry: ArrayRegistry, dynamodb, registry_table: str):
+    registry.create(make_spec())
+    first = Deletion(execution_name="delete-demo-v1", delete_volumes=False, requested_at="t")
+    registry.mark_deleting("demo", 1, first)
+    second = Deletion(execution_name="delete-demo-v1-r1", delete_volumes=True, requested_at="t2")
+    assert registry.retry_deleting("demo", second).deleting == first  # no failure: unchanged
+    dynamodb.update_item(
+        TableName=registry_table,
+        Key=array_key("demo"),
+        UpdateExpression="SET deleteFailure = :f",
+        ExpressionAttributeValues={":f": {"S": '{"Error": "X", "Cause": "y"}'}},
+    )
+    assert registry.get("demo").delete_failure == '{"Error": "X", "Cause": "y"}'
+    retried = registry.retry_deleting("demo", second)
+    assert (retried.deleting, retried.delete_failure) == (second, None)

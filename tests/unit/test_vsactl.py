@@ -429,12 +429,13 @@ def test_delete_asks_for_confirmation_and_a_no_sends_nothing(run, api):
     assert api.requests == []
 
 
-def test_delete_confirmed_sends_delete_volumes_and_shows_the_changes(run, api):
+def test_delete_confirmed_sends_delete_volumes_and_shows_the_workflow(run, api):
+    workflow = "arn:aws:states:us-east-1:123456789012:execution:vsa-control-plane-delete-array:delete-demo-v3"
     api.answer(
         "DELETE",
         "/v1/arrays/demo?deleteVolumes=true",
-        200,
-        {"deleted": "demo", "changes": [{"resource": "volume data2", "action": "delete", "fields": []}]},
+        202,
+        {"deleting": "demo", "deleteVolumes": True, "executionArn": workflow, "requestedAt": "t"},
     )
 
     result = run("delete", "demo", "--delete-volumes", stdin="y\n")
@@ -443,8 +444,8 @@ def test_delete_confirmed_sends_delete_volumes_and_shows_the_changes(run, api):
     request = api.only_request()
     assert (request.method, request.path) == ("DELETE", "/v1/arrays/demo?deleteVolumes=true")
     assert_signed(request)
-    assert "array demo deleted" in result.output
-    assert "volume data2" in result.output
+    assert "array demo is being deleted (deleting the volumes it created)" in result.output
+    assert "delete-demo-v3" in result.output
 
 
 def test_delete_yes_keeps_volumes_by_default_and_409_is_shown(run, api):

@@ -19,7 +19,7 @@ from botocore.waiter import WaiterModel, create_waiter_with_client
 
 from vsa_core import reconcile
 from vsa_core.clients import client
-from vsa_core.errors import ConflictError, InvalidSpecError
+from vsa_core.errors import ConflictError, InvalidSpecError, TeardownPendingError
 from vsa_core.model import ARRAY_TAG, MULTI_ATTACH_LIMIT, OWNED_TAG, ArraySpec, RegisteredArray
 from vsa_core.naming import backup_schedule_name, group_name, iops_alarm_name, launch_template_name
 from vsa_core.reconcile import Change, Params, Resources
@@ -698,9 +698,24 @@ class ArrayService:
     # --- teardown ----------------------------------------------------------------------------
 
     def teardown(self, spec: ArraySpec, *, delete_volumes: bool) -> list[Change]:
-        """Delete what the control plane created for the array; one ``delete`` Change per resource
-        deleted. Owned volumes only with ``delete_volumes``; never a volume without both
-        ``vsa:owned=true`` and ``vsa:array=<id>``; never the spec's own launch template."""
+        """Delete what the control plane created for the array, waiting here (bounded) for the
+        group to go: for scripts and tests. The API runs the same steps as the DeleteArray
+        workflow instead (``release``, the workflow waits, ``finish``)."""
+        changes = self.release(spec)
+        name = group_name(spec.array_id)
+        waiter = create_waiter_with_client("GroupDeleted", _GROUP_WAITERS, self._autoscaling)
+        self._wait(waiter, f"group {name}", AutoScalingGroupNames=[name])
+        for volume in self._owned_volumes(spec.array_id).values() if delete_volumes else ():
+            self._wait(
+                self._ec2.get_waiter("volume_available"),
+                f"volume {volume['VolumeId']} (detach)",
+                VolumeIds=[volume["VolumeId"]],
+            )
+        return changes + self.finish(spec, delete_volumes=delete_volumes)
+
+    def release(self, spec: ArraySpec) -> list[Change]:
+        """First teardown step, nothing waited for: delete the backup schedule and the alarms, and
+        force-delete the group (its controllers go without a drain: the array is being deleted)."""
         array_id = spec.array_id
         changes: list[Change] = []
         schedule = backup_schedule_name(array_id)
@@ -714,21 +729,31 @@ class ArrayService:
         if present:
             self._cloudwatch.delete_alarms(AlarmNames=present)
             changes += [Change(f"alarm/{name}", "delete") for name in present]
-        changes += self._teardown_group(array_id)
-        changes += self._teardown_launch_template(array_id)
-        if delete_volumes:
-            changes += self._teardown_volumes(array_id)
+        name = group_name(array_id)
+        if self._describe_group(name) is not None:
+            self._autoscaling.delete_auto_scaling_group(AutoScalingGroupName=name, ForceDelete=True)
+            changes.append(Change(f"group/{name}", "delete"))
         return changes
 
-    def _teardown_group(self, array_id: str) -> list[Change]:
-        name = group_name(array_id)
-        if self._describe_group(name) is None:
-            return []
-        # ForceDelete: the instances go with the group, without a drain: the array is being deleted
-        self._autoscaling.delete_auto_scaling_group(AutoScalingGroupName=name, ForceDelete=True)
-        waiter = create_waiter_with_client("GroupDeleted", _GROUP_WAITERS, self._autoscaling)
-        self._wait(waiter, f"group {name}", AutoScalingGroupNames=[name])
-        return [Change(f"group/{name}", "delete")]
+    def finish(self, spec: ArraySpec, *, delete_volumes: bool) -> list[Change]:
+        """Last teardown step, once the group is gone: the launch template the control plane
+        created, and (only with ``delete_volumes``) the volumes it created. Raises
+        ``TeardownPendingError`` while the group exists or an owned volume is still attached."""
+        name = group_name(spec.array_id)
+        if self._describe_group(name) is not None:
+            raise TeardownPendingError(f"group {name} is still being deleted")
+        changes = self._teardown_launch_template(spec.array_id)
+        if delete_volumes:
+            owned = self._owned_volumes(spec.array_id)
+            attached = [v["VolumeId"] for v in owned.values() if v["State"] != "available"]
+            if attached:
+                raise TeardownPendingError(f"owned volume(s) {', '.join(attached)} still detaching")
+            for volume_name, volume in owned.items():
+                self._ec2.delete_volume(VolumeId=volume["VolumeId"])
+                changes.append(
+                    Change(f"volume/{volume_name}", "delete", (("VolumeId", volume["VolumeId"], None),))
+                )
+        return changes
 
     def _teardown_launch_template(self, array_id: str) -> list[Change]:
         name = launch_template_name(array_id)
@@ -742,19 +767,6 @@ class ArrayService:
             return []  # not the control plane's: leave it
         self._ec2.delete_launch_template(LaunchTemplateName=name)
         return [Change(f"launch-template/{name}", "delete")]
-
-    def _teardown_volumes(self, array_id: str) -> list[Change]:
-        changes = []
-        for name, volume in self._owned_volumes(array_id).items():
-            volume_id = volume["VolumeId"]
-            self._wait(
-                self._ec2.get_waiter("volume_available"),
-                f"volume {volume_id} (detach)",
-                VolumeIds=[volume_id],
-            )
-            self._ec2.delete_volume(VolumeId=volume_id)
-            changes.append(Change(f"volume/{name}", "delete", (("VolumeId", volume_id, None),)))
-        return changes
 
 
 def _owned_filters(array_id: str) -> list[dict[str, Any]]:

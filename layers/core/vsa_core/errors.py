@@ -23,3 +23,8 @@ class ConflictError(VsaError):
     """The request conflicts with the array's current state (a concurrent apply won, a bootstrap,
     drain or backup is running, maxControllers below the serving controllers); the message says
     why and what to do."""
+
+
+class TeardownPendingError(VsaError):
+    """A teardown step found AWS still letting go (the group still exists, an owned volume is
+    still attached). Not a failure: the DeleteArray workflow retries it with backoff."""

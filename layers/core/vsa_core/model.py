@@ -192,6 +192,16 @@ class ArraySpec(_Strict):
         return tuple(v for v in self.volumes if isinstance(v, NewVolume))
 
 
+class Deletion(BaseModel):
+    """Set on the registry item when DELETE starts the DeleteArray workflow."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    execution_name: str = Field(alias="executionName")
+    delete_volumes: bool = Field(alias="deleteVolumes")
+    requested_at: str = Field(alias="requestedAt")
+
+
 class RegisteredArray(BaseModel):
     """An array as the registry holds it: the declared spec plus the controller count last set."""
 
@@ -200,3 +210,6 @@ class RegisteredArray(BaseModel):
     spec: ArraySpec
     desired_controllers: int = Field(ge=0, le=MULTI_ATTACH_LIMIT)
     version: int = Field(ge=1)
+    deleting: Deletion | None = None
+    delete_failure: str | None = None
+    """Why the DeleteArray workflow failed (JSON {Error, Cause}); DELETE again to retry."""

@@ -67,3 +67,9 @@ def backup_schedule_name(array_id: str) -> str:
 def owned_volume_name(array_id: str, name: str) -> str:
     """The ``Name`` tag of a volume the control plane created for the array."""
     return f"vsa-{array_id}-{name}"
+
+
+def delete_execution_name(array_id: str, version: int) -> str:
+    """The DeleteArray execution for one DELETE of one version of the array: a repeated DELETE
+    maps to the same name, so Step Functions starts it once."""
+    return f"delete-{array_id}-v{version}"

@@ -5,18 +5,24 @@ nothing) → store it, conditional on the version read (of two concurrent applie
 other gets 409 and touched nothing) → converge AWS to it (idempotent: re-applying the same spec
 repairs drift and reports no change).
 
-Delete: refuse while a controller bootstraps or drains → tear down what the control plane
-created (volumes it created only on request; never one it did not create) → forget the array.
+Delete: refuse while a controller bootstraps or drains → mark the array deleting (conditional on
+the version read) → start the DeleteArray workflow, which tears down what the control plane
+created (volumes it created only on request; never one it did not create), waits for AWS to let
+go, and forgets the array. A repeated DELETE answers the same workflow.
 """
 
 import dataclasses
+import json
+from datetime import UTC, datetime
 from typing import Any
 
 from vsa_core.arrays import ArrayService
 from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError
-from vsa_core.model import ArraySpec, RegisteredArray
+from vsa_core.model import ArraySpec, Deletion, RegisteredArray
+from vsa_core.naming import delete_execution_name, group_name
 from vsa_core.reconcile import Change
 from vsa_core.registry import ArrayRegistry
+from vsa_core.waiters import execution_arn
 
 
 def _json(value: Any) -> Any:
@@ -63,6 +69,11 @@ def apply_array(
     except ArrayNotFoundError:
         current = None
     _expected_version(if_match, current)
+    if current is not None and current.deleting is not None:
+        raise ConflictError(
+            f"array {array_id!r} is being deleted (workflow {current.deleting.execution_name}): "
+            "apply again once it is gone"
+        )
     service.validate(spec, current)
     if current is not None and current.spec == spec:
         stored = current  # nothing new to store; still converge (repairs drift)
@@ -83,6 +94,8 @@ def describe_array(array_id: str, *, registry: ArrayRegistry, service: ArrayServ
         "spec": array.spec.model_dump(by_alias=True, mode="json"),
         "version": array.version,
         "desiredControllers": array.desired_controllers,
+        "deleting": array.deleting.model_dump(by_alias=True) if array.deleting else None,
+        "deleteFailure": array.delete_failure,
         "status": _json(service.status(array.spec)),
         "decisions": registry.decisions(array_id, limit=10),
         "backups": [],  # consistent backups arrive with issue #7
@@ -108,12 +121,52 @@ def list_arrays(*, registry: ArrayRegistry) -> dict[str, Any]:
 
 
 def delete_array(
-    array_id: str, *, delete_volumes: bool, registry: ArrayRegistry, service: ArrayService
+    array_id: str,
+    *,
+    delete_volumes: bool,
+    registry: ArrayRegistry,
+    service: ArrayService,
+    sfn: Any,
+    state_machine_arn: str,
 ) -> dict[str, Any]:
+    """Start (or answer, when already started) the DeleteArray workflow of the array."""
     array = registry.get(array_id)
-    reason = service.busy_reason(array.spec)
-    if reason is not None:
-        raise ConflictError(f"array {array_id!r} cannot be deleted now: {reason}; try again when it ends")
-    changes = service.teardown(array.spec, delete_volumes=delete_volumes)
-    registry.delete(array_id, expected_version=array.version)
-    return {"deleted": array_id, "deleteVolumes": delete_volumes, "changes": _json(changes)}
+    if array.deleting is None:
+        reason = service.busy_reason(array.spec)
+        if reason is not None:
+            raise ConflictError(f"array {array_id!r} cannot be deleted now: {reason}; try again when it ends")
+        deletion = Deletion(
+            execution_name=delete_execution_name(array_id, array.version),
+            delete_volumes=delete_volumes,
+            requested_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+        array = registry.mark_deleting(array_id, array.version, deletion)
+    elif array.delete_failure is not None:  # the last DeleteArray failed: run it again
+        retry = int(datetime.now(UTC).timestamp())
+        deletion = Deletion(
+            execution_name=f"{delete_execution_name(array_id, array.version)}-r{retry}",
+            delete_volumes=delete_volumes or array.deleting.delete_volumes,
+            requested_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+        array = registry.retry_deleting(array_id, deletion)
+    assert array.deleting is not None
+    try:
+        started = sfn.start_execution(
+            stateMachineArn=state_machine_arn,
+            name=array.deleting.execution_name,
+            input=json.dumps(
+                {
+                    "arrayId": array_id,
+                    "groupName": group_name(array_id),
+                    "deleteVolumes": array.deleting.delete_volumes,
+                }
+            ),
+        )["executionArn"]
+    except sfn.exceptions.ExecutionAlreadyExists:
+        started = execution_arn(state_machine_arn, array.deleting.execution_name)
+    return {
+        "deleting": array_id,
+        "deleteVolumes": array.deleting.delete_volumes,
+        "executionArn": started,
+        "requestedAt": array.deleting.requested_at,
+    }

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from vsa_core.clients import client
 from vsa_core.errors import ArrayNotFoundError, ConflictError
-from vsa_core.model import ArraySpec, RegisteredArray
+from vsa_core.model import ArraySpec, Deletion, RegisteredArray
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -103,6 +103,66 @@ class ArrayRegistry:
             raise ConflictError(
                 f"array {array_id!r} changed while it was being deleted: delete it again"
             ) from None
+        self._delete_rest(array_id)
+
+    def mark_deleting(self, array_id: str, expected_version: int, deletion: Deletion) -> RegisteredArray:
+        """Record that the DeleteArray workflow runs for the array (conditional on the version
+        read: an apply that slipped in first wins, and this DELETE answers 409)."""
+        try:
+            self._dynamodb.update_item(
+                TableName=self._table,
+                Key=array_key(array_id),
+                UpdateExpression="SET deleting = :deleting, version = :next",
+                ConditionExpression="version = :expected AND attribute_not_exists(deleting)",
+                ExpressionAttributeValues={
+                    ":deleting": {"S": deletion.model_dump_json(by_alias=True)},
+                    ":next": {"N": str(expected_version + 1)},
+                    ":expected": {"N": str(expected_version)},
+                },
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            raise ConflictError(
+                f"array {array_id!r} changed while the delete was requested (or is already being "
+                "deleted): read it and delete again"
+            ) from None
+        return self.get(array_id)
+
+    def retry_deleting(self, array_id: str, deletion: Deletion) -> RegisteredArray:
+        """After a failed DeleteArray: record the new workflow and clear the failure (only one
+        of two concurrent retries wins)."""
+        try:
+            self._dynamodb.update_item(
+                TableName=self._table,
+                Key=array_key(array_id),
+                UpdateExpression="SET deleting = :deleting REMOVE deleteFailure",
+                ConditionExpression="attribute_exists(deleteFailure)",
+                ExpressionAttributeValues={":deleting": {"S": deletion.model_dump_json(by_alias=True)}},
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+        return self.get(array_id)
+
+    def forget(self, array_id: str) -> None:
+        """The DeleteArray workflow's last step: the SPEC item (only once marked deleting) and
+        the array's decisions. Idempotent: forgetting a forgotten array does nothing."""
+        try:
+            self._dynamodb.delete_item(
+                TableName=self._table,
+                Key=array_key(array_id),
+                ConditionExpression="attribute_exists(deleting)",
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            item = self._dynamodb.get_item(TableName=self._table, Key=array_key(array_id)).get("Item")
+            if item is not None:
+                raise ConflictError(f"array {array_id!r} is not being deleted: not forgetting it") from None
+        self._delete_rest(array_id)
+
+    def _delete_rest(self, array_id: str) -> None:
         paginator = self._dynamodb.get_paginator("query")
         for page in paginator.paginate(
             TableName=self._table,
@@ -115,10 +175,13 @@ class ArrayRegistry:
 
     @staticmethod
     def _from_item(item: dict[str, Any]) -> RegisteredArray:
+        deleting = item.get("deleting", {}).get("S")
         return RegisteredArray(
             spec=ArraySpec.model_validate(json.loads(item["spec"]["S"])),
             desired_controllers=int(item["desiredControllers"]["N"]),
             version=int(item["version"]["N"]),
+            deleting=Deletion.model_validate_json(deleting) if deleting else None,
+            delete_failure=item.get("deleteFailure", {}).get("S"),
         )
 
     def create(self, spec: ArraySpec) -> RegisteredArray:

@@ -12,6 +12,7 @@ class Settings(BaseModel):
     table_name: str = Field(min_length=1)
     scale_state_machine_arn: str = ""
     backup_scheduler_role_arn: str = ""
+    delete_state_machine_arn: str = ""
 
 
 @lru_cache(maxsize=1)
@@ -20,4 +21,5 @@ def get_settings() -> Settings:
         table_name=os.environ.get("VSA_TABLE_NAME", ""),
         scale_state_machine_arn=os.environ.get("VSA_SCALE_STATE_MACHINE_ARN", ""),
         backup_scheduler_role_arn=os.environ.get("VSA_BACKUP_SCHEDULER_ROLE_ARN", ""),
+        delete_state_machine_arn=os.environ.get("VSA_DELETE_STATE_MACHINE_ARN", ""),
     )

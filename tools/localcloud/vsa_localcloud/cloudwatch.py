@@ -106,8 +106,10 @@ class VsaCloudwatchProvider(CloudwatchProvider):
     def put_metric_data(
         self, context: RequestContext, namespace: str, metric_data: Any = None, **kwargs: Any
     ) -> None:
-        # LocalStack accepts any namespace; AWS reserves AWS/ for its services
-        if namespace.startswith("AWS/"):
+        # LocalStack accepts any namespace; AWS reserves AWS/ for its services. The local cloud's
+        # own services (LocalStack's Lambda publishing AWS/Lambda Invocations/Errors) call in
+        # through internal clients, which stand for AWS itself: those may.
+        if namespace.startswith("AWS/") and not context.is_internal_call:
             raise InvalidParameterValueException(f"The value {namespace} for parameter Namespace is invalid.")
         super().put_metric_data(context, namespace, metric_data, **kwargs)
 
