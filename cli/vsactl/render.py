@@ -100,7 +100,8 @@ def _spec_summary(array_id: str, answer: dict[str, Any]) -> Table:
     ]
     deleting = answer.get("deleting")
     if isinstance(deleting, dict):
-        rows.append(("Deleting", f"workflow {deleting.get('executionName')} since {deleting.get('requestedAt')}"))
+        since = deleting.get("requestedAt")
+        rows.append(("Deleting", f"workflow {deleting.get('executionName')} since {since}"))
     if answer.get("deleteFailure"):
         rows.append(("Delete failed", f"{answer['deleteFailure']} (delete again to retry)"))
     for key, value in rows:
