@@ -124,3 +124,11 @@ def test_wildcard_rule_catches_a_projection() -> None:
     # The rule above must be able to fail: a projection inside Parameters is found
     definition = {"States": {"P": {"Type": "Pass", "Parameters": {"ids.$": "$.volumes[*].id"}}}}
     assert _paths(definition) == ["$.volumes[*].id"]
+
+
+@pytest.mark.parametrize(("name", "props"), state_machines(), ids=[n for n, _ in state_machines()])
+def test_jsonpath_only(name: str, props: dict[str, Any]) -> None:
+    # Design rule (README): the local cloud cannot evaluate JSONata offline (it downloads a Java
+    # runtime at first use), so a JSONata state would work on AWS and fail every local test.
+    text = (ROOT / props["DefinitionUri"]).read_text()
+    assert "JSONata" not in text, f"{name}: use JSONPath (QueryLanguage JSONata is unavailable locally)"
