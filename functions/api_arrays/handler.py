@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from vsa_core import operations
 from vsa_core.arrays import ArrayService
 from vsa_core.clients import client
-from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError
+from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError, ReconcileError
 from vsa_core.model import ArraySpec
 from vsa_core.naming import ARRAY_ID_PATTERN
 from vsa_core.observability import logger, tracer
@@ -50,7 +50,12 @@ def _error(status: int, error: Exception) -> Response[dict[str, str]]:
 
 # Named domain errors → HTTP status, in one place (powertools' exception_handler is untyped,
 # so the handlers are registered by calling it rather than as decorators).
-for _error_type, _status in ((InvalidSpecError, 400), (ArrayNotFoundError, 404), (ConflictError, 409)):
+for _error_type, _status in (
+    (InvalidSpecError, 400),
+    (ArrayNotFoundError, 404),
+    (ConflictError, 409),
+    (ReconcileError, 502),
+):
     app.exception_handler(_error_type)(lambda error, status=_status: _error(status, error))
 
 

@@ -6,6 +6,7 @@ from typing import Any
 import boto3
 import pytest
 from api_arrays import handler
+from botocore.stub import Stubber
 
 from tests.unit.conftest import REGION, FakeLambdaContext, hooks_keep_metadata, load_event
 from vsa_core.clients import client
@@ -142,3 +143,26 @@ def test_if_match_on_a_stale_version_is_409(api_env: dict[str, Any]) -> None:
     status, reply = call(event)
     assert status == 409, reply
     assert "If-Match 7" in reply["message"]
+
+
+def test_aws_refusing_a_step_is_502_and_the_spec_is_kept_for_a_retry(api_env: dict[str, Any]) -> None:
+    # Given EventBridge Scheduler throttles the backup schedule's creation (botocore's Stubber
+    # stands in for Scheduler only; everything else is moto)
+    scheduler = client("scheduler")
+    with Stubber(scheduler) as stub:
+        stub.add_client_error(
+            "get_schedule", service_error_code="ResourceNotFoundException", http_status_code=404
+        )
+        stub.add_client_error(
+            "create_schedule", service_error_code="ThrottlingException", service_message="Rate exceeded"
+        )
+        status, reply = call(put_event(api_env))
+    # Then the answer says what happened and how to resume; the spec is stored
+    assert status == 502, reply
+    assert "CreateSchedule: ThrottlingException: Rate exceeded" in reply["message"]
+    assert "apply again" in reply["message"]
+    assert call(load_event("apigateway/get_array.json"))[0] == 200
+    # and applying again (Scheduler answering) finishes the job
+    status, again = call(put_event(api_env))
+    assert status == 200, again
+    assert {c["resource"]: c["action"] for c in again["changes"]}["schedule/vsa-demo-backup"] == "create"

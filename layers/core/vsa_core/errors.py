@@ -28,3 +28,8 @@ class ConflictError(VsaError):
 class TeardownPendingError(VsaError):
     """A teardown step found AWS still letting go (the group still exists, an owned volume is
     still attached). Not a failure: the DeleteArray workflow retries it with backoff."""
+
+
+class ReconcileError(VsaError):
+    """AWS refused a step of converging on a stored spec (throttling, a limit, a permission):
+    the spec is stored; applying it again resumes the convergence. The API answers 502."""

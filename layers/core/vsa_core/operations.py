@@ -16,8 +16,10 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from vsa_core.arrays import ArrayService
-from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError
+from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError, ReconcileError
 from vsa_core.model import ArraySpec, Deletion, RegisteredArray
 from vsa_core.naming import delete_execution_name, group_name
 from vsa_core.reconcile import Change
@@ -79,7 +81,14 @@ def apply_array(
         stored = current  # nothing new to store; still converge (repairs drift)
     else:
         stored = registry.put(spec, expected_version=current.version if current else None)
-    changes = service.apply(spec, stored.desired_controllers)
+    try:
+        changes = service.apply(spec, stored.desired_controllers)
+    except ClientError as error:
+        code, message = error.response["Error"].get("Code", "?"), error.response["Error"].get("Message", "")
+        raise ReconcileError(
+            f"array {array_id!r} is stored (version {stored.version}) but AWS refused a step of making "
+            f"it so ({error.operation_name}: {code}: {message}): fix the cause and apply again to resume"
+        ) from error
     return current is None, {
         "array": spec.model_dump(by_alias=True, mode="json"),
         "version": stored.version,
