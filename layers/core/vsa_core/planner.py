@@ -11,6 +11,7 @@ one more rule, named in the decision's reason:
 - ``scale_in_headroom``: scale in only with a margin under target.
 """
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -25,9 +26,8 @@ serve, and the next scale-out can follow only after the scale-out cooldown (300 
 bootstrap in flight, so capacity asked for now must cover the demand ~10 minutes from now."""
 
 TREND_MINUTES = 5
-"""The trend is the least-squares slope of the last ``TREND_MINUTES`` one-minute samples of
-``recent_demand`` plus the current demand: long enough to ignore one noisy minute, short enough
-to see a ramp start."""
+"""The trend is read from the last ``TREND_MINUTES`` one-minute samples of ``recent_demand`` plus
+the current demand: long enough to ignore one noisy minute, short enough to see a ramp start."""
 
 
 @dataclass(frozen=True)
@@ -73,18 +73,23 @@ def controllers_needed(demand_iops: float, per_controller_iops: int, target_util
 
 
 def demand_trend(recent_demand: Sequence[float], demand_iops: float) -> float:
-    """IOPS per minute: the least-squares slope of the last ``TREND_MINUTES`` samples of
-    ``recent_demand`` (one a minute, oldest first) followed by the current demand; 0 with no
-    recent sample."""
+    """IOPS per minute over the last ``TREND_MINUTES`` samples of ``recent_demand`` (one a minute,
+    oldest first) followed by the current demand: the smaller of their least-squares slope and
+    the median of their minute-to-minute changes; 0 with no recent sample. Both follow a steady
+    ramp; the slope alone overshoots on a single step (which the current demand already shows),
+    the median alone follows noise, and the smaller of the two does neither."""
     points = [*recent_demand[-TREND_MINUTES:], demand_iops]
     n = len(points)
     if n < 2:
         return 0.0
-    mean_x = (n - 1) / 2
-    mean_y = sum(points) / n
-    num = sum((x - mean_x) * (y - mean_y) for x, y in enumerate(points))
-    den = sum((x - mean_x) ** 2 for x in range(n))
-    return num / den
+    mean_x, mean_y = (n - 1) / 2, sum(points) / n
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in enumerate(points)) / sum(
+        (x - mean_x) ** 2 for x in range(n)
+    )
+    changes = sorted(b - a for a, b in itertools.pairwise(points))
+    mid = len(changes) // 2
+    median = changes[mid] if len(changes) % 2 else (changes[mid - 1] + changes[mid]) / 2
+    return min(slope, median)
 
 
 def _check_demand(value: float, what: str) -> None:
