@@ -48,9 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     table = Table(
         title=(
-            f"Planner vs oracle vs static-for-peak: {spec.min_controllers}-{spec.max_controllers} controllers x "
-            f"{spec.per_controller_iops:,} IOPS at {spec.target_utilisation:.0%}, boot {args.boot_minutes} min, "
-            f"drain {args.drain_minutes} min, ${args.price_per_hour}/controller-hour"
+            f"Planner vs oracle vs static-for-peak: {spec.min_controllers}-{spec.max_controllers} "
+            f"controllers x {spec.per_controller_iops:,} IOPS at {spec.target_utilisation:.0%}, "
+            f"boot {args.boot_minutes} min, drain {args.drain_minutes} min, "
+            f"${args.price_per_hour}/controller-hour"
         ),
         title_justify="left",
     )

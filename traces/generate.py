@@ -38,11 +38,11 @@ def diurnal_oltp(t: int) -> float:
 
 def spiky_batch(t: int) -> float:
     base = 250_000.0
-    day, m = divmod(t, DAY)
+    m = t % DAY
     if 60 <= m < 180:  # nightly ETL, 01:00-03:00
         return 2_400_000.0 if m >= 62 else base + (m - 60) / 2 * 2_150_000
     slot, into = divmod(t, 240)
-    rng = random.Random(1000 + slot)  # each job's size and length from its own seed
+    rng = random.Random(1000 + slot)  # noqa: S311 (a fixed seed: traces, not secrets); each job's size and length from its own seed
     level, length = rng.uniform(1.2e6, 2.2e6), rng.randint(30, 90)
     start = 20
     if start <= into < start + length:
@@ -76,7 +76,7 @@ TRACES: dict[str, tuple[int, Callable[[int], float]]] = {
 
 def main() -> None:
     for seed, (name, (minutes, shape)) in enumerate(sorted(TRACES.items())):
-        noise = random.Random(seed)
+        noise = random.Random(seed)  # noqa: S311 (a fixed seed: traces, not secrets)
         lines = ["minute,iops"]
         for t in range(minutes):
             lines.append(f"{t},{round(max(0.0, shape(t) * (1 + noise.gauss(0, 0.03))))}")
