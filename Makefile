@@ -12,7 +12,7 @@ OFFLINE := env PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEME
 	-u AWS_ENDPOINT_URL
 
 .PHONY: demo test install localcloud-start localcloud-stop localcloud-logs build deploy-local \
-	lint format typecheck validate unit integration clean
+	lint format typecheck validate unit integration bench clean
 
 demo: install
 	@$(LOCAL) bash tools/demo.sh
@@ -57,6 +57,10 @@ unit: install
 
 integration: install
 	@$(LOCAL) $(VENV)/python -m pytest tests/integration
+
+# Planner vs oracle vs static-for-peak on traces/*.csv: prints figures (not a test, nothing timed).
+bench: install
+	$(OFFLINE) PYTHONPATH=$(CURDIR)/layers/core $(VENV)/python tools/bench.py
 
 clean:
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache

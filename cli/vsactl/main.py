@@ -1,4 +1,5 @@
-"""``vsactl``: apply, get, list and delete Virtual Storage Arrays through the control plane's API.
+"""``vsactl``: apply, get, list and delete Virtual Storage Arrays through the control plane's API;
+simulate the scaling planner on an IOPS trace (offline).
 
 Exit codes: 0 done; 1 the API refused (its message is shown), or could not be reached; 2 the
 command line or its input file is wrong.
@@ -208,3 +209,108 @@ def delete(
     out.print(f"array {answer.get('deleted', array_id)} deleted", highlight=False)
     if answer.get("changes"):
         out.print(render.changes_table(answer["changes"]))
+
+
+@app.command()
+def simulate(
+    trace: Annotated[Path, typer.Option("--trace", help="IOPS per minute: CSV with the header minute,iops.")],
+    spec_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--spec",
+            help="The array spec (YAML) whose min/max controllers, per-controller IOPS, target and "
+            "cooldowns to simulate. Default: min 2, max 16, 260,000 IOPS, 70%, cooldowns 300/900 s.",
+        ),
+    ] = None,
+    boot_minutes: Annotated[
+        int, typer.Option("--boot-minutes", min=0, help="Minutes from a scale-out to a serving controller.")
+    ] = 5,
+    drain_minutes: Annotated[
+        int, typer.Option("--drain-minutes", min=0, help="Minutes a scaled-in controller drains (billed).")
+    ] = 2,
+    price_per_hour: Annotated[
+        float, typer.Option("--price-per-hour", min=0.0, help="USD per controller-hour.")
+    ] = 1.512,
+    every_minute: Annotated[
+        bool,
+        typer.Option("--every-minute", help="Plan every minute instead of when an alarm is in breach."),
+    ] = False,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write a PNG of demand against serving capacity.")
+    ] = None,
+    output: OutputOption = Output.table,
+) -> None:
+    """Replay TRACE through the scaling planner, an oracle and static-for-peak; print the figures.
+
+    Offline: nothing is sent to the API. Needs the control plane's core package (vsa_core, in
+    layers/core of a checkout) on PYTHONPATH.
+    """
+    try:
+        from pydantic import ValidationError
+
+        from vsa_core.model import ArraySpec
+        from vsa_core.simulate import compare, default_spec, read_trace
+    except ImportError as e:  # the CLI's own install does not carry the Lambda layer
+        err.print(
+            f"error: vsactl simulate runs the control plane's planner and needs its core package ({e.name}): "
+            "run it from a checkout with PYTHONPATH=layers/core",
+            highlight=False,
+        )
+        raise typer.Exit(2) from e
+    try:
+        try:
+            text = trace.read_text(encoding="utf-8")
+        except OSError as e:
+            raise CliError(f"{trace}: cannot read it: {e.strerror}", exit_code=2) from e
+        try:
+            demand = read_trace(text)
+        except ValueError as e:
+            raise CliError(f"{trace}: {e}", exit_code=2) from e
+        if spec_file is None:
+            spec = default_spec()
+        else:
+            try:
+                spec = ArraySpec.model_validate(load_spec(spec_file))
+            except ValidationError as e:
+                raise CliError(f"{spec_file}: not a valid array spec:\n{e}", exit_code=2) from e
+    except CliError as e:
+        raise _fail(e) from e
+    comparison = compare(
+        spec,
+        demand,
+        boot_minutes=boot_minutes,
+        drain_minutes=drain_minutes,
+        price_per_hour=price_per_hour,
+        trigger="every-minute" if every_minute else "alarms",
+    )
+    oracle_hours = comparison.oracle.controller_hours
+    figures = [
+        {
+            "policy": r.policy,
+            "controller_hours": r.controller_hours,
+            "ratio_to_oracle": r.controller_hours / oracle_hours if oracle_hours else 0.0,
+            "under_provisioned_minutes": r.under_provisioned_minutes,
+            "under_provisioned_share": r.under_provisioned_share,
+            "average_utilisation": r.average_utilisation,
+            "peak_controllers": r.peak_controllers,
+            "scalings": r.scalings,
+            "cost": r.cost,
+        }
+        for r in comparison.results
+    ]
+    title = (
+        f"{trace.name}: {len(demand)} min, array {spec.array_id} ({spec.min_controllers}-"
+        f"{spec.max_controllers} x {spec.per_controller_iops:,} IOPS at {spec.target_utilisation:.0%}), "
+        f"boot {boot_minutes} min, drain {drain_minutes} min"
+    )
+    if plot is not None:
+        from .plot import write_plot
+
+        write_plot(comparison, plot, title)
+    if output is Output.json:
+        render.print_json(out, {"trace": str(trace), "minutes": len(demand), "results": figures})
+    else:
+        wide = Console(soft_wrap=False, width=max(out.width, 110))  # nine columns of figures
+        wide.print(render.simulation_table(title, figures))
+    if plot is not None:
+        err.print(f"plot written to {plot}", highlight=False)

@@ -192,3 +192,35 @@ def array_view(array_id: str, answer: dict[str, Any]) -> Group:
 
 def print_json(console: Console, payload: Any) -> None:
     console.print_json(json.dumps(payload, default=str))
+
+
+def simulation_table(title: str, results: list[dict[str, Any]]) -> Table:
+    """One row a policy: the figures of ``vsactl simulate`` (already computed, as plain values).
+    Under-provisioned: minutes whose demand exceeded the serving controllers at 100%."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+    columns = [
+        "Policy",
+        "Ctrl-hours",
+        "x oracle",
+        "Under min",
+        "Under %",
+        "Avg util",
+        "Peak",
+        "Scalings",
+        "Cost $",
+    ]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "Policy" else "right", no_wrap=True)
+    for r in results:
+        table.add_row(
+            r["policy"],
+            f"{r['controller_hours']:,.1f}",
+            f"{r['ratio_to_oracle']:.3f}",
+            str(r["under_provisioned_minutes"]),
+            f"{r['under_provisioned_share']:.2%}",
+            f"{r['average_utilisation']:.1%}",
+            str(r["peak_controllers"]),
+            str(r["scalings"]),
+            f"{r['cost']:,.2f}",
+        )
+    return table

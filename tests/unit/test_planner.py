@@ -2,6 +2,8 @@
 
 import json
 import math
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import assume, example, given
@@ -336,3 +338,175 @@ def test_repeated_planning_settles_on_demand_clamped_to_min_and_max(
 def test_any_negative_or_nan_demand_raises(array: ArraySpec, demand: float, current: int):
     with pytest.raises(ValueError, match="non-negative"):
         plan(array, demand, current)
+
+
+# ---------------------------------------------------------------- keyword inputs (issue #5)
+
+T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+
+
+def test_scale_out_waits_for_its_cooldown_and_says_so():
+    # Given a scale-out 2 minutes ago and scaleOutCooldownSeconds=300
+    array = spec()
+    # When demand needs more again
+    decision = plan(array, 612_345, 2, now=T0, last_scale_out_at=T0 - timedelta(minutes=2))
+    # Then it holds and the reason names the cooldown and what is left of it
+    assert decision.action == "hold"
+    assert "scale-out cooldown" in decision.reason
+    assert "180s left" in decision.reason
+    assert decision.now == T0.isoformat()
+
+
+def test_scale_in_waits_for_the_longer_cooldown_after_any_scaling():
+    # Given a scale-in 10 minutes ago (scaleInCooldownSeconds=900)
+    decision = plan(spec(), 0, 5, now=T0, last_scale_in_at=T0 - timedelta(minutes=10))
+    # Then no further scale-in yet
+    assert decision.action == "hold"
+    assert "scale-in cooldown" in decision.reason
+    # And after 15 minutes it removes one
+    later = plan(spec(), 0, 5, now=T0, last_scale_in_at=T0 - timedelta(minutes=15))
+    assert (later.action, later.desired_controllers) == ("scale-in", 4)
+
+
+def test_nothing_changes_while_a_controller_is_in_flight():
+    # Given a controller bootstrapping / When demand needs more / Then it holds and says why
+    decision = plan(spec(), 612_345, 2, in_flight=1)
+    assert decision.action == "hold"
+    assert "bootstrapping or draining" in decision.reason
+
+
+def test_a_rising_trend_scales_out_ahead_of_demand():
+    # Given demand rising 20,000 IOPS a minute, now at 300,000 (2 controllers serve 364,000)
+    recent = [200_000 + 20_000 * i for i in range(5)]
+    # When planned with a 10-minute lead
+    decision = plan(spec(), 300_000, 2, recent_demand=recent, lead_minutes=10)
+    # Then it plans for 500,000 IOPS (3 controllers) and says so
+    assert decision.needed_controllers == 2
+    assert decision.forecast_iops == pytest.approx(500_000)
+    assert (decision.action, decision.desired_controllers) == ("scale-out", 3)
+    assert "demand rising 20,000 IOPS/min" in decision.reason
+
+
+def test_a_single_step_is_not_extrapolated():
+    # Given a flat demand that just stepped up
+    decision = plan(spec(), 900_000, 2, recent_demand=[200_000] * 5, lead_minutes=10)
+    # Then it scales out for the step itself, not for a runaway trend
+    assert decision.desired_controllers == controllers_needed(900_000, 260_000, 0.7) == 5
+
+
+def test_scale_in_waits_for_the_recent_peak_and_the_headroom():
+    # Given 4 controllers, a quiet minute now but a peak 10 minutes ago that needs 4
+    recent = [700_000] + [100_000] * 9
+    decision = plan(spec(), 100_000, 4, recent_demand=recent)
+    # Then no scale-in, and the reason names the recent peak
+    assert decision.action == "hold"
+    assert "recent peak 700,000" in decision.reason
+    # And with headroom 0.8, 3 controllers at 520,000 IOPS (> 0.8 x 546,000) do not scale in either
+    margin = plan(spec(), 520_000, 4, recent_demand=[520_000] * 3, scale_in_headroom=0.8)
+    assert margin.action == "hold"
+    assert "targetUtilisation x 0.8" in margin.reason
+
+
+def test_decision_with_every_input_is_json():
+    decision = plan(
+        spec(),
+        612_345,
+        2,
+        now=T0,
+        last_scale_out_at=T0 - timedelta(hours=1),
+        last_scale_in_at=T0 - timedelta(hours=2),
+        recent_demand=[600_000.0] * 3,
+    )
+    payload = json.loads(json.dumps(decision.as_dict()))
+    assert payload["last_scale_in_at"] == (T0 - timedelta(hours=2)).isoformat()
+    assert payload["recent_samples"] == 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"in_flight": -1}, "in_flight"),
+        ({"recent_demand": [1.0, math.nan]}, "recent demand"),
+        ({"lead_minutes": -1.0}, "lead_minutes"),
+        ({"scale_in_headroom": 0.0}, "scale_in_headroom"),
+    ],
+)
+def test_bad_keyword_inputs_are_rejected(kwargs: dict[str, Any], message: str):
+    with pytest.raises(ValueError, match=message):
+        plan(spec(), 0, 2, **kwargs)
+
+
+recent_demands = st.lists(st.floats(0.0, 5_000_000.0, allow_nan=False, allow_subnormal=False), max_size=15)
+ages = st.one_of(st.none(), st.integers(0, 3_600).map(lambda s: T0 - timedelta(seconds=s)))
+
+
+@st.composite
+def contexts(draw: st.DrawFn) -> dict[str, Any]:
+    return {
+        "now": T0,
+        "last_scale_out_at": draw(ages),
+        "last_scale_in_at": draw(ages),
+        "in_flight": draw(st.integers(0, 3)),
+        "recent_demand": draw(recent_demands),
+        "lead_minutes": draw(st.floats(0.0, 30.0)),
+        "scale_in_headroom": draw(st.floats(0.5, 1.0)),
+    }
+
+
+@given(array=specs(), demand=demands, current=running, context=contexts())
+def test_with_any_context_desired_stays_within_min_max_and_16(
+    array: ArraySpec, demand: float, current: int, context: dict[str, Any]
+):
+    decision = plan(array, demand, current, **context)
+    assert decision.desired_controllers <= MULTI_ATTACH_LIMIT
+    if decision.action != "hold":
+        assert array.min_controllers <= decision.desired_controllers <= array.max_controllers
+    json.dumps(decision.as_dict())
+
+
+@given(array=specs(), demand=demands, data=st.data(), context=contexts())
+def test_with_any_context_scale_in_is_one_step_and_serves_demand(
+    array: ArraySpec, demand: float, data: st.DataObject, context: dict[str, Any]
+):
+    current = data.draw(st.integers(0, array.max_controllers), label="current")
+    decision = plan(array, demand, current, **context)
+    if decision.action == "scale-in":
+        assert decision.desired_controllers == current - 1
+        assert decision.desired_controllers >= decision.needed_controllers
+        assert decision.desired_controllers >= array.min_controllers
+
+
+@given(array=specs(), demand=demands, current=running, context=contexts())
+def test_cooldowns_are_respected(array: ArraySpec, demand: float, current: int, context: dict[str, Any]):
+    decision = plan(array, demand, current, **context)
+    since_out = (T0 - context["last_scale_out_at"]).total_seconds() if context["last_scale_out_at"] else None
+    since_in = (T0 - context["last_scale_in_at"]).total_seconds() if context["last_scale_in_at"] else None
+    if decision.action == "scale-out" and since_out is not None:
+        assert since_out >= array.scale_out_cooldown_seconds
+    if decision.action == "scale-in" and current <= array.max_controllers:
+        for since in (since_out, since_in):
+            if since is not None:
+                assert since >= array.scale_in_cooldown_seconds
+
+
+@given(array=specs(), demand=demands, data=st.data(), context=contexts())
+def test_no_change_while_in_flight(
+    array: ArraySpec, demand: float, data: st.DataObject, context: dict[str, Any]
+):
+    current = data.draw(st.integers(0, array.max_controllers), label="current")
+    decision = plan(array, demand, current, **{**context, "in_flight": data.draw(st.integers(1, 16))})
+    assert decision.action == "hold"
+    assert decision.desired_controllers == current
+
+
+@given(array=specs(), demand=demands, current=running, context=contexts())
+def test_every_rule_that_held_a_change_is_in_the_reason(
+    array: ArraySpec, demand: float, current: int, context: dict[str, Any]
+):
+    decision = plan(array, demand, current, **context)
+    plain = plan(array, demand, current)
+    if decision.action == "hold" and plain.action != "hold":
+        assert any(
+            word in decision.reason
+            for word in ("cooldown", "bootstrapping or draining", "recent peak", "targetUtilisation x")
+        )

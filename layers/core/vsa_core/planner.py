@@ -1,10 +1,33 @@
-"""Capacity planning: how many controllers an array needs for a given IOPS demand. Pure."""
+"""Capacity planning: how many controllers an array needs for a given IOPS demand. Pure.
 
+``plan(spec, demand, current)`` is the whole rule set for callers that know only the demand and
+the running count. Callers that know more pass it by keyword, and each extra input switches on
+one more rule, named in the decision's reason:
+
+- ``now`` with ``last_scale_out_at`` / ``last_scale_in_at``: the spec's cooldowns;
+- ``in_flight``: nothing changes while a controller is bootstrapping or draining;
+- ``recent_demand``: the demand trend (scale out ahead of a rising demand) and sustained demand
+  (scale in only when every recent minute fits one controller fewer);
+- ``scale_in_headroom``: scale in only with a margin under target.
+"""
+
+import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
 from vsa_core.model import MULTI_ATTACH_LIMIT, ArraySpec
+
+DEFAULT_LEAD_MINUTES = 10.0
+"""How far ahead a rising demand is extrapolated by default: a controller takes ~5 minutes to
+serve, and the next scale-out can follow only after the scale-out cooldown (300 s) or the
+bootstrap in flight, so capacity asked for now must cover the demand ~10 minutes from now."""
+
+TREND_MINUTES = 5
+"""The trend is read from the last ``TREND_MINUTES`` one-minute samples of ``recent_demand`` plus
+the current demand: long enough to ignore one noisy minute, short enough to see a ramp start."""
 
 
 @dataclass(frozen=True)
@@ -23,6 +46,20 @@ class ScaleDecision:
     action: str  # "scale-out" | "scale-in" | "hold"
     reason: str
     under_provisioned: bool
+    # the optional inputs (defaults: the caller did not give them)
+    now: str | None = None
+    """ISO 8601; like the two below (datetimes are kept out of the decision: it must stay JSON)."""
+    last_scale_out_at: str | None = None
+    last_scale_in_at: str | None = None
+    in_flight: int = 0
+    recent_samples: int = 0
+    """How many ``recent_demand`` samples the decision saw."""
+    forecast_iops: float | None = None
+    """The demand extrapolated ``lead_minutes`` ahead (None without a rising trend)."""
+    sustained_iops: float | None = None
+    """The highest of ``recent_demand`` and the current demand: what a scale-in must still serve."""
+    lead_minutes: float | None = None
+    scale_in_headroom: float = 1.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -35,51 +72,195 @@ def controllers_needed(demand_iops: float, per_controller_iops: int, target_util
     return math.ceil(demand_iops / (per_controller_iops * target_utilisation))
 
 
-def plan(spec: ArraySpec, demand_iops: float, current_controllers: int) -> ScaleDecision:
-    """Desired controllers for ``demand_iops``.
+def demand_trend(recent_demand: Sequence[float], demand_iops: float) -> float:
+    """IOPS per minute over the last ``TREND_MINUTES`` samples of ``recent_demand`` (one a minute,
+    oldest first) followed by the current demand: the smaller of their least-squares slope and
+    the median of their minute-to-minute changes; 0 with no recent sample. Both follow a steady
+    ramp; the slope alone overshoots on a single step (which the current demand already shows),
+    the median alone follows noise, and the smaller of the two does neither."""
+    points = [*recent_demand[-TREND_MINUTES:], demand_iops]
+    n = len(points)
+    if n < 2:
+        return 0.0
+    mean_x, mean_y = (n - 1) / 2, sum(points) / n
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in enumerate(points)) / sum(
+        (x - mean_x) ** 2 for x in range(n)
+    )
+    changes = sorted(b - a for a, b in itertools.pairwise(points))
+    mid = len(changes) // 2
+    median = changes[mid] if len(changes) % 2 else (changes[mid - 1] + changes[mid]) / 2
+    return min(slope, median)
 
-    Clamped to [min, max] (max never above 16); scale-in removes one controller at a time
-    (straight to max when max was lowered below the running count) and never goes below what
-    current demand needs.
+
+def _check_demand(value: float, what: str) -> None:
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{what} must be a non-negative number of IOPS, got {value}")
+
+
+def _iso(when: datetime | None) -> str | None:
+    return None if when is None else when.isoformat()
+
+
+def _left(now: datetime | None, last: datetime | None, cooldown_seconds: int) -> float:
+    """Seconds of cooldown left (0 when no clock or no previous scaling was given)."""
+    if now is None or last is None:
+        return 0.0
+    return max(0.0, cooldown_seconds - (now - last).total_seconds())
+
+
+def plan(
+    spec: ArraySpec,
+    demand_iops: float,
+    current_controllers: int,
+    *,
+    now: datetime | None = None,
+    last_scale_out_at: datetime | None = None,
+    last_scale_in_at: datetime | None = None,
+    in_flight: int = 0,
+    recent_demand: Sequence[float] = (),
+    lead_minutes: float = DEFAULT_LEAD_MINUTES,
+    scale_in_headroom: float = 1.0,
+) -> ScaleDecision:
+    """Desired controllers for ``demand_iops`` with ``current_controllers`` asked for.
+
+    Always: desired = ceil(demand / (perControllerIops x targetUtilisation)), clamped to
+    [min, max] (max never above 16); scale-out goes straight to that count; scale-in removes one
+    controller at a time (straight to max when max was lowered below the running count) and
+    never goes below what current demand needs.
+
+    Keyword-only inputs (their defaults switch their rule off, so the three-argument call
+    decides on the current demand alone):
+
+    - ``now``: when the decision is made; the cooldowns are measured from it (no clock, no
+      cooldown).
+    - ``last_scale_out_at``: the last scale-out; no further scale-out for the spec's
+      ``scaleOutCooldownSeconds`` after it, nor any scale-in for ``scaleInCooldownSeconds``
+      (capacity just added is not taken away before it has been seen at work).
+    - ``last_scale_in_at``: the last scale-in; no further scale-in for ``scaleInCooldownSeconds``.
+      A scale-out is never held by a scale-in.
+    - ``in_flight``: controllers bootstrapping or draining now; while any is, the decision holds.
+    - ``recent_demand``: the demand of the minutes before this one, one sample a minute, oldest
+      first. Scale-out plans for the larger of the current demand and the trend of the last
+      ``TREND_MINUTES`` samples extrapolated ``lead_minutes`` ahead; scale-in plans for the
+      highest demand in the samples (a single quiet minute removes nothing).
+    - ``lead_minutes``: how far ahead a rising trend is extrapolated (default
+      ``DEFAULT_LEAD_MINUTES``): about the boot time plus the scale-out cooldown.
+    - ``scale_in_headroom``: in (0, 1]; scale in only if one controller fewer would serve the
+      sustained demand at ``targetUtilisation x scale_in_headroom`` (1.0: no margin).
     """
-    if not math.isfinite(demand_iops) or demand_iops < 0:
-        raise ValueError(f"demand must be a non-negative number of IOPS, got {demand_iops}")
-    needed = controllers_needed(demand_iops, spec.per_controller_iops, spec.target_utilisation)
+    _check_demand(demand_iops, "demand")
+    for sample in recent_demand:
+        _check_demand(sample, "recent demand")
+    if in_flight < 0:
+        raise ValueError(f"in_flight must be 0 or more controllers, got {in_flight}")
+    if not math.isfinite(lead_minutes) or lead_minutes < 0:
+        raise ValueError(f"lead_minutes must be 0 or more, got {lead_minutes}")
+    if not 0 < scale_in_headroom <= 1:
+        raise ValueError(f"scale_in_headroom must be in (0, 1], got {scale_in_headroom}")
+
+    per_iops, target_util = spec.per_controller_iops, spec.target_utilisation
+    needed = controllers_needed(demand_iops, per_iops, target_util)
     ceiling = min(spec.max_controllers, MULTI_ATTACH_LIMIT)
-    target = max(spec.min_controllers, min(needed, ceiling))
+    floor = spec.min_controllers
+
+    # scale-out: current demand, or its rising trend
+    slope = demand_trend(recent_demand, demand_iops) if recent_demand else 0.0
+    forecast = demand_iops + slope * lead_minutes if slope > 0 else None
+    planned_for = max(demand_iops, forecast or 0.0)
+    needed_out = controllers_needed(planned_for, per_iops, target_util)
+    # scale-in: the highest recent demand, at target less the headroom
+    sustained = max([*recent_demand, demand_iops]) if recent_demand else None
+    needed_in = max(
+        needed,
+        needed_out,
+        controllers_needed(sustained or 0.0, per_iops, target_util * scale_in_headroom),
+    )
+
+    out_target = max(floor, min(needed_out, ceiling))
+    in_target = max(floor, min(needed_in, ceiling))
     under = needed > ceiling
-    if target > current_controllers:
-        desired, action = target, "scale-out"
-        reason = f"demand {demand_iops:,.0f} IOPS needs {needed} controller(s), {current_controllers} running"
-        if under:
-            reason += f"; capped at maxControllers={ceiling}, the array stays under-provisioned"
-    elif target < current_controllers:
-        # one controller at a time, but never above the ceiling (maxControllers may have been lowered)
-        desired, action = max(target, min(current_controllers - 1, ceiling)), "scale-in"
-        reason = (
-            f"demand {demand_iops:,.0f} IOPS needs {needed} controller(s), {current_controllers} running; "
-            "scale in one controller at a time"
+    shown = f"demand {demand_iops:,.0f} IOPS needs {needed} controller(s), {current_controllers} running"
+    notes: list[str] = []
+    if forecast is not None and needed_out > needed:
+        notes.append(
+            f"demand rising {slope:,.0f} IOPS/min: {forecast:,.0f} IOPS in {lead_minutes:g} min "
+            f"needs {needed_out}"
         )
-        if target == spec.min_controllers and needed < spec.min_controllers:
-            reason += f" (floor minControllers={spec.min_controllers})"
-        if under:
-            reason += f"; maxControllers={ceiling} was lowered below demand: under-provisioned"
-    else:
-        desired, action = current_controllers, "hold"
-        reason = f"demand {demand_iops:,.0f} IOPS is served by {current_controllers} controller(s)"
-        if under:
-            reason += f"; needs {needed} but maxControllers={ceiling}: under-provisioned"
+    out_left = _left(now, last_scale_out_at, spec.scale_out_cooldown_seconds)
+    in_left = max(
+        _left(now, last_scale_in_at, spec.scale_in_cooldown_seconds),
+        _left(now, last_scale_out_at, spec.scale_in_cooldown_seconds),
+    )
+
+    desired, action = current_controllers, "hold"
+    if out_target > current_controllers:
+        if in_flight:
+            notes.append(
+                f"scale-out to {out_target} waits: {in_flight} controller(s) bootstrapping or draining"
+            )
+        elif out_left > 0:
+            notes.append(
+                f"scale-out to {out_target} waits: scale-out cooldown "
+                f"(scaleOutCooldownSeconds={spec.scale_out_cooldown_seconds}), {out_left:.0f}s left"
+            )
+        else:
+            desired, action = out_target, "scale-out"
+            if under:
+                notes.append(f"capped at maxControllers={ceiling}, the array stays under-provisioned")
+    elif in_target < current_controllers:
+        # one at a time, but never above the ceiling (maxControllers may have been lowered)
+        step = max(in_target, min(current_controllers - 1, ceiling))
+        if in_flight:
+            notes.append(f"scale-in to {step} waits: {in_flight} controller(s) bootstrapping or draining")
+        elif in_left > 0:
+            notes.append(
+                f"scale-in to {step} waits: scale-in cooldown "
+                f"(scaleInCooldownSeconds={spec.scale_in_cooldown_seconds}), {in_left:.0f}s left"
+            )
+        else:
+            desired, action = step, "scale-in"
+            notes.append("scale in one controller at a time")
+            if current_controllers - 1 > ceiling:
+                notes.append(f"maxControllers={ceiling} was lowered below the running count")
+            if in_target == floor and needed_in < floor:
+                notes.append(f"floor minControllers={floor}")
+    elif out_target < current_controllers:
+        # one fewer would serve the current demand, but not the recent peak or the margin
+        if sustained is not None and sustained > demand_iops:
+            notes.append(
+                f"no scale-in: the recent peak {sustained:,.0f} IOPS needs {needed_in} "
+                f"at targetUtilisation x {scale_in_headroom:g}"
+            )
+        else:
+            notes.append(
+                f"no scale-in: {current_controllers - 1} would run above "
+                f"targetUtilisation x {scale_in_headroom:g}"
+            )
+    if action == "hold" and not notes:
+        shown = f"demand {demand_iops:,.0f} IOPS is served by {current_controllers} controller(s)"
+    if under and action != "scale-out":
+        notes.append(f"needs {needed} but maxControllers={ceiling}: under-provisioned")
+    reason = "; ".join([shown, *notes])
     return ScaleDecision(
         array_id=spec.array_id,
         demand_iops=demand_iops,
         current_controllers=current_controllers,
         needed_controllers=needed,
         desired_controllers=desired,
-        min_controllers=spec.min_controllers,
+        min_controllers=floor,
         max_controllers=ceiling,
-        per_controller_iops=spec.per_controller_iops,
-        target_utilisation=spec.target_utilisation,
+        per_controller_iops=per_iops,
+        target_utilisation=target_util,
         action=action,
         reason=reason,
         under_provisioned=under,
+        now=_iso(now),
+        last_scale_out_at=_iso(last_scale_out_at),
+        last_scale_in_at=_iso(last_scale_in_at),
+        in_flight=in_flight,
+        recent_samples=len(recent_demand),
+        forecast_iops=forecast,
+        sustained_iops=sustained,
+        lead_minutes=lead_minutes if recent_demand else None,
+        scale_in_headroom=scale_in_headroom,
     )

@@ -1,0 +1,342 @@
+"""Replay a per-minute IOPS trace through the planner, and through two references. Pure.
+
+What is modelled, minute by minute (one trace sample = one minute of demand, in IOPS):
+
+- **planner**: the control plane. ``trigger="alarms"`` (the default) calls ``plan`` only when one
+  of the array's CloudWatch alarms is in breach, with the thresholds ``reconcile`` gives the
+  alarms at the current desired count: high after 3 of 3 minutes above, low after 15 of 15
+  minutes below. While an alarm stays in breach it is taken to trigger the workflow again every
+  minute (its decision then holds on cooldowns or a bootstrap in flight, as in the workflow).
+  ``trigger="every-minute"`` calls ``plan`` every minute. Either way ``plan`` gets the clock, the
+  last scale-out and scale-in, the controllers in flight, the last 15 minutes of demand (what the
+  low alarm's window holds), a trend lead of boot + scale-out cooldown, and ``scale_in_headroom``
+  (default ``SCALE_IN_HYSTERESIS``, the low alarm's margin).
+- **oracle**: knows the whole trace and serves every minute at the target utilisation with
+  exactly ``ceil(demand / (perControllerIops x targetUtilisation))`` controllers (clamped to
+  [min, max]), paying the same boot and drain delays: a controller is billed from ``boot``
+  minutes before it must serve until ``drain`` minutes after it stops, and is kept through a gap
+  when the gap is no longer than boot + drain (cheaper than draining and booting again). Levels
+  are independent, so this is the fewest controller-hours of any schedule that never runs above
+  target under the same delays (a lower bound for any such schedule: the planner may do better
+  only by running above target).
+- **static**: provisioned for the trace's peak at target, all the time.
+
+Every controller bills from its launch: booting (``boot_minutes``, not yet serving), serving,
+draining (``drain_minutes`` after a scale-in, already not serving: its paths are being
+disconnected). A minute is **under-provisioned** when its demand exceeds what the serving
+controllers deliver at 100% (``serving x perControllerIops``): IOPS actually starved, not merely
+above target. Average utilisation is the trace's total demand over its total serving capacity at
+100%. At minute 0 each policy starts with its controllers already serving.
+"""
+
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+from vsa_core.model import MULTI_ATTACH_LIMIT, ArraySpec
+from vsa_core.planner import ScaleDecision, controllers_needed, plan
+from vsa_core.reconcile import (
+    HIGH_EVALUATION_PERIODS,
+    LOW_EVALUATION_PERIODS,
+    SCALE_IN_HYSTERESIS,
+    alarm_thresholds,
+)
+
+Trigger = Literal["alarms", "every-minute"]
+
+DEFAULT_BOOT_MINUTES = 5
+"""Launch, attach every volume, configure the target, connect a path from every host."""
+DEFAULT_DRAIN_MINUTES = 2
+"""Disconnect the controller's path on every host, then terminate."""
+DEFAULT_PRICE_PER_HOUR = 1.512
+"""USD per controller-hour: a parameter (set it to the launch template's instance price)."""
+EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
+"""Minute 0 of every replay (a Monday, 00:00 UTC): only differences of it matter."""
+
+
+def default_spec() -> ArraySpec:
+    """The array simulated when no spec is given: min 2, max 16 controllers of 260,000 IOPS, 70%
+    target utilisation, the model's default cooldowns (scale-out 300 s, scale-in 900 s)."""
+    return ArraySpec.model_validate(
+        {
+            "arrayId": "simulated",
+            "availabilityZone": "us-east-1a",
+            "volumes": [{"volumeId": "vol-00000000000000000"}],
+            "controllers": {"instanceType": "r5b.24xlarge", "imageId": "ami-00000000000000000"},
+            "minControllers": 2,
+            "maxControllers": MULTI_ATTACH_LIMIT,
+            "perControllerIops": 260_000,
+            "targetUtilisation": 0.7,
+        }
+    )
+
+
+def read_trace(text: str) -> tuple[float, ...]:
+    """IOPS per minute from CSV text with the header ``minute,iops`` and minutes 0, 1, 2, … in order."""
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows or [c.strip() for c in rows[0]] != ["minute", "iops"]:
+        raise ValueError("a trace is CSV with the header 'minute,iops'")
+    demand: list[float] = []
+    for line, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        try:
+            minute, iops = int(row[0]), float(row[1])
+        except (IndexError, ValueError) as e:
+            raise ValueError(f"line {line}: expected 'minute,iops' numbers, got {','.join(row)!r}") from e
+        if minute != len(demand):
+            raise ValueError(
+                f"line {line}: minute {minute}, expected {len(demand)} (one row a minute, in order)"
+            )
+        if not iops >= 0 or iops == float("inf"):
+            raise ValueError(f"line {line}: IOPS must be a non-negative number, got {row[1]}")
+        demand.append(iops)
+    if not demand:
+        raise ValueError("the trace has no minutes")
+    return tuple(demand)
+
+
+def write_trace(demand: Sequence[float]) -> str:
+    """The CSV text ``read_trace`` reads (IOPS rounded to whole numbers)."""
+    return "minute,iops\n" + "".join(f"{minute},{round(iops)}\n" for minute, iops in enumerate(demand))
+
+
+@dataclass(frozen=True)
+class Result:
+    """One policy's replay of a trace: per minute, controllers serving and controllers billed."""
+
+    policy: str
+    demand: tuple[float, ...]
+    serving: tuple[int, ...]
+    billed: tuple[int, ...]
+    per_controller_iops: int
+    price_per_hour: float
+    scalings: int = 0
+    """Scale-outs plus scale-ins (0 for the references' bookkeeping)."""
+    decisions: tuple[ScaleDecision, ...] = field(default=(), repr=False)
+    """Every decision that changed the count (planner only)."""
+
+    @property
+    def minutes(self) -> int:
+        return len(self.demand)
+
+    @property
+    def controller_hours(self) -> float:
+        return sum(self.billed) / 60
+
+    @property
+    def cost(self) -> float:
+        return self.controller_hours * self.price_per_hour
+
+    @property
+    def average_utilisation(self) -> float:
+        capacity = sum(self.serving) * self.per_controller_iops
+        return sum(self.demand) / capacity if capacity else 0.0
+
+    @property
+    def under_provisioned_minutes(self) -> int:
+        return sum(d > s * self.per_controller_iops for d, s in zip(self.demand, self.serving, strict=True))
+
+    @property
+    def under_provisioned_share(self) -> float:
+        return self.under_provisioned_minutes / self.minutes
+
+    @property
+    def peak_controllers(self) -> int:
+        return max(self.billed)
+
+
+def _needed(spec: ArraySpec, demand: float) -> int:
+    ceiling = min(spec.max_controllers, MULTI_ATTACH_LIMIT)
+    return max(
+        spec.min_controllers,
+        min(ceiling, controllers_needed(demand, spec.per_controller_iops, spec.target_utilisation)),
+    )
+
+
+def simulate_planner(
+    spec: ArraySpec,
+    demand: Sequence[float],
+    *,
+    boot_minutes: int = DEFAULT_BOOT_MINUTES,
+    drain_minutes: int = DEFAULT_DRAIN_MINUTES,
+    price_per_hour: float = DEFAULT_PRICE_PER_HOUR,
+    trigger: Trigger = "alarms",
+    scale_in_headroom: float = SCALE_IN_HYSTERESIS,
+) -> Result:
+    """The control plane replayed on ``demand`` (see the module's docstring for the model)."""
+    if boot_minutes < 0 or drain_minutes < 0:
+        raise ValueError("boot and drain take 0 or more minutes")
+    serving = _needed(spec, demand[0])
+    desired = serving  # what the registry holds: serving + booting
+    booting: list[int] = []  # minute each serves from
+    draining: list[int] = []  # minute each is gone at
+    last_out: datetime | None = None
+    last_in: datetime | None = None
+    lead = boot_minutes + spec.scale_out_cooldown_seconds / 60
+    serving_log: list[int] = []
+    billed_log: list[int] = []
+    changes: list[ScaleDecision] = []
+    for t, now_demand in enumerate(demand):
+        serving += sum(1 for ready in booting if ready <= t)
+        booting = [ready for ready in booting if ready > t]
+        draining = [gone for gone in draining if gone > t]
+        if trigger == "every-minute" or _alarm_in_breach(spec, demand, t, desired):
+            now = EPOCH + timedelta(minutes=t)
+            decision = plan(
+                spec,
+                now_demand,
+                desired,
+                now=now,
+                last_scale_out_at=last_out,
+                last_scale_in_at=last_in,
+                in_flight=len(booting) + len(draining),
+                recent_demand=demand[max(0, t - LOW_EVALUATION_PERIODS) : t],
+                lead_minutes=lead,
+                scale_in_headroom=scale_in_headroom,
+            )
+            added = decision.desired_controllers - desired
+            if added > 0:
+                if boot_minutes == 0:
+                    serving += added
+                else:
+                    booting += [t + boot_minutes] * added
+                last_out = now
+            elif added < 0:
+                removed = min(-added, serving)  # never cancels a boot: nothing scales while one is in flight
+                serving -= removed
+                if drain_minutes:
+                    draining += [t + drain_minutes] * removed
+                last_in = now
+            if added:
+                changes.append(decision)
+            desired = decision.desired_controllers
+        serving_log.append(serving)
+        billed_log.append(serving + len(booting) + len(draining))
+    return Result(
+        policy=f"planner ({trigger})",
+        demand=tuple(demand),
+        serving=tuple(serving_log),
+        billed=tuple(billed_log),
+        per_controller_iops=spec.per_controller_iops,
+        price_per_hour=price_per_hour,
+        scalings=len(changes),
+        decisions=tuple(changes),
+    )
+
+
+def _alarm_in_breach(spec: ArraySpec, demand: Sequence[float], t: int, desired: int) -> bool:
+    """Whether the high (3 of 3 minutes above) or low (15 of 15 below) alarm is in ALARM at ``t``."""
+    high, low = alarm_thresholds(spec, desired)
+    last_high = demand[t - HIGH_EVALUATION_PERIODS + 1 : t + 1] if t + 1 >= HIGH_EVALUATION_PERIODS else ()
+    last_low = demand[t - LOW_EVALUATION_PERIODS + 1 : t + 1] if t + 1 >= LOW_EVALUATION_PERIODS else ()
+    high_breach = bool(last_high) and all(d > high for d in last_high)
+    low_breach = bool(last_low) and all(d < low for d in last_low)
+    return high_breach or low_breach
+
+
+def simulate_oracle(
+    spec: ArraySpec,
+    demand: Sequence[float],
+    *,
+    boot_minutes: int = DEFAULT_BOOT_MINUTES,
+    drain_minutes: int = DEFAULT_DRAIN_MINUTES,
+    price_per_hour: float = DEFAULT_PRICE_PER_HOUR,
+) -> Result:
+    """Perfect foresight under the same delays (see the module's docstring)."""
+    n = len(demand)
+    needed = [_needed(spec, d) for d in demand]
+    serving = [0] * n
+    billed = [0] * n
+    start_count = needed[0]
+    for level in range(1, max(needed) + 1):
+        runs: list[list[int]] = []  # [start, end) where this level must serve
+        for t, count in enumerate(needed):
+            if count >= level:
+                if runs and runs[-1][1] == t:
+                    runs[-1][1] = t + 1
+                else:
+                    runs.append([t, t + 1])
+        merged: list[list[int]] = []
+        for run in runs:
+            if merged and run[0] - merged[-1][1] <= boot_minutes + drain_minutes:
+                merged[-1][1] = run[1]  # keep it through the gap: cheaper than drain + boot
+            else:
+                merged.append(run)
+        for start, end in merged:
+            already_running = start == 0 and level <= start_count
+            bill_from = start if already_running else max(0, start - boot_minutes)
+            bill_to = end if end == n else min(n, end + drain_minutes)
+            for t in range(start, end):
+                serving[t] += 1
+            for t in range(bill_from, bill_to):
+                billed[t] += 1
+    return Result(
+        policy="oracle",
+        demand=tuple(demand),
+        serving=tuple(serving),
+        billed=tuple(billed),
+        per_controller_iops=spec.per_controller_iops,
+        price_per_hour=price_per_hour,
+    )
+
+
+def simulate_static(
+    spec: ArraySpec, demand: Sequence[float], *, price_per_hour: float = DEFAULT_PRICE_PER_HOUR
+) -> Result:
+    """Sized once for the trace's peak at target utilisation (what an on-premises array does)."""
+    peak = _needed(spec, max(demand))
+    return Result(
+        policy="static for peak",
+        demand=tuple(demand),
+        serving=(peak,) * len(demand),
+        billed=(peak,) * len(demand),
+        per_controller_iops=spec.per_controller_iops,
+        price_per_hour=price_per_hour,
+    )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    planner: Result
+    oracle: Result
+    static: Result
+
+    @property
+    def results(self) -> tuple[Result, Result, Result]:
+        return (self.planner, self.oracle, self.static)
+
+
+def compare(
+    spec: ArraySpec,
+    demand: Sequence[float],
+    *,
+    boot_minutes: int = DEFAULT_BOOT_MINUTES,
+    drain_minutes: int = DEFAULT_DRAIN_MINUTES,
+    price_per_hour: float = DEFAULT_PRICE_PER_HOUR,
+    trigger: Trigger = "alarms",
+) -> Comparison:
+    """The planner, the oracle and static-for-peak on one trace, with the same delays and price."""
+    if not demand:
+        raise ValueError("the trace has no minutes")
+    return Comparison(
+        planner=simulate_planner(
+            spec,
+            demand,
+            boot_minutes=boot_minutes,
+            drain_minutes=drain_minutes,
+            price_per_hour=price_per_hour,
+            trigger=trigger,
+        ),
+        oracle=simulate_oracle(
+            spec,
+            demand,
+            boot_minutes=boot_minutes,
+            drain_minutes=drain_minutes,
+            price_per_hour=price_per_hour,
+        ),
+        static=simulate_static(spec, demand, price_per_hour=price_per_hour),
+    )

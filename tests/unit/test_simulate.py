@@ -1,0 +1,167 @@
+"""The simulator: hand examples, the references, and ``vsactl simulate``."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+from vsactl.main import app
+
+from vsa_core.simulate import (
+    compare,
+    default_spec,
+    read_trace,
+    simulate_oracle,
+    simulate_planner,
+    simulate_static,
+    write_trace,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = default_spec()  # 2..16 controllers of 260,000 IOPS at 70%: one serves 182,000 at target
+PER = 260_000
+
+
+@pytest.mark.parametrize("trigger", ["alarms", "every-minute"])
+def test_a_flat_trace_needs_no_scaling(trigger: str):
+    # Given 3 hours of a steady 500,000 IOPS (3 controllers at target)
+    demand = [500_000.0] * 180
+    # When replayed
+    result = simulate_planner(SPEC, demand, trigger=trigger)  # type: ignore[arg-type]
+    # Then the planner keeps 3 controllers throughout, never starved
+    assert result.scalings == 0
+    assert set(result.serving) == {3}
+    assert result.controller_hours == pytest.approx(9.0)
+    assert result.under_provisioned_minutes == 0
+
+
+def test_a_step_up_is_served_after_the_boot_delay():
+    # Given 30 minutes at 300,000 IOPS (2 controllers), then a step to 1,000,000 (6 at target)
+    demand = [300_000.0] * 30 + [1_000_000.0] * 60
+    # When planned every minute with a 5-minute boot
+    result = simulate_planner(SPEC, demand, trigger="every-minute", boot_minutes=5)
+    # Then the scale-out is decided at minute 30 and serves from minute 35
+    assert result.serving[34] == 2
+    assert result.serving[35] == 6
+    assert result.billed[30] == 6  # booting controllers are billed
+    # And exactly the 5 boot minutes are starved (1,000,000 > 2 x 260,000)
+    assert result.under_provisioned_minutes == 5
+    assert result.decisions[0].action == "scale-out"
+
+
+def test_with_alarms_the_step_is_seen_after_three_minutes():
+    demand = [300_000.0] * 30 + [1_000_000.0] * 60
+    result = simulate_planner(SPEC, demand, trigger="alarms", boot_minutes=5)
+    # high alarm in ALARM at minute 32 (3 of 3 minutes above: 30, 31, 32), then the 5-minute boot
+    assert result.serving[36] == 2
+    assert result.serving[37] == 6
+    assert result.under_provisioned_minutes == 7
+
+
+def test_controller_hours_on_a_hand_example():
+    # Given 120 minutes: 60 at 2 controllers' worth, then 60 needing 4
+    demand = [300_000.0] * 60 + [600_000.0] * 60
+    # When the oracle serves it with a 5-minute boot and a 2-minute drain
+    oracle = simulate_oracle(SPEC, demand, boot_minutes=5, drain_minutes=2)
+    # Then it runs 2 for 120 minutes and 2 more from minute 55 (booting) to the end: 65 minutes each
+    assert oracle.serving[:60] == (2,) * 60
+    assert oracle.serving[60:] == (4,) * 60
+    assert oracle.billed[55] == 4
+    assert oracle.controller_hours == pytest.approx((2 * 120 + 2 * 65) / 60)
+    assert oracle.cost == pytest.approx(oracle.controller_hours * 1.512)
+    # And static-for-peak runs 4 all the time
+    static = simulate_static(SPEC, demand)
+    assert static.controller_hours == pytest.approx(8.0)
+    assert static.peak_controllers == 4
+    # Average utilisation: total demand over total serving capacity at 100%
+    assert oracle.average_utilisation == pytest.approx((300_000 + 600_000) * 60 / ((2 + 4) * 60 * PER))
+
+
+def test_the_oracle_keeps_a_controller_through_a_gap_shorter_than_boot_plus_drain():
+    # Given a demand that needs a third controller twice, 4 minutes apart
+    demand = [300_000.0] * 20 + [500_000.0] * 10 + [300_000.0] * 4 + [500_000.0] * 10 + [300_000.0] * 20
+    oracle = simulate_oracle(SPEC, demand, boot_minutes=5, drain_minutes=2)
+    # Then it keeps it (4 minutes < 5 + 2): one boot, one drain
+    assert oracle.serving[30:34] == (3,) * 4
+    assert oracle.controller_hours == pytest.approx((2 * 64 + (5 + 24 + 2)) / 60)
+
+
+@pytest.mark.parametrize("name", ["diurnal-oltp", "spiky-batch", "slow-ramp", "flash-crowd"])
+def test_on_every_trace_the_oracle_is_no_dearer_than_static_nor_than_the_planner_at_target(name: str):
+    demand = read_trace((ROOT / "traces" / f"{name}.csv").read_text(encoding="utf-8"))
+    comparison = compare(SPEC, demand)
+    assert comparison.oracle.controller_hours <= comparison.static.controller_hours
+    assert comparison.oracle.under_provisioned_minutes == 0
+    assert comparison.static.under_provisioned_minutes == 0
+    # the oracle serves every minute at target with exactly what that needs
+    for d, s in zip(demand, comparison.oracle.serving, strict=True):
+        assert s * PER * 0.7 >= d
+    assert max(comparison.planner.billed) <= 16
+
+
+def test_traces_round_trip_and_bad_traces_say_what_is_wrong():
+    assert read_trace(write_trace([1.0, 2.0, 3.0])) == (1.0, 2.0, 3.0)
+    with pytest.raises(ValueError, match="header"):
+        read_trace("t,v\n0,1\n")
+    with pytest.raises(ValueError, match="expected 1"):
+        read_trace("minute,iops\n0,1\n2,1\n")
+    with pytest.raises(ValueError, match="non-negative"):
+        read_trace("minute,iops\n0,-5\n")
+    with pytest.raises(ValueError, match="no minutes"):
+        read_trace("minute,iops\n")
+
+
+def test_vsactl_simulate_prints_the_figures_and_writes_a_png(tmp_path: Path):
+    # Given a trace with a step up
+    trace = tmp_path / "step.csv"
+    trace.write_text(write_trace([300_000.0] * 60 + [1_000_000.0] * 120 + [300_000.0] * 60), encoding="utf-8")
+    plot = tmp_path / "out.png"
+    # When simulated
+    result = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(trace),
+            "--boot-minutes",
+            "5",
+            "--price-per-hour",
+            "2",
+            "--plot",
+            str(plot),
+        ],
+    )
+    # Then the three policies' figures are printed and the plot is a PNG
+    assert result.exit_code == 0, result.output
+    for text in ("planner (alarms)", "oracle", "static for peak", "Ctrl-hours", "x oracle", "Under min"):
+        assert text in result.output
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_vsactl_simulate_json_and_a_spec_file(tmp_path: Path):
+    trace = tmp_path / "flat.csv"
+    trace.write_text(write_trace([500_000.0] * 60), encoding="utf-8")
+    spec_file = tmp_path / "array.yaml"
+    spec_file.write_text(
+        "arrayId: sim\navailabilityZone: us-east-1a\nvolumes: [{volumeId: vol-0a1b2c3d4e5f60001}]\n"
+        "controllers: {instanceType: r5b.2xlarge, imageId: ami-0a1b2c3d4e5f60001}\n"
+        "minControllers: 4\nmaxControllers: 6\n",
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(
+        app, ["simulate", "--trace", str(trace), "--spec", str(spec_file), "--every-minute", "-o", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output)
+    planner = answer["results"][0]
+    assert planner["policy"] == "planner (every-minute)"
+    assert planner["controller_hours"] == pytest.approx(4.0)  # the floor of 4 for an hour
+    assert planner["under_provisioned_minutes"] == 0
+
+
+def test_vsactl_simulate_refuses_a_bad_trace(tmp_path: Path):
+    trace = tmp_path / "bad.csv"
+    trace.write_text("when,load\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(trace)])
+    assert result.exit_code == 2
+    assert "minute,iops" in result.output
