@@ -44,6 +44,9 @@ mkdir -p "$VSA_STATE"
 exec 9>"$VSA_STATE/.install.lock"
 flock 9
 make_venv "$ROOT/.venv" requirements/dev.txt -- -r requirements/dev.txt
+# vsactl simulate runs the core's planner: the dev venv sees layers/core (as the Lambda layer does).
+site="$("$ROOT/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+echo "$ROOT/layers/core" > "$site/vsa-core.pth"
 # The CLI (vsactl), editable in the dev venv; its dependencies are pinned in requirements/dev.txt.
 # Reinstalled when the venv was rebuilt or the editable install points at another checkout.
 if ! "$ROOT/.venv/bin/python" -c 'import sys, vsactl; sys.exit(not vsactl.__file__.startswith(sys.argv[1]))' "$ROOT/cli/" 2>/dev/null; then
