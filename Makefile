@@ -8,8 +8,7 @@ PORT ?= 4566
 LOCAL := env PATH="$(VENV):$$PATH" VSA_LOCALCLOUD_PORT=$(PORT) AWS_ENDPOINT_URL=http://127.0.0.1:$(PORT) \
 	AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1 AWS_REGION=us-east-1 \
 	SAM_CLI_TELEMETRY=0 PYTHONPATH=$(CURDIR)/layers/core
-OFFLINE := env PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0 \
-	-u AWS_ENDPOINT_URL
+OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0
 
 .PHONY: demo test install localcloud-start localcloud-stop localcloud-logs build deploy-local \
 	lint format typecheck validate unit integration bench clean
