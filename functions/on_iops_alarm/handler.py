@@ -5,6 +5,7 @@ name in the core, start the execution. A repeated delivery of the same state cha
 the same execution name, so it starts nothing new.
 """
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -17,6 +18,10 @@ from vsa_core.naming import parse_iops_alarm_name, scale_execution_name
 from vsa_core.observability import logger, metrics, tracer
 from vsa_core.settings import get_settings
 
+SCALING_LOCK_LEASE_SECONDS = 600
+"""How long a ScaleArray execution holds the array's scaling lock at most: far above a run's
+seconds, so a crashed run blocks scaling for ten minutes, never for good."""
+
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
 
@@ -28,7 +33,10 @@ def start_scale(event: AlarmStateChangeEvent, sfn: "SFNClient") -> dict[str, Any
     if detail.state.value != "ALARM":
         logger.info("alarm left ALARM; nothing to scale", extra={"state": detail.state.value})
         return {"started": False, "reason": f"alarm state is {detail.state.value}, not ALARM"}
+    now = int(time.time())
     request = ScaleRequest(
+        lock_now=now,
+        lock_until=now + SCALING_LOCK_LEASE_SECONDS,
         array_id=array_id,
         alarm_name=detail.alarm_name,
         alarm_kind=kind,

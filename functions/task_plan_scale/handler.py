@@ -1,26 +1,80 @@
-"""ScaleArray step: load the array from the registry and plan its controller count.
+"""ScaleArray step: plan the array's controller count from its demand and its group's state.
 
-Called only by the ScaleArray workflow. The decision is returned, not written: the workflow
-records it (a conditional DynamoDB write in the ASL), so a retried step writes nothing twice.
+Called only by the ScaleArray workflow, which holds the array's scaling lock. Reads the registry
+(spec, cooldown clocks) and the controller group (desired capacity, controllers booting or
+draining, which controller leaves on a scale-in), and runs the pure planner. The decision is
+returned, not written: the workflow sets the capacity and records it.
 """
 
+from datetime import UTC, datetime
 from typing import Any
 
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from vsa_core.clients import client
+from vsa_core.errors import ArrayNotFoundError
 from vsa_core.events import ScaleRequest
+from vsa_core.naming import group_name
 from vsa_core.observability import logger, tracer
 from vsa_core.planner import plan
 from vsa_core.registry import ArrayRegistry
 from vsa_core.settings import get_settings
 
+IN_FLIGHT = (
+    "Pending",
+    "Pending:Wait",
+    "Pending:Proceed",
+    "Terminating",
+    "Terminating:Wait",
+    "Terminating:Proceed",
+)
+SCALE_FIELDS = {"scale-out": "lastScaleOutAt", "scale-in": "lastScaleInAt", "hold": "lastHoldAt"}
 
-def plan_scale(request: ScaleRequest, registry: ArrayRegistry) -> dict[str, Any]:
+
+def _parse(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def choose_leaver(instances: list[dict[str, Any]]) -> str | None:
+    """The controller a scale-in removes: the newest serving one (highest id as the tie-break;
+    issue #6 replaces this with the highest slot)."""
+    serving = [i for i in instances if i["LifecycleState"] == "InService"]
+    return max((i["InstanceId"] for i in serving), default=None)
+
+
+def plan_scale(
+    request: ScaleRequest, registry: ArrayRegistry, autoscaling: Any, now: datetime
+) -> dict[str, Any]:
     array = registry.get(request.array_id)
-    decision = plan(array.spec, request.demand_iops, array.desired_controllers)
+    name = group_name(request.array_id)
+    groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"]
+    if not groups:
+        raise ArrayNotFoundError(f"array {request.array_id!r} has no controller group {name}: apply it again")
+    group = groups[0]
+    instances: list[dict[str, Any]] = [dict(i) for i in group.get("Instances", [])]
+    in_flight = sum(1 for i in instances if i["LifecycleState"] in IN_FLIGHT)
+    decision = plan(
+        array.spec,
+        request.demand_iops,
+        int(group["DesiredCapacity"]),
+        now=now,
+        last_scale_out_at=_parse(array.last_scale_out_at),
+        last_scale_in_at=_parse(array.last_scale_in_at),
+        in_flight=in_flight,
+    )
+    leaver = choose_leaver(instances) if decision.action == "scale-in" else None
+    if decision.action == "scale-in" and leaver is None:
+        raise ArrayNotFoundError(f"array {request.array_id!r}: no serving controller to remove")
     logger.info("scale decision", extra=decision.as_dict())
-    return {**decision.as_dict(), "alarmName": request.alarm_name, "eventId": request.event_id}
+    return {
+        **decision.as_dict(),
+        "groupName": name,
+        "leaver": leaver,
+        "scaleField": SCALE_FIELDS[decision.action],
+        "alarmName": request.alarm_name,
+        "eventId": request.event_id,
+    }
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -28,4 +82,5 @@ def plan_scale(request: ScaleRequest, registry: ArrayRegistry) -> dict[str, Any]
 @event_parser(model=ScaleRequest)
 def lambda_handler(event: ScaleRequest, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(array_id=event.array_id)
-    return plan_scale(event, ArrayRegistry(get_settings().table_name))
+    registry = ArrayRegistry(get_settings().table_name)
+    return plan_scale(event, registry, client("autoscaling"), datetime.now(UTC))

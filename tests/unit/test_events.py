@@ -138,6 +138,8 @@ SCALE_REQUEST = {
     "demandIops": 612345.0,
     "stateTimestamp": "2026-11-02T17:04:40.989+0000",
     "eventId": "c4c1c1c9-6542-e61b-6ef0-8c4d36933a92",
+    "lockNow": 1793725480,
+    "lockUntil": 1793726080,
 }
 
 

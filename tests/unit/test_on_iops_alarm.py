@@ -25,13 +25,19 @@ SAMPLE_EXECUTION = scale_execution_name("demo", SAMPLE_ALARM_ARN, SAMPLE_STATE_T
 
 
 class JsonDocument:
-    """Equal to a JSON string that decodes to ``expected`` (key order and spacing do not matter)."""
+    """Equal to a JSON string that decodes to ``expected`` (key order and spacing do not matter)
+    plus the scaling-lock lease the trigger adds: ``lockUntil`` 600 s after ``lockNow``."""
 
     def __init__(self, expected: Any) -> None:
         self.expected = expected
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, str) and json.loads(other) == self.expected
+        if not isinstance(other, str):
+            return False
+        decoded = json.loads(other)
+        now, until = decoded.pop("lockNow", None), decoded.pop("lockUntil", None)
+        lease_ok = isinstance(now, int) and isinstance(until, int) and until - now == 600
+        return lease_ok and decoded == self.expected
 
     def __hash__(self) -> int:
         return hash(json.dumps(self.expected, sort_keys=True))

@@ -1,6 +1,9 @@
-"""task_plan_scale: the ScaleArray step that loads the array and plans its controller count."""
+"""task_plan_scale: the ScaleArray step that plans an array's controller count from the alarm's
+demand, the registry (spec, cooldown clocks) and the controller group (capacity, controllers
+booting or draining, who leaves on a scale-in). moto for DynamoDB, EC2 and Auto Scaling."""
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -17,6 +20,7 @@ from vsa_core.registry import ArrayRegistry, array_key
 
 REQUEST: dict[str, Any] = load_event("stepfunctions/task_plan_scale.json")
 DEMO = ArraySpec(arrayId="demo", availabilityZone="us-east-1a", **BASE, minControllers=2, maxControllers=8)
+NOW = datetime(2026, 11, 2, 17, 5, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -24,72 +28,104 @@ def registry(registry_table: str) -> ArrayRegistry:
     return ArrayRegistry(registry_table, boto3.client("dynamodb", region_name=REGION))
 
 
-def set_desired(table: str, array_id: str, desired: int) -> None:
-    """What the workflow's RecordDesiredCount state does after a decision."""
-    boto3.client("dynamodb", region_name=REGION).update_item(
-        TableName=table,
-        Key=array_key(array_id),
-        UpdateExpression="SET desiredControllers = :desired ADD version :one",
-        ExpressionAttributeValues={":desired": {"N": str(desired)}, ":one": {"N": "1"}},
+@pytest.fixture
+def autoscaling(aws: None) -> Any:
+    return boto3.client("autoscaling", region_name=REGION)
+
+
+def make_group(autoscaling: Any, desired: int, array_id: str = "demo") -> list[str]:
+    """The array's controller group with ``desired`` controllers (moto: all InService at once)."""
+    ec2 = boto3.client("ec2", region_name=REGION)
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    ec2.create_launch_template(
+        LaunchTemplateName=f"vsa-{array_id}-controller",
+        LaunchTemplateData={"ImageId": image, "InstanceType": "r5b.2xlarge"},
     )
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName=f"vsa-{array_id}-controllers",
+        LaunchTemplate={"LaunchTemplateName": f"vsa-{array_id}-controller"},
+        MinSize=0,
+        MaxSize=16,
+        DesiredCapacity=desired,
+        AvailabilityZones=["us-east-1a"],
+        NewInstancesProtectedFromScaleIn=True,
+    )
+    group = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[f"vsa-{array_id}-controllers"])
+    return [i["InstanceId"] for i in group["AutoScalingGroups"][0]["Instances"]]
 
 
-def test_plan_scale_returns_the_decision_with_the_alarm_it_came_from(registry: ArrayRegistry):
-    # Given array "demo" registered at its minimum of 2 controllers
+def request(**changes: Any) -> ScaleRequest:
+    return ScaleRequest.model_validate({**REQUEST, **changes})
+
+
+def test_scale_out_from_the_groups_capacity_with_what_the_workflow_needs(registry, autoscaling):
+    # Given array "demo" with 2 serving controllers / When its high alarm reports 612,345 IOPS
     registry.create(DEMO)
-    # When its high alarm asks for 612,345 IOPS
-    decision = handler.plan_scale(ScaleRequest.model_validate(REQUEST), registry)
-    # Then the decision is the plan from the registered count, plus the alarm and event ids
-    assert decision == {
-        **plan(DEMO, 612_345.0, current_controllers=2).as_dict(),
-        "alarmName": "vsa-demo-iops-high",
-        "eventId": "c4c1c1c9-6542-e61b-6ef0-8c4d36933a92",
-    }
-    assert decision["array_id"] == "demo"
-    assert decision["current_controllers"] == 2
-    assert decision["desired_controllers"] == 4
-    assert decision["action"] == "scale-out"
+    make_group(autoscaling, 2)
+    decision = handler.plan_scale(request(), registry, autoscaling, NOW)
+    # Then the plan is the planner's from the group's count, with what the workflow acts on
+    expected = plan(DEMO, 612_345.0, 2, now=NOW, in_flight=0).as_dict()
+    assert {k: decision[k] for k in expected} == expected
+    assert (decision["action"], decision["desired_controllers"]) == ("scale-out", 4)
+    assert decision["groupName"] == "vsa-demo-controllers"
+    assert decision["scaleField"] == "lastScaleOutAt"
+    assert decision["leaver"] is None
+    assert (decision["alarmName"], decision["eventId"]) == ("vsa-demo-iops-high", REQUEST["eventId"])
 
 
-def test_plan_scale_plans_from_the_count_the_workflow_last_set(registry: ArrayRegistry, registry_table: str):
-    # Given array "demo" last scaled to 6 controllers
+def test_scale_in_names_the_controller_that_leaves(registry, autoscaling):
+    # Given 6 serving controllers and demand that 2 serve
     registry.create(DEMO)
-    set_desired(registry_table, "demo", 6)
-    # When its low alarm reports demand only 2 controllers need
-    request = ScaleRequest.model_validate({**REQUEST, "alarmName": "vsa-demo-iops-low", "alarmKind": "low",
-                                           "demandIops": 200_000.0})  # fmt: skip
-    decision = handler.plan_scale(request, registry)
-    # Then it scales in one controller from 6
+    instances = make_group(autoscaling, 6)
+    decision = handler.plan_scale(
+        request(alarmName="vsa-demo-iops-low", alarmKind="low", demandIops=200_000.0),
+        registry,
+        autoscaling,
+        NOW,
+    )
+    # Then one controller leaves, the newest serving one, and the scale-in clock is the one to set
     assert (decision["current_controllers"], decision["desired_controllers"]) == (6, 5)
-    assert decision["action"] == "scale-in"
-    assert decision["alarmName"] == "vsa-demo-iops-low"
+    assert decision["leaver"] == max(instances)
+    assert decision["scaleField"] == "lastScaleInAt"
 
 
-def test_plan_scale_of_an_unregistered_array_raises_array_not_found(registry: ArrayRegistry):
-    # Given an empty registry / When planned / Then ArrayNotFoundError (the ASL's Catch matches its name)
-    with pytest.raises(ArrayNotFoundError):
-        handler.plan_scale(ScaleRequest.model_validate(REQUEST), registry)
-
-
-def test_handler_plans_from_the_table_in_its_environment(
-    registry: ArrayRegistry, function_env: None, lambda_context: FakeLambdaContext
-):
-    # Given array "demo" registered in the table VSA_TABLE_NAME names
+def test_the_scale_in_cooldown_runs_from_the_registry(registry, autoscaling, registry_table: str):
+    # Given a scale-in 5 minutes ago (the spec's scale-in cooldown is 15 minutes)
     registry.create(DEMO)
-    # When the workflow invokes the function with its input
-    result = handler.lambda_handler(dict(REQUEST), lambda_context)
-    # Then it returns the decision as the JSON the workflow records (RecordDesiredCount reads
-    # $.plan.decision.desired_controllers)
-    payload = json.loads(json.dumps(result))
+    make_group(autoscaling, 6)
+    boto3.client("dynamodb", region_name=REGION).update_item(
+        TableName=registry_table,
+        Key=array_key("demo"),
+        UpdateExpression="SET lastScaleInAt = :at",
+        ExpressionAttributeValues={":at": {"S": (NOW - timedelta(minutes=5)).isoformat()}},
+    )
+    decision = handler.plan_scale(request(demandIops=200_000.0), registry, autoscaling, NOW)
+    # Then nothing changes yet, and the reason says why
+    assert (decision["action"], decision["desired_controllers"]) == ("hold", 6)
+    assert "cooldown" in decision["reason"]
+
+
+def test_unregistered_array_or_missing_group_is_array_not_found(registry, autoscaling):
+    with pytest.raises(ArrayNotFoundError, match="not registered"):
+        handler.plan_scale(request(), registry, autoscaling, NOW)
+    registry.create(DEMO)
+    with pytest.raises(ArrayNotFoundError, match="no controller group"):
+        handler.plan_scale(request(), registry, autoscaling, NOW)
+
+
+def test_handler_plans_with_the_clients_and_table_of_its_environment(
+    registry: ArrayRegistry, autoscaling: Any, function_env: None, lambda_context: FakeLambdaContext
+):
+    registry.create(DEMO)
+    make_group(autoscaling, 2)
+    payload = json.loads(json.dumps(handler.lambda_handler(dict(REQUEST), lambda_context)))
     assert payload["desired_controllers"] == 4
-    assert payload["needed_controllers"] == 4
-    assert payload["eventId"] == REQUEST["eventId"]
+    assert payload["groupName"] == "vsa-demo-controllers"
 
 
 def test_handler_error_for_an_unregistered_array_is_named_for_the_workflow(
     registry_table: str, function_env: None, lambda_context: FakeLambdaContext
 ):
-    # Given no array registered / When invoked / Then the Lambda error type is ArrayNotFoundError
     with pytest.raises(ArrayNotFoundError) as raised:
         handler.lambda_handler(dict(REQUEST), lambda_context)
     assert type(raised.value).__name__ == "ArrayNotFoundError"

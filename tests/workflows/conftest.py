@@ -26,6 +26,7 @@ SUBSTITUTIONS = {
     "Partition": "aws",
     "TableName": "vsa-wf-registry",
     "TaskPlanScaleFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-plan-scale",
+    "TaskSetAlarmThresholdsFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-thresholds",
     "TaskTeardownArrayFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-teardown",
 }
 

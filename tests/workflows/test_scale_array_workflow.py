@@ -7,6 +7,18 @@ from typing import Any
 from tests.workflows.conftest import ROOT, entered, run_case
 
 NAME = "vsa-wf-scale-array"  # the key in mock_config.json
+SCALE_OUT_PATH = [
+    "AcquireLock",
+    "PlanScale",
+    "Act",
+    "SetCapacity",
+    "SetAlarmThresholds",
+    "RecordDecision",
+    "RecordDesiredCount",
+    "ReleaseLock",
+    "Decided",
+]
+RELEASED_THEN_FAILED = ["ReleaseLockOnFailure", "FailAfterRelease"]
 REQUEST = json.loads((ROOT / "events" / "stepfunctions" / "task_plan_scale.json").read_text())
 
 
@@ -20,6 +32,7 @@ def test_unregistered_array_ends_in_the_fail_state_without_recording(
     assert run["error"] == "ArrayNotFoundError"
     assert run["cause"] == "array wf-missing is not registered"
     assert "RecordDecision" not in entered(run)
+    assert entered(run)[-2:] == RELEASED_THEN_FAILED  # the lock is released on the way out
 
 
 def test_throttled_plan_is_retried_then_recorded(sfn: Any, workflow: Callable[[str, str], str]) -> None:
@@ -28,9 +41,9 @@ def test_throttled_plan_is_retried_then_recorded(sfn: Any, workflow: Callable[[s
     # Then the retry policy tries again, and the decision is recorded and returned
     assert run["status"] == "SUCCEEDED", run.get("cause")
     scheduled = [e for e in run["events"] if e["type"] == "TaskScheduled"]
-    plan_attempts = [e for e in scheduled if e["taskScheduledEventDetails"]["resource"] == "invoke"]
+    plan_attempts = [e for e in scheduled if "plan-scale" in e["taskScheduledEventDetails"]["parameters"]]
     assert len(plan_attempts) == 2
-    assert entered(run) == ["PlanScale", "RecordDecision", "RecordDesiredCount"]
+    assert entered(run) == SCALE_OUT_PATH
     assert json.loads(run["output"])["desired_controllers"] == 4
 
 
@@ -41,7 +54,7 @@ def test_decision_already_recorded_still_sets_the_desired_count(
     run = run_case(sfn, workflow(NAME, "scale_array.asl.json"), "DecisionAlreadyRecorded", REQUEST)
     # Then the workflow carries on to the desired count instead of failing
     assert run["status"] == "SUCCEEDED", run.get("cause")
-    assert entered(run) == ["PlanScale", "RecordDecision", "RecordDesiredCount"]
+    assert entered(run) == SCALE_OUT_PATH
 
 
 def test_lambda_down_for_good_fails_after_the_retry_budget(
@@ -51,5 +64,50 @@ def test_lambda_down_for_good_fails_after_the_retry_budget(
     run = run_case(sfn, workflow(NAME, "scale_array.asl.json"), "PlanFailsForGood", REQUEST)
     assert run["status"] == "FAILED"
     assert run["error"] == "Lambda.ServiceException"
-    attempts = [e for e in run["events"] if e["type"] == "TaskScheduled"]
+    attempts = [
+        e
+        for e in run["events"]
+        if e["type"] == "TaskScheduled" and "plan-scale" in e["taskScheduledEventDetails"]["parameters"]
+    ]
     assert len(attempts) == 4
+    assert entered(run)[-2:] == RELEASED_THEN_FAILED
+
+
+def test_a_lock_held_by_another_run_skips_without_scaling(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    # Given another execution holds the array's scaling lock for the whole retry budget
+    run = run_case(sfn, workflow(NAME, "scale_array.asl.json"), "LockHeldElsewhere", REQUEST)
+    # Then this one neither plans nor scales: it ends, saying why (the holder plans with fresh state)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    assert json.loads(run["output"])["action"] == "skipped"
+    assert "PlanScale" not in entered(run)
+    lock_attempts = [e for e in run["events"] if e["type"] == "TaskScheduled"]
+    assert len(lock_attempts) == 1 + 6 + 1  # the first try, six retries, then the existence check
+
+
+def test_scale_in_unprotects_the_leaver_before_lowering_capacity(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(sfn, workflow(NAME, "scale_array.asl.json"), "ScaleInOneController", REQUEST)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    path = entered(run)
+    assert path.index("ReleaseLeaver") < path.index("SetCapacity")
+    protection = next(
+        e["taskScheduledEventDetails"]["parameters"]
+        for e in run["events"]
+        if e["type"] == "TaskScheduled"
+        and e["taskScheduledEventDetails"]["resource"] == "setInstanceProtection"
+    )
+    assert "i-0a1b2c3d4e5f60009" in protection
+    assert path[-2:] == ["ReleaseLock", "Decided"]
+
+
+def test_capacity_refused_releases_the_lock_and_fails_with_the_cause(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(sfn, workflow(NAME, "scale_array.asl.json"), "SetCapacityRefused", REQUEST)
+    assert run["status"] == "FAILED"
+    assert "above max value 16" in run["cause"]
+    assert entered(run)[-2:] == RELEASED_THEN_FAILED
+    assert "RecordDecision" not in entered(run)

@@ -417,6 +417,29 @@ class ArrayService:
             arn = self._cloudwatch.describe_alarms(AlarmNames=[name])["MetricAlarms"][0]["AlarmArn"]
             self._cloudwatch.tag_resource(ResourceARN=arn, Tags=params["Tags"])
 
+    def set_alarm_thresholds(self, spec: ArraySpec, desired_controllers: int) -> list[Change]:
+        """Re-put both IOPS alarms for ``desired_controllers`` (after ScaleArray changed the
+        count): the high alarm then fires only above what the new count serves, the low one only
+        below what one controller fewer would. PutMetricAlarm keeps an alarm's state, so the next
+        evaluation emits a state change if demand is on the other side of the new threshold."""
+        volume_ids = spec.existing_volume_ids + tuple(
+            str(v["VolumeId"]) for v in self._owned_volumes(spec.array_id).values()
+        )
+        changes: list[Change] = []
+        for kind in ("high", "low"):
+            params = reconcile.alarm_params(spec, desired_controllers, volume_ids, kind)
+            before = self._observe_alarm(params["AlarmName"])
+            self._cloudwatch.put_metric_alarm(**params)
+            old = before.get("Threshold") if before else None
+            changes.append(
+                Change(
+                    f"alarm/{params['AlarmName']}",
+                    "unchanged" if old == params["Threshold"] else ("update" if before else "create"),
+                    () if old == params["Threshold"] else (("Threshold", old, params["Threshold"]),),
+                )
+            )
+        return changes
+
     def _apply_schedule(self, change: Change, desired: Resources, name: str) -> None:
         if change.action == "delete":
             self._scheduler.delete_schedule(Name=name)

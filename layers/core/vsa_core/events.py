@@ -59,3 +59,7 @@ class ScaleRequest(BaseModel):
     demand_iops: float = Field(alias="demandIops", ge=0, allow_inf_nan=False)
     state_timestamp: str = Field(alias="stateTimestamp")
     event_id: str = Field(alias="eventId")
+    lock_now: int = Field(alias="lockNow", ge=0)
+    """Epoch seconds when the trigger ran: a scaling lock whose lease ended before is free."""
+    lock_until: int = Field(alias="lockUntil", ge=0)
+    """Epoch seconds until which this workflow's scaling lock holds (lease)."""

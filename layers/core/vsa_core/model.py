@@ -213,3 +213,7 @@ class RegisteredArray(BaseModel):
     deleting: Deletion | None = None
     delete_failure: str | None = None
     """Why the DeleteArray workflow failed (JSON {Error, Cause}); DELETE again to retry."""
+    last_scale_out_at: str | None = None
+    """When ScaleArray last added controllers (ISO 8601): the scale-out cooldown runs from it."""
+    last_scale_in_at: str | None = None
+    """When ScaleArray last removed a controller (ISO 8601): the scale-in cooldown runs from it."""

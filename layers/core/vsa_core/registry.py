@@ -182,6 +182,8 @@ class ArrayRegistry:
             version=int(item["version"]["N"]),
             deleting=Deletion.model_validate_json(deleting) if deleting else None,
             delete_failure=item.get("deleteFailure", {}).get("S"),
+            last_scale_out_at=item.get("lastScaleOutAt", {}).get("S"),
+            last_scale_in_at=item.get("lastScaleInAt", {}).get("S"),
         )
 
     def create(self, spec: ArraySpec) -> RegisteredArray:

@@ -1,0 +1,37 @@
+"""ScaleArray step: move the array's IOPS alarm thresholds to the new controller count.
+
+Without it the high alarm would stay in ALARM above the old count's threshold and never fire
+again for a further surge (CloudWatch emits state changes, not levels).
+"""
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel, ConfigDict, Field
+
+from vsa_core.arrays import ArrayService
+from vsa_core.model import MULTI_ATTACH_LIMIT, ArrayId
+from vsa_core.observability import logger, tracer
+from vsa_core.registry import ArrayRegistry
+from vsa_core.settings import get_settings
+
+
+class ThresholdRequest(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    array_id: ArrayId = Field(alias="arrayId")
+    desired_controllers: int = Field(alias="desiredControllers", ge=0, le=MULTI_ATTACH_LIMIT)
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@event_parser(model=ThresholdRequest)
+def lambda_handler(event: ThresholdRequest, context: LambdaContext) -> dict[str, Any]:
+    logger.append_keys(array_id=event.array_id)
+    settings = get_settings()
+    spec = ArrayRegistry(settings.table_name).get(event.array_id).spec
+    service = ArrayService(scheduler_role_arn=settings.backup_scheduler_role_arn)
+    changes = service.set_alarm_thresholds(spec, event.desired_controllers)
+    logger.info("alarm thresholds set", extra={"changes": [c.as_dict() for c in changes]})
+    return {"arrayId": event.array_id, "changes": [c.as_dict() for c in changes]}
