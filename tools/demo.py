@@ -194,8 +194,7 @@ def main() -> None:
     high = f"vsa-{array_id}-iops-high"
     states = control("cloudwatch", "evaluate", AlarmName=high)["States"]
     note(f"{high}: sum over {len(volumes)} volumes of (VolumeReadOps + VolumeWriteOps) / period")
-    note(f"-> {states[high]}")
-    note("threshold = 2 controllers x 260,000 IOPS x 0.7 target = 364,000 IOPS")
+    note(f"-> {states[high]} (threshold = 2 controllers x 260,000 IOPS x 0.7 target = 364,000 IOPS)")
     started = time.monotonic()
     execution = wait_for_scale_execution(out["ScaleArrayStateMachineArn"], array_id, known)
     decision = json.loads(execution["output"])
@@ -207,13 +206,20 @@ def main() -> None:
         f"    decision: {decision['action']} {decision['current_controllers']} -> "
         f"{decision['desired_controllers']} ({decision['reason']})"
     )
-    note("ceil(612,345 / (260,000 x 0.7)) = 4; SetDesiredCapacity on the group arrives with issue #5")
+    note("ScaleArray took the array's scaling lock, set the group's desired capacity, moved the alarm")
+    note("thresholds to the new count (high: 4 x 182,000 = 728,000 IOPS), recorded the decision, unlocked")
+    waiting = let_controllers_in(array_id)
+    note(
+        f"the group launched {len(waiting)} controller(s), held by the bootstrap hook; the demo lets them in"
+    )
 
-    say("9.", "evaluating again changes no state, so no event and no second workflow")
-    control("cloudwatch", "evaluate", AlarmName=high)
+    say("9.", "the same demand under the new threshold: the alarm returns to OK, nothing more to do")
+    states = control("cloudwatch", "evaluate", AlarmName=high)["States"]
     time.sleep(2)
     count = len(scale_executions(out["ScaleArrayStateMachineArn"], array_id) - known)
-    note(f"ScaleArray executions for this surge: {count}")
+    note(
+        f"{high} -> {states[high]}; the trigger reacts to ALARM only. ScaleArray runs in this surge: {count}"
+    )
 
     say("10.", "the array's live state, with the decision and its inputs")
     vsactl("get", array_id)

@@ -201,3 +201,7 @@ class Api:
 @pytest.fixture(scope="session")
 def api(stack_outputs: dict[str, str], local_env: dict[str, str]) -> Api:
     return Api(local_env["AWS_ENDPOINT_URL"], stack_outputs["ApiId"])
+
+
+# Fixtures the arrays and scaling tests share (defined next to their helpers).
+from tests.integration.arrays_world import arrays, world  # noqa: E402, F401

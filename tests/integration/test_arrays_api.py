@@ -6,171 +6,27 @@ lose no update, delete removes what the control plane created and nothing else, 
 requests get 4xx, never 5xx.
 """
 
-import contextlib
 import json
 import threading
-import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import boto3
 import pytest
-import urllib3
 
-from tests.integration.conftest import Api
-
-AZ, OTHER_AZ = "us-east-1a", "us-east-1b"
-AMI = "ami-1e749f67"  # one of the local cloud's (moto's) registered images
-Spec = dict[str, Any]
-
-
-def control(endpoint: str, area: str, action: str, **body: Any) -> dict[str, Any]:
-    reply = urllib3.PoolManager().request(
-        "POST", f"{endpoint}/_localcloud/{area}/{action}", body=json.dumps(body).encode()
-    )
-    assert reply.status == 200, reply.data
-    return dict(json.loads(reply.data))
-
-
-class World:
-    """What an operator already has before declaring an array: volumes and client hosts."""
-
-    def __init__(self, endpoint: str) -> None:
-        self.ec2 = boto3.client("ec2")
-        self.endpoint = endpoint
-        self.volumes: list[str] = []
-        self.instances: list[str] = []
-
-    def volume(self, az: str = AZ, kind: str = "io2", multi_attach: bool = True) -> str:
-        kwargs: dict[str, Any] = {"AvailabilityZone": az, "Size": 100, "VolumeType": kind}
-        if kind in ("io1", "io2"):
-            kwargs["Iops"] = 3000
-            kwargs["MultiAttachEnabled"] = multi_attach
-        volume_id = str(self.ec2.create_volume(**kwargs)["VolumeId"])
-        self.volumes.append(volume_id)
-        return volume_id
-
-    def host(self, managed: bool = True) -> str:
-        instance = self.ec2.run_instances(
-            ImageId=AMI, MinCount=1, MaxCount=1, InstanceType="m5.large", Placement={"AvailabilityZone": AZ}
-        )["Instances"][0]["InstanceId"]
-        self.instances.append(instance)
-        if managed:
-            control(self.endpoint, "ssm", "register_node", InstanceId=instance)
-        return str(instance)
-
-    def close(self) -> None:
-        for instance in self.instances:
-            with contextlib.suppress(AssertionError):
-                control(self.endpoint, "ssm", "deregister_node", InstanceId=instance)
-        if self.instances:
-            self.ec2.terminate_instances(InstanceIds=self.instances)
-        for volume in self.volumes:
-            # deleted by the test already (or still attached: the local cloud is thrown away)
-            with contextlib.suppress(self.ec2.exceptions.ClientError):
-                self.ec2.delete_volume(VolumeId=volume)
-
-
-@pytest.fixture
-def world(local_env: dict[str, str]) -> Iterator[World]:
-    w = World(local_env["AWS_ENDPOINT_URL"])
-    yield w
-    w.close()
-
-
-def settle(array_id: str) -> None:
-    """Act as the bootstrap workflow (issue #6) would: let every waiting controller in."""
-    autoscaling = boto3.client("autoscaling")
-    groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[f"vsa-{array_id}-controllers"])
-    for group in groups["AutoScalingGroups"]:
-        for instance in group["Instances"]:
-            if instance["LifecycleState"] == "Pending:Wait":
-                autoscaling.complete_lifecycle_action(
-                    AutoScalingGroupName=group["AutoScalingGroupName"],
-                    LifecycleHookName=f"vsa-{array_id}-bootstrap",
-                    InstanceId=instance["InstanceId"],
-                    LifecycleActionResult="CONTINUE",
-                )
-
-
-@pytest.fixture
-def arrays(api: Api) -> Iterator[Callable[[], str]]:
-    """New array ids; each is deleted (with its owned volumes) after the test."""
-    made: list[str] = []
-
-    def new() -> str:
-        made.append(f"it-{uuid.uuid4().hex[:8]}")
-        return made[-1]
-
-    yield new
-    for array_id in made:  # the DeleteArray workflows finish in the background
-        settle(array_id)
-        api.call("DELETE", f"/arrays/{array_id}?deleteVolumes=true")
-
-
-def wait_until_gone(api: Api, array_id: str, timeout: float = 120) -> None:
-    """DELETE answers 202; the DeleteArray workflow forgets the array when it has finished."""
-    deadline = time.monotonic() + timeout
-    while (answer := api.call("GET", f"/arrays/{array_id}"))[0] == 200:
-        assert time.monotonic() < deadline, f"array {array_id} still there after {timeout} s: {answer}"
-        assert answer[1].get("deleteFailure") is None, answer
-        time.sleep(1)
-    assert answer[0] == 404, answer
-
-
-def spec_for(array_id: str, world: World, **overrides: Any) -> Spec:
-    spec: Spec = {
-        "specVersion": 1,
-        "arrayId": array_id,
-        "availabilityZone": AZ,
-        "volumes": [{"volumeId": world.volume()}, {"name": "scratch", "sizeGiB": 50, "iops": 5000}],
-        "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI},
-        "minControllers": 1,
-        "maxControllers": 4,
-        "hosts": [{"instanceId": world.host(), "mountpoints": ["/data"]}],
-        "backup": {"schedule": "cron(0 3 * * ? *)", "mode": "application", "retention": 7},
-    }
-    spec.update(overrides)
-    return spec
-
-
-def group_of(array_id: str) -> dict[str, Any] | None:
-    groups = boto3.client("autoscaling").describe_auto_scaling_groups(
-        AutoScalingGroupNames=[f"vsa-{array_id}-controllers"]
-    )["AutoScalingGroups"]
-    return groups[0] if groups else None
-
-
-def alarms_of(array_id: str) -> dict[str, dict[str, Any]]:
-    found = boto3.client("cloudwatch").describe_alarms(AlarmNamePrefix=f"vsa-{array_id}-")["MetricAlarms"]
-    return {a["AlarmName"]: a for a in found}
-
-
-def schedule_of(array_id: str) -> dict[str, Any] | None:
-    scheduler = boto3.client("scheduler")
-    try:
-        return dict(scheduler.get_schedule(Name=f"vsa-{array_id}-backup"))
-    except scheduler.exceptions.ResourceNotFoundException:
-        return None
-
-
-def owned_volumes(array_id: str) -> list[dict[str, Any]]:
-    return list(
-        boto3.client("ec2").describe_volumes(
-            Filters=[
-                {"Name": "tag:vsa:array", "Values": [array_id]},
-                {"Name": "tag:vsa:owned", "Values": ["true"]},
-            ]
-        )["Volumes"]
-    )
-
-
-def no_trace(array_id: str) -> None:
-    assert group_of(array_id) is None
-    assert alarms_of(array_id) == {}
-    assert schedule_of(array_id) is None
-    assert owned_volumes(array_id) == []
+from tests.integration.arrays_world import (
+    OTHER_AZ,
+    Api,
+    World,
+    alarms_of,
+    group_of,
+    no_trace,
+    owned_volumes,
+    schedule_of,
+    settle,
+    spec_for,
+    wait_until_gone,
+)
 
 
 def test_apply_creates_the_group_hooks_alarms_schedule_and_owned_volume(

@@ -1,0 +1,207 @@
+"""Scaling end to end on the local cloud: an alarm state change → EventBridge → on_iops_alarm →
+ScaleArray (scaling lock, plan, SetDesiredCapacity, alarm thresholds, decision) → the group.
+
+Arrays are declared through the API, as an operator would; the controller group's bootstrap
+hook holds new controllers in Pending:Wait until ``settle`` lets them in (issue #6's workflow).
+"""
+
+import itertools
+import json
+import time
+from typing import Any
+
+import boto3
+
+from tests.integration.arrays_world import group_of, settle, spec_for
+from tests.integration.conftest import Api, alarm_event_for, function_logs, wait_for_execution
+from vsa_core.naming import scale_execution_name
+
+
+def _apply(api: Api, array_id: str, spec: dict[str, Any]) -> None:
+    status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
+    assert status == 201, reply
+    settle(array_id)
+
+
+def _fire(array_id: str, demand: float, stamp: str, kind: str = "high") -> str:
+    event = alarm_event_for(array_id, demand=demand, state_timestamp=stamp)
+    if kind == "low":
+        name = f"vsa-{array_id}-iops-low"
+        event["detail"]["alarmName"] = name
+        event["resources"] = [f"arn:aws:cloudwatch:us-east-1:000000000000:alarm:{name}"]
+    boto3.client("events").put_events(
+        Entries=[
+            {
+                "Source": event["source"],
+                "DetailType": event["detail-type"],
+                "Detail": json.dumps(event["detail"]),
+                "Resources": event["resources"],
+            }
+        ]
+    )
+    return scale_execution_name(array_id, event["resources"][0], stamp)
+
+
+def _spec_item(stack_outputs: dict[str, str], array_id: str) -> dict[str, Any]:
+    item = boto3.client("dynamodb").get_item(
+        TableName=stack_outputs["RegistryTableName"],
+        Key={"pk": {"S": f"ARRAY#{array_id}"}, "sk": {"S": "SPEC"}},
+        ConsistentRead=True,
+    )["Item"]
+    return dict(item)
+
+
+def test_high_alarm_sets_the_groups_capacity_and_moves_the_thresholds(stack_outputs, api, world, arrays):
+    # Given an array serving with its minimum of 2 controllers
+    array_id = arrays()
+    _apply(api, array_id, spec_for(array_id, world, minControllers=2, maxControllers=8))
+    # When its high alarm fires at 612,345 IOPS
+    name = _fire(array_id, 612_345.0, "2026-11-02T17:04:40.989+0000")
+    execution = wait_for_execution(stack_outputs["ScaleArrayStateMachineArn"], name)
+    # Then the group wants ceil(612,345 / (260,000 x 0.7)) = 4 controllers
+    assert execution["status"] == "SUCCEEDED", execution
+    group = group_of(array_id)
+    assert group is not None
+    assert group["DesiredCapacity"] == 4
+    assert len(group["Instances"]) == 4
+    # And the high alarm now fires only above what 4 controllers serve; the low one below 3
+    alarms = {
+        a["AlarmName"]: a["Threshold"]
+        for a in boto3.client("cloudwatch").describe_alarms(AlarmNamePrefix=f"vsa-{array_id}-")[
+            "MetricAlarms"
+        ]
+    }
+    assert alarms[f"vsa-{array_id}-iops-high"] == 4 * 260_000 * 0.7
+    assert alarms[f"vsa-{array_id}-iops-low"] == 3 * 260_000 * 0.7 * 0.8
+    # And the registry has the decision, the count, the scale-out clock, and no lock left
+    item = _spec_item(stack_outputs, array_id)
+    assert item["desiredControllers"] == {"N": "4"}
+    assert "lastScaleOutAt" in item
+    assert "scalingLock" not in item
+
+
+def test_a_burst_of_100_alarm_events_scales_once_one_operation_at_a_time(stack_outputs, api, world, arrays):
+    # Given an array at 2 controllers
+    array_id = arrays()
+    _apply(api, array_id, spec_for(array_id, world, minControllers=2, maxControllers=8))
+    # When 100 distinct alarm state changes arrive at once (a storm)
+    names = [_fire(array_id, 612_345.0, f"2026-11-02T17:{m:02d}:{s:02d}.000+0000") for m, s in (
+        divmod(i, 60) for i in range(100))]  # fmt: skip
+    sfn = boto3.client("stepfunctions")
+    executions = [wait_for_execution(stack_outputs["ScaleArrayStateMachineArn"], n) for n in names]
+    # Then every run ended cleanly, exactly one scaled, and the group wants 4, not 4 x 100
+    assert {e["status"] for e in executions} == {"SUCCEEDED"}
+    outputs = [json.loads(e["output"]) for e in executions]
+    assert [o["action"] for o in outputs].count("scale-out") == 1
+    assert group_of(array_id)["DesiredCapacity"] == 4  # type: ignore[index]
+    # And no two runs ever held the scaling lock at the same time
+    held = []
+    for execution in executions:
+        history = sfn.get_execution_history(executionArn=execution["executionArn"], maxResults=1000)["events"]
+        entered = {
+            e["stateEnteredEventDetails"]["name"]: e["timestamp"]
+            for e in history
+            if e["type"].endswith("StateEntered")
+        }
+        if "PlanScale" in entered:  # it took the lock
+            released = entered.get("ReleaseLock") or entered.get("ReleaseLockOnFailure")
+            held.append((entered["PlanScale"], released))
+    held.sort()
+    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(held)), held
+
+
+def test_low_alarm_removes_one_chosen_controller_never_below_demand_or_min(stack_outputs, api, world, arrays):
+    # Given an array scaled to 3 serving controllers, cooldowns off
+    array_id = arrays()
+    spec = spec_for(
+        array_id,
+        world,
+        minControllers=2,
+        maxControllers=8,
+        scaleOutCooldownSeconds=0,
+        scaleInCooldownSeconds=0,
+    )
+    _apply(api, array_id, spec)
+    wait_for_execution(
+        stack_outputs["ScaleArrayStateMachineArn"], _fire(array_id, 450_000.0, "2026-11-03T01:00:00.000+0000")
+    )
+    settle(array_id)
+    assert group_of(array_id)["DesiredCapacity"] == 3  # type: ignore[index]
+    # When demand falls to what 1 controller serves
+    execution = wait_for_execution(
+        stack_outputs["ScaleArrayStateMachineArn"],
+        _fire(array_id, 100_000.0, "2026-11-03T02:00:00.000+0000", "low"),
+    )
+    # Then one controller leaves (3 -> 2): unprotected first, so the group removes that one
+    decision = json.loads(execution["output"])
+    assert (decision["action"], decision["desired_controllers"]) == ("scale-in", 2)
+    group = group_of(array_id)
+    assert group is not None
+    assert group["DesiredCapacity"] == 2
+    leaving = [i for i in group["Instances"] if i["InstanceId"] == decision["leaver"]]
+    assert leaving == [] or leaving[0]["LifecycleState"].startswith("Terminating")
+    # And at the minimum, a further low alarm holds
+    settle_drains(array_id)
+    execution = wait_for_execution(
+        stack_outputs["ScaleArrayStateMachineArn"],
+        _fire(array_id, 0.0, "2026-11-03T03:00:00.000+0000", "low"),
+    )
+    assert json.loads(execution["output"])["desired_controllers"] == 2
+
+
+def settle_drains(array_id: str) -> None:
+    """Act as the drain workflow (issue #6) would: let every draining controller go."""
+    autoscaling = boto3.client("autoscaling")
+    group = group_of(array_id)
+    for instance in group["Instances"] if group else []:
+        if instance["LifecycleState"] == "Terminating:Wait":
+            autoscaling.complete_lifecycle_action(
+                AutoScalingGroupName=f"vsa-{array_id}-controllers",
+                LifecycleHookName=f"vsa-{array_id}-drain",
+                InstanceId=instance["InstanceId"],
+                LifecycleActionResult="CONTINUE",
+            )
+    deadline = time.monotonic() + 30
+    while any(
+        i["LifecycleState"].startswith("Terminating") for i in (group_of(array_id) or {}).get("Instances", [])
+    ):
+        assert time.monotonic() < deadline, "a drained controller did not leave"
+        time.sleep(0.5)
+
+
+def test_capacity_never_goes_above_16(stack_outputs, api, world, arrays):
+    array_id = arrays()
+    _apply(api, array_id, spec_for(array_id, world, minControllers=2, maxControllers=16))
+    execution = wait_for_execution(
+        stack_outputs["ScaleArrayStateMachineArn"],
+        _fire(array_id, 50_000_000.0, "2026-11-04T00:00:00.000+0000"),
+    )
+    decision = json.loads(execution["output"])
+    assert decision["desired_controllers"] == 16
+    assert decision["under_provisioned"] is True
+    assert group_of(array_id)["DesiredCapacity"] == 16  # type: ignore[index]
+
+
+def test_repeated_alarm_event_starts_one_workflow(stack_outputs, api, world, arrays):
+    array_id = arrays()
+    _apply(api, array_id, spec_for(array_id, world))
+    stamp = "2026-11-02T18:00:00.000+0000"
+    name = _fire(array_id, 300_000.0, stamp)
+    _fire(array_id, 300_000.0, stamp)
+    execution = wait_for_execution(stack_outputs["ScaleArrayStateMachineArn"], name)
+    assert execution["status"] == "SUCCEEDED"
+    duplicates = function_logs(stack_outputs["OnIopsAlarmFunctionName"], "duplicate alarm event")
+    assert any(name in line for line in duplicates), duplicates
+    executions = boto3.client("stepfunctions").list_executions(
+        stateMachineArn=stack_outputs["ScaleArrayStateMachineArn"]
+    )["executions"]
+    assert [e["name"] for e in executions].count(name) == 1
+
+
+def test_alarm_for_an_unregistered_array_fails_the_workflow_by_name(stack_outputs):
+    array_id = "it-nobody-registered"
+    name = _fire(array_id, 100_000.0, "2026-11-02T19:00:00.000+0000")
+    execution = wait_for_execution(stack_outputs["ScaleArrayStateMachineArn"], name)
+    assert execution["status"] == "FAILED"
+    assert execution.get("error") == "ArrayNotFoundError"
+    assert array_id in execution.get("cause", "")
