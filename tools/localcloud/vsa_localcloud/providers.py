@@ -4,6 +4,9 @@ Each factory imports its implementation lazily: LocalStack loads a provider only
 service is first used (or at start for those it preloads).
 """
 
+import threading
+from typing import Any
+
 from localstack.services.plugins import Service, aws_provider
 
 
@@ -19,7 +22,34 @@ def dynamodb_moto() -> Service:
     from localstack.aws.api.dynamodb import DynamodbApi
     from localstack.services.moto import MotoFallbackDispatcher
 
-    return Service.for_provider(DynamodbApi(), dispatch_table_factory=MotoFallbackDispatcher)
+    return Service.for_provider(DynamodbApi(), dispatch_table_factory=_serialised(MotoFallbackDispatcher))
+
+
+def _serialised(factory: Any) -> Any:
+    """A dispatch table whose operations run one at a time.
+
+    Why: DynamoDB applies each write atomically, condition included: of two concurrent
+    conditional writes on one item, one fails. moto's backend is not thread-safe and LocalStack
+    serves requests on several threads, so two concurrent UpdateItems could both pass the same
+    condition (seen: two ScaleArray runs holding one scaling lock). One lock around every
+    operation restores the guarantee; pinned by
+    tests/localcloud/test_dynamodb.py and tests/integration/test_scaling.py (the 100-event burst).
+    """
+    lock = threading.RLock()
+
+    def build(provider: Any) -> Any:
+        table = factory(provider)
+
+        def guard(handler: Any) -> Any:
+            def call(context: Any, request: Any) -> Any:
+                with lock:
+                    return handler(context, request)
+
+            return call
+
+        return {operation: guard(handler) for operation, handler in table.items()}
+
+    return build
 
 
 @aws_provider(api="autoscaling", name="vsa")
