@@ -339,12 +339,17 @@ def test_busy_reason_is_none_for_a_settled_array(world: World) -> None:
     assert world.service.busy_reason(spec) is None
 
 
+def teardown(world: World, spec: Any, *, delete_volumes: bool) -> list[Any]:
+    """The DeleteArray workflow's steps in order (moto deletes a group at once: no wait needed)."""
+    return world.service.release(spec) + world.service.finish(spec, delete_volumes=delete_volumes)
+
+
 def test_teardown_removes_what_apply_created_and_keeps_a_volume_it_does_not_own(world: World) -> None:
     spec = _full_spec(world)
     existing = spec.existing_volume_ids[0]
     world.service.apply(spec, 2)
 
-    changes = world.service.teardown(spec, delete_volumes=True)
+    changes = teardown(world, spec, delete_volumes=True)
 
     assert {c.action for c in changes} == {"delete"}
     assert "volume/data" in {c.resource for c in changes}
@@ -357,7 +362,7 @@ def test_teardown_removes_what_apply_created_and_keeps_a_volume_it_does_not_own(
 def test_teardown_keeps_owned_volumes_unless_asked(world: World) -> None:
     spec = _full_spec(world)
     world.service.apply(spec, 2)
-    world.service.teardown(spec, delete_volumes=False)
+    teardown(world, spec, delete_volumes=False)
     owned = world.ec2.describe_volumes(Filters=[{"Name": "tag:vsa:owned", "Values": ["true"]}])["Volumes"]
     assert len(owned) == 1
 
@@ -370,7 +375,7 @@ def test_teardown_never_deletes_a_launch_template_it_did_not_create(world: World
         [{"volumeId": world.volume()}], controllers={"launchTemplate": {"launchTemplateId": template_id}}
     )
     world.service.apply(spec, 2)
-    world.service.teardown(spec, delete_volumes=True)
+    teardown(world, spec, delete_volumes=True)
     assert world.ec2.describe_launch_templates()["LaunchTemplates"][0]["LaunchTemplateId"] == template_id
 
 

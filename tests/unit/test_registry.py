@@ -190,24 +190,6 @@ def test_all_lists_every_array_by_id(registry: ArrayRegistry, dynamodb, registry
     assert [a.spec.array_id for a in registry.all()] == ["alpha", "beta"]
 
 
-def test_delete_removes_the_array_and_its_decisions_only_at_the_version_read(
-    registry: ArrayRegistry, dynamodb, registry_table: str
-):
-    registry.create(make_spec("alpha"))
-    registry.create(make_spec("beta"))
-    dynamodb.put_item(
-        TableName=registry_table,
-        Item={"pk": {"S": "ARRAY#alpha"}, "sk": {"S": "DECISION#x"}, "decision": {"S": "{}"}},
-    )
-    with pytest.raises(ConflictError):
-        registry.delete("alpha", expected_version=7)
-    registry.delete("alpha", expected_version=1)
-    with pytest.raises(ArrayNotFoundError):
-        registry.get("alpha")
-    assert registry.decisions("alpha") == []
-    assert registry.get("beta").version == 1
-
-
 def test_mark_deleting_then_forget(registry: ArrayRegistry):
     registry.create(make_spec())
     deletion = Deletion(execution_name="delete-demo-v1", delete_volumes=False, requested_at="t")

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError, WaiterError
-from botocore.waiter import WaiterModel, create_waiter_with_client
 
 from vsa_core import reconcile
 from vsa_core.clients import client
@@ -27,26 +26,6 @@ from vsa_core.reconcile import Change, Params, Resources
 SERVING_STATES = ("InService", "Pending", "Pending:Wait", "Pending:Proceed")
 """Instances of the group that count as serving (or about to serve) controllers."""
 
-_GROUP_WAITERS = WaiterModel(
-    {
-        "version": 2,
-        "waiters": {
-            "GroupDeleted": {
-                "operation": "DescribeAutoScalingGroups",
-                "delay": 5,
-                "maxAttempts": 60,
-                "acceptors": [
-                    {
-                        "matcher": "path",
-                        "argument": "length(AutoScalingGroups) == `0`",
-                        "expected": True,
-                        "state": "success",
-                    }
-                ],
-            }
-        },
-    }
-)
 """Auto Scaling ships no waiters in botocore; this one is in botocore's own format."""
 
 _GROUP_KEYS = (
@@ -237,15 +216,22 @@ class ArrayService:
                 )
         return problems
 
-    def _foreign_template_problems(self, array_id: str) -> list[str]:
-        name = launch_template_name(array_id)
+    def _named_template(self, array_id: str) -> dict[str, Any] | None:
+        """The launch template named ``vsa-<id>-controller``, ours or not (None when absent)."""
         try:
-            template = self._ec2.describe_launch_templates(LaunchTemplateNames=[name])["LaunchTemplates"][0]
+            templates = self._ec2.describe_launch_templates(
+                LaunchTemplateNames=[launch_template_name(array_id)]
+            )
         except ClientError as error:
             if "NotFound" not in _error_code(error):
                 raise
-            return []
-        if _tags(template.get("Tags")).get(ARRAY_TAG) == array_id:
+            return None
+        return dict(templates["LaunchTemplates"][0]) if templates["LaunchTemplates"] else None
+
+    def _foreign_template_problems(self, array_id: str) -> list[str]:
+        name = launch_template_name(array_id)
+        template = self._named_template(array_id)
+        if template is None or _tags(template.get("Tags")).get(ARRAY_TAG) == array_id:
             return []
         return [
             f"launch template {name} exists and was not created by the control plane for array {array_id} "
@@ -720,22 +706,6 @@ class ArrayService:
 
     # --- teardown ----------------------------------------------------------------------------
 
-    def teardown(self, spec: ArraySpec, *, delete_volumes: bool) -> list[Change]:
-        """Delete what the control plane created for the array, waiting here (bounded) for the
-        group to go: for scripts and tests. The API runs the same steps as the DeleteArray
-        workflow instead (``release``, the workflow waits, ``finish``)."""
-        changes = self.release(spec)
-        name = group_name(spec.array_id)
-        waiter = create_waiter_with_client("GroupDeleted", _GROUP_WAITERS, self._autoscaling)
-        self._wait(waiter, f"group {name}", AutoScalingGroupNames=[name])
-        for volume in self._owned_volumes(spec.array_id).values() if delete_volumes else ():
-            self._wait(
-                self._ec2.get_waiter("volume_available"),
-                f"volume {volume['VolumeId']} (detach)",
-                VolumeIds=[volume["VolumeId"]],
-            )
-        return changes + self.finish(spec, delete_volumes=delete_volumes)
-
     def release(self, spec: ArraySpec) -> list[Change]:
         """First teardown step, nothing waited for: delete the backup schedule and the alarms, and
         force-delete the group (its controllers go without a drain: the array is being deleted)."""
@@ -780,14 +750,9 @@ class ArrayService:
 
     def _teardown_launch_template(self, array_id: str) -> list[Change]:
         name = launch_template_name(array_id)
-        try:
-            template = self._ec2.describe_launch_templates(LaunchTemplateNames=[name])["LaunchTemplates"][0]
-        except ClientError as error:
-            if "NotFound" not in _error_code(error):
-                raise
-            return []
-        if _tags(template.get("Tags")).get(ARRAY_TAG) != array_id:
-            return []  # not the control plane's: leave it
+        template = self._named_template(array_id)
+        if template is None or _tags(template.get("Tags")).get(ARRAY_TAG) != array_id:
+            return []  # absent, or not the control plane's: leave it
         self._ec2.delete_launch_template(LaunchTemplateName=name)
         return [Change(f"launch-template/{name}", "delete")]
 

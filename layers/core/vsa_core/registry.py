@@ -88,23 +88,6 @@ class ArrayRegistry:
             arrays.extend(self._from_item(item) for item in page.get("Items", []))
         return sorted(arrays, key=lambda a: a.spec.array_id)
 
-    def delete(self, array_id: str, expected_version: int) -> None:
-        """Forget the array (its SPEC item, conditional on the version read, then its decisions)."""
-        try:
-            self._dynamodb.delete_item(
-                TableName=self._table,
-                Key=array_key(array_id),
-                ConditionExpression="version = :expected",
-                ExpressionAttributeValues={":expected": {"N": str(expected_version)}},
-            )
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
-            raise ConflictError(
-                f"array {array_id!r} changed while it was being deleted: delete it again"
-            ) from None
-        self._delete_rest(array_id)
-
     def mark_deleting(self, array_id: str, expected_version: int, deletion: Deletion) -> RegisteredArray:
         """Record that the DeleteArray workflow runs for the array (conditional on the version
         read: an apply that slipped in first wins, and this DELETE answers 409)."""
