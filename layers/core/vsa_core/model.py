@@ -28,6 +28,14 @@ ArrayId = Annotated[
 ]
 VolumeId = Annotated[str, Field(pattern=r"^vol-[0-9a-f]{8,17}$", description="an EBS volume id")]
 InstanceId = Annotated[str, Field(pattern=r"^i-[0-9a-f]{8,17}$", description="an EC2 instance id")]
+Nqn = Annotated[
+    str,
+    Field(
+        pattern=r"^nqn\.\d{4}-\d{2}\.[a-z0-9][a-z0-9.-]*(:[A-Za-z0-9._:-]+)?$",
+        max_length=223,
+        description="an NVMe Qualified Name, e.g. nqn.2014-08.org.nvmexpress:uuid:<uuid>",
+    ),
+]
 
 _SCHEDULE = re.compile(r"^(rate\(\d+ (minute|minutes|hour|hours|day|days)\)|cron\(.+\))$")
 
@@ -118,6 +126,12 @@ class Host(_Strict):
     backups, has its listed mountpoints frozen."""
 
     instance_id: InstanceId = Field(alias="instanceId")
+    host_nqn: Nqn | None = Field(
+        default=None,
+        alias="hostNqn",
+        description="the NQN the host connects with; default: one derived from the instance id "
+        "(connect-path passes it explicitly, so the controllers' allowed-host list always matches)",
+    )
     mountpoints: tuple[str, ...] = Field(default=())
 
     @field_validator("mountpoints")
@@ -143,6 +157,29 @@ class BackupPolicy(_Strict):
         return value
 
 
+class DemandMetric(_Strict):
+    """A custom demand signal the hosts publish (e.g. their own IOPS counters): the array's
+    demand is the metric's ``statistic`` over one minute, read as IOPS. With each host putting
+    its IOPS once a minute under the same dimensions, ``Sum`` is the array's IOPS."""
+
+    namespace: str = Field(
+        pattern=r"^[A-Za-z0-9._/#:-]{1,255}$", description="not AWS/…: those belong to AWS services"
+    )
+    metric_name: str = Field(alias="metricName", min_length=1, max_length=255)
+    dimensions: dict[str, str] = Field(default_factory=dict, max_length=30)
+    statistic: Literal["Sum", "Average", "Maximum"] = "Sum"
+
+    @field_validator("namespace")
+    @classmethod
+    def _not_aws(cls, value: str) -> str:
+        if value.startswith("AWS/"):
+            raise ValueError(
+                f"demandMetric namespace {value!r}: AWS/ namespaces are AWS's own; leave demandMetric "
+                "out to use the volumes' AWS/EBS metrics"
+            )
+        return value
+
+
 class ArraySpec(_Strict):
     spec_version: Literal[1] = Field(default=1, alias="specVersion")
     array_id: ArrayId = Field(alias="arrayId")
@@ -156,6 +193,16 @@ class ArraySpec(_Strict):
     scale_out_cooldown_seconds: int = Field(default=300, alias="scaleOutCooldownSeconds", ge=0, le=86400)
     scale_in_cooldown_seconds: int = Field(default=900, alias="scaleInCooldownSeconds", ge=0, le=86400)
     hosts: tuple[Host, ...] = ()
+    allow_any_host: bool = Field(
+        default=False,
+        alias="allowAnyHost",
+        description="export to any host NQN (default: only the declared hosts' NQNs)",
+    )
+    demand_metric: DemandMetric | None = Field(
+        default=None,
+        alias="demandMetric",
+        description="a metric the hosts publish, in IOPS, instead of the volumes' AWS/EBS metrics",
+    )
     backup: BackupPolicy | None = None
 
     @model_validator(mode="after")
