@@ -18,8 +18,10 @@ from vsa_core.events import ScaleRequest
 from vsa_core.naming import group_name
 from vsa_core.observability import logger, tracer
 from vsa_core.planner import plan
+from vsa_core.reconcile import SCALE_IN_HYSTERESIS
 from vsa_core.registry import ArrayRegistry
 from vsa_core.settings import get_settings
+from vsa_core.simulate import DEFAULT_BOOT_MINUTES
 
 IN_FLIGHT = (
     "Pending",
@@ -54,14 +56,24 @@ def plan_scale(
     group = groups[0]
     instances: list[dict[str, Any]] = [dict(i) for i in group.get("Instances", [])]
     in_flight = sum(1 for i in instances if i["LifecycleState"] in IN_FLIGHT)
+    read = request.demand
+    if read is not None and read.newest_minute is not None:
+        demand_iops, recent, source = read.demand_iops, tuple(read.recent_demand), read.source
+    else:
+        # GetMetricData had no datapoint in its window: the alarm's own datapoint is all we know
+        demand_iops, recent, source = request.demand_iops, (), "alarm"
     decision = plan(
         array.spec,
-        request.demand_iops,
+        demand_iops,
         int(group["DesiredCapacity"]),
         now=now,
         last_scale_out_at=_parse(array.last_scale_out_at),
         last_scale_in_at=_parse(array.last_scale_in_at),
         in_flight=in_flight,
+        recent_demand=recent,
+        # the same lead and margin the simulator and the benchmark measure (vsa_core.simulate)
+        lead_minutes=DEFAULT_BOOT_MINUTES + array.spec.scale_out_cooldown_seconds / 60,
+        scale_in_headroom=SCALE_IN_HYSTERESIS,
     )
     leaver = choose_leaver(instances) if decision.action == "scale-in" else None
     if decision.action == "scale-in" and leaver is None:
@@ -73,6 +85,8 @@ def plan_scale(
         "leaver": leaver,
         "scaleField": SCALE_FIELDS[decision.action],
         "alarmName": request.alarm_name,
+        "alarmDemandIops": request.demand_iops,
+        "demandSource": source,
         "eventId": request.event_id,
     }
 

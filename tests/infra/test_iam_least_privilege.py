@@ -53,6 +53,7 @@ def test_every_mutating_action_is_scoped_by_tag_or_resource() -> None:
             "vsa:array" in condition
             or "iam:" in condition
             or "ec2:CreateAction" in condition
+            or "cloudwatch:namespace" in condition  # PutMetricData: scoped by namespace only
             or (resource not in ("*", ["*"]))
         )
         for action in _actions(statement):

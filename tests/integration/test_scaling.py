@@ -8,11 +8,12 @@ hook holds new controllers in Pending:Wait until ``settle`` lets them in (issue 
 import itertools
 import json
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
 
-from tests.integration.arrays_world import group_of, settle, spec_for
+from tests.integration.arrays_world import alarms_of, control, group_of, owned_volumes, settle, spec_for
 from tests.integration.conftest import Api, alarm_event_for, function_logs, wait_for_execution
 from vsa_core.naming import scale_execution_name
 
@@ -103,9 +104,9 @@ def test_a_burst_of_100_alarm_events_scales_once_one_operation_at_a_time(stack_o
             for e in history
             if e["type"].endswith("StateEntered")
         }
-        if "PlanScale" in entered:  # it took the lock
+        if "ReadDemand" in entered:  # it took the lock
             released = entered.get("ReleaseLock") or entered.get("ReleaseLockOnFailure")
-            held.append((entered["PlanScale"], released, execution["name"]))
+            held.append((entered["ReadDemand"], released, execution["name"]))
     held.sort()
     overlaps = [(a, b) for a, b in itertools.pairwise(held) if b[0] < a[1]]
     assert overlaps == [], overlaps
@@ -206,3 +207,88 @@ def test_alarm_for_an_unregistered_array_fails_the_workflow_by_name(stack_output
     assert execution["status"] == "FAILED"
     assert execution.get("error") == "ArrayNotFoundError"
     assert array_id in execution.get("cause", "")
+
+
+def _publish_ebs(endpoint: str, volumes: list[str], per_minute_iops: list[float]) -> None:
+    """EBS publishing each volume's ops for the last minutes (oldest first), split evenly."""
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    data = [
+        {
+            "MetricName": metric,
+            "Dimensions": [{"Name": "VolumeId", "Value": volume}],
+            "Timestamp": (
+                now - timedelta(minutes=len(per_minute_iops) - i) + timedelta(seconds=30)
+            ).isoformat(),
+            "Value": iops * 60 / (2 * len(volumes)),
+            "Unit": "Count",
+        }
+        for i, iops in enumerate(per_minute_iops)
+        for volume in volumes
+        for metric in ("VolumeReadOps", "VolumeWriteOps")
+    ]
+    control(endpoint, "cloudwatch", "publish", Namespace="AWS/EBS", MetricData=data)
+
+
+def _volumes(array_id: str, spec: dict[str, Any]) -> list[str]:
+    existing = [v["volumeId"] for v in spec["volumes"] if "volumeId" in v]
+    return existing + [v["VolumeId"] for v in owned_volumes(array_id)]
+
+
+def test_the_workflow_plans_on_the_metrics_it_reads_not_only_the_alarms_datapoint(
+    stack_outputs, api, world, local_env, arrays
+):
+    # Given an array at 2 controllers whose volumes' metrics show demand rising 50,000 IOPS a minute
+    array_id = arrays()
+    spec = spec_for(array_id, world, minControllers=2, maxControllers=12)
+    _apply(api, array_id, spec)
+    ramp = [200_000.0 + 50_000.0 * m for m in range(6)]  # ... 450,000 in the newest minute
+    _publish_ebs(local_env["AWS_ENDPOINT_URL"], _volumes(array_id, spec), ramp)
+    # When the high alarm fires with an older datapoint (400,000)
+    execution = wait_for_execution(
+        stack_outputs["ScaleArrayStateMachineArn"], _fire(array_id, 400_000.0, "2026-11-05T10:00:00.000+0000")
+    )
+    # Then the decision is made on the newest minute read with GetMetricData and its trend:
+    # 450,000 + 50,000/min x 10 min lead = 950,000 IOPS -> ceil(950,000 / 182,000) = 6
+    assert execution["status"] == "SUCCEEDED", execution
+    decision = json.loads(execution["output"])
+    assert decision["demandSource"] == "AWS/EBS"
+    assert decision["demand_iops"] == 450_000.0
+    assert decision["alarmDemandIops"] == 400_000.0
+    assert decision["recent_samples"] >= 5
+    assert decision["forecast_iops"] == 950_000.0
+    assert (decision["action"], decision["desired_controllers"]) == ("scale-out", 6)
+    assert group_of(array_id)["DesiredCapacity"] == 6  # type: ignore[index]
+
+
+def test_an_array_too_large_for_alarm_math_alarms_on_the_published_aggregate(
+    stack_outputs, api, world, local_env, arrays
+):
+    # Given an array of 6 volumes: 12 metrics, more than an alarm's metric math may reference
+    array_id = arrays()
+    volumes = [world.volume() for _ in range(6)]
+    spec = spec_for(array_id, world, volumes=[{"volumeId": v} for v in volumes])
+    _apply(api, array_id, spec)
+    # Then both alarms watch VSA/Arrays DemandIops for the array
+    for alarm in alarms_of(array_id).values():
+        (query,) = alarm["Metrics"]
+        metric = query["MetricStat"]["Metric"]
+        assert (metric["Namespace"], metric["MetricName"]) == ("VSA/Arrays", "DemandIops")
+        assert metric["Dimensions"] == [{"Name": "ArrayId", "Value": array_id}]
+    # When the volumes carry 300,000 IOPS and the per-minute publisher runs
+    _publish_ebs(local_env["AWS_ENDPOINT_URL"], volumes, [300_000.0, 300_000.0])
+    reply = boto3.client("lambda").invoke(
+        FunctionName=stack_outputs["TaskPublishDemandFunctionName"], Payload=b"{}"
+    )
+    assert "FunctionError" not in reply, reply["Payload"].read()
+    # Then the aggregate holds the array's IOPS, minute by minute
+    now = datetime.now(UTC)
+    stats = boto3.client("cloudwatch").get_metric_statistics(
+        Namespace="VSA/Arrays",
+        MetricName="DemandIops",
+        Dimensions=[{"Name": "ArrayId", "Value": array_id}],
+        StartTime=now - timedelta(minutes=10),
+        EndTime=now,
+        Period=60,
+        Statistics=["Maximum"],
+    )["Datapoints"]
+    assert sorted(round(p["Maximum"]) for p in stats) == [300_000, 300_000]

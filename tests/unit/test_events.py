@@ -5,8 +5,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from pydantic import BaseModel, ValidationError
 
+from task_read_demand.handler import ReadDemandRequest
 from tests.unit.conftest import EVENTS, alarm_event, load_event
 from vsa_core.errors import InvalidEventError
 from vsa_core.events import AlarmState, AlarmStateChangeEvent, ScaleRequest
@@ -144,21 +146,32 @@ SCALE_REQUEST = {
 
 
 STEPFUNCTIONS_EVENTS = sorted((EVENTS / "stepfunctions").glob("*.json"))
+# each task's input model, by sample file (a new sample without a model fails here)
+TASK_INPUTS: dict[str, type[BaseModel]] = {
+    "task_plan_scale.json": ScaleRequest,
+    "task_read_demand.json": ReadDemandRequest,
+}
 
 
 @pytest.mark.parametrize("path", STEPFUNCTIONS_EVENTS, ids=[p.name for p in STEPFUNCTIONS_EVENTS])
 def test_every_workflow_sample_input_parses(path: Path):
-    # Given a sample ScaleArray task input / When parsed / Then it is a valid ScaleRequest
+    # Given a sample workflow task input / When parsed by its task's model / Then nothing is lost
     raw = json.loads(path.read_text())
-    request = ScaleRequest.model_validate(raw)
-    assert json.loads(request.model_dump_json(by_alias=True)) == raw
+    request = TASK_INPUTS[path.name].model_validate(raw)
+    assert json.loads(request.model_dump_json(by_alias=True, exclude_none=True)) == raw
+
+
+def test_the_scheduled_event_sample_is_an_eventbridge_scheduled_event():
+    sample = EVENTS / "eventbridge" / "scheduled_event.json"
+    event = EventBridgeModel.model_validate_json(sample.read_text())
+    assert (event.source, event.detail_type, event.detail) == ("aws.events", "Scheduled Event", {})
 
 
 def test_scale_request_round_trips_through_its_json_by_alias():
     # Given the workflow input as on_iops_alarm writes it
     request = ScaleRequest.model_validate(SCALE_REQUEST)
     # When dumped by alias / Then it is the same camelCase document task_plan_scale reads
-    assert json.loads(request.model_dump_json(by_alias=True)) == SCALE_REQUEST
+    assert json.loads(request.model_dump_json(by_alias=True, exclude_none=True)) == SCALE_REQUEST
 
 
 @pytest.mark.parametrize(

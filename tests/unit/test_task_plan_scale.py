@@ -54,6 +54,10 @@ def make_group(autoscaling: Any, desired: int, array_id: str = "demo") -> list[s
     return [i["InstanceId"] for i in group["AutoScalingGroups"][0]["Instances"]]
 
 
+# what production feeds the planner besides the demand: the simulator's lead and margin
+PRODUCTION: dict[str, Any] = {"lead_minutes": 10.0, "scale_in_headroom": 0.8}
+
+
 def request(**changes: Any) -> ScaleRequest:
     return ScaleRequest.model_validate({**REQUEST, **changes})
 
@@ -64,9 +68,10 @@ def test_scale_out_from_the_groups_capacity_with_what_the_workflow_needs(registr
     make_group(autoscaling, 2)
     decision = handler.plan_scale(request(), registry, autoscaling, NOW)
     # Then the plan is the planner's from the group's count, with what the workflow acts on
-    expected = plan(DEMO, 612_345.0, 2, now=NOW, in_flight=0).as_dict()
+    expected = plan(DEMO, 612_345.0, 2, now=NOW, in_flight=0, **PRODUCTION).as_dict()
     assert {k: decision[k] for k in expected} == expected
     assert (decision["action"], decision["desired_controllers"]) == ("scale-out", 4)
+    assert decision["demandSource"] == "alarm"
     assert decision["groupName"] == "vsa-demo-controllers"
     assert decision["scaleField"] == "lastScaleOutAt"
     assert decision["leaver"] is None
@@ -129,3 +134,31 @@ def test_handler_error_for_an_unregistered_array_is_named_for_the_workflow(
     with pytest.raises(ArrayNotFoundError) as raised:
         handler.lambda_handler(dict(REQUEST), lambda_context)
     assert type(raised.value).__name__ == "ArrayNotFoundError"
+
+
+def test_the_demand_read_by_the_workflow_wins_over_the_alarms_datapoint(registry, autoscaling):
+    # Given the alarm saw 612,345 IOPS, but GetMetricData shows a ramp now at 900,000
+    registry.create(DEMO)
+    make_group(autoscaling, 2)
+    read = {
+        "demandIops": 900_000.0,
+        "recentDemand": [300_000.0, 400_000.0, 500_000.0, 600_000.0, 700_000.0, 800_000.0],
+        "newestMinute": "2026-11-02T17:04:00+00:00",
+        "source": "AWS/EBS",
+    }
+    decision = handler.plan_scale(request(demand=read), registry, autoscaling, NOW)
+    # Then the plan is made from the read demand and its trend (100,000 IOPS/min for 10 min)
+    expected = plan(DEMO, 900_000.0, 2, now=NOW, recent_demand=read["recentDemand"], **PRODUCTION).as_dict()
+    assert {k: decision[k] for k in expected} == expected
+    assert decision["forecast_iops"] == pytest.approx(1_900_000.0)
+    assert decision["desired_controllers"] == 8  # ceil(1.9M / 182k) = 11, clamped to max 8
+    assert (decision["demandSource"], decision["alarmDemandIops"]) == ("AWS/EBS", 612_345.0)
+
+
+def test_without_any_datapoint_read_the_alarms_datapoint_is_the_demand(registry, autoscaling):
+    registry.create(DEMO)
+    make_group(autoscaling, 2)
+    empty = {"demandIops": 0.0, "recentDemand": [0.0] * 15, "newestMinute": None}
+    decision = handler.plan_scale(request(demand=empty), registry, autoscaling, NOW)
+    assert (decision["demand_iops"], decision["demandSource"]) == (612_345.0, "alarm")
+    assert decision["recent_samples"] == 0

@@ -25,6 +25,7 @@ REGION = "us-east-1"
 SUBSTITUTIONS = {
     "Partition": "aws",
     "TableName": "vsa-wf-registry",
+    "TaskReadDemandFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-read-demand",
     "TaskPlanScaleFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-plan-scale",
     "TaskSetAlarmThresholdsFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-thresholds",
     "TaskTeardownArrayFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-teardown",

@@ -9,6 +9,7 @@ from tests.workflows.conftest import ROOT, entered, run_case
 NAME = "vsa-wf-scale-array"  # the key in mock_config.json
 SCALE_OUT_PATH = [
     "AcquireLock",
+    "ReadDemand",
     "PlanScale",
     "Act",
     "SetCapacity",
@@ -111,3 +112,30 @@ def test_capacity_refused_releases_the_lock_and_fails_with_the_cause(
     assert "above max value 16" in run["cause"]
     assert entered(run)[-2:] == RELEASED_THEN_FAILED
     assert "RecordDecision" not in entered(run)
+
+
+def test_demand_read_reaches_the_planner_and_a_failed_read_releases_the_lock(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    # Given GetMetricData's minutes / When the workflow plans
+    arn = workflow(NAME, "scale_array.asl.json")
+    run = run_case(sfn, arn, "LambdaThrottledThenPlans", REQUEST)
+    scheduled = [e for e in run["events"] if e["type"] == "TaskScheduled"]
+    plan_input = json.loads(
+        next(e for e in scheduled if "plan-scale" in e["taskScheduledEventDetails"]["parameters"])[
+            "taskScheduledEventDetails"
+        ]["parameters"]
+    )["Payload"]
+    # Then PlanScale gets the read demand beside the alarm's request
+    assert plan_input["demand"] == {
+        "demandIops": 612345.0,
+        "recentDemand": [500000.0, 550000.0, 600000.0],
+        "newestMinute": "2026-11-02T17:04:00+00:00",
+        "source": "AWS/EBS",
+    }
+    assert plan_input["arrayId"] == REQUEST["arrayId"]
+    # And when the read fails for good, nothing is planned and the lock is released
+    failed = run_case(sfn, arn, "ReadDemandFails", REQUEST)
+    assert failed["status"] == "FAILED"
+    assert "PlanScale" not in entered(failed)
+    assert entered(failed)[-2:] == RELEASED_THEN_FAILED

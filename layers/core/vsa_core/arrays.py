@@ -403,14 +403,18 @@ class ArrayService:
             arn = self._cloudwatch.describe_alarms(AlarmNames=[name])["MetricAlarms"][0]["AlarmArn"]
             self._cloudwatch.tag_resource(ResourceARN=arn, Tags=params["Tags"])
 
+    def volume_ids(self, spec: ArraySpec) -> tuple[str, ...]:
+        """Every volume of the array: the spec's existing ones, then the ones created for it."""
+        return spec.existing_volume_ids + tuple(
+            str(v["VolumeId"]) for v in self._owned_volumes(spec.array_id).values()
+        )
+
     def set_alarm_thresholds(self, spec: ArraySpec, desired_controllers: int) -> list[Change]:
         """Re-put both IOPS alarms for ``desired_controllers`` (after ScaleArray changed the
         count): the high alarm then fires only above what the new count serves, the low one only
         below what one controller fewer would. PutMetricAlarm keeps an alarm's state, so the next
         evaluation emits a state change if demand is on the other side of the new threshold."""
-        volume_ids = spec.existing_volume_ids + tuple(
-            str(v["VolumeId"]) for v in self._owned_volumes(spec.array_id).values()
-        )
+        volume_ids = self.volume_ids(spec)
         changes: list[Change] = []
         for kind in ("high", "low"):
             params = reconcile.alarm_params(spec, desired_controllers, volume_ids, kind)

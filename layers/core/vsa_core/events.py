@@ -48,6 +48,17 @@ class AlarmStateChangeEvent(EventBridgeModel):
     detail: AlarmStateChangeDetail
 
 
+class ReadDemand(BaseModel):
+    """The ReadDemand step's result: the array's demand minute by minute (GetMetricData)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    demand_iops: float = Field(alias="demandIops", ge=0, allow_inf_nan=False)
+    recent_demand: list[float] = Field(alias="recentDemand", default_factory=list, max_length=60)
+    newest_minute: str | None = Field(alias="newestMinute", default=None)
+    source: str = "AWS/EBS"
+
+
 class ScaleRequest(BaseModel):
     """Input of the ScaleArray workflow, as ``on_iops_alarm`` starts it."""
 
@@ -63,3 +74,5 @@ class ScaleRequest(BaseModel):
     """Epoch seconds when the trigger ran: a scaling lock whose lease ended before is free."""
     lock_until: int = Field(alias="lockUntil", ge=0)
     """Epoch seconds until which this workflow's scaling lock holds (lease)."""
+    demand: ReadDemand | None = None
+    """Set by the workflow's ReadDemand step; absent, the alarm's datapoint is the demand."""

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from vsa_core import demand
 from vsa_core.model import ARRAY_TAG, MULTI_ATTACH_LIMIT, OWNED_TAG, ArraySpec, NewVolume
 from vsa_core.naming import (
     backup_schedule_name,
@@ -38,7 +39,6 @@ LOW_EVALUATION_PERIODS = 15
 """Scale in after 15 of 15 one-minute periods below: removing a controller costs a drain on every
 host and re-adding it costs a bootstrap; only sustained low demand is worth that."""
 
-METRIC_PERIOD_SECONDS = 60
 
 HEARTBEAT_MIN_SECONDS = 30
 HEARTBEAT_MAX_SECONDS = 7200
@@ -235,33 +235,6 @@ def hook_params(spec: ArraySpec, kind: Literal["launch", "terminate"]) -> dict[s
     }
 
 
-def iops_metrics(volume_ids: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Metric math for the array's IOPS: ``(r0 + w0 + r1 + w1 …) / PERIOD(r0)``."""
-    queries: list[dict[str, Any]] = []
-    for index, volume_id in enumerate(volume_ids):
-        for prefix, metric in (("r", "VolumeReadOps"), ("w", "VolumeWriteOps")):
-            queries.append(
-                {
-                    "Id": f"{prefix}{index}",
-                    "MetricStat": {
-                        "Metric": {
-                            "Namespace": "AWS/EBS",
-                            "MetricName": metric,
-                            "Dimensions": [{"Name": "VolumeId", "Value": volume_id}],
-                        },
-                        "Period": METRIC_PERIOD_SECONDS,
-                        "Stat": "Sum",
-                    },
-                    "ReturnData": False,
-                }
-            )
-    terms = " + ".join(q["Id"] for q in queries)
-    queries.append(
-        {"Id": "iops", "Expression": f"({terms}) / PERIOD(r0)", "Label": "ArrayIops", "ReturnData": True}
-    )
-    return queries
-
-
 def alarm_params(
     spec: ArraySpec, desired_controllers: int, volume_ids: tuple[str, ...], kind: Literal["high", "low"]
 ) -> dict[str, Any]:
@@ -298,7 +271,7 @@ def alarm_params(
         "AlarmName": iops_alarm_name(spec.array_id, kind),
         "AlarmDescription": description,
         "ActionsEnabled": True,
-        "Metrics": iops_metrics(volume_ids),
+        "Metrics": demand.alarm_queries(spec, volume_ids),
         "Threshold": threshold,
         "ComparisonOperator": operator,
         "EvaluationPeriods": periods,

@@ -1,0 +1,169 @@
+"""The array's demand signal: which metric says how many IOPS the array serves. Pure.
+
+Three sources, chosen per array:
+
+- **metric math** over the volumes' ``AWS/EBS`` ``VolumeReadOps`` + ``VolumeWriteOps`` (Sum per
+  minute / 60 s): the default while the array has at most ``MATH_ALARM_VOLUMES`` volumes;
+- **the aggregated metric** ``VSA/Arrays DemandIops {ArrayId}``: CloudWatch alarms on metric
+  math reference at most 10 metrics (a hard limit, 2 per volume here), so for a larger array
+  the scheduled ``task_publish_demand`` function runs the same metric math with GetMetricData
+  (500 queries a call) every minute and puts the result, and the alarms watch that one metric
+  (``Maximum``: re-publishing a minute never counts it twice);
+- **a host-published metric** when the spec has ``demandMetric`` (e.g. the hosts' own IOPS).
+
+The ScaleArray workflow reads the array's recent demand with the same queries
+(``read_queries``), whatever the alarms watch, so it sees the newest minutes directly.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from vsa_core.model import ArraySpec
+
+METRIC_PERIOD_SECONDS = 60
+ALARM_METRIC_LIMIT = 10
+"""CloudWatch: an alarm on metric math references at most 10 metrics (hard limit)."""
+MATH_ALARM_VOLUMES = ALARM_METRIC_LIMIT // 2
+"""Volumes an alarm's own metric math can cover (two metrics each)."""
+AGGREGATE_NAMESPACE = "VSA/Arrays"
+AGGREGATE_METRIC = "DemandIops"
+RECENT_MINUTES = 15
+"""How many minutes of demand the workflow reads: the low alarm's window."""
+DEMAND_QUERY_ID = "iops"
+
+
+def _stat(
+    query_id: str, namespace: str, name: str, dimensions: Mapping[str, str], stat: str
+) -> dict[str, Any]:
+    return {
+        "Id": query_id,
+        "MetricStat": {
+            "Metric": {
+                "Namespace": namespace,
+                "MetricName": name,
+                "Dimensions": [{"Name": k, "Value": v} for k, v in sorted(dimensions.items())],
+            },
+            "Period": METRIC_PERIOD_SECONDS,
+            "Stat": stat,
+        },
+        "ReturnData": False,
+    }
+
+
+def ebs_iops_queries(volume_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """Metric math for the volumes' IOPS: ``(r0 + w0 + r1 + w1 …) / PERIOD(r0)``."""
+    if not volume_ids:
+        raise ValueError("an array's demand needs at least one volume")
+    queries: list[dict[str, Any]] = []
+    for index, volume_id in enumerate(volume_ids):
+        for prefix, metric in (("r", "VolumeReadOps"), ("w", "VolumeWriteOps")):
+            queries.append(_stat(f"{prefix}{index}", "AWS/EBS", metric, {"VolumeId": volume_id}, "Sum"))
+    terms = " + ".join(q["Id"] for q in queries)
+    queries.append(
+        {
+            "Id": DEMAND_QUERY_ID,
+            "Expression": f"({terms}) / PERIOD(r0)",
+            "Label": "ArrayIops",
+            "ReturnData": True,
+        }
+    )
+    return queries
+
+
+def _returned(query: dict[str, Any]) -> dict[str, Any]:
+    return {**query, "Id": DEMAND_QUERY_ID, "Label": "ArrayIops", "ReturnData": True}
+
+
+def custom_queries(spec: ArraySpec) -> list[dict[str, Any]] | None:
+    metric = spec.demand_metric
+    if metric is None:
+        return None
+    query = _stat(DEMAND_QUERY_ID, metric.namespace, metric.metric_name, metric.dimensions, metric.statistic)
+    return [_returned(query)]
+
+
+def aggregated_queries(array_id: str) -> list[dict[str, Any]]:
+    query = _stat(DEMAND_QUERY_ID, AGGREGATE_NAMESPACE, AGGREGATE_METRIC, {"ArrayId": array_id}, "Maximum")
+    return [_returned(query)]
+
+
+def needs_aggregation(spec: ArraySpec, volume_ids: Sequence[str]) -> bool:
+    """Whether the alarms watch the published ``VSA/Arrays`` metric (too many volumes for an
+    alarm's own metric math, and no host-published metric)."""
+    return spec.demand_metric is None and len(volume_ids) > MATH_ALARM_VOLUMES
+
+
+def alarm_queries(spec: ArraySpec, volume_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """The ``Metrics`` of the array's IOPS alarms."""
+    custom = custom_queries(spec)
+    if custom is not None:
+        return custom
+    if needs_aggregation(spec, volume_ids):
+        return aggregated_queries(spec.array_id)
+    return ebs_iops_queries(volume_ids)
+
+
+def read_queries(spec: ArraySpec, volume_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """GetMetricData queries for the array's demand, straight from its source."""
+    return custom_queries(spec) or ebs_iops_queries(volume_ids)
+
+
+FRESH_MINUTES = 3
+"""A minute's datapoint may land a few minutes late: the newest datapoint counts as the current
+demand if it is at most this many minutes old; later minutes are not taken as zero demand."""
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What GetMetricData said about the array's demand, minute by minute."""
+
+    demand_iops: float
+    """The newest minute with a datapoint, if fresh (see ``FRESH_MINUTES``); else 0 (no IO)."""
+    recent_demand: tuple[float, ...]
+    """The minutes before it, oldest first, missing minutes as 0 (EBS sends nothing for no IO)."""
+    newest_minute: str | None
+    """ISO 8601 start of the newest minute with a datapoint; None when there was none."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "demandIops": self.demand_iops,
+            "recentDemand": list(self.recent_demand),
+            "newestMinute": self.newest_minute,
+        }
+
+
+def window(now: datetime, minutes: int = RECENT_MINUTES) -> tuple[datetime, datetime]:
+    """[start, end) of the ``minutes`` + ``FRESH_MINUTES`` whole minutes before ``now``."""
+    end = now.replace(second=0, microsecond=0)
+    return end - timedelta(minutes=minutes + FRESH_MINUTES), end
+
+
+def series(
+    timestamps: Sequence[datetime], values: Sequence[float], *, start: datetime, end: datetime
+) -> Demand:
+    """The per-minute demand in [start, end) from one GetMetricData result (any order)."""
+    if len(timestamps) != len(values):
+        raise ValueError("GetMetricData returned different numbers of timestamps and values")
+    minutes = int((end - start).total_seconds() // METRIC_PERIOD_SECONDS)
+    if minutes < 1:
+        raise ValueError("the demand window must cover at least one minute")
+    slots: list[float] = [0.0] * minutes
+    seen: set[int] = set()
+    for when, value in zip(timestamps, values, strict=True):
+        index = int((when - start).total_seconds() // METRIC_PERIOD_SECONDS)
+        if 0 <= index < minutes:
+            slots[index] = max(0.0, float(value))
+            seen.add(index)
+    newest = max(seen, default=None)
+    if newest is None or newest < minutes - FRESH_MINUTES:
+        # nothing fresh: no IO lately (EBS publishes nothing for an idle volume)
+        current, recent = 0.0, slots
+    else:
+        current, recent = slots[newest], slots[:newest]
+    return Demand(
+        demand_iops=current,
+        recent_demand=tuple(recent[-RECENT_MINUTES:]),
+        newest_minute=(start + timedelta(minutes=newest)).isoformat() if newest is not None else None,
+    )

@@ -1,0 +1,237 @@
+"""The array's demand signal (vsa_core.demand) and the two functions that read and publish it:
+task_read_demand (ScaleArray's ReadDemand step) and task_publish_demand (the per-minute
+aggregator for arrays too large for an alarm's own metric math). Pure tests, then moto for the
+registry and volumes with botocore's Stubber for CloudWatch's GetMetricData / PutMetricData."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import ANY, Stubber
+from hypothesis import given
+from hypothesis import strategies as st
+
+from task_publish_demand import handler as publish_handler
+from task_read_demand import handler as read_handler
+from tests.specs import CONTROLLERS
+from tests.unit.conftest import REGION
+from vsa_core import demand, reconcile
+from vsa_core.arrays import ArrayService
+from vsa_core.model import ArraySpec
+from vsa_core.registry import ArrayRegistry
+
+NOW = datetime(2026, 11, 22, 10, 30, 25, tzinfo=UTC)
+CUSTOM = {"namespace": "Acme/Hosts", "metricName": "HostIops", "dimensions": {"Array": "demo"}}
+
+
+def volume_ids(n: int) -> tuple[str, ...]:
+    return tuple(f"vol-{i:017x}" for i in range(1, n + 1))
+
+
+def spec(n: int, array_id: str = "demo", **overrides: Any) -> ArraySpec:
+    return ArraySpec.model_validate(
+        {
+            "arrayId": array_id,
+            "availabilityZone": "us-east-1a",
+            "volumes": [{"volumeId": v} for v in volume_ids(n)],
+            "controllers": CONTROLLERS,
+            "minControllers": 2,
+            "maxControllers": 8,
+            **overrides,
+        }
+    )
+
+
+# --- which metric the alarms watch ----------------------------------------------------------------
+
+
+def test_a_small_array_alarms_on_its_volumes_metric_math() -> None:
+    queries = demand.alarm_queries(spec(5), volume_ids(5))
+    stats = [q for q in queries if "MetricStat" in q]
+    assert len(stats) == 10  # read + write ops of each of the 5 volumes
+    assert {q["MetricStat"]["Metric"]["Namespace"] for q in stats} == {"AWS/EBS"}
+    (expression,) = [q for q in queries if "Expression" in q]
+    assert expression["Expression"] == "(r0 + w0 + r1 + w1 + r2 + w2 + r3 + w3 + r4 + w4) / PERIOD(r0)"
+
+
+def test_a_larger_array_alarms_on_the_published_aggregate() -> None:
+    (query,) = demand.alarm_queries(spec(6), volume_ids(6))
+    metric = query["MetricStat"]["Metric"]
+    assert (metric["Namespace"], metric["MetricName"]) == ("VSA/Arrays", "DemandIops")
+    assert metric["Dimensions"] == [{"Name": "ArrayId", "Value": "demo"}]
+    assert query["MetricStat"]["Stat"] == "Maximum"  # a minute published twice counts once
+    assert query["ReturnData"] is True
+
+
+def test_a_host_published_metric_replaces_the_ebs_metrics() -> None:
+    custom = spec(12, demandMetric=CUSTOM)
+    for queries in (
+        demand.alarm_queries(custom, volume_ids(12)),
+        demand.read_queries(custom, volume_ids(12)),
+    ):
+        (query,) = queries
+        assert query["MetricStat"]["Metric"]["Namespace"] == "Acme/Hosts"
+        assert query["MetricStat"]["Stat"] == "Sum"
+    assert not demand.needs_aggregation(custom, volume_ids(12))
+
+
+def test_a_demand_metric_in_an_aws_namespace_is_refused_with_what_to_do() -> None:
+    with pytest.raises(ValueError, match="AWS/ namespaces are AWS's own; leave demandMetric out"):
+        spec(1, demandMetric={**CUSTOM, "namespace": "AWS/EBS"})
+
+
+@given(n=st.integers(min_value=1, max_value=64), custom=st.booleans())
+def test_every_alarm_stays_within_cloudwatchs_limits(n: int, custom: bool) -> None:
+    # An alarm's metric math references at most 10 metrics and 10 expressions; exactly one
+    # query is returned (the one the alarm watches)
+    array = spec(n, demandMetric=CUSTOM) if custom else spec(n)
+    params = reconcile.alarm_params(array, 2, volume_ids(n), "high")
+    metrics = params["Metrics"]
+    assert sum("MetricStat" in q for q in metrics) <= demand.ALARM_METRIC_LIMIT
+    assert sum("Expression" in q for q in metrics) <= 10
+    assert sum(q["ReturnData"] for q in metrics) == 1
+
+
+def test_the_workflow_reads_the_volumes_directly_even_when_alarms_watch_the_aggregate() -> None:
+    queries = demand.read_queries(spec(16), volume_ids(16))
+    assert sum("MetricStat" in q for q in queries) == 32
+    assert queries[-1]["Id"] == demand.DEMAND_QUERY_ID
+
+
+# --- minutes of demand from one GetMetricData result -------------------------------------------------
+
+
+def test_window_is_whole_minutes_before_now() -> None:
+    start, end = demand.window(NOW)
+    assert end == datetime(2026, 11, 22, 10, 30, tzinfo=UTC)
+    assert (end - start) == timedelta(minutes=demand.RECENT_MINUTES + demand.FRESH_MINUTES)
+
+
+def test_series_takes_the_newest_fresh_minute_as_demand_and_the_minutes_before_as_recent() -> None:
+    start, end = demand.window(NOW)
+    # datapoints for the 10 minutes up to 2 minutes ago (a late minute is not zero demand)
+    stamps = [end - timedelta(minutes=m) for m in range(12, 2, -1)]
+    values = [1000.0 * (12 - m) for m in range(12, 2, -1)]
+    read = demand.series(list(reversed(stamps)), list(reversed(values)), start=start, end=end)
+    assert read.demand_iops == 9000.0
+    assert read.recent_demand[-9:] == tuple(1000.0 * k for k in range(9))
+    assert len(read.recent_demand) == demand.RECENT_MINUTES
+    assert read.newest_minute == (end - timedelta(minutes=3)).isoformat()
+
+
+def test_series_without_fresh_data_is_no_demand_and_missing_minutes_are_zero() -> None:
+    start, end = demand.window(NOW)
+    stale = [start + timedelta(minutes=1)]
+    read = demand.series(stale, [5000.0], start=start, end=end)
+    assert read.demand_iops == 0.0
+    assert read.newest_minute == stale[0].isoformat()
+    nothing = demand.series([], [], start=start, end=end)
+    assert (nothing.demand_iops, nothing.newest_minute) == (0.0, None)
+    assert set(nothing.recent_demand) == {0.0}
+
+
+def test_series_refuses_a_result_whose_timestamps_and_values_differ() -> None:
+    start, end = demand.window(NOW)
+    with pytest.raises(ValueError, match="different numbers"):
+        demand.series([start], [], start=start, end=end)
+
+
+# --- the functions ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def registry(registry_table: str) -> ArrayRegistry:
+    return ArrayRegistry(registry_table, boto3.client("dynamodb", region_name=REGION))
+
+
+@pytest.fixture
+def cloudwatch(aws: None) -> Any:
+    return boto3.client("cloudwatch", region_name=REGION)
+
+
+def service(cloudwatch: Any) -> ArrayService:
+    return ArrayService(scheduler_role_arn="arn:aws:iam::123456789012:role/s", cloudwatch=cloudwatch)
+
+
+def metric_answer(stamps: list[datetime], values: list[float]) -> dict[str, Any]:
+    return {
+        "MetricDataResults": [
+            {
+                "Id": "iops",
+                "Label": "ArrayIops",
+                "Timestamps": stamps,
+                "Values": values,
+                "StatusCode": "Complete",
+            }
+        ],
+        "Messages": [],
+    }
+
+
+def test_read_demand_asks_for_the_arrays_queries_and_returns_its_minutes(registry, cloudwatch) -> None:
+    registry.create(spec(3))
+    start, end = demand.window(NOW)
+    stamps = [end - timedelta(minutes=m) for m in (4, 3, 2)]
+    with Stubber(cloudwatch) as stub:
+        stub.add_response(
+            "get_metric_data",
+            metric_answer(stamps, [100.0, 200.0, 300.0]),
+            {
+                "MetricDataQueries": demand.read_queries(spec(3), volume_ids(3)),
+                "StartTime": start,
+                "EndTime": end,
+                "ScanBy": "TimestampAscending",
+            },
+        )
+        result = read_handler.read_demand("demo", registry, service(cloudwatch), cloudwatch, NOW)
+        stub.assert_no_pending_responses()
+    assert result["demandIops"] == 300.0
+    assert result["recentDemand"][-2:] == [100.0, 200.0]
+    assert (result["source"], result["datapoints"]) == ("AWS/EBS", 3)
+
+
+def test_publish_puts_the_aggregate_only_for_arrays_too_large_for_alarm_math(registry, cloudwatch) -> None:
+    registry.create(spec(2, "small"))
+    registry.create(spec(7, "large"))
+    registry.create(spec(9, "hosted", demandMetric=CUSTOM))
+    start, end = demand.window(NOW, minutes=demand.FRESH_MINUTES)
+    stamps = [end - timedelta(minutes=2), end - timedelta(minutes=1)]
+    with Stubber(cloudwatch) as stub:
+        stub.add_response(
+            "get_metric_data",
+            metric_answer(stamps, [70_000.0, 71_000.0]),
+            {"MetricDataQueries": demand.ebs_iops_queries(volume_ids(7)), "StartTime": start, "EndTime": end},
+        )
+        stub.add_response(
+            "put_metric_data",
+            {},
+            {
+                "Namespace": "VSA/Arrays",
+                "MetricData": [
+                    {
+                        "MetricName": "DemandIops",
+                        "Dimensions": [{"Name": "ArrayId", "Value": "large"}],
+                        "Timestamp": when,
+                        "Value": value,
+                        "Unit": "Count/Second",
+                    }
+                    for when, value in zip(stamps, [70_000.0, 71_000.0], strict=True)
+                ],
+            },
+        )
+        result = publish_handler.publish(registry, service(cloudwatch), cloudwatch, NOW)
+        stub.assert_no_pending_responses()
+    assert result == {"published": {"large": 2}}
+
+
+def test_one_arrays_failure_does_not_stop_the_others_and_is_reported(registry, cloudwatch) -> None:
+    registry.create(spec(6, "first"))
+    registry.create(spec(6, "second"))
+    with Stubber(cloudwatch) as stub:
+        stub.add_client_error("get_metric_data", "Throttling", "Rate exceeded")
+        stub.add_response("get_metric_data", metric_answer([NOW - timedelta(minutes=2)], [5.0]), None)
+        stub.add_response("put_metric_data", {}, {"Namespace": "VSA/Arrays", "MetricData": ANY})
+        with pytest.raises(RuntimeError, match=r"demand not published for \['first'\]"):
+            publish_handler.publish(registry, service(cloudwatch), cloudwatch, NOW)
+        stub.assert_no_pending_responses()
