@@ -407,6 +407,18 @@ def test_scale_in_waits_for_the_recent_peak_and_the_headroom():
     assert "targetUtilisation x 0.8" in margin.reason
 
 
+def test_sustained_demand_is_the_peak_of_the_last_sustained_minutes_only():
+    # Given 4 controllers, a peak 10 minutes ago and 9 quiet minutes since
+    recent = [700_000] + [100_000] * 9
+    # When the sustained window is the last 5 minutes, this one included (the low alarm's window)
+    decision = plan(spec(), 100_000, 4, recent_demand=recent, sustained_minutes=5)
+    # Then the old peak no longer holds the scale-in
+    assert (decision.action, decision.desired_controllers) == ("scale-in", 3)
+    assert decision.sustained_iops == 100_000
+    # And with all 10 samples it does
+    assert plan(spec(), 100_000, 4, recent_demand=recent).action == "hold"
+
+
 def test_decision_with_every_input_is_json():
     decision = plan(
         spec(),
@@ -429,6 +441,7 @@ def test_decision_with_every_input_is_json():
         ({"recent_demand": [1.0, math.nan]}, "recent demand"),
         ({"lead_minutes": -1.0}, "lead_minutes"),
         ({"scale_in_headroom": 0.0}, "scale_in_headroom"),
+        ({"sustained_minutes": 0}, "sustained_minutes"),
     ],
 )
 def test_bad_keyword_inputs_are_rejected(kwargs: dict[str, Any], message: str):
@@ -450,6 +463,7 @@ def contexts(draw: st.DrawFn) -> dict[str, Any]:
         "recent_demand": draw(recent_demands),
         "lead_minutes": draw(st.floats(0.0, 30.0)),
         "scale_in_headroom": draw(st.floats(0.5, 1.0)),
+        "sustained_minutes": draw(st.one_of(st.none(), st.integers(1, 20))),
     }
 
 

@@ -58,6 +58,24 @@ def test_with_alarms_the_step_is_seen_after_three_minutes():
     assert result.under_provisioned_minutes == 7
 
 
+def test_an_alarm_left_in_alarm_starts_nothing_more_unless_scalearray_re_arms_it():
+    # Given 30 minutes needing 9 controllers, then 3 hours at 200,000 IOPS (2 serve it)
+    demand = [1_500_000.0] * 30 + [200_000.0] * 180
+    # When the low alarm goes to ALARM, ScaleArray removes one controller and lowers its threshold:
+    # the datapoints are still below the new threshold, the alarm stays in ALARM, no new event
+    deployed = simulate_planner(SPEC, demand, trigger="alarms")
+    assert deployed.scalings == 1
+    assert deployed.serving[-1] == 8
+    # Re-armed after every run (SetAlarmState OK), it fires again at the next evaluation: down to min
+    rearmed = simulate_planner(SPEC, demand, trigger="alarms-rearmed")
+    assert rearmed.serving[-1] == SPEC.min_controllers
+    assert all(d.action == "scale-in" for d in rearmed.decisions)
+    assert all(
+        a.desired_controllers - b.desired_controllers == 1
+        for a, b in zip(rearmed.decisions, rearmed.decisions[1:], strict=False)
+    )
+
+
 def test_controller_hours_on_a_hand_example():
     # Given 120 minutes: 60 at 2 controllers' worth, then 60 needing 4
     demand = [300_000.0] * 60 + [600_000.0] * 60

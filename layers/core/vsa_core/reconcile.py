@@ -31,10 +31,12 @@ SCALE_IN_HYSTERESIS = 0.8
 under the line does not make the array flap between n and n-1 controllers."""
 
 HIGH_EVALUATION_PERIODS = 3
+HIGH_DATAPOINTS_TO_ALARM = 3
 """Scale out after 3 of 3 one-minute periods above target: a controller takes minutes to launch,
 attach every volume and get a path from every host, so react fast but not to a single spike."""
 
 LOW_EVALUATION_PERIODS = 15
+LOW_DATAPOINTS_TO_ALARM = 15
 """Scale in after 15 of 15 one-minute periods below: removing a controller costs a drain on every
 host and re-adding it costs a bootstrap; only sustained low demand is worth that."""
 
@@ -275,19 +277,15 @@ def alarm_params(
     high, low = alarm_thresholds(spec, desired_controllers)
     n = clamp_controllers(spec, desired_controllers)
     if kind == "high":
-        threshold, operator, periods, missing = (
-            high,
-            "GreaterThanThreshold",
-            HIGH_EVALUATION_PERIODS,
-            "notBreaching",
-        )
+        threshold, operator, missing = high, "GreaterThanThreshold", "notBreaching"
+        periods, datapoints = HIGH_EVALUATION_PERIODS, HIGH_DATAPOINTS_TO_ALARM
         description = (
             f"Array {spec.array_id}: IOPS above {high:,.0f}, what {n} controller(s) serve at "
             f"{spec.target_utilisation:.0%} utilisation: scale out"
         )
     else:
         threshold, operator, missing = low, "LessThanThreshold", "breaching"
-        periods = LOW_EVALUATION_PERIODS
+        periods, datapoints = LOW_EVALUATION_PERIODS, LOW_DATAPOINTS_TO_ALARM
         description = (
             f"Array {spec.array_id}: IOPS below {low:,.0f}, what {n - 1} controller(s) serve with "
             "headroom: scale in"
@@ -302,7 +300,7 @@ def alarm_params(
         "Threshold": threshold,
         "ComparisonOperator": operator,
         "EvaluationPeriods": periods,
-        "DatapointsToAlarm": periods,
+        "DatapointsToAlarm": datapoints,
         "TreatMissingData": missing,
         "Tags": array_tags(spec.array_id),
     }
