@@ -346,25 +346,28 @@ T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
 
 def test_scale_out_waits_for_its_cooldown_and_says_so():
-    # Given a scale-out 2 minutes ago and scaleOutCooldownSeconds=300
+    # Given a scale-out 20 seconds ago and scaleOutCooldownSeconds=60 (the default)
     array = spec()
     # When demand needs more again
-    decision = plan(array, 612_345, 2, now=T0, last_scale_out_at=T0 - timedelta(minutes=2))
+    decision = plan(array, 612_345, 2, now=T0, last_scale_out_at=T0 - timedelta(seconds=20))
     # Then it holds and the reason names the cooldown and what is left of it
     assert decision.action == "hold"
     assert "scale-out cooldown" in decision.reason
-    assert "180s left" in decision.reason
+    assert "40s left" in decision.reason
     assert decision.now == T0.isoformat()
 
 
 def test_scale_in_waits_for_the_longer_cooldown_after_any_scaling():
-    # Given a scale-in 10 minutes ago (scaleInCooldownSeconds=900)
-    decision = plan(spec(), 0, 5, now=T0, last_scale_in_at=T0 - timedelta(minutes=10))
+    # Given a scale-in 2 minutes ago (scaleInCooldownSeconds=180, the default)
+    decision = plan(spec(), 0, 5, now=T0, last_scale_in_at=T0 - timedelta(minutes=2))
     # Then no further scale-in yet
     assert decision.action == "hold"
     assert "scale-in cooldown" in decision.reason
-    # And after 15 minutes it removes one
-    later = plan(spec(), 0, 5, now=T0, last_scale_in_at=T0 - timedelta(minutes=15))
+    # Nor 2 minutes after a scale-out (the longer scale-in cooldown runs from any scaling)
+    after_out = plan(spec(), 0, 5, now=T0, last_scale_out_at=T0 - timedelta(minutes=2))
+    assert after_out.action == "hold"
+    # And after 3 minutes it removes one
+    later = plan(spec(), 0, 5, now=T0, last_scale_in_at=T0 - timedelta(minutes=3))
     assert (later.action, later.desired_controllers) == ("scale-in", 4)
 
 

@@ -22,8 +22,9 @@ from vsa_core.model import MULTI_ATTACH_LIMIT, ArraySpec
 
 DEFAULT_LEAD_MINUTES = 10.0
 """How far ahead a rising demand is extrapolated by default: a controller takes ~5 minutes to
-serve, and the next scale-out can follow only after the scale-out cooldown (300 s) or the
-bootstrap in flight, so capacity asked for now must cover the demand ~10 minutes from now."""
+serve, and the next scale-out can follow only when this bootstrap is no longer in flight (or
+the scale-out cooldown is over, if longer) and then takes its own ~5 minutes, so capacity asked
+for now must cover the demand ~10 minutes from now (boot + the longer of boot and cooldown)."""
 
 TREND_MINUTES = 5
 """The trend is read from the last ``TREND_MINUTES`` one-minute samples of ``recent_demand`` plus

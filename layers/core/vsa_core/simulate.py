@@ -70,7 +70,7 @@ EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
 
 def default_spec() -> ArraySpec:
     """The array simulated when no spec is given: min 2, max 16 controllers of 260,000 IOPS, 70%
-    target utilisation, the model's default cooldowns (scale-out 300 s, scale-in 900 s)."""
+    target utilisation, the model's default cooldowns (scale-out 60 s, scale-in 180 s)."""
     return ArraySpec.model_validate(
         {
             "arrayId": "simulated",
@@ -187,7 +187,7 @@ def simulate_planner(
     draining: list[int] = []  # minute each is gone at
     last_out: datetime | None = None
     last_in: datetime | None = None
-    lead = boot_minutes + spec.scale_out_cooldown_seconds / 60
+    lead = boot_minutes + max(boot_minutes, spec.scale_out_cooldown_seconds / 60)
     serving_log: list[int] = []
     billed_log: list[int] = []
     changes: list[ScaleDecision] = []
