@@ -219,7 +219,7 @@ def simulate(
         typer.Option(
             "--spec",
             help="The array spec (YAML) whose min/max controllers, per-controller IOPS, target and "
-            "cooldowns to simulate. Default: min 2, max 16, 260,000 IOPS, 70%, cooldowns 300/900 s.",
+            "cooldowns to simulate. Default: min 2, max 16, 260,000 IOPS, 70%, cooldowns 60/180 s.",
         ),
     ] = None,
     boot_minutes: Annotated[
