@@ -7,7 +7,9 @@ controller-hours and their ratio to the oracle's, under-provisioned minutes (dem
 serving controllers at 100%: IOPS starved) absolute and as a share of the trace, average
 utilisation (total demand over total serving capacity at 100%), peak controllers, scalings and
 cost. The target: planner <= 1.15 x the oracle's controller-hours with <= 1% under-provisioned
-minutes on every trace; the last column says whether it holds.
+minutes on every trace; the last column says whether it holds. Planner rows: ``alarms`` (the
+alarms as CloudWatch runs them: an event only on a change to ALARM), ``alarms-rearmed`` (the
+same, with ScaleArray re-arming its alarms after every run) and ``every-minute``.
 """
 
 import argparse
@@ -69,13 +71,16 @@ def main(argv: list[str] | None = None) -> int:
         "Target",
     ]:
         table.add_column(column, justify="left" if column in ("Trace", "Policy", "Target") else "right")
-    holds = True
+    holds = {"planner (alarms)": True, "planner (alarms-rearmed)": True}
     for path in files:
         demand = read_trace(path.read_text(encoding="utf-8"))
         delays = {"boot_minutes": args.boot_minutes, "drain_minutes": args.drain_minutes}
         oracle = simulate_oracle(spec, demand, price_per_hour=args.price_per_hour, **delays)
         results: list[Result] = [
             simulate_planner(spec, demand, trigger="alarms", price_per_hour=args.price_per_hour, **delays),
+            simulate_planner(
+                spec, demand, trigger="alarms-rearmed", price_per_hour=args.price_per_hour, **delays
+            ),
             simulate_planner(
                 spec, demand, trigger="every-minute", price_per_hour=args.price_per_hour, **delays
             ),
@@ -87,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             verdict = ""
             if r.policy.startswith("planner"):
                 ok = ratio <= RATIO_TARGET and r.under_provisioned_share <= UNDER_TARGET
-                holds = holds and (ok or r.policy != "planner (alarms)")
+                if r.policy in holds:
+                    holds[r.policy] = holds[r.policy] and ok
                 verdict = "holds" if ok else "MISSED"
             table.add_row(
                 f"{path.stem} ({r.minutes / 60:.0f} h)" if i == 0 else "",
@@ -105,9 +111,11 @@ def main(argv: list[str] | None = None) -> int:
             )
     Console(width=200).print(table)
     print(
-        f"target (planner as deployed, alarms): <= {RATIO_TARGET} x oracle controller-hours and "
-        f"<= {UNDER_TARGET:.0%} under-provisioned minutes on every trace: {'holds' if holds else 'MISSED'}"
+        f"target: <= {RATIO_TARGET} x oracle controller-hours and <= {UNDER_TARGET:.0%} "
+        "under-provisioned minutes on every trace"
     )
+    for policy, ok in holds.items():
+        print(f"  {policy}: {'holds' if ok else 'MISSED'}")
     return 0
 
 

@@ -219,7 +219,7 @@ def simulate(
         typer.Option(
             "--spec",
             help="The array spec (YAML) whose min/max controllers, per-controller IOPS, target and "
-            "cooldowns to simulate. Default: min 2, max 16, 260,000 IOPS, 70%, cooldowns 300/900 s.",
+            "cooldowns to simulate. Default: min 2, max 16, 260,000 IOPS, 70%, cooldowns 60/180 s.",
         ),
     ] = None,
     boot_minutes: Annotated[
@@ -233,7 +233,13 @@ def simulate(
     ] = 1.512,
     every_minute: Annotated[
         bool,
-        typer.Option("--every-minute", help="Plan every minute instead of when an alarm is in breach."),
+        typer.Option("--every-minute", help="Plan every minute instead of when an alarm changes to ALARM."),
+    ] = False,
+    rearmed: Annotated[
+        bool,
+        typer.Option(
+            "--rearmed", help="ScaleArray re-arms the alarms after each run: one still in breach fires again."
+        ),
     ] = False,
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Write a PNG of demand against serving capacity.")
@@ -281,7 +287,7 @@ def simulate(
         boot_minutes=boot_minutes,
         drain_minutes=drain_minutes,
         price_per_hour=price_per_hour,
-        trigger="every-minute" if every_minute else "alarms",
+        trigger="every-minute" if every_minute else ("alarms-rearmed" if rearmed else "alarms"),
     )
     oracle_hours = comparison.oracle.controller_hours
     figures = [

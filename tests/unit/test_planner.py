@@ -346,25 +346,28 @@ T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
 
 def test_scale_out_waits_for_its_cooldown_and_says_so():
-    # Given a scale-out 2 minutes ago and scaleOutCooldownSeconds=300
+    # Given a scale-out 20 seconds ago and scaleOutCooldownSeconds=60 (the default)
     array = spec()
     # When demand needs more again
-    decision = plan(array, 612_345, 2, now=T0, last_scale_out_at=T0 - timedelta(minutes=2))
+    decision = plan(array, 612_345, 2, now=T0, last_scale_out_at=T0 - timedelta(seconds=20))
     # Then it holds and the reason names the cooldown and what is left of it
     assert decision.action == "hold"
     assert "scale-out cooldown" in decision.reason
-    assert "180s left" in decision.reason
+    assert "40s left" in decision.reason
     assert decision.now == T0.isoformat()
 
 
 def test_scale_in_waits_for_the_longer_cooldown_after_any_scaling():
-    # Given a scale-in 10 minutes ago (scaleInCooldownSeconds=900)
-    decision = plan(spec(), 0, 5, now=T0, last_scale_in_at=T0 - timedelta(minutes=10))
+    # Given a scale-in 2 minutes ago (scaleInCooldownSeconds=180, the default)
+    decision = plan(spec(), 0, 5, now=T0, last_scale_in_at=T0 - timedelta(minutes=2))
     # Then no further scale-in yet
     assert decision.action == "hold"
     assert "scale-in cooldown" in decision.reason
-    # And after 15 minutes it removes one
-    later = plan(spec(), 0, 5, now=T0, last_scale_in_at=T0 - timedelta(minutes=15))
+    # Nor 2 minutes after a scale-out (the longer scale-in cooldown runs from any scaling)
+    after_out = plan(spec(), 0, 5, now=T0, last_scale_out_at=T0 - timedelta(minutes=2))
+    assert after_out.action == "hold"
+    # And after 3 minutes it removes one
+    later = plan(spec(), 0, 5, now=T0, last_scale_in_at=T0 - timedelta(minutes=3))
     assert (later.action, later.desired_controllers) == ("scale-in", 4)
 
 
@@ -407,6 +410,18 @@ def test_scale_in_waits_for_the_recent_peak_and_the_headroom():
     assert "targetUtilisation x 0.8" in margin.reason
 
 
+def test_sustained_demand_is_the_peak_of_the_last_sustained_minutes_only():
+    # Given 4 controllers, a peak 10 minutes ago and 9 quiet minutes since
+    recent = [700_000] + [100_000] * 9
+    # When the sustained window is the last 5 minutes, this one included (the low alarm's window)
+    decision = plan(spec(), 100_000, 4, recent_demand=recent, sustained_minutes=5)
+    # Then the old peak no longer holds the scale-in
+    assert (decision.action, decision.desired_controllers) == ("scale-in", 3)
+    assert decision.sustained_iops == 100_000
+    # And with all 10 samples it does
+    assert plan(spec(), 100_000, 4, recent_demand=recent).action == "hold"
+
+
 def test_decision_with_every_input_is_json():
     decision = plan(
         spec(),
@@ -429,6 +444,7 @@ def test_decision_with_every_input_is_json():
         ({"recent_demand": [1.0, math.nan]}, "recent demand"),
         ({"lead_minutes": -1.0}, "lead_minutes"),
         ({"scale_in_headroom": 0.0}, "scale_in_headroom"),
+        ({"sustained_minutes": 0}, "sustained_minutes"),
     ],
 )
 def test_bad_keyword_inputs_are_rejected(kwargs: dict[str, Any], message: str):
@@ -450,6 +466,7 @@ def contexts(draw: st.DrawFn) -> dict[str, Any]:
         "recent_demand": draw(recent_demands),
         "lead_minutes": draw(st.floats(0.0, 30.0)),
         "scale_in_headroom": draw(st.floats(0.5, 1.0)),
+        "sustained_minutes": draw(st.one_of(st.none(), st.integers(1, 20))),
     }
 
 

@@ -3,6 +3,7 @@
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -55,7 +56,7 @@ def specs(draw: st.DrawFn) -> ArraySpec:
 def test_thresholds_at_three_controllers() -> None:
     high, low = alarm_thresholds(make_spec(perControllerIops=100_000, targetUtilisation=0.5), 3)
     assert high == 150_000
-    assert low == 2 * 50_000 * 0.8
+    assert low == pytest.approx(2 * 50_000 * 0.9)
 
 
 def test_low_threshold_is_zero_at_the_minimum() -> None:
@@ -82,14 +83,14 @@ def test_alarm_metric_math_sums_read_and_write_ops_of_every_volume() -> None:
     assert stat["Metric"]["MetricName"] == "VolumeWriteOps"
     assert stat["Metric"]["Dimensions"] == [{"Name": "VolumeId", "Value": VOLUMES[0]}]
     assert (stat["Period"], stat["Stat"]) == (60, "Sum")
-    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (3, 3)
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (2, 2)
     assert (alarm["ComparisonOperator"], alarm["TreatMissingData"]) == (
         "GreaterThanThreshold",
         "notBreaching",
     )
     low = resources(make_spec()).alarm_low
     assert low is not None
-    assert (low["EvaluationPeriods"], low["DatapointsToAlarm"]) == (15, 15)
+    assert (low["EvaluationPeriods"], low["DatapointsToAlarm"]) == (5, 5)
     assert (low["ComparisonOperator"], low["TreatMissingData"]) == ("LessThanThreshold", "breaching")
 
 

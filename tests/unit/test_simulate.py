@@ -4,6 +4,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 from vsactl.main import app
 
@@ -49,13 +51,31 @@ def test_a_step_up_is_served_after_the_boot_delay():
     assert result.decisions[0].action == "scale-out"
 
 
-def test_with_alarms_the_step_is_seen_after_three_minutes():
+def test_with_alarms_the_step_is_seen_after_two_minutes():
     demand = [300_000.0] * 30 + [1_000_000.0] * 60
     result = simulate_planner(SPEC, demand, trigger="alarms", boot_minutes=5)
-    # high alarm in ALARM at minute 32 (3 of 3 minutes above: 30, 31, 32), then the 5-minute boot
-    assert result.serving[36] == 2
-    assert result.serving[37] == 6
-    assert result.under_provisioned_minutes == 7
+    # high alarm in ALARM at minute 31 (2 of 2 minutes above: 30, 31), then the 5-minute boot
+    assert result.serving[35] == 2
+    assert result.serving[36] == 6
+    assert result.under_provisioned_minutes == 6
+
+
+def test_an_alarm_left_in_alarm_starts_nothing_more_unless_scalearray_re_arms_it():
+    # Given 30 minutes needing 9 controllers, then 3 hours at 200,000 IOPS (2 serve it)
+    demand = [1_500_000.0] * 30 + [200_000.0] * 180
+    # When the low alarm goes to ALARM, ScaleArray removes one controller and lowers its threshold:
+    # the datapoints are still below the new threshold, the alarm stays in ALARM, no new event
+    deployed = simulate_planner(SPEC, demand, trigger="alarms")
+    assert deployed.scalings == 1
+    assert deployed.serving[-1] == 8
+    # Re-armed after every run (SetAlarmState OK), it fires again at the next evaluation: down to min
+    rearmed = simulate_planner(SPEC, demand, trigger="alarms-rearmed")
+    assert rearmed.serving[-1] == SPEC.min_controllers
+    assert all(d.action == "scale-in" for d in rearmed.decisions)
+    assert all(
+        a.desired_controllers - b.desired_controllers == 1
+        for a, b in zip(rearmed.decisions, rearmed.decisions[1:], strict=False)
+    )
 
 
 def test_controller_hours_on_a_hand_example():
@@ -165,3 +185,23 @@ def test_vsactl_simulate_refuses_a_bad_trace(tmp_path: Path):
     result = CliRunner().invoke(app, ["simulate", "--trace", str(trace)])
     assert result.exit_code == 2
     assert "minute,iops" in result.output
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    demand=st.lists(st.floats(0.0, 3_500_000.0, allow_nan=False), min_size=1, max_size=240),
+    trigger=st.sampled_from(["alarms", "alarms-rearmed", "every-minute"]),
+)
+def test_every_replayed_decision_keeps_the_planner_invariants(demand: list[float], trigger: str):
+    result = simulate_planner(SPEC, demand, trigger=trigger)  # type: ignore[arg-type]
+    assert max(result.billed) <= 16
+    assert min(result.serving) >= 0
+    for d in result.decisions:
+        # nothing changes while a controller boots or drains; every decision says why
+        assert d.in_flight == 0
+        assert d.reason
+        assert SPEC.min_controllers <= d.desired_controllers <= 16
+        if d.action == "scale-in":
+            # one at a time, never below what the current demand needs
+            assert d.desired_controllers == d.current_controllers - 1
+            assert d.desired_controllers >= min(d.needed_controllers, 16)

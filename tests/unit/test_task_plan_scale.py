@@ -95,14 +95,14 @@ def test_scale_in_names_the_controller_that_leaves(registry, autoscaling):
 
 
 def test_the_scale_in_cooldown_runs_from_the_registry(registry, autoscaling, registry_table: str):
-    # Given a scale-in 5 minutes ago (the spec's scale-in cooldown is 15 minutes)
+    # Given a scale-in 1 minute ago (the spec's scale-in cooldown is 3 minutes)
     registry.create(DEMO)
     make_group(autoscaling, 6)
     boto3.client("dynamodb", region_name=REGION).update_item(
         TableName=registry_table,
         Key=array_key("demo"),
         UpdateExpression="SET lastScaleInAt = :at",
-        ExpressionAttributeValues={":at": {"S": (NOW - timedelta(minutes=5)).isoformat()}},
+        ExpressionAttributeValues={":at": {"S": (NOW - timedelta(minutes=1)).isoformat()}},
     )
     decision = handler.plan_scale(request(demandIops=200_000.0), registry, autoscaling, NOW)
     # Then nothing changes yet, and the reason says why

@@ -190,8 +190,8 @@ class ArraySpec(_Strict):
     max_controllers: int = Field(alias="maxControllers", ge=1, le=MULTI_ATTACH_LIMIT)
     per_controller_iops: int = Field(default=R5B_CONTROLLER_IOPS, alias="perControllerIops", gt=0)
     target_utilisation: float = Field(default=0.7, alias="targetUtilisation", gt=0.0, le=1.0)
-    scale_out_cooldown_seconds: int = Field(default=300, alias="scaleOutCooldownSeconds", ge=0, le=86400)
-    scale_in_cooldown_seconds: int = Field(default=900, alias="scaleInCooldownSeconds", ge=0, le=86400)
+    scale_out_cooldown_seconds: int = Field(default=60, alias="scaleOutCooldownSeconds", ge=0, le=86400)
+    scale_in_cooldown_seconds: int = Field(default=180, alias="scaleInCooldownSeconds", ge=0, le=86400)
     hosts: tuple[Host, ...] = ()
     allow_any_host: bool = Field(
         default=False,

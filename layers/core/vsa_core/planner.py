@@ -22,8 +22,9 @@ from vsa_core.model import MULTI_ATTACH_LIMIT, ArraySpec
 
 DEFAULT_LEAD_MINUTES = 10.0
 """How far ahead a rising demand is extrapolated by default: a controller takes ~5 minutes to
-serve, and the next scale-out can follow only after the scale-out cooldown (300 s) or the
-bootstrap in flight, so capacity asked for now must cover the demand ~10 minutes from now."""
+serve, and the next scale-out can follow only when this bootstrap is no longer in flight (or
+the scale-out cooldown is over, if longer) and then takes its own ~5 minutes, so capacity asked
+for now must cover the demand ~10 minutes from now (boot + the longer of boot and cooldown)."""
 
 TREND_MINUTES = 5
 """The trend is read from the last ``TREND_MINUTES`` one-minute samples of ``recent_demand`` plus
@@ -120,6 +121,7 @@ def plan(
     recent_demand: Sequence[float] = (),
     lead_minutes: float = DEFAULT_LEAD_MINUTES,
     scale_in_headroom: float = 1.0,
+    sustained_minutes: int | None = None,
 ) -> ScaleDecision:
     """Desired controllers for ``demand_iops`` with ``current_controllers`` asked for.
 
@@ -147,6 +149,10 @@ def plan(
       ``DEFAULT_LEAD_MINUTES``): about the boot time plus the scale-out cooldown.
     - ``scale_in_headroom``: in (0, 1]; scale in only if one controller fewer would serve the
       sustained demand at ``targetUtilisation x scale_in_headroom`` (1.0: no margin).
+    - ``sustained_minutes``: the sustained demand is the peak of the last ``sustained_minutes``
+      minutes, the current one included (default: every sample given, and the current one). Pass
+      the low alarm's evaluation periods: a scale-in the low alarm asks for is then judged on the
+      minutes the alarm judged, no more.
     """
     _check_demand(demand_iops, "demand")
     for sample in recent_demand:
@@ -157,6 +163,8 @@ def plan(
         raise ValueError(f"lead_minutes must be 0 or more, got {lead_minutes}")
     if not 0 < scale_in_headroom <= 1:
         raise ValueError(f"scale_in_headroom must be in (0, 1], got {scale_in_headroom}")
+    if sustained_minutes is not None and sustained_minutes < 1:
+        raise ValueError(f"sustained_minutes must be 1 or more, got {sustained_minutes}")
 
     per_iops, target_util = spec.per_controller_iops, spec.target_utilisation
     needed = controllers_needed(demand_iops, per_iops, target_util)
@@ -169,7 +177,10 @@ def plan(
     planned_for = max(demand_iops, forecast or 0.0)
     needed_out = controllers_needed(planned_for, per_iops, target_util)
     # scale-in: the highest recent demand, at target less the headroom
-    sustained = max([*recent_demand, demand_iops]) if recent_demand else None
+    window = recent_demand
+    if sustained_minutes is not None:
+        window = recent_demand[max(0, len(recent_demand) - sustained_minutes + 1) :]
+    sustained = max([*window, demand_iops]) if recent_demand else None
     needed_in = max(
         needed,
         needed_out,

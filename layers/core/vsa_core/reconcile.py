@@ -27,17 +27,23 @@ from vsa_core.naming import (
 Params = Mapping[str, Any]
 Action = Literal["create", "update", "delete", "unchanged"]
 
-SCALE_IN_HYSTERESIS = 0.8
-"""The low threshold sits 20% below what one controller fewer could serve at target: demand just
-under the line does not make the array flap between n and n-1 controllers."""
+SCALE_IN_HYSTERESIS = 0.9
+"""The low threshold sits 10% below what one controller fewer could serve at target: demand just
+under the line does not make the array flap between n and n-1 controllers. (0.8 kept controllers
+for a decay the oracle had long shed; 1.0 scales in onto the line and flaps; see the README.)"""
 
-HIGH_EVALUATION_PERIODS = 3
-"""Scale out after 3 of 3 one-minute periods above target: a controller takes minutes to launch,
-attach every volume and get a path from every host, so react fast but not to a single spike."""
+HIGH_EVALUATION_PERIODS = 2
+HIGH_DATAPOINTS_TO_ALARM = 2
+"""Scale out after 2 of 2 one-minute periods above target: a controller takes ~5 minutes to
+launch, attach every volume and get a path from every host, and every minute of detection is a
+minute the surge is starved on top of the boot, so react on the second minute, not on a single
+noisy one (3 of 3 starved each surge one minute more for no saving)."""
 
-LOW_EVALUATION_PERIODS = 15
-"""Scale in after 15 of 15 one-minute periods below: removing a controller costs a drain on every
-host and re-adding it costs a bootstrap; only sustained low demand is worth that."""
+LOW_EVALUATION_PERIODS = 5
+LOW_DATAPOINTS_TO_ALARM = 5
+"""Scale in after 5 of 5 one-minute periods below: one controller at a time, each after a drain
+and the scale-in cooldown, so the window guards each single step against a dip, not the whole
+descent (15 of 15 made a descent from 14 controllers take hours the demand did not need)."""
 
 
 HEARTBEAT_MIN_SECONDS = 30
@@ -248,19 +254,15 @@ def alarm_params(
     high, low = alarm_thresholds(spec, desired_controllers)
     n = clamp_controllers(spec, desired_controllers)
     if kind == "high":
-        threshold, operator, periods, missing = (
-            high,
-            "GreaterThanThreshold",
-            HIGH_EVALUATION_PERIODS,
-            "notBreaching",
-        )
+        threshold, operator, missing = high, "GreaterThanThreshold", "notBreaching"
+        periods, datapoints = HIGH_EVALUATION_PERIODS, HIGH_DATAPOINTS_TO_ALARM
         description = (
             f"Array {spec.array_id}: IOPS above {high:,.0f}, what {n} controller(s) serve at "
             f"{spec.target_utilisation:.0%} utilisation: scale out"
         )
     else:
         threshold, operator, missing = low, "LessThanThreshold", "breaching"
-        periods = LOW_EVALUATION_PERIODS
+        periods, datapoints = LOW_EVALUATION_PERIODS, LOW_DATAPOINTS_TO_ALARM
         description = (
             f"Array {spec.array_id}: IOPS below {low:,.0f}, what {n - 1} controller(s) serve with "
             "headroom: scale in"
@@ -275,7 +277,7 @@ def alarm_params(
         "Threshold": threshold,
         "ComparisonOperator": operator,
         "EvaluationPeriods": periods,
-        "DatapointsToAlarm": periods,
+        "DatapointsToAlarm": datapoints,
         "TreatMissingData": missing,
         "Tags": array_tags(spec.array_id),
     }

@@ -2,15 +2,20 @@
 
 What is modelled, minute by minute (one trace sample = one minute of demand, in IOPS):
 
-- **planner**: the control plane. ``trigger="alarms"`` (the default) calls ``plan`` only when one
-  of the array's CloudWatch alarms is in breach, with the thresholds ``reconcile`` gives the
-  alarms at the current desired count: high after 3 of 3 minutes above, low after 15 of 15
-  minutes below. While an alarm stays in breach it is taken to trigger the workflow again every
-  minute (its decision then holds on cooldowns or a bootstrap in flight, as in the workflow).
-  ``trigger="every-minute"`` calls ``plan`` every minute. Either way ``plan`` gets the clock, the
-  last scale-out and scale-in, the controllers in flight, the last 15 minutes of demand (what the
-  low alarm's window holds), a trend lead of boot + scale-out cooldown, and ``scale_in_headroom``
-  (default ``SCALE_IN_HYSTERESIS``, the low alarm's margin).
+- **planner**: the control plane. ``trigger="alarms"`` (the default) runs ScaleArray when one of
+  the array's two CloudWatch alarms changes to ALARM, as CloudWatch runs them: thresholds from
+  ``reconcile.alarm_thresholds`` at the current desired count, ``DatapointsToAlarm`` of
+  ``EvaluationPeriods`` one-minute datapoints from ``reconcile``; evaluated every minute and,
+  after a run changed the count (PutMetricAlarm moved both thresholds), at once on the datapoints
+  already held. Only a change of state is an event: an alarm that stays in ALARM (its run held,
+  or the low alarm is still breached under the next count's threshold) starts nothing more.
+  ``trigger="alarms-rearmed"``: the same, with ScaleArray re-arming both alarms after every run
+  (SetAlarmState OK), so an alarm still in breach fires again at its next evaluation, a minute
+  later. ``trigger="every-minute"`` runs ScaleArray every minute. Each run plans with the clock,
+  the last scale-out and scale-in, the controllers in flight, the last ``RECENT_MINUTES`` of
+  demand (``sustained_minutes`` = the low alarm's window), a trend lead of boot + the longer of
+  boot and the scale-out cooldown, and ``scale_in_headroom`` (default ``SCALE_IN_HYSTERESIS``,
+  the low alarm's margin).
 - **oracle**: knows the whole trace and serves every minute at the target utilisation with
   exactly ``ceil(demand / (perControllerIops x targetUtilisation))`` controllers (clamped to
   [min, max]), paying the same boot and drain delays: a controller is billed from ``boot``
@@ -39,13 +44,19 @@ from typing import Literal
 from vsa_core.model import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.planner import ScaleDecision, controllers_needed, plan
 from vsa_core.reconcile import (
+    HIGH_DATAPOINTS_TO_ALARM,
     HIGH_EVALUATION_PERIODS,
+    LOW_DATAPOINTS_TO_ALARM,
     LOW_EVALUATION_PERIODS,
     SCALE_IN_HYSTERESIS,
     alarm_thresholds,
 )
 
-Trigger = Literal["alarms", "every-minute"]
+Trigger = Literal["alarms", "alarms-rearmed", "every-minute"]
+
+RECENT_MINUTES = 15
+"""How many one-minute demand samples before the current one ScaleArray reads (GetMetricData)
+and gives the planner as ``recent_demand``."""
 
 DEFAULT_BOOT_MINUTES = 5
 """Launch, attach every volume, configure the target, connect a path from every host."""
@@ -59,7 +70,7 @@ EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
 
 def default_spec() -> ArraySpec:
     """The array simulated when no spec is given: min 2, max 16 controllers of 260,000 IOPS, 70%
-    target utilisation, the model's default cooldowns (scale-out 300 s, scale-in 900 s)."""
+    target utilisation, the model's default cooldowns (scale-out 60 s, scale-in 180 s)."""
     return ArraySpec.model_validate(
         {
             "arrayId": "simulated",
@@ -176,15 +187,21 @@ def simulate_planner(
     draining: list[int] = []  # minute each is gone at
     last_out: datetime | None = None
     last_in: datetime | None = None
-    lead = boot_minutes + spec.scale_out_cooldown_seconds / 60
+    lead = boot_minutes + max(boot_minutes, spec.scale_out_cooldown_seconds / 60)
     serving_log: list[int] = []
     billed_log: list[int] = []
     changes: list[ScaleDecision] = []
+    alarms = _Alarms(spec, demand)
     for t, now_demand in enumerate(demand):
         serving += sum(1 for ready in booting if ready <= t)
         booting = [ready for ready in booting if ready > t]
         draining = [gone for gone in draining if gone > t]
-        if trigger == "every-minute" or _alarm_in_breach(spec, demand, t, desired):
+        # one ScaleArray run per event (the scaling lock serialises them); a run that changes the
+        # count moves the thresholds, and CloudWatch re-evaluates the datapoints it holds at once
+        events = 1 if trigger == "every-minute" else alarms.evaluate(t, desired)
+        for _ in range(_RUNS_PER_MINUTE):
+            if not events:
+                break
             now = EPOCH + timedelta(minutes=t)
             decision = plan(
                 spec,
@@ -194,9 +211,10 @@ def simulate_planner(
                 last_scale_out_at=last_out,
                 last_scale_in_at=last_in,
                 in_flight=len(booting) + len(draining),
-                recent_demand=demand[max(0, t - LOW_EVALUATION_PERIODS) : t],
+                recent_demand=demand[max(0, t - RECENT_MINUTES) : t],
                 lead_minutes=lead,
                 scale_in_headroom=scale_in_headroom,
+                sustained_minutes=LOW_EVALUATION_PERIODS,
             )
             added = decision.desired_controllers - desired
             if added > 0:
@@ -214,6 +232,9 @@ def simulate_planner(
             if added:
                 changes.append(decision)
             desired = decision.desired_controllers
+            events = alarms.evaluate(t, desired) if added and trigger != "every-minute" else 0
+            if trigger == "alarms-rearmed" and not events:
+                alarms.rearm()
         serving_log.append(serving)
         billed_log.append(serving + len(booting) + len(draining))
     return Result(
@@ -228,14 +249,45 @@ def simulate_planner(
     )
 
 
-def _alarm_in_breach(spec: ArraySpec, demand: Sequence[float], t: int, desired: int) -> bool:
-    """Whether the high (3 of 3 minutes above) or low (15 of 15 below) alarm is in ALARM at ``t``."""
-    high, low = alarm_thresholds(spec, desired)
-    last_high = demand[t - HIGH_EVALUATION_PERIODS + 1 : t + 1] if t + 1 >= HIGH_EVALUATION_PERIODS else ()
-    last_low = demand[t - LOW_EVALUATION_PERIODS + 1 : t + 1] if t + 1 >= LOW_EVALUATION_PERIODS else ()
-    high_breach = bool(last_high) and all(d > high for d in last_high)
-    low_breach = bool(last_low) and all(d < low for d in last_low)
-    return high_breach or low_breach
+_RUNS_PER_MINUTE = 3
+"""At most this many ScaleArray runs in one simulated minute (an event, then the events of the
+re-evaluation after the thresholds moved): a run that scales is followed by holds (in flight)."""
+
+
+class _Alarms:
+    """The array's two CloudWatch alarms as CloudWatch runs them: each is OK or ALARM; once a
+    minute, and right after PutMetricAlarm changed its threshold, it compares the datapoints it
+    holds with its threshold: ALARM when at least ``DatapointsToAlarm`` of the last
+    ``EvaluationPeriods`` breach, OK otherwise. Only a change of state emits an event, and only a
+    change to ALARM starts ScaleArray: an alarm that stays in ALARM (a run that held on a
+    cooldown, a low alarm still breached under the next threshold after a scale-in) starts
+    nothing more, unless ScaleArray re-arms it (SetAlarmState OK: the next evaluation, a minute
+    later, goes back to ALARM if the datapoints still breach)."""
+
+    def __init__(self, spec: ArraySpec, demand: Sequence[float]) -> None:
+        self._spec, self._demand = spec, demand
+        self._in_alarm = {"high": False, "low": False}
+
+    def evaluate(self, t: int, desired: int) -> int:
+        """Evaluate both alarms at minute ``t`` for ``desired`` controllers: the number of
+        changes to ALARM."""
+        high, low = alarm_thresholds(self._spec, desired)
+        events = 0
+        for kind, periods, datapoints in (
+            ("high", HIGH_EVALUATION_PERIODS, HIGH_DATAPOINTS_TO_ALARM),
+            ("low", LOW_EVALUATION_PERIODS, LOW_DATAPOINTS_TO_ALARM),
+        ):
+            window = self._demand[max(0, t - periods + 1) : t + 1]
+            breaching = sum(1 for d in window if (d > high if kind == "high" else d < low))
+            in_alarm = breaching >= datapoints
+            if in_alarm and not self._in_alarm[kind]:
+                events += 1
+            self._in_alarm[kind] = in_alarm
+        return events
+
+    def rearm(self) -> None:
+        """SetAlarmState OK on both alarms (an alarm already OK stays OK)."""
+        self._in_alarm = {"high": False, "low": False}
 
 
 def simulate_oracle(
