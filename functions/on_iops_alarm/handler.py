@@ -43,6 +43,7 @@ def start_scale(event: AlarmStateChangeEvent, sfn: "SFNClient") -> dict[str, Any
         demand_iops=detail.state.latest_datapoint(),
         state_timestamp=detail.state.timestamp,
         event_id=event.id,
+        rearm_seconds=get_settings().alarm_rearm_seconds,
     )
     alarm_arn = event.resources[0] if event.resources else detail.alarm_name
     name = scale_execution_name(array_id, alarm_arn, detail.state.timestamp)
@@ -50,7 +51,7 @@ def start_scale(event: AlarmStateChangeEvent, sfn: "SFNClient") -> dict[str, Any
         execution = sfn.start_execution(
             stateMachineArn=get_settings().scale_state_machine_arn,
             name=name,
-            input=request.model_dump_json(by_alias=True),
+            input=request.model_dump_json(by_alias=True, exclude_none=True),
         )
     except sfn.exceptions.ExecutionAlreadyExists:
         logger.info("duplicate alarm event: execution already started", extra={"execution": name})

@@ -18,10 +18,9 @@ from vsa_core.events import ScaleRequest
 from vsa_core.naming import group_name
 from vsa_core.observability import logger, tracer
 from vsa_core.planner import plan
-from vsa_core.reconcile import SCALE_IN_HYSTERESIS
 from vsa_core.registry import ArrayRegistry
 from vsa_core.settings import get_settings
-from vsa_core.simulate import DEFAULT_BOOT_MINUTES
+from vsa_core.simulate import planner_inputs
 
 IN_FLIGHT = (
     "Pending",
@@ -71,9 +70,8 @@ def plan_scale(
         last_scale_in_at=_parse(array.last_scale_in_at),
         in_flight=in_flight,
         recent_demand=recent,
-        # the same lead and margin the simulator and the benchmark measure (vsa_core.simulate)
-        lead_minutes=DEFAULT_BOOT_MINUTES + array.spec.scale_out_cooldown_seconds / 60,
-        scale_in_headroom=SCALE_IN_HYSTERESIS,
+        # the same tuning the simulator and the benchmark measure
+        **planner_inputs(array.spec),
     )
     leaver = choose_leaver(instances) if decision.action == "scale-in" else None
     if decision.action == "scale-in" and leaver is None:
@@ -84,6 +82,9 @@ def plan_scale(
         "groupName": name,
         "leaver": leaver,
         "scaleField": SCALE_FIELDS[decision.action],
+        # a run that changed the count or waits on a cooldown / a controller in flight re-arms
+        # its alarm: CloudWatch sends an event only on a change of state
+        "rearm": decision.action != "hold" or decision.waiting,
         "alarmName": request.alarm_name,
         "alarmDemandIops": request.demand_iops,
         "demandSource": source,

@@ -16,6 +16,7 @@ import boto3
 from tests.integration.arrays_world import alarms_of, control, group_of, owned_volumes, settle, spec_for
 from tests.integration.conftest import Api, alarm_event_for, function_logs, wait_for_execution
 from vsa_core.naming import scale_execution_name
+from vsa_core.reconcile import SCALE_IN_HYSTERESIS
 
 
 def _apply(api: Api, array_id: str, spec: dict[str, Any]) -> None:
@@ -73,7 +74,7 @@ def test_high_alarm_sets_the_groups_capacity_and_moves_the_thresholds(stack_outp
         ]
     }
     assert alarms[f"vsa-{array_id}-iops-high"] == 4 * 260_000 * 0.7
-    assert alarms[f"vsa-{array_id}-iops-low"] == 3 * 260_000 * 0.7 * 0.8
+    assert alarms[f"vsa-{array_id}-iops-low"] == 3 * 260_000 * 0.7 * SCALE_IN_HYSTERESIS
     # And the registry has the decision, the count, the scale-out clock, and no lock left
     item = _spec_item(stack_outputs, array_id)
     assert item["desiredControllers"] == {"N": "4"}

@@ -142,6 +142,7 @@ SCALE_REQUEST = {
     "eventId": "c4c1c1c9-6542-e61b-6ef0-8c4d36933a92",
     "lockNow": 1793725480,
     "lockUntil": 1793726080,
+    "rearmSeconds": 60,
 }
 
 

@@ -95,6 +95,7 @@ def test_alarm_starts_scale_array_with_the_demand_and_an_idempotent_name(stubbed
                     "demandIops": 612345.0,
                     "stateTimestamp": SAMPLE_STATE_TIME,
                     "eventId": SAMPLE_EVENT_ID,
+                    "rearmSeconds": 60,
                 }
             ),
         },
@@ -128,6 +129,7 @@ def test_low_alarm_starts_a_scale_in_request(stubbed_sfn):
                     "demandIops": 90000.0,
                     "stateTimestamp": "2026-11-03T02:00:00.000+0000",
                     "eventId": SAMPLE_EVENT_ID,
+                    "rearmSeconds": 60,
                 }
             ),
         },
@@ -183,6 +185,7 @@ def test_sample_low_alarm_starts_a_scale_in_request(stubbed_sfn):
                     "demandIops": 148200.0,
                     "stateTimestamp": raw["detail"]["state"]["timestamp"],
                     "eventId": raw["id"],
+                    "rearmSeconds": 60,
                 }
             ),
         },

@@ -355,6 +355,7 @@ def test_scale_out_waits_for_its_cooldown_and_says_so():
     assert "scale-out cooldown" in decision.reason
     assert "40s left" in decision.reason
     assert decision.now == T0.isoformat()
+    assert decision.waiting  # ScaleArray re-arms its alarm: the hold ends with the cooldown
 
 
 def test_scale_in_waits_for_the_longer_cooldown_after_any_scaling():
@@ -366,6 +367,7 @@ def test_scale_in_waits_for_the_longer_cooldown_after_any_scaling():
     # Nor 2 minutes after a scale-out (the longer scale-in cooldown runs from any scaling)
     after_out = plan(spec(), 0, 5, now=T0, last_scale_out_at=T0 - timedelta(minutes=2))
     assert after_out.action == "hold"
+    assert after_out.waiting
     # And after 3 minutes it removes one
     later = plan(spec(), 0, 5, now=T0, last_scale_in_at=T0 - timedelta(minutes=3))
     assert (later.action, later.desired_controllers) == ("scale-in", 4)
@@ -376,6 +378,14 @@ def test_nothing_changes_while_a_controller_is_in_flight():
     decision = plan(spec(), 612_345, 2, in_flight=1)
     assert decision.action == "hold"
     assert "bootstrapping or draining" in decision.reason
+    assert decision.waiting
+
+
+def test_a_hold_with_nothing_to_wait_for_is_not_waiting():
+    # Demand served / at minControllers / at maxControllers: nothing will change by waiting
+    assert not plan(spec(), 100_000, 2).waiting
+    assert not plan(spec(), 0, 2).waiting
+    assert not plan(spec(), 50_000_000, 8).waiting
 
 
 def test_a_rising_trend_scales_out_ahead_of_demand():

@@ -88,10 +88,15 @@ def test_alarm_metric_math_sums_read_and_write_ops_of_every_volume() -> None:
         "GreaterThanThreshold",
         "notBreaching",
     )
-    low = resources(make_spec()).alarm_low
+    low = resources(make_spec(), desired=3).alarm_low
     assert low is not None
     assert (low["EvaluationPeriods"], low["DatapointsToAlarm"]) == (5, 5)
+    # an idle array (no datapoints) shrinks...
     assert (low["ComparisonOperator"], low["TreatMissingData"]) == ("LessThanThreshold", "breaching")
+    # ...until minControllers, where the low alarm can never have anything to do
+    at_min = resources(make_spec(), desired=2).alarm_low
+    assert at_min is not None
+    assert (at_min["Threshold"], at_min["TreatMissingData"]) == (0, "notBreaching")
 
 
 def test_launch_template_from_instance_settings() -> None:

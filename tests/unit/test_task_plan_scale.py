@@ -55,7 +55,7 @@ def make_group(autoscaling: Any, desired: int, array_id: str = "demo") -> list[s
 
 
 # what production feeds the planner besides the demand: the simulator's lead and margin
-PRODUCTION: dict[str, Any] = {"lead_minutes": 10.0, "scale_in_headroom": 0.8}
+PRODUCTION: dict[str, Any] = {"lead_minutes": 10.0, "scale_in_headroom": 0.9, "sustained_minutes": 5}
 
 
 def request(**changes: Any) -> ScaleRequest:

@@ -17,10 +17,17 @@ SCALE_OUT_PATH = [
     "RecordDecision",
     "RecordDesiredCount",
     "ReleaseLock",
+    "ShouldRearm",
+    "WaitBeforeRearm",
+    "Rearm",
+    "Finished",
     "Decided",
 ]
 RELEASED_THEN_FAILED = ["ReleaseLockOnFailure", "FailAfterRelease"]
-REQUEST = json.loads((ROOT / "events" / "stepfunctions" / "task_plan_scale.json").read_text())
+REQUEST = {
+    **json.loads((ROOT / "events" / "stepfunctions" / "task_plan_scale.json").read_text()),
+    "rearmSeconds": 1,  # the re-arm pause (60 s deployed) kept short here
+}
 
 
 def test_unregistered_array_ends_in_the_fail_state_without_recording(
@@ -84,7 +91,12 @@ def test_a_lock_held_by_another_run_skips_without_scaling(
     assert json.loads(run["output"])["action"] == "skipped"
     assert "PlanScale" not in entered(run)
     lock_attempts = [e for e in run["events"] if e["type"] == "TaskScheduled"]
-    assert len(lock_attempts) == 1 + 6 + 1  # the first try, six retries, then the existence check
+    # the first try, six retries, the existence check, then its alarm is re-armed (the holder
+    # re-arms only its own)
+    assert len(lock_attempts) == 1 + 6 + 1 + 1
+    rearm = json.loads(lock_attempts[-1]["taskScheduledEventDetails"]["parameters"])
+    assert (rearm["AlarmName"], rearm["StateValue"]) == (REQUEST["alarmName"], "OK")
+    assert entered(run)[-4:] == ["WaitBeforeRearm", "Rearm", "Finished", "Skipped"]
 
 
 def test_scale_in_unprotects_the_leaver_before_lowering_capacity(
@@ -101,7 +113,7 @@ def test_scale_in_unprotects_the_leaver_before_lowering_capacity(
         and e["taskScheduledEventDetails"]["resource"] == "setInstanceProtection"
     )
     assert "i-0a1b2c3d4e5f60009" in protection
-    assert path[-2:] == ["ReleaseLock", "Decided"]
+    assert path[-6:] == ["ReleaseLock", "ShouldRearm", "WaitBeforeRearm", "Rearm", "Finished", "Decided"]
 
 
 def test_capacity_refused_releases_the_lock_and_fails_with_the_cause(
@@ -139,3 +151,16 @@ def test_demand_read_reaches_the_planner_and_a_failed_read_releases_the_lock(
     assert failed["status"] == "FAILED"
     assert "PlanScale" not in entered(failed)
     assert entered(failed)[-2:] == RELEASED_THEN_FAILED
+
+
+def test_a_hold_with_nothing_to_wait_for_does_not_rearm(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    # Given PlanScale decides to hold with rearm false (at max, or demand served)
+    run = run_case(sfn, workflow(NAME, "scale_array.asl.json"), "DecisionAlreadyRecorded", REQUEST)
+    assert run["status"] == "SUCCEEDED"
+    # (this case scales out, so it re-arms); a decision without rearm ends right after the lock
+    held = run_case(sfn, workflow(NAME, "scale_array.asl.json"), "HoldNothingToWaitFor", REQUEST)
+    assert held["status"] == "SUCCEEDED", held.get("cause")
+    assert entered(held)[-3:] == ["ReleaseLock", "ShouldRearm", "Decided"]
+    assert "Rearm" not in entered(held)

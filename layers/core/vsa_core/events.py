@@ -74,5 +74,7 @@ class ScaleRequest(BaseModel):
     """Epoch seconds when the trigger ran: a scaling lock whose lease ended before is free."""
     lock_until: int = Field(alias="lockUntil", ge=0)
     """Epoch seconds until which this workflow's scaling lock holds (lease)."""
+    rearm_seconds: int = Field(alias="rearmSeconds", default=60, ge=1, le=3600)
+    """How long after the run its alarm is set back to OK (when the decision says re-arm)."""
     demand: ReadDemand | None = None
     """Set by the workflow's ReadDemand step; absent, the alarm's datapoint is the demand."""

@@ -73,3 +73,21 @@ def delete_execution_name(array_id: str, version: int) -> str:
     """The DeleteArray execution for one DELETE of one version of the array: a repeated DELETE
     maps to the same name, so Step Functions starts it once."""
     return f"delete-{array_id}-v{version}"
+
+
+SLOT_PREFIX = "SLOT#"
+SLOTS = 16
+"""A controller's slot: 0..15 (io2 Multi-Attach: at most 16 controllers per array)."""
+
+
+def slot_key(slot: int) -> str:
+    """``SLOT#03``: the registry sort key of a controller slot."""
+    if not 0 <= slot < SLOTS:
+        raise ValueError(f"slot {slot} is outside 0..{SLOTS - 1}")
+    return f"{SLOT_PREFIX}{slot:02d}"
+
+
+def slot_of_key(key: str) -> int:
+    if not key.startswith(SLOT_PREFIX):
+        raise ValueError(f"{key!r} is not a slot key")
+    return int(key.removeprefix(SLOT_PREFIX))

@@ -47,6 +47,9 @@ class ScaleDecision:
     action: str  # "scale-out" | "scale-in" | "hold"
     reason: str
     under_provisioned: bool
+    waiting: bool = False
+    """The decision holds only until a cooldown ends or a bootstrap/drain finishes: the trigger
+    should come back (ScaleArray re-arms its alarm) rather than wait for a new breach."""
     # the optional inputs (defaults: the caller did not give them)
     now: str | None = None
     """ISO 8601; like the two below (datetimes are kept out of the decision: it must stay JSON)."""
@@ -204,12 +207,15 @@ def plan(
     )
 
     desired, action = current_controllers, "hold"
+    waiting = False
     if out_target > current_controllers:
         if in_flight:
+            waiting = True
             notes.append(
                 f"scale-out to {out_target} waits: {in_flight} controller(s) bootstrapping or draining"
             )
         elif out_left > 0:
+            waiting = True
             notes.append(
                 f"scale-out to {out_target} waits: scale-out cooldown "
                 f"(scaleOutCooldownSeconds={spec.scale_out_cooldown_seconds}), {out_left:.0f}s left"
@@ -222,8 +228,10 @@ def plan(
         # one at a time, but never above the ceiling (maxControllers may have been lowered)
         step = max(in_target, min(current_controllers - 1, ceiling))
         if in_flight:
+            waiting = True
             notes.append(f"scale-in to {step} waits: {in_flight} controller(s) bootstrapping or draining")
         elif in_left > 0:
+            waiting = True
             notes.append(
                 f"scale-in to {step} waits: scale-in cooldown "
                 f"(scaleInCooldownSeconds={spec.scale_in_cooldown_seconds}), {in_left:.0f}s left"
@@ -265,6 +273,7 @@ def plan(
         action=action,
         reason=reason,
         under_provisioned=under,
+        waiting=waiting,
         now=_iso(now),
         last_scale_out_at=_iso(last_scale_out_at),
         last_scale_in_at=_iso(last_scale_in_at),

@@ -261,7 +261,10 @@ def alarm_params(
             f"{spec.target_utilisation:.0%} utilisation: scale out"
         )
     else:
-        threshold, operator, missing = low, "LessThanThreshold", "breaching"
+        # at minControllers (threshold 0) there is nothing to scale in: missing data must not
+        # hold the alarm in ALARM (ScaleArray would run, hold and re-arm every few minutes)
+        threshold, operator = low, "LessThanThreshold"
+        missing = "breaching" if low > 0 else "notBreaching"
         periods, datapoints = LOW_EVALUATION_PERIODS, LOW_DATAPOINTS_TO_ALARM
         description = (
             f"Array {spec.array_id}: IOPS below {low:,.0f}, what {n - 1} controller(s) serve with "

@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 from vsa_core.clients import client
 from vsa_core.errors import ArrayNotFoundError, ConflictError
 from vsa_core.model import ArraySpec, Deletion, RegisteredArray
+from vsa_core.naming import SLOT_PREFIX, slot_of_key
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -183,6 +184,37 @@ class ArrayRegistry:
             ConditionExpression="attribute_not_exists(pk)",
         )
         return registered
+
+    def slots(self, array_id: str) -> dict[int, dict[str, str]]:
+        """The array's leased controller slots: slot → {instanceId, state, address, since}."""
+        paginator = self._dynamodb.get_paginator("query")
+        found: dict[int, dict[str, str]] = {}
+        for page in paginator.paginate(
+            TableName=self._table,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :slot)",
+            ExpressionAttributeValues={":pk": {"S": f"ARRAY#{array_id}"}, ":slot": {"S": SLOT_PREFIX}},
+            ConsistentRead=True,
+        ):
+            for item in page.get("Items", []):
+                found[slot_of_key(item["sk"]["S"])] = {
+                    k: v["S"] for k, v in item.items() if k not in ("pk", "sk") and "S" in v
+                }
+        return found
+
+    def find_slot(self, instance_id: str) -> tuple[str, int, dict[str, str]] | None:
+        """The array and slot a controller holds, wherever it is (an EC2 state-change event
+        names only the instance). A scan: slots number at most 16 per array."""
+        paginator = self._dynamodb.get_paginator("scan")
+        for page in paginator.paginate(
+            TableName=self._table,
+            FilterExpression="begins_with(sk, :slot) AND instanceId = :instance",
+            ExpressionAttributeValues={":slot": {"S": SLOT_PREFIX}, ":instance": {"S": instance_id}},
+            ConsistentRead=True,
+        ):
+            for item in page.get("Items", []):
+                fields = {k: v["S"] for k, v in item.items() if k not in ("pk", "sk") and "S" in v}
+                return item["pk"]["S"].removeprefix("ARRAY#"), slot_of_key(item["sk"]["S"]), fields
+        return None
 
     def decisions(self, array_id: str, limit: int = 10) -> list[dict[str, Any]]:
         """The newest scale decisions, newest first, as the workflow recorded them."""

@@ -13,6 +13,7 @@ class Settings(BaseModel):
     scale_state_machine_arn: str = ""
     backup_scheduler_role_arn: str = ""
     delete_state_machine_arn: str = ""
+    alarm_rearm_seconds: int = Field(default=60, ge=1, le=3600)
 
 
 @lru_cache(maxsize=1)
@@ -22,4 +23,5 @@ def get_settings() -> Settings:
         scale_state_machine_arn=os.environ.get("VSA_SCALE_STATE_MACHINE_ARN", ""),
         backup_scheduler_role_arn=os.environ.get("VSA_BACKUP_SCHEDULER_ROLE_ARN", ""),
         delete_state_machine_arn=os.environ.get("VSA_DELETE_STATE_MACHINE_ARN", ""),
+        alarm_rearm_seconds=int(os.environ.get("VSA_ALARM_REARM_SECONDS", "60")),
     )

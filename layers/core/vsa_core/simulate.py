@@ -39,7 +39,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from vsa_core.model import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.planner import ScaleDecision, controllers_needed, plan
@@ -168,6 +168,17 @@ def _needed(spec: ArraySpec, demand: float) -> int:
     )
 
 
+def planner_inputs(spec: ArraySpec, boot_minutes: int = DEFAULT_BOOT_MINUTES) -> dict[str, Any]:
+    """The planner's tuning inputs, the same in ScaleArray (``task_plan_scale``) and here: a
+    trend lead of boot + the longer of boot and the scale-out cooldown, the low alarm's margin,
+    and the low alarm's window as the minutes a scale-in must still serve."""
+    return {
+        "lead_minutes": boot_minutes + max(boot_minutes, spec.scale_out_cooldown_seconds / 60),
+        "scale_in_headroom": SCALE_IN_HYSTERESIS,
+        "sustained_minutes": LOW_EVALUATION_PERIODS,
+    }
+
+
 def simulate_planner(
     spec: ArraySpec,
     demand: Sequence[float],
@@ -187,7 +198,7 @@ def simulate_planner(
     draining: list[int] = []  # minute each is gone at
     last_out: datetime | None = None
     last_in: datetime | None = None
-    lead = boot_minutes + max(boot_minutes, spec.scale_out_cooldown_seconds / 60)
+    tuning = planner_inputs(spec, boot_minutes)
     serving_log: list[int] = []
     billed_log: list[int] = []
     changes: list[ScaleDecision] = []
@@ -212,9 +223,9 @@ def simulate_planner(
                 last_scale_in_at=last_in,
                 in_flight=len(booting) + len(draining),
                 recent_demand=demand[max(0, t - RECENT_MINUTES) : t],
-                lead_minutes=lead,
+                lead_minutes=tuning["lead_minutes"],
                 scale_in_headroom=scale_in_headroom,
-                sustained_minutes=LOW_EVALUATION_PERIODS,
+                sustained_minutes=tuning["sustained_minutes"],
             )
             added = decision.desired_controllers - desired
             if added > 0:
