@@ -14,7 +14,7 @@ from tests.documents_tool import documents
 
 ROOT = Path(__file__).resolve().parents[2]
 # What would end a single-quoted shell string or start a command; every pattern must refuse them.
-HOSTILE = ["'", ";", "$(", "`", "\n", '"', "|", "&", " ", "\\"]
+HOSTILE = ["'", ";", "$(", "`", "\n", '"', "$", "|", "&", " ", "<", ">", "\\"]
 
 
 NAMES = documents.names()
