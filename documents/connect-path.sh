@@ -13,6 +13,7 @@ DOCUMENT=connect-path
 if ((CTRL_LOSS_TMO >= 0 && RECONNECT_DELAY > CTRL_LOSS_TMO)); then
   fail "ReconnectDelay ($RECONNECT_DELAY s) is longer than CtrlLossTmo ($CTRL_LOSS_TMO s)"
 fi
+((${#HOST_NQN} <= 223)) || fail "HostNqn is longer than 223 bytes"
 IFS=, read -r -a VOLS <<<"$VOLUMES"
 NQNS=()
 for volume in "${VOLS[@]}"; do NQNS+=("$(subsystem_nqn "$ARRAY_ID" "$volume")"); done

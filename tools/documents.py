@@ -144,7 +144,7 @@ def content(document: Document) -> dict[str, Any]:
                 "name": document.camel[0].lower() + document.camel[1:],
                 "precondition": {"StringEquals": ["platformType", "Linux"]},
                 "inputs": {
-                    "timeoutSeconds": str(document.timeout_seconds),
+                    "timeoutSeconds": document.timeout_seconds,
                     "runCommand": run_command(document),
                 },
             }
