@@ -25,6 +25,10 @@ moto quirks worked around here (each also commented where it is handled):
 * Snapshots were ``completed`` at creation: ``Snapshot.status`` is an attribute moto's
   ``__init__`` assigns, so it becomes a property with a setter.
 * The default root volume is always /dev/sda1 whatever the AMI's root device name.
+* An attach, detach or terminate also updates the instance's SSM node sandbox: each attached
+  volume is a ``dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol…`` file there, as on a
+  Nitro instance (``ssm_nodes.sync_devices``), so a document looking for a volume's device
+  finds it only while the volume is attached.
 * The patches apply when the EC2 provider loads (LocalStack loads it at first EC2 call): a
   moto EC2 use before that (e.g. Auto Scaling) sees stock moto.
 """
@@ -43,6 +47,7 @@ from moto.ec2.models.instances import Instance
 from moto.ec2.responses import elastic_block_store as templates
 from moto.packages.boto.ec2.blockdevicemapping import BlockDeviceType
 
+from vsa_localcloud import ssm_nodes
 from vsa_localcloud.eventbus import emit
 
 LOCK = threading.RLock()
@@ -167,7 +172,8 @@ def attach_volume(
             attach_time=attachment.attach_time,
             delete_on_termination=bool(delete_on_termination),
         )
-        return attachment
+    _devices_changed(instance)
+    return attachment
 
 
 def detach_volume(
@@ -196,7 +202,8 @@ def detach_volume(
         attached.remove(attachment)
         attachment.instance.block_device_mapping.pop(attachment.device, None)
         attachment.status = "detached"
-        return attachment
+    _devices_changed(attachment.instance)
+    return attachment
 
 
 def teardown_defaults(self: Instance) -> None:
@@ -216,6 +223,13 @@ def teardown_defaults(self: Instance) -> None:
             attached[:] = [a for a in attached if a.instance is not self]
             if mapping.delete_on_termination and not attached:
                 backend.volumes.pop(volume.id, None)
+    _devices_changed(self)
+
+
+def _devices_changed(instance: Instance) -> None:
+    """An SSM node's /dev/disk/by-id follows its instance's attachments (called outside LOCK)."""
+    backend = instance.ec2_backend
+    ssm_nodes.sync_devices(backend.account_id, backend.region_name, instance.id)
 
 
 _volume_filter = Volume.get_filter_value

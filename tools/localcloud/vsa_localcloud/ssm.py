@@ -9,7 +9,7 @@ local managed nodes (``ssm_nodes``) and the commands run on them (``ssm_commands
 else (parameters, documents, ...) is stock LocalStack/moto.
 
 Control endpoint (``POST /_localcloud/ssm/<action>``): ``register_node``, ``set_ping``,
-``deregister_node`` (see ``ssm_nodes``).
+``deregister_node``, ``configure {"auto_register": true}`` (see ``ssm_nodes``).
 """
 
 from __future__ import annotations
@@ -255,6 +255,8 @@ CONTROL = {
     "register_node": _checked(ssm_nodes.register_node),
     "set_ping": _checked(ssm_nodes.set_ping),
     "deregister_node": _checked(ssm_nodes.deregister_node),
+    # {"auto_register": true}: every running EC2 instance is a managed node (ssm_nodes)
+    "configure": ssm_nodes.configure,
 }
 
 

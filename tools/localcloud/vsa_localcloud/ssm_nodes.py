@@ -1,17 +1,27 @@
 """Local SSM managed nodes: an EC2 instance of the local cloud plus a sandbox directory of its own.
 
-A node is registered explicitly through the control endpoint (``register_node``); its sandbox is
-``<data dir>/ssm-nodes/<instance-id>/`` where ``<data dir>`` is the local cloud's run directory
-(the parent of LocalStack's ``FILESYSTEM_ROOT``), so it is wiped with the rest of the state at
-the next start. ``set_ping`` takes a node offline (``ConnectionLost``) or back ``Online``, as an
-agent losing and regaining its connection would.
+A node is registered explicitly through the control endpoint (``register_node``), or, after
+``configure {"auto_register": true}``, every running EC2 instance of the local cloud is one (as
+instances launched with an instance profile that lets their SSM agent register become managed
+nodes): looked up whenever Run Command needs its nodes, so instances an Auto Scaling group
+launches are nodes too. Its sandbox is ``<data dir>/ssm-nodes/<instance-id>/`` where
+``<data dir>`` is the local cloud's run directory (the parent of LocalStack's
+``FILESYSTEM_ROOT``), so it is wiped with the rest of the state at the next start. ``set_ping``
+takes a node offline (``ConnectionLost``) or back ``Online``, as an agent losing and regaining
+its connection would.
+
+The sandbox is the node's root file system: every EBS volume attached to its instance appears as
+``<sandbox>/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol<hex>`` (a file holding the volume
+id), as udev names an EBS NVMe device on a Nitro instance, and disappears when the volume is
+detached or the instance terminates (``sync_devices``, called by the EBS model on every attach
+and detach, and when a node registers).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,6 +35,19 @@ AGENT_VERSION = "3.3.1611.0"
 PING_STATUSES = ("Online", "ConnectionLost")
 # EC2 states in which AWS refuses to send a command to an instance (SendCommand: InvalidInstanceId)
 GONE_STATES = ("shutting-down", "terminated")
+
+DEVICE_DIR = "dev/disk/by-id"
+EBS_DEVICE_PREFIX = "nvme-Amazon_Elastic_Block_Store_"
+
+
+@dataclass
+class Settings:
+    """What tests may change through ``CONTROL["configure"]``."""
+
+    auto_register: bool = False  # every running EC2 instance is a managed node
+
+
+SETTINGS = Settings()
 
 # One lock and condition for all Run Command state: nodes, commands and invocations. Invocation
 # threads wait on it for a node to come back online, for a cancel, or for their deadline.
@@ -107,11 +130,88 @@ def instance_gone(account_id: str, region: str, instance_id: str) -> bool:
 
 
 def node(account_id: str, region: str, instance_id: str) -> Node | None:
+    _auto_register(account_id, region)
     return NODES.get((account_id, region), {}).get(instance_id)
 
 
 def nodes(account_id: str, region: str) -> list[Node]:
+    _auto_register(account_id, region)
     return list(NODES.get((account_id, region), {}).values())
+
+
+def _new_node(account_id: str, region: str, instance: Any) -> Node:
+    """Register a running instance (under LOCK): its sandbox, its attached volumes' devices."""
+    root = data_dir() / "ssm-nodes" / instance.id
+    root.mkdir(parents=True, exist_ok=True)
+    managed = Node(
+        instance_id=instance.id,
+        account_id=account_id,
+        region=region,
+        root=root,
+        ip_address=instance.private_ip or "",
+        computer_name=instance.private_dns_name or instance.id,
+    )
+    NODES.setdefault((account_id, region), {})[instance.id] = managed
+    _sync_devices(managed, instance)
+    return managed
+
+
+def _auto_register(account_id: str, region: str) -> None:
+    """With ``auto_register`` on, every running instance of the region not yet a node becomes one."""
+    if not SETTINGS.auto_register:
+        return
+    try:
+        instances = ec2_backends[account_id][region].all_instances()
+    except Exception:  # noqa: BLE001 - a region moto cannot create holds no instances
+        return
+    with CHANGED:
+        known = NODES.get((account_id, region), {})
+        fresh = [i for i in instances if i.state == "running" and i.id not in known]
+        for instance in fresh:
+            _new_node(account_id, region, instance)
+        if fresh:
+            CHANGED.notify_all()
+
+
+def _sync_devices(managed: Node, instance: Any | None) -> None:
+    """One device file per EBS volume attached to the instance (none once it is gone)."""
+    attached = []
+    if instance is not None and instance.state not in GONE_STATES:
+        attached = [m.volume_id for m in list(instance.block_device_mapping.values()) if m.volume_id]
+    wanted = {EBS_DEVICE_PREFIX + v.replace("-", "", 1): v for v in attached}
+    directory = managed.root / DEVICE_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    for existing in directory.glob(EBS_DEVICE_PREFIX + "*"):
+        if existing.name not in wanted:
+            existing.unlink(missing_ok=True)
+    for name, volume_id in wanted.items():
+        if not (directory / name).exists():
+            (directory / name).write_text(volume_id + "\n")
+
+
+def sync_devices(account_id: str, region: str, instance_id: str) -> None:
+    """The EBS model attached or detached a volume of this instance (or terminated it): its
+    node's /dev/disk/by-id follows. Nothing for an instance that is not a managed node."""
+    with CHANGED:
+        managed = node(account_id, region, instance_id)
+        if managed is not None:
+            _sync_devices(managed, ec2_instance(account_id, region, instance_id))
+
+
+def configure(body: dict[str, Any]) -> dict[str, Any]:
+    """``{"auto_register": true|false}`` or ``{"reset": true}``; answers the settings. Nodes
+    registered automatically stay nodes when it is turned off (as registered agents do)."""
+    with CHANGED:
+        if body.pop("reset", False):
+            SETTINGS.auto_register = Settings().auto_register
+        for key, value in body.items():
+            if key not in asdict(SETTINGS):
+                raise ValueError(f"unknown setting {key!r}; one of {', '.join(asdict(SETTINGS))}")
+            if not isinstance(value, bool):
+                raise ValueError(f"{key} takes true or false")
+            setattr(SETTINGS, key, value)
+        CHANGED.notify_all()
+        return asdict(SETTINGS)
 
 
 def _where(body: dict[str, Any]) -> tuple[str, str, str]:
@@ -132,17 +232,7 @@ def register_node(body: dict[str, Any]) -> dict[str, Any]:
     with CHANGED:
         existing = node(account_id, region, instance_id)
         if existing is None:
-            root = data_dir() / "ssm-nodes" / instance_id
-            root.mkdir(parents=True, exist_ok=True)
-            existing = Node(
-                instance_id=instance_id,
-                account_id=account_id,
-                region=region,
-                root=root,
-                ip_address=instance.private_ip or "",
-                computer_name=instance.private_dns_name or instance_id,
-            )
-            NODES.setdefault((account_id, region), {})[instance_id] = existing
+            existing = _new_node(account_id, region, instance)
         CHANGED.notify_all()
         return {"InstanceId": instance_id, "Root": str(existing.root), "PingStatus": existing.ping_status}
 

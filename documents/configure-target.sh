@@ -1,0 +1,300 @@
+#!/usr/bin/env bash
+# configure-target (controller): export the array's volumes over NVMe/TCP through nvmet's configfs.
+#
+# Parameters arrive as shell variables assigned by the rendered document's prologue
+# (tools/documents.py): ARRAY_ID VOLUMES SLOT HOST_NQNS ALLOW_ANY_HOST LISTEN_ADDRESS PORT MODE
+# CONFIGFS_ROOT DEVICE_DIR MODPROBE_COMMAND. Their allowedPatterns (configure-target.yaml) are
+# what keeps them free of shell syntax.
+#
+# configfs rules this respects (drivers/nvme/target/configfs.c):
+# * a namespace's device_path, device_uuid, device_nguid and buffered_io change only while it
+#   is disabled (EBUSY/EINVAL otherwise): disable, change, enable;
+# * a port's addr_* change only while no subsystem is linked to it (EACCES): unlink, change, relink;
+# * attr_serial and attr_model are refused once a host has identified the subsystem, even for
+#   the same value: written only when they differ;
+# * attr_cntlid_min must stay <= attr_cntlid_max at every write: the order depends on the move;
+# * allowed_hosts links and attr_allow_any_host=1 exclude each other.
+# Every write is made only when the value differs, so a second run changes nothing.
+# On a plain directory tree (tests: no configfs) attributes are files and default groups are
+# directories; the script creates and removes them like configfs would show them.
+DOCUMENT=configure-target
+# vsa:include lib/common.sh
+CHANGES=0
+changed() { CHANGES=$((CHANGES + 1)); log "$*"; }
+
+# --- configfs -------------------------------------------------------------------------------
+NVMET=$(absolute "$CONFIGFS_ROOT")/nvmet
+DEVICES=$(absolute "$DEVICE_DIR")
+short() { printf '%s' "${1#"$NVMET"/}"; }
+
+read_attr() { # the attribute's value without its newline; empty when it does not exist
+  if [[ -f $1 ]]; then
+    local value
+    value=$(<"$1")
+    printf '%s' "$value"
+  fi
+}
+
+set_attr() { # write the value only when it differs
+  [[ "$(read_attr "$1")" == "$2" ]] && return 0
+  printf '%s\n' "$2" >"$1" || fail "cannot write '$2' to $1"
+  changed "set $(short "$1") = $2"
+}
+
+make_group() {
+  [[ -d $1 ]] && return 0
+  mkdir "$1" || fail "cannot create $1"
+  changed "created $(short "$1")"
+}
+
+default_group() { # created by configfs with its parent; made here on a plain directory tree
+  [[ -d $1 ]] || mkdir "$1"
+}
+
+remove_group() {
+  [[ -d $1 ]] || return 0
+  if [[ $(stat -f -c %T "$1") != configfs ]]; then
+    # a plain directory tree: attributes are files, default groups are (empty) directories
+    find "$1" -mindepth 1 -maxdepth 1 -type f -delete
+    find "$1" -mindepth 1 -maxdepth 1 -type d -empty -delete
+  fi
+  rmdir "$1" 2>/dev/null || fail "cannot remove $1: it still holds $(find "$1" -mindepth 1 -maxdepth 1 -printf '%f ')"
+  changed "removed $(short "$1")"
+}
+
+make_link() { # make_link TARGET LINK
+  [[ -L $2 ]] && return 0
+  ln -s "$1" "$2" || fail "cannot link $2 to $1"
+  changed "linked $(short "$2")"
+}
+
+drop_link() {
+  [[ -L $1 ]] || return 0
+  rm "$1" || fail "cannot unlink $1"
+  changed "unlinked $(short "$1")"
+}
+
+# --- parameters -----------------------------------------------------------------------------
+IFS=, read -r -a VOLS <<<"$VOLUMES"
+IFS=, read -r -a HOSTS <<<"$HOST_NQNS"
+PREFIX=$(subsystem_prefix "$ARRAY_ID")
+SERIAL=$(serial "$ARRAY_ID")
+MODEL=$(model "$ARRAY_ID")
+CNTLID_MIN=$(cntlid_min "$SLOT")
+CNTLID_MAX=$(cntlid_max "$SLOT")
+PORT_ID=$(port_id "$PORT")
+PORT_DIR=$NVMET/ports/$PORT_ID
+declare -A WANTED=() TOUCHED_HOSTS=() TOUCHED_PORTS=()
+REMOVED=()
+for volume in "${VOLS[@]}"; do
+  nqn=$(subsystem_nqn "$ARRAY_ID" "$volume")
+  [[ -z ${WANTED[$nqn]:-} ]] || fail "volume $volume is listed twice in Volumes"
+  WANTED[$nqn]=$volume
+done
+for host in "${HOSTS[@]}"; do
+  ((${#host} <= 223)) || fail "host NQN $host is longer than 223 bytes"
+done
+allowed_host() { local h; for h in "${HOSTS[@]}"; do [[ $h == "$1" ]] && return 0; done; return 1; }
+
+# --- steps ----------------------------------------------------------------------------------
+set_cntlid_range() { # attr_cntlid_min <= attr_cntlid_max must hold after each write
+  local sub=$1 current_max
+  current_max=$(read_attr "$sub/attr_cntlid_max")
+  if ((CNTLID_MIN > ${current_max:-65519})); then
+    set_attr "$sub/attr_cntlid_max" "$CNTLID_MAX"
+    set_attr "$sub/attr_cntlid_min" "$CNTLID_MIN"
+  else
+    set_attr "$sub/attr_cntlid_min" "$CNTLID_MIN"
+    set_attr "$sub/attr_cntlid_max" "$CNTLID_MAX"
+  fi
+}
+
+configure_hosts() {
+  local sub=$1 link name
+  if [[ $ALLOW_ANY_HOST == true ]]; then
+    for link in "$sub"/allowed_hosts/*; do
+      TOUCHED_HOSTS[${link##*/}]=1
+      drop_link "$link"
+    done
+    set_attr "$sub/attr_allow_any_host" 1
+    return 0
+  fi
+  set_attr "$sub/attr_allow_any_host" 0
+  for name in "${HOSTS[@]}"; do
+    make_link "$NVMET/hosts/$name" "$sub/allowed_hosts/$name"
+  done
+  for link in "$sub"/allowed_hosts/*; do
+    name=${link##*/}
+    if ! allowed_host "$name"; then
+      TOUCHED_HOSTS[$name]=1
+      drop_link "$link"
+    fi
+  done
+}
+
+configure_namespace() {
+  local ns=$1 device=$2 uuid=$3 nguid=$4 buffered=""
+  make_group "$ns"
+  [[ -f $ns/buffered_io ]] && buffered=0 # two controllers write one device: never cache
+  if [[ "$(read_attr "$ns/device_path")" != "$device" || "$(read_attr "$ns/device_uuid")" != "$uuid" ||
+    "$(read_attr "$ns/device_nguid")" != "$nguid" ||
+    (-n $buffered && "$(read_attr "$ns/buffered_io")" != "$buffered") ]]; then
+    if [[ "$(read_attr "$ns/enable")" == 1 ]]; then
+      set_attr "$ns/enable" 0 # these attributes change only while the namespace is disabled
+    fi
+    set_attr "$ns/device_path" "$device"
+    set_attr "$ns/device_uuid" "$uuid"
+    set_attr "$ns/device_nguid" "$nguid"
+    [[ -z $buffered ]] || set_attr "$ns/buffered_io" "$buffered"
+  fi
+  set_attr "$ns/enable" 1
+}
+
+configure_subsystem() {
+  local volume=$1 nqn sub
+  nqn=$(subsystem_nqn "$ARRAY_ID" "$volume")
+  sub=$NVMET/subsystems/$nqn
+  make_group "$sub"
+  default_group "$sub/namespaces"
+  default_group "$sub/allowed_hosts"
+  set_attr "$sub/attr_serial" "$SERIAL"
+  set_attr "$sub/attr_model" "$MODEL"
+  set_cntlid_range "$sub"
+  configure_hosts "$sub"
+  configure_namespace "$sub/namespaces/1" "$DEVICES/$(device_name "$volume")" \
+    "$(namespace_uuid "$volume")" "$(namespace_nguid "$volume")"
+}
+
+configure_port() {
+  local link name relink=()
+  make_group "$PORT_DIR"
+  default_group "$PORT_DIR/subsystems"
+  if [[ "$(read_attr "$PORT_DIR/addr_trtype")" != tcp || "$(read_attr "$PORT_DIR/addr_adrfam")" != ipv4 ||
+    "$(read_attr "$PORT_DIR/addr_traddr")" != "$LISTEN_ADDRESS" ||
+    "$(read_attr "$PORT_DIR/addr_trsvcid")" != "$PORT" ]]; then
+    # the address changes only while nothing is linked: unlink (any array's), change, relink
+    for link in "$PORT_DIR"/subsystems/*; do
+      relink+=("${link##*/}")
+      drop_link "$link"
+    done
+    set_attr "$PORT_DIR/addr_trtype" tcp
+    set_attr "$PORT_DIR/addr_adrfam" ipv4
+    set_attr "$PORT_DIR/addr_traddr" "$LISTEN_ADDRESS"
+    set_attr "$PORT_DIR/addr_trsvcid" "$PORT"
+    for name in "${relink[@]}"; do
+      if [[ -d $NVMET/subsystems/$name ]]; then
+        make_link "$NVMET/subsystems/$name" "$PORT_DIR/subsystems/$name"
+      fi
+    done
+  fi
+  for name in "${!WANTED[@]}"; do
+    make_link "$NVMET/subsystems/$name" "$PORT_DIR/subsystems/$name"
+  done
+}
+
+unlink_from_ports() { # unlink this array's subsystem from every port except KEEP
+  local nqn=$1 keep=${2:-} link port
+  for link in "$NVMET"/ports/*/subsystems/"$nqn"; do
+    port=${link%/subsystems/*}
+    [[ $port == "$keep" ]] && continue
+    TOUCHED_PORTS[$port]=1
+    drop_link "$link"
+  done
+}
+
+remove_subsystem() {
+  local nqn=$1 sub=$NVMET/subsystems/$1 ns link
+  unlink_from_ports "$nqn"
+  for ns in "$sub"/namespaces/*; do
+    if [[ "$(read_attr "$ns/enable")" == 1 ]]; then set_attr "$ns/enable" 0; fi
+    remove_group "$ns"
+  done
+  for link in "$sub"/allowed_hosts/*; do
+    TOUCHED_HOSTS[${link##*/}]=1
+    drop_link "$link"
+  done
+  remove_group "$sub"
+  REMOVED+=("$nqn")
+}
+
+prune() { # ports and hosts this run left unused (never another array's)
+  local port host links
+  for port in "${!TOUCHED_PORTS[@]}"; do
+    links=("$port"/subsystems/*)
+    if ((${#links[@]} == 0)); then remove_group "$port"; fi
+  done
+  for host in "${!TOUCHED_HOSTS[@]}"; do
+    if [[ $MODE == apply && $ALLOW_ANY_HOST != true ]] && allowed_host "$host"; then continue; fi
+    links=("$NVMET"/subsystems/*/allowed_hosts/"$host")
+    if ((${#links[@]} == 0)); then remove_group "$NVMET/hosts/$host"; fi
+  done
+}
+
+report() {
+  local first=1 nqn volume removed="" hosts="" subsystems="" port=null cntlid=null
+  for nqn in "${REMOVED[@]}"; do removed+=${removed:+,}$(json "$nqn"); done
+  if [[ $MODE == apply ]]; then
+    if [[ $ALLOW_ANY_HOST != true ]]; then
+      for nqn in "${HOSTS[@]}"; do hosts+=${hosts:+,}$(json "$nqn"); done
+    fi
+    for volume in "${VOLS[@]}"; do
+      nqn=$(subsystem_nqn "$ARRAY_ID" "$volume")
+      ((first)) || subsystems+=,
+      first=0
+      subsystems+=$(printf '{"nqn":%s,"volume":%s,"device":%s,"uuid":%s,"nguid":%s}' \
+        "$(json "$nqn")" "$(json "$volume")" "$(json "$DEVICES/$(device_name "$volume")")" \
+        "$(json "$(namespace_uuid "$volume")")" "$(json "$(namespace_nguid "$volume")")")
+    done
+    port=$(printf '{"id":%s,"trtype":"tcp","adrfam":"ipv4","traddr":%s,"trsvcid":%s}' \
+      "$PORT_ID" "$(json "$LISTEN_ADDRESS")" "$(json "$PORT")")
+    cntlid=$(printf '{"min":%s,"max":%s}' "$CNTLID_MIN" "$CNTLID_MAX")
+  fi
+  printf '{"document":"%s","arrayId":%s,"mode":"%s","slot":%s,"subsystems":[%s],"serial":%s,"model":%s,' \
+    "$DOCUMENT" "$(json "$ARRAY_ID")" "$MODE" "$SLOT" "$subsystems" "$(json "$SERIAL")" "$(json "$MODEL")"
+  printf '"cntlid":%s,"port":%s,"allowAnyHost":%s,"hosts":[%s],"removed":[%s],"changes":%s}\n' \
+    "$cntlid" "$port" "$ALLOW_ANY_HOST" "$hosts" "$removed" "$CHANGES"
+}
+
+apply() {
+  local volume missing=() sub link
+  ((${#VOLS[@]} > 0)) || fail "Volumes is empty: list the array's volumes (Mode=teardown removes the array)"
+  # every device first: a volume that is not attached changes nothing
+  for volume in "${VOLS[@]}"; do
+    [[ -e $DEVICES/$(device_name "$volume") ]] || missing+=("$volume ($DEVICES/$(device_name "$volume"))")
+  done
+  ((${#missing[@]} == 0)) ||
+    fail "no EBS NVMe device for ${missing[*]}: attach the volume to this instance first"
+  "$MODPROBE_COMMAND" nvmet || fail "'$MODPROBE_COMMAND nvmet' failed"
+  "$MODPROBE_COMMAND" nvmet-tcp || fail "'$MODPROBE_COMMAND nvmet-tcp' failed"
+  [[ -d $NVMET/subsystems && -d $NVMET/ports && -d $NVMET/hosts ]] ||
+    fail "no $NVMET/{subsystems,ports,hosts} after loading nvmet: is configfs mounted at $CONFIGFS_ROOT?"
+  if [[ $ALLOW_ANY_HOST != true ]]; then
+    for host in "${HOSTS[@]}"; do make_group "$NVMET/hosts/$host"; done
+  fi
+  for volume in "${VOLS[@]}"; do configure_subsystem "$volume"; done
+  configure_port
+  for nqn in "${!WANTED[@]}"; do unlink_from_ports "$nqn" "$PORT_DIR"; done # a former Port
+  for sub in "$NVMET"/subsystems/"$PREFIX"*; do
+    [[ -n ${WANTED[${sub##*/}]:-} ]] || remove_subsystem "${sub##*/}"
+  done
+  prune
+}
+
+teardown() {
+  local sub
+  if [[ ! -d $NVMET/subsystems ]]; then
+    log "nvmet is not loaded ($NVMET): nothing to tear down"
+    return 0
+  fi
+  for sub in "$NVMET"/subsystems/"$PREFIX"*; do remove_subsystem "${sub##*/}"; done
+  prune
+}
+
+# configure-target runs are serialised per kernel: two at once would interleave their writes
+exec 9>"${TMPDIR:-/tmp}/vsa-configure-target-$(printf '%s' "$NVMET" | sha256sum | cut -c1-16).lock"
+flock -w 120 9 || fail "another configure-target still runs on this instance after 120 s"
+case $MODE in
+  apply) apply ;;
+  teardown) teardown ;;
+esac
+report

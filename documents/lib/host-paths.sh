@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Shared by the host documents (connect-path, disconnect-path): the host's NVMe paths, read from
+# `nvme list-subsys -o json`. nvme-cli 2.x prints an array of hosts:
+#   [{"HostNQN": ..., "HostID": ..., "Subsystems": [{"Name": "nvme-subsys0", "NQN": ...,
+#     "Paths": [{"Name": "nvme0", "Transport": "tcp",
+#                "Address": "traddr=10.0.1.5,trsvcid=4420,src_addr=10.0.2.9", "State": "live"}]}]}]
+# (nvme-cli 1.x printed one object whose "Subsystems" list alternates {Name, NQN} and {Paths}:
+# read too). python3 reads the JSON (bash cannot); every host OS the control plane supports has it.
+
+# One line per path, fields separated by \x1f (empty fields survive, unlike with a tab):
+# NQN, controller device, state, traddr, trsvcid, host NQN.
+PATHS_FILTER='
+import json, sys
+text = sys.stdin.read().strip()
+data = json.loads(text) if text else []
+for host in data if isinstance(data, list) else [data]:
+    if not isinstance(host, dict):
+        continue
+    nqn = ""
+    for subsystem in host.get("Subsystems") or []:
+        nqn = subsystem.get("NQN", nqn)
+        for path in subsystem.get("Paths") or []:
+            address = dict(item.split("=", 1) for item in (path.get("Address") or "").split(",") if "=" in item)
+            fields = (nqn, path.get("Name", ""), path.get("State", ""), address.get("traddr", ""),
+                      address.get("trsvcid", ""), host.get("HostNQN", ""))
+            print("\x1f".join(fields))
+'
+
+list_paths() { # sets LISTING: one line per path; fails the document when nvme cannot list
+  local raw
+  command -v python3 >/dev/null || fail "python3 is needed to read 'nvme list-subsys -o json'"
+  raw=$("$NVME_COMMAND" list-subsys -o json) || fail "'$NVME_COMMAND list-subsys -o json' failed"
+  LISTING=$(printf '%s' "$raw" | python3 -c "$PATHS_FILTER") ||
+    fail "cannot read the output of '$NVME_COMMAND list-subsys -o json': $raw"
+}
+
+paths_report() { # paths_report LISTING NQN...: sets SUBSYSTEMS_JSON (each subsystem's paths) and LIVE_TOTAL
+  local listing=$1 nqn paths live p_nqn p_dev p_state p_addr p_port
+  shift
+  SUBSYSTEMS_JSON=""
+  LIVE_TOTAL=0
+  for nqn in "$@"; do
+    paths=""
+    live=0
+    while IFS=$'\x1f' read -r p_nqn p_dev p_state p_addr p_port _; do
+      if [[ $p_nqn != "$nqn" ]]; then continue; fi
+      paths+=${paths:+,}$(printf '{"device":%s,"address":%s,"port":%s,"state":%s}' \
+        "$(json "$p_dev")" "$(json "$p_addr")" "$(json "$p_port")" "$(json "$p_state")")
+      if [[ $p_state == live ]]; then live=$((live + 1)); fi
+    done <<<"$listing"
+    SUBSYSTEMS_JSON+=${SUBSYSTEMS_JSON:+,}$(printf '{"nqn":%s,"volume":%s,"paths":[%s],"livePaths":%s}' \
+      "$(json "$nqn")" "$(json "${nqn##*:}")" "$paths" "$live")
+    LIVE_TOTAL=$((LIVE_TOTAL + live))
+  done
+}

@@ -1,0 +1,397 @@
+"""The rendered documents run by bash on sandbox directories (no local cloud): the names they
+derive are vsa_core.nvme's, they respect the kernel's configfs rules, and the fakes behave as the
+kernel and nvme-cli do where the documents depend on it."""
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Callable
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.documents.conftest import CONFIGFS, DEVICES, FAKE_MODPROBE, FAKE_NVME, LocalNode, calls, tree
+from tests.documents_tool import documents
+from vsa_core import nvme
+from vsa_core.naming import ARRAY_ID_PATTERN
+
+ARRAY = "demo"
+VOLUMES = ["vol-0123456789abcdef0", "vol-0fedcba9876543210"]
+HOST = "nqn.2014-08.org.nvmexpress:uuid:0b9a4c7e-2f1d-8a3b-9c4d-5e6f7a8b9c0d"
+OTHER_HOST = "nqn.2014-08.org.nvmexpress:uuid:7c6b5a49-3827-8165-a4b3-c2d1e0f9a8b7"
+
+Nodes = Callable[[str], LocalNode]
+
+
+def configure(target: LocalNode, address: str, **params: str):
+    given = {
+        "ArrayId": ARRAY,
+        "Volumes": ",".join(VOLUMES),
+        "Slot": "0",
+        "HostNqns": HOST,
+        "ListenAddress": address,
+        "ConfigfsRoot": CONFIGFS,
+        "DeviceDir": DEVICES,
+        "ModprobeCommand": FAKE_MODPROBE,
+        **params,
+    }
+    return target.run("configure-target", **given)
+
+
+def connect(host: LocalNode, address: str, **params: str):
+    given = {
+        "ArrayId": ARRAY,
+        "Volumes": ",".join(VOLUMES),
+        "Address": address,
+        "HostNqn": HOST,
+        "NvmeCommand": FAKE_NVME,
+        "WaitSeconds": "2",
+        **params,
+    }
+    return host.run("connect-path", **given)
+
+
+def fake(node: LocalNode, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """A fake run directly on a node, as a document would run it."""
+    return subprocess.run(
+        [tool, *args],
+        cwd=node.root,
+        env={"VSA_NODE_ROOT": str(node.root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def writes(stderr: str) -> list[tuple[str, str]]:
+    """The attribute writes a configure-target run logged, in order: (path, value)."""
+    return re.findall(r"^configure-target: set (\S+) = (.*)$", stderr, flags=re.MULTILINE)
+
+
+# --- derived names --------------------------------------------------------------------------
+ids = st.tuples(
+    st.from_regex(ARRAY_ID_PATTERN, fullmatch=True),
+    st.from_regex(r"vol-[0-9a-f]{8,17}", fullmatch=True),
+    st.integers(min_value=0, max_value=15),
+    st.from_regex(r"i-[0-9a-f]{8,17}", fullmatch=True),
+)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases=st.lists(ids, min_size=1, max_size=12))
+def test_the_shell_derives_exactly_the_names_of_nvme_py(cases: list[tuple[str, str, int, str]]):
+    # Given arrays, volumes, slots and instances (the longest and shortest ids included below)
+    cases = [
+        *cases,
+        ("a" * 32, "vol-" + "f" * 17, 15, "i-" + "0" * 17),
+        ("abc", "vol-00000000", 0, "i-00000000"),
+    ]
+    # When the documents' shared library derives every name in one bash run
+    program = ["DOCUMENT=test", *documents.expand("# vsa:include lib/common.sh").splitlines()]
+    for array_id, volume_id, slot, instance_id in cases:
+        program.append(
+            "printf '%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s\\n' "
+            f'"$(subsystem_nqn {array_id} {volume_id})" "$(subsystem_prefix {array_id})" '
+            f'"$(namespace_uuid {volume_id})" "$(namespace_nguid {volume_id})" '
+            f'"$(serial {array_id})" "$(model {array_id})" "$(cntlid_min {slot})" "$(cntlid_max {slot})" '
+            f'"$(port_id 4420)" "$(device_name {volume_id})" "$(default_host_nqn {instance_id})" '
+            f'"$(host_id "$(default_host_nqn {instance_id})")"'
+        )
+    done = subprocess.run(["bash", "-c", "\n".join(program)], capture_output=True, text=True, check=True)
+    # Then each value is vsa_core.nvme's
+    for line, (array_id, volume_id, slot, instance_id) in zip(done.stdout.splitlines(), cases, strict=True):
+        host_nqn = nvme.default_host_nqn(instance_id)
+        assert line.split("|") == [
+            nvme.subsystem_nqn(array_id, volume_id),
+            nvme.subsystem_nqn_prefix(array_id),
+            nvme.namespace_uuid(volume_id),
+            nvme.namespace_nguid(volume_id),
+            nvme.serial(array_id),
+            nvme.model(array_id),
+            *map(str, nvme.cntlid_range(slot)),
+            str(nvme.port_id(4420)),
+            nvme.device_name(volume_id),
+            host_nqn,
+            nvme.host_id(host_nqn),
+        ]
+
+
+def test_configure_target_writes_nvme_pys_identities_into_configfs(node: Nodes):
+    # Given a controller in slot 15 with the array's volumes attached, for the longest array id
+    array_id = "a" * 32
+    target = node("c0")
+    target.attach(*VOLUMES)
+    # When configure-target applies
+    result = configure(target, "10.0.0.5", ArrayId=array_id, Slot="15")
+    # Then every attribute is vsa_core.nvme's, and the report says so
+    assert result.code == 0, result.stderr
+    report = result.report
+    low, high = nvme.cntlid_range(15)
+    assert report["cntlid"] == {"min": low, "max": high}
+    assert report["serial"] == nvme.serial(array_id)
+    assert report["port"] == {
+        "id": 4420,
+        "trtype": "tcp",
+        "adrfam": "ipv4",
+        "traddr": "10.0.0.5",
+        "trsvcid": "4420",
+    }
+    for volume_id, entry in zip(VOLUMES, report["subsystems"], strict=True):
+        nqn = nvme.subsystem_nqn(array_id, volume_id)
+        device = str(target.root / DEVICES / nvme.device_name(volume_id))
+        assert entry == {
+            "nqn": nqn,
+            "volume": volume_id,
+            "device": device,
+            "uuid": nvme.namespace_uuid(volume_id),
+            "nguid": nvme.namespace_nguid(volume_id),
+        }
+        subsystem = target.nvmet / "subsystems" / nqn
+        assert (subsystem / "attr_serial").read_text() == nvme.serial(array_id) + "\n"
+        assert (subsystem / "attr_model").read_text() == nvme.model(array_id) + "\n"
+        assert (subsystem / "attr_cntlid_min").read_text() == f"{low}\n"
+        assert (subsystem / "attr_cntlid_max").read_text() == f"{high}\n"
+        assert (subsystem / "namespaces/1/device_path").read_text() == device + "\n"
+        assert (subsystem / "namespaces/1/enable").read_text() == "1\n"
+    assert calls(target.root, "modprobe") == [["nvmet"], ["nvmet-tcp"]]
+
+
+def test_a_slot_change_keeps_cntlid_min_at_most_max_at_every_write(node: Nodes):
+    # Given a subsystem configured for slot 0 (1..4000)
+    target = node("c0")
+    target.attach(*VOLUMES)
+    assert configure(target, "10.0.0.5", Slot="0").code == 0
+    bounds = {"min": 1, "max": 4000}
+    for slot in ("15", "0", "7"):
+        # When the slot moves up or down
+        result = configure(target, "10.0.0.5", Slot=slot)
+        assert result.code == 0, result.stderr
+        # Then replaying the writes in their order, min never exceeds max (the kernel's EINVAL)
+        for path, value in writes(result.stderr):
+            if path.startswith(f"subsystems/{nvme.subsystem_nqn(ARRAY, VOLUMES[0])}/attr_cntlid_"):
+                bounds[path.rsplit("_", 1)[1]] = int(value)
+                assert bounds["min"] <= bounds["max"], f"slot {slot}: {path} = {value}"
+        assert (bounds["min"], bounds["max"]) == nvme.cntlid_range(int(slot))
+
+
+def test_namespace_attributes_change_only_while_it_is_disabled(node: Nodes):
+    # Given an enabled namespace whose kernel exposes buffered_io, found set to 1 (cached IO)
+    target = node("c0")
+    target.attach(*VOLUMES)
+    assert configure(target, "10.0.0.5").code == 0
+    namespace = target.nvmet / "subsystems" / nvme.subsystem_nqn(ARRAY, VOLUMES[0]) / "namespaces/1"
+    (namespace / "buffered_io").write_text("1\n")
+    # When configure-target runs again
+    result = configure(target, "10.0.0.5")
+    # Then it disabled the namespace, turned buffered IO off, and enabled it again
+    assert result.code == 0, result.stderr
+    ns_writes = [
+        (p.rsplit("/", 1)[1], v)
+        for p, v in writes(result.stderr)
+        if "/namespaces/1/" in p and VOLUMES[0] in p
+    ]
+    assert ns_writes == [("enable", "0"), ("buffered_io", "0"), ("enable", "1")]
+    # And a device moved to another directory goes through the same disable, change, enable
+    moved = target.root / "dev/other"
+    moved.mkdir()
+    for volume_id in VOLUMES:
+        (moved / nvme.device_name(volume_id)).write_text(volume_id)
+    result = configure(target, "10.0.0.5", DeviceDir="dev/other")
+    assert result.code == 0, result.stderr
+    ns_writes = [
+        (p.rsplit("/", 1)[1], v)
+        for p, v in writes(result.stderr)
+        if "/namespaces/1/" in p and VOLUMES[0] in p
+    ]
+    assert ns_writes == [
+        ("enable", "0"),
+        ("device_path", str(moved / nvme.device_name(VOLUMES[0]))),
+        ("enable", "1"),
+    ]
+
+
+def test_a_new_listen_address_unlinks_every_subsystem_first_and_relinks_them(node: Nodes):
+    # Given a controller exporting this array and another one on port 4420
+    target = node("c0")
+    target.attach(*VOLUMES, "vol-0aaaaaaaaaaaaaaa1")
+    assert configure(target, "10.0.0.5").code == 0
+    assert configure(target, "10.0.0.5", ArrayId="other", Volumes="vol-0aaaaaaaaaaaaaaa1").code == 0
+    port = target.nvmet / "ports/4420"
+    before = sorted(p.name for p in (port / "subsystems").iterdir())
+    # When this array is applied with a new address
+    result = configure(target, "10.0.0.6")
+    # Then nothing was linked while the address changed, and every link (the other array's too) is back
+    assert result.code == 0, result.stderr
+    log = result.stderr.splitlines()
+    address_write = next(i for i, line in enumerate(log) if "addr_traddr = 10.0.0.6" in line)
+    unlinks = [i for i, line in enumerate(log) if "unlinked ports/4420/subsystems/" in line]
+    relinks = [
+        i for i, line in enumerate(log) if "linked ports/4420/subsystems/" in line and "unlinked" not in line
+    ]
+    assert len(unlinks) == len(before) == 3
+    assert max(unlinks) < address_write < min(relinks)
+    assert sorted(p.name for p in (port / "subsystems").iterdir()) == before
+    assert (port / "addr_traddr").read_text() == "10.0.0.6\n"
+
+
+def test_allowed_hosts_and_allow_any_host_never_coexist(node: Nodes):
+    target = node("c0")
+    target.attach(*VOLUMES)
+    subsystem = target.nvmet / "subsystems" / nvme.subsystem_nqn(ARRAY, VOLUMES[0])
+    assert configure(target, "10.0.0.5", HostNqns=f"{HOST},{OTHER_HOST}").code == 0
+    assert sorted(p.name for p in (subsystem / "allowed_hosts").iterdir()) == sorted([HOST, OTHER_HOST])
+    # a host no longer listed loses its link, and its host entry once no subsystem uses it
+    assert configure(target, "10.0.0.5", HostNqns=HOST).code == 0
+    assert [p.name for p in (subsystem / "allowed_hosts").iterdir()] == [HOST]
+    assert sorted(p.name for p in (target.nvmet / "hosts").iterdir()) == [HOST]
+    # any host: the links go before attr_allow_any_host is set (the kernel refuses it otherwise)
+    result = configure(target, "10.0.0.5", AllowAnyHost="true")
+    log = result.stderr.splitlines()
+    assert result.code == 0, result.stderr
+    unlink = next(i for i, line in enumerate(log) if "unlinked" in line and "allowed_hosts" in line)
+    allow = next(i for i, line in enumerate(log) if "attr_allow_any_host = 1" in line)
+    assert unlink < allow
+    assert list((subsystem / "allowed_hosts").iterdir()) == []
+    assert list((target.nvmet / "hosts").iterdir()) == []
+    assert result.report["allowAnyHost"] is True
+    assert result.report["hosts"] == []
+    # and back: attr_allow_any_host is 0 before a host is linked
+    result = configure(target, "10.0.0.5")
+    log = result.stderr.splitlines()
+    deny = next(i for i, line in enumerate(log) if "attr_allow_any_host = 0" in line)
+    link = next(i for i, line in enumerate(log) if "linked" in line and "allowed_hosts" in line)
+    assert deny < link
+
+
+def test_a_new_port_takes_the_arrays_subsystems_and_the_old_port_goes(node: Nodes):
+    target = node("c0")
+    target.attach(*VOLUMES)
+    assert configure(target, "10.0.0.5").code == 0
+    result = configure(target, "10.0.0.5", Port="4421")
+    assert result.code == 0, result.stderr
+    assert not (target.nvmet / "ports/4420").exists()
+    assert len(list((target.nvmet / "ports/4421/subsystems").iterdir())) == 2
+    assert result.report["port"]["id"] == 4421
+
+
+def test_a_missing_device_fails_naming_it_and_changes_nothing(node: Nodes):
+    target = node("c0")
+    target.attach(VOLUMES[0])  # the second volume is not attached
+    result = configure(target, "10.0.0.5")
+    assert result.code == 1
+    assert VOLUMES[1] in result.stderr
+    assert "attach the volume" in result.stderr
+    assert result.report["error"]
+    assert tree(target.root / CONFIGFS) == {}  # not even the modules were loaded
+
+
+def test_teardown_leaves_other_arrays_and_a_shared_port(node: Nodes):
+    target = node("c0")
+    target.attach(*VOLUMES, "vol-0aaaaaaaaaaaaaaa1")
+    assert configure(target, "10.0.0.5").code == 0
+    assert (
+        configure(
+            target, "10.0.0.5", ArrayId="other", Volumes="vol-0aaaaaaaaaaaaaaa1", HostNqns=OTHER_HOST
+        ).code
+        == 0
+    )
+    result = configure(target, "10.0.0.5", Mode="teardown")
+    assert result.code == 0, result.stderr
+    assert sorted(result.report["removed"]) == sorted(nvme.subsystem_nqn(ARRAY, v) for v in VOLUMES)
+    other = nvme.subsystem_nqn("other", "vol-0aaaaaaaaaaaaaaa1")
+    assert [p.name for p in (target.nvmet / "subsystems").iterdir()] == [other]
+    assert [p.name for p in (target.nvmet / "ports/4420/subsystems").iterdir()] == [other]
+    assert [p.name for p in (target.nvmet / "hosts").iterdir()] == [OTHER_HOST]
+    # the last array's teardown takes the port too; a second teardown has nothing to do
+    assert configure(target, "10.0.0.5", ArrayId="other", Mode="teardown").code == 0
+    assert list((target.nvmet / "ports").iterdir()) == []
+    again = configure(target, "10.0.0.5", ArrayId="other", Mode="teardown")
+    assert again.code == 0
+    assert again.report["changes"] == 0
+
+
+# --- the fakes -------------------------------------------------------------------------------
+def test_a_second_path_from_an_overlapping_cntlid_range_is_rejected_as_a_duplicate(node: Nodes):
+    # Given two controllers configured with the same slot (so the same controller ids)
+    first, second, host = node("c0"), node("c1"), node("h0")
+    for target, address in ((first, "10.0.0.5"), (second, "10.0.0.6")):
+        target.attach(*VOLUMES)
+        assert configure(target, address, Slot="3").code == 0
+    assert connect(host, "10.0.0.5").code == 0
+    # When the host connects to the second one / Then the kernel's duplicate check refuses it
+    result = connect(host, "10.0.0.6")
+    assert result.code == 1
+    assert "Duplicate cntlid 12001" in result.stderr
+    assert result.report["missing"] == [nvme.subsystem_nqn(ARRAY, v) for v in VOLUMES]
+    # And with the slot fixed the path comes up
+    assert configure(second, "10.0.0.6", Slot="4").code == 0
+    assert connect(host, "10.0.0.6").code == 0
+
+
+def test_a_path_is_live_only_while_its_target_exports_it_and_goes_after_ctrl_loss_tmo(node: Nodes):
+    target, host = node("c0"), node("h0")
+    target.attach(*VOLUMES)
+    assert configure(target, "10.0.0.5").code == 0
+    assert connect(host, "10.0.0.5", CtrlLossTmo="1", ReconnectDelay="1").code == 0
+    # the target stops exporting: the paths reconnect ("connecting"), then are deleted
+    assert configure(target, "10.0.0.5", Mode="teardown").code == 0
+    listing = json.loads(fake(host, FAKE_NVME, "list-subsys", "-o", "json").stdout)
+    states = [p["State"] for h in listing for s in h["Subsystems"] for p in s["Paths"]]
+    assert states == ["connecting", "connecting"]
+    time.sleep(2.2)
+    result = host.run(
+        "disconnect-path", ArrayId=ARRAY, Volumes=",".join(VOLUMES), Address="10.0.0.5", NvmeCommand=FAKE_NVME
+    )
+    assert result.code == 0, result.stderr
+    assert result.report["disconnected"] == []  # the kernel gave up on them already
+    assert result.report["livePaths"] == 0
+
+
+def test_list_subsys_has_nvme_cli_2s_shape(node: Nodes):
+    target, host = node("c0"), node("h0")
+    target.attach(*VOLUMES)
+    assert configure(target, "10.0.0.5").code == 0
+    assert connect(host, "10.0.0.5").code == 0
+    (entry,) = json.loads(fake(host, FAKE_NVME, "list-subsys", "-o", "json").stdout)
+    assert set(entry) == {"HostNQN", "HostID", "Subsystems"}
+    assert entry["HostNQN"] == HOST
+    assert entry["HostID"] == nvme.host_id(HOST)
+    subsystem = entry["Subsystems"][0]
+    assert set(subsystem) == {"Name", "NQN", "IOPolicy", "Paths"}
+    assert subsystem["Name"].startswith("nvme-subsys")
+    (path,) = subsystem["Paths"]
+    assert path == {
+        "Name": path["Name"],
+        "Transport": "tcp",
+        "Address": "traddr=10.0.0.5,trsvcid=4420",
+        "State": "live",
+    }
+
+
+def test_connecting_twice_exits_1_already_connected_and_a_stranger_is_refused(node: Nodes):
+    target, host = node("c0"), node("h0")
+    target.attach(*VOLUMES)
+    assert configure(target, "10.0.0.5").code == 0
+    nqn = nvme.subsystem_nqn(ARRAY, VOLUMES[0])
+    argv = ["connect", "-t", "tcp", "-a", "10.0.0.5", "-s", "4420", "-n", nqn, "--hostnqn", HOST]
+    assert fake(host, FAKE_NVME, *argv).returncode == 0
+    again = fake(host, FAKE_NVME, *argv)
+    assert again.returncode == 1
+    assert "already connected" in again.stderr
+    stranger = connect(host, "10.0.0.5", HostNqn=OTHER_HOST)
+    assert stranger.code == 1
+    assert "Connect Invalid Host" in stranger.stderr
+    assert "no live path to 10.0.0.5:4420" in stranger.report["error"]
+
+
+def test_fake_modprobe_loads_nvmet_into_the_node_and_refuses_unknown_modules(node: Nodes):
+    target = node("c0")
+    assert fake(target, FAKE_MODPROBE, "nvmet-tcp").returncode == 0
+    assert sorted(p.name for p in target.nvmet.iterdir()) == ["hosts", "ports", "subsystems"]
+    assert fake(target, FAKE_MODPROBE, "nvmet-tcp").returncode == 0  # loaded already: nothing to do
+    (target.nvmet / "subsystems" / "x").mkdir()
+    assert "in use" in fake(target, FAKE_MODPROBE, "-r", "nvmet").stderr
+    missing = fake(target, FAKE_MODPROBE, "no-such-module")
+    assert missing.returncode == 1
+    assert "not found" in missing.stderr

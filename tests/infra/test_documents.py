@@ -1,0 +1,154 @@
+"""The SSM documents: template.yaml holds exactly what documents/ renders, and every parameter's
+allowedPattern keeps its value inside the script's quotes (SSM substitutes {{ Name }} as text)."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.documents_tool import documents
+
+ROOT = Path(__file__).resolve().parents[2]
+# What would end a single-quoted shell string or start a command; every pattern must refuse them.
+HOSTILE = ["'", ";", "$(", "`", "\n", '"', "$", "|", "&", " ", "<", ">", "\\"]
+
+
+NAMES = documents.names()
+
+
+class _CfnLoader(yaml.SafeLoader):
+    """Reads template.yaml's short-form intrinsics (!Ref, !Sub, ...) as plain values."""
+
+
+_CfnLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def _template() -> dict[str, Any]:
+    return yaml.load((ROOT / "template.yaml").read_text(), Loader=_CfnLoader)  # a SafeLoader subclass
+
+
+def _parameters() -> list[tuple[str, str, dict[str, str], str]]:
+    """(document, parameter, declaration, a valid example value) for every parameter."""
+    found = []
+    for name in NAMES:
+        document = documents.load(name)
+        for key, declared in document.parameters.items():
+            example = document.examples.get(key) or declared.get("default", "")
+            found.append((name, key, declared, example))
+    return found
+
+
+PARAMETERS = _parameters()
+
+
+def test_the_documents_the_workflows_call_exist():
+    assert {"configure-target", "connect-path", "disconnect-path"} <= set(NAMES)
+
+
+def test_template_holds_exactly_what_documents_render():
+    assert documents.render((ROOT / "template.yaml").read_text()) == (ROOT / "template.yaml").read_text(), (
+        "template.yaml's SSM documents are out of date: run `python tools/documents.py`"
+    )
+
+
+def test_check_mode_passes_on_the_committed_template():
+    result = subprocess.run(
+        [shutil.which("python3") or "python3", str(ROOT / "tools" / "documents.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_each_document_is_a_command_resource_with_an_output():
+    template = _template()
+    for name in NAMES:
+        document = documents.load(name)
+        resource = template["Resources"][document.resource]
+        assert resource["Type"] == "AWS::SSM::Document"
+        properties = resource["Properties"]
+        assert properties["DocumentType"] == "Command"
+        assert properties["UpdateMethod"] == "NewVersion"
+        content = properties["Content"]
+        assert content["schemaVersion"] == "2.2"
+        (step,) = content["mainSteps"]
+        assert step["action"] == "aws:runShellScript"
+        assert 0 < int(step["inputs"]["timeoutSeconds"]) <= 3600
+        assert step["inputs"]["runCommand"] == documents.run_command(document)
+        assert document.output in template["Outputs"]
+
+
+@pytest.mark.parametrize(("document", "parameter", "declared", "example"), PARAMETERS)
+def test_every_parameter_is_a_described_string_with_a_pattern_its_values_match(
+    document: str, parameter: str, declared: dict[str, str], example: str
+):
+    assert declared["type"] == "String"
+    assert declared.get("description"), f"{document}.{parameter} has no description"
+    pattern = declared.get("allowedPattern")
+    assert pattern, f"{document}.{parameter} has no allowedPattern"
+    assert pattern.startswith("^")
+    assert pattern.endswith("$")
+    assert example, f"{document}.{parameter}: add a valid value under examples: in documents/{document}.yaml"
+    assert re.fullmatch(pattern, example), f"{document}.{parameter}: example {example!r} does not match"
+    if "default" in declared:
+        assert re.fullmatch(pattern, declared["default"]), f"{document}.{parameter}: default does not match"
+
+
+@pytest.mark.parametrize(("document", "parameter", "declared", "example"), PARAMETERS)
+@pytest.mark.parametrize("hostile", HOSTILE, ids=repr)
+def test_every_pattern_refuses_shell_syntax_anywhere_in_a_value(
+    document: str, parameter: str, declared: dict[str, str], example: str, hostile: str
+):
+    pattern = declared["allowedPattern"]
+    for value in (hostile, example + hostile, hostile + example, example[:1] + hostile + example[1:]):
+        # SendCommand matches the whole value; a search must not find a match either (an
+        # implementation that searched would still be anchored by ^...$ without MULTILINE)
+        assert not re.fullmatch(pattern, value), f"{document}.{parameter} accepts {value!r}"
+        assert not re.search(pattern, value) or (hostile == "\n" and value.endswith("\n")), (
+            f"{document}.{parameter}: a search finds {value!r}"
+        )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_prologue_assigns_every_parameter_single_quoted_and_the_script_uses_it(name: str):
+    document = documents.load(name)
+    lines = documents.run_command(document)
+    assert lines[0] == "#!/bin/bash"
+    for parameter in document.parameters:
+        variable = documents.variable(parameter)
+        assert f"{variable}='{{{{ {parameter} }}}}'" in lines
+        assert re.search(rf"\${{?{variable}\b", document.script), f"{name} never reads {variable}"
+    # only the prologue has placeholders: SSM must substitute nothing inside the script itself
+    body = document.script
+    assert "{{" not in body, f"documents/{name}.sh contains '{{{{': SSM would substitute it"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_rendered_scripts_are_valid_bash_and_shellcheck_clean(name: str):
+    script = "\n".join(documents.run_command(documents.load(name))) + "\n"
+    syntax = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True, check=False)
+    assert syntax.returncode == 0, syntax.stderr
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed")
+    lint = subprocess.run(
+        [shellcheck, "--shell=bash", "--severity=warning", "-"],
+        input=script,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert lint.returncode == 0, lint.stdout
+
+
+def test_render_script_checks_values_as_send_command_does():
+    with pytest.raises(ValueError, match="does not match"):
+        documents.render_script("connect-path", {"ArrayId": "x'; reboot #"})
+    with pytest.raises(ValueError, match="required"):
+        documents.render_script("connect-path", {})
