@@ -28,12 +28,12 @@ stop_cloud() {
 }
 trap stop_cloud EXIT
 
-step "tests: unit + infra (no network); local-cloud fidelity, workflows (mocked tasks), integration (real template, real Lambda code)"
+step "tests: unit + infra (no network); host documents (real XFS on loop devices, as root); local-cloud fidelity, workflows (mocked tasks), integration (real template, real Lambda code)"
 if ! tools/localcloud.sh status >/dev/null 2>&1; then
   tools/localcloud.sh start || exit 1
   started_here=1
 fi
-"$VENV/python" -m pytest tests/unit tests/infra tests/localcloud tests/workflows tests/integration
+"$VENV/python" -m pytest tests/unit tests/infra tests/documents tests/localcloud tests/workflows tests/integration
 status=$?
 if [[ $status -ne 0 ]]; then
   echo; echo "=== local cloud log (tests failed)"
