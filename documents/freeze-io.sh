@@ -12,6 +12,8 @@
 #   4. print a one-line JSON report as the last stdout line (diagnostics go to stderr).
 # The prologue (rendered from freeze-io.yaml) sets MOUNTPOINTS, TIMEOUT_SECONDS, BACKUP_ID,
 # STATE_DIR and FSFREEZE_COMMAND.
+# The SSM agent runs the script with sh (dash on Debian and Ubuntu): run it again under bash.
+if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
 set -uo pipefail
 export LC_ALL=C
 WHO=freeze-io

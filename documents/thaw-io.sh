@@ -9,6 +9,8 @@
 # instant each mountpoint thawed, and whether the watchdog had already fired.
 # The prologue (rendered from thaw-io.yaml) sets MOUNTPOINTS, TIMEOUT_SECONDS, BACKUP_ID, STATE_DIR
 # and FSFREEZE_COMMAND (TimeoutSeconds is unused here: the documents share one parameter set).
+# The SSM agent runs the script with sh (dash on Debian and Ubuntu): run it again under bash.
+if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
 set -uo pipefail
 export LC_ALL=C
 WHO=thaw-io

@@ -79,12 +79,12 @@ def write_script(name: str, values: Mapping[str, str], directory: Path, **kwargs
 def run_document(
     name: str, values: Mapping[str, str], directory: Path, *, timeout: float = 60, **kwargs: bool
 ) -> Run:
-    """Run the rendered script with bash in its own session, as the SSM agent runs a command in
-    its own process group. A script that leaves a child holding stdout open hangs here and fails
-    by ``timeout``: the watchdog must not keep the command's output open."""
+    """Run the rendered script as the SSM agent runs ``aws:runShellScript``: ``sh <file>`` (dash on
+    Debian), in its own process group. A script that leaves a child holding stdout open hangs
+    here and fails by ``timeout``: the watchdog must not keep the command's output open."""
     script = write_script(name, values, directory, **kwargs)
     done = subprocess.run(
-        ["bash", str(script)],
+        ["sh", str(script)],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -95,3 +95,26 @@ def test_the_scripts_check_their_parameters_too(
     assert run.report["status"] == "failed"
     assert complaint in run.report["reason"]
     assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("name", HOST_DOCUMENTS)
+def test_the_first_command_moves_to_bash(name: str) -> None:
+    # The agent runs aws:runShellScript with sh (dash on Debian, Ubuntu): everything before the
+    # bash re-exec, the prologue included, must be POSIX sh.
+    commands = [
+        line
+        for line in render_script(name, {"Mountpoints": "/data"}).splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert all(re.fullmatch(r"[A-Z_]+='[^']*'", line) for line in commands[:5])
+    assert commands[5] == 'if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi'
+
+
+def test_kernel_tests_skip_with_the_reason_when_not_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.documents import conftest
+
+    monkeypatch.setattr(conftest.os, "geteuid", lambda: 1000)
+    assert conftest._missing() == "needs root (loop devices, mount, fsfreeze)"
+    monkeypatch.setattr(conftest.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(conftest.shutil, "which", lambda tool: None if tool == "mkfs.xfs" else "/bin/true")
+    assert "missing mkfs.xfs" in (conftest._missing() or "")

@@ -183,7 +183,7 @@ def test_killing_the_freeze_process_group_after_arming_still_thaws(lab: Lab) -> 
     )
     started = time.time()
     with open(lab.root / "freeze.out", "wb") as out:
-        freeze_io = lab.spawn("bash", str(script), stdout=out, stderr=out, start_new_session=True)
+        freeze_io = lab.spawn("sh", str(script), stdout=out, stderr=out, start_new_session=True)
     assert wait_until(ready.exists, 10), "freeze-io did not freeze"
     writer = lab.writer(data)
     assert blocked(writer, 0.2)
