@@ -348,6 +348,9 @@ for i in "${!MPS[@]}"; do
       xfs | ext3 | ext4 | btrfs | f2fs | jfs | nilfs2 | reiserfs | gfs2 | ocfs2) ;;
       *) problems+=("$mp is a $MI_FSTYPE filesystem, which cannot be frozen for a snapshot (xfs, ext3, ext4, btrfs, f2fs, jfs, nilfs2, reiserfs, gfs2 and ocfs2 can)") ;;
     esac
+    if [[ $(stat -L -c %d "$STATE_DIR") == "$(stat -L -c %d "$mp")" ]]; then
+      problems+=("StateDir $STATE_DIR is on the filesystem mounted at $mp: the watchdog could not log, so not thaw, while it is frozen; use a StateDir elsewhere (default /run/vsa-freeze)")
+    fi
     if [[ -n ${seen_dev[$MI_SOURCE]:-} ]]; then
       problems+=("$mp and ${seen_dev[$MI_SOURCE]} are the same filesystem ($MI_SOURCE): list it once")
     fi

@@ -230,6 +230,22 @@ def test_an_unfreezable_mountpoint_is_refused_before_anything_is_frozen(lab: Lab
     assert finished_at(writer, 5) is not None, "the good filesystem was left frozen"
 
 
+def test_a_state_dir_on_a_listed_filesystem_is_refused(lab: Lab) -> None:
+    # The watchdog writes its log in StateDir: on a frozen filesystem it would block, not thaw
+    data = lab.xfs()
+    inside = data.mountpoint / "state"
+    refused = run_document(
+        "freeze-io",
+        {"Mountpoints": str(data.mountpoint), "BackupId": "bk-inside", "StateDir": str(inside)},
+        lab.root,
+    )
+    assert refused.returncode == 1
+    assert refused.report["stage"] == "preflight"
+    assert f"StateDir {inside} is on the filesystem mounted at {data.mountpoint}" in refused.report["reason"]
+    assert refused.report["watchdogPid"] is None
+    assert finished_at(lab.writer(data), 5) is not None
+
+
 def test_a_freeze_that_fails_midway_thaws_what_it_froze_and_cancels_the_watchdog(lab: Lab) -> None:
     data, logs = lab.xfs("data"), lab.xfs("logs")
     failing = lab.root / "failing-fsfreeze"
