@@ -128,7 +128,7 @@ superblock_alive() {
 # that would thaw (or freeze) the filesystem that contains the directory instead.
 thaw_one() {
   local mp=$1 dev=${2:-} fstype=${3:-} other rescue err
-  if mount_info "$mp" && [[ -z $dev || $MI_SOURCE == "$dev" ]]; then
+  if mount_info "$mp" && [[ -z $dev || ($MI_SOURCE == "$dev" && $MI_FSTYPE == "${fstype:-$MI_FSTYPE}") ]]; then
     thaw_path "$mp"
   elif [[ -z $dev ]]; then
     RESULT=not-mounted DETAIL='not a mountpoint (any more); no record of what was mounted there, nothing to thaw'
@@ -303,7 +303,7 @@ fail() { # REASON: undo what was frozen, report, exit 1
   log "failed ($STAGE): $1"
   for ((i = ${#FROZEN[@]} - 1; i >= 0; i--)); do
     thaw_one "${MPS[${FROZEN[$i]}]}" "${DEVICE[${FROZEN[$i]}]}" "${FSTYPE[${FROZEN[$i]}]}"
-    log "rollback ${MPS[${FROZEN[$i]}]}: $RESULT${DETAIL:+ ($DETAIL)}"
+    log "rollback ${MPS[${FROZEN[$i]}]}: $RESULT at $(secs "$THAWED_AT_MS")${DETAIL:+ ($DETAIL)}"
     [[ $RESULT == failed ]] && rolled_back=0
   done
   if [[ -n $ARMED_MS && $rolled_back == 1 ]]; then
@@ -323,7 +323,7 @@ if ! check_params; then
   TIMEOUT_SECONDS=''
   fail "$PROBLEM"
 fi
-mkdir -p -m 0700 "$STATE_DIR" || fail "cannot create StateDir $STATE_DIR"
+mkdir -p "$STATE_DIR" && chmod 0700 "$STATE_DIR" || fail "cannot create StateDir $STATE_DIR"
 
 # 1. preflight: every problem, for every mountpoint, before anything is frozen
 problems=()

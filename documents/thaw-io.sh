@@ -125,7 +125,7 @@ superblock_alive() {
 # that would thaw (or freeze) the filesystem that contains the directory instead.
 thaw_one() {
   local mp=$1 dev=${2:-} fstype=${3:-} other rescue err
-  if mount_info "$mp" && [[ -z $dev || $MI_SOURCE == "$dev" ]]; then
+  if mount_info "$mp" && [[ -z $dev || ($MI_SOURCE == "$dev" && $MI_FSTYPE == "${fstype:-$MI_FSTYPE}") ]]; then
     thaw_path "$mp"
   elif [[ -z $dev ]]; then
     RESULT=not-mounted DETAIL='not a mountpoint (any more); no record of what was mounted there, nothing to thaw'
@@ -238,7 +238,7 @@ if ! check_params; then
   report failed "$PROBLEM"
   exit 1
 fi
-if ! mkdir -p -m 0700 "$STATE_DIR"; then
+if ! { mkdir -p "$STATE_DIR" && chmod 0700 "$STATE_DIR"; }; then
   report failed "cannot create StateDir $STATE_DIR"
   exit 1
 fi

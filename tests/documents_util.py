@@ -1,11 +1,12 @@
 """The host documents' scripts, built exactly as tools/documents.py renders them into template.yaml.
 
-A document is ``documents/<name>.yaml`` (description and SSM schema 2.2 ``parameters``) plus
-``documents/<name>.sh`` (the bash body). The rendered script is a prologue of one
-``NAME='{{ Name }}'`` line per parameter (NAME is the parameter's name in upper snake case), in
-the order the YAML declares them, followed by the body. SSM substitutes the values after
-checking each against its ``allowedPattern``; ``render_script`` does both, so tests run the
-very text a host would run.
+A document is ``documents/<name>.yaml`` (description, SSM schema 2.2 ``parameters``, optionally
+the command's ``timeoutSeconds`` and test ``examples``) plus ``documents/<name>.sh`` (the bash
+body). The rendered script is ``#!/bin/bash``, then a prologue of one ``NAME='{{ Name }}'`` line
+per parameter (NAME is the parameter's name in upper snake case), in the order the YAML declares
+them, then the body (without a shebang of its own). SSM substitutes the values after checking
+each against its ``allowedPattern``; ``render_script`` does both, so tests run the very text a
+host would run.
 """
 
 import json
@@ -44,13 +45,16 @@ def render_script(name: str, values: Mapping[str, str], *, check_patterns: bool 
     unknown = sorted(set(values) - set(parameters))
     if unknown:
         raise ValueError(f"{name} has no parameter {', '.join(unknown)}")
-    prologue = []
+    prologue = ["#!/bin/bash"]
     for parameter, spec in parameters.items():
         value = values.get(parameter, spec["default"])
         if check_patterns and not re.fullmatch(spec["allowedPattern"], value):
             raise ValueError(f"{name}: {parameter}={value!r} does not match {spec['allowedPattern']}")
         prologue.append(f"{shell_name(parameter)}='{value}'")
-    return "\n".join(prologue) + "\n" + (DOCUMENTS / f"{name}.sh").read_text()
+    body = (DOCUMENTS / f"{name}.sh").read_text()
+    if body.startswith("#!"):
+        body = body.split("\n", 1)[1]
+    return "\n".join(prologue) + "\n" + body
 
 
 @dataclass

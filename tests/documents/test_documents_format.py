@@ -1,6 +1,7 @@
 """The host documents' format and parameter safety: no root, no kernel objects."""
 
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -16,7 +17,8 @@ HOSTILE = ["a'b", "/x'; reboot; '", "$(reboot)", "`reboot`", "/a;b", "/a b", "/a
 @pytest.mark.parametrize("name", HOST_DOCUMENTS)
 def test_document_shape(name: str) -> None:
     document = load_document(name)
-    assert set(document) == {"description", "parameters"}
+    assert set(document) <= {"description", "parameters", "timeoutSeconds", "examples"}
+    assert 0 < int(document.get("timeoutSeconds", "600")) <= 3600
     assert document["description"].startswith(f"VSA {name}:")
     assert list(document["parameters"]) == PARAMETERS
     for parameter, spec in document["parameters"].items():
@@ -25,6 +27,9 @@ def test_document_shape(name: str) -> None:
         assert re.fullmatch(spec["allowedPattern"], spec["default"]), (
             f"{parameter}'s default fails its pattern"
         )
+        example = document.get("examples", {}).get(parameter) or spec["default"]
+        assert example, f"{parameter}: give an example (tools/documents.py's tests use it)"
+        assert re.fullmatch(spec["allowedPattern"], example)
 
 
 @pytest.mark.parametrize("name", HOST_DOCUMENTS)
@@ -61,7 +66,7 @@ def test_prologue_names_and_quoting() -> None:
     ]
     script = render_script("freeze-io", {"Mountpoints": "/data,/logs", "BackupId": "bk-1"})
     assert script.startswith(
-        "MOUNTPOINTS='/data,/logs'\nTIMEOUT_SECONDS='10'\nBACKUP_ID='bk-1'\n"
+        "#!/bin/bash\nMOUNTPOINTS='/data,/logs'\nTIMEOUT_SECONDS='10'\nBACKUP_ID='bk-1'\n"
         "STATE_DIR='/run/vsa-freeze'\nFSFREEZE_COMMAND='fsfreeze'\n# freeze-io:"
     )
     with pytest.raises(ValueError, match="does not match"):
@@ -107,6 +112,8 @@ def test_the_first_command_moves_to_bash(name: str) -> None:
         if line.strip() and not line.startswith("#")
     ]
     assert all(re.fullmatch(r"[A-Z_]+='[^']*'", line) for line in commands[:5])
+    # (tools/documents.py puts #!/bin/bash first, which the agent's `sh -c <file>` honours; the
+    # re-exec covers `sh <file>`)
     assert commands[5] == 'if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi'
 
 
@@ -118,3 +125,15 @@ def test_kernel_tests_skip_with_the_reason_when_not_root(monkeypatch: pytest.Mon
     monkeypatch.setattr(conftest.os, "geteuid", lambda: 0)
     monkeypatch.setattr(conftest.shutil, "which", lambda tool: None if tool == "mkfs.xfs" else "/bin/true")
     assert "missing mkfs.xfs" in (conftest._missing() or "")
+
+
+@pytest.mark.parametrize("name", HOST_DOCUMENTS)
+def test_rendered_scripts_are_shellcheck_clean(name: str) -> None:
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed")
+    script = render_script(name, {"Mountpoints": "/data"})
+    lint = subprocess.run(
+        [shellcheck, "--shell=bash", "--severity=warning", "-"], input=script, text=True, capture_output=True
+    )
+    assert lint.returncode == 0, lint.stdout
