@@ -11,7 +11,7 @@ LOCAL := env PATH="$(VENV):$$PATH" VSA_LOCALCLOUD_PORT=$(PORT) AWS_ENDPOINT_URL=
 OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0
 
 .PHONY: demo test install localcloud-start localcloud-stop localcloud-logs build deploy-local \
-	lint format typecheck validate unit integration bench clean
+	lint format typecheck validate unit documents integration bench clean
 
 demo: install
 	@$(LOCAL) bash tools/demo.sh
@@ -53,6 +53,11 @@ validate: install
 
 unit: install
 	$(OFFLINE) $(VENV)/python -m pytest tests/unit tests/infra
+
+# The documents without the local cloud: freeze-io/thaw-io on real XFS on loop devices (root),
+# the rendered controller/host scripts on sandbox directories with the fake nvme and modprobe.
+documents: install
+	$(OFFLINE) $(VENV)/python -m pytest tests/documents/test_freeze_thaw.py tests/documents/test_documents_format.py tests/documents/test_scripts_local.py
 
 integration: install
 	@$(LOCAL) $(VENV)/python -m pytest tests/integration

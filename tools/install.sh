@@ -43,6 +43,22 @@ mkdir -p "$VSA_STATE"
 # One install at a time (several local clouds or test runs may call this concurrently).
 exec 9>"$VSA_STATE/.install.lock"
 flock 9
+
+# --- system packages (only if missing) ---------------------------------------------------------
+# tests/documents freezes real XFS filesystems on loop devices: mkfs.xfs (xfsprogs); losetup,
+# fsfreeze, findmnt, mount (util-linux). Without root and apt those tests skip and say why.
+for pkg in xfsprogs util-linux; do
+  dpkg -s "$pkg" >/dev/null 2>&1 && continue
+  if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing $pkg (apt)"
+    apt-get install -y -qq "$pkg" >/dev/null 2>&1 ||
+      { apt-get update -qq && apt-get install -y -qq "$pkg" >/dev/null; }
+  else
+    echo "note: $pkg is not installed and cannot be here (needs root and apt): tests/documents will skip" >&2
+  fi
+done
+# -----------------------------------------------------------------------------------------------
+
 make_venv "$ROOT/.venv" requirements/dev.txt -- -r requirements/dev.txt
 # vsactl simulate runs the core's planner: the dev venv sees layers/core (as the Lambda layer does).
 site="$("$ROOT/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"

@@ -28,7 +28,7 @@ stop_cloud() {
 }
 trap stop_cloud EXIT
 
-step "tests: unit + infra (no network); local-cloud fidelity, SSM documents (Run Command on sandbox nodes), workflows (mocked tasks), integration (real template, real Lambda code)"
+step "tests: unit + infra (no network); host documents (real XFS on loop devices, as root); local-cloud fidelity, SSM documents (Run Command on sandbox nodes), workflows (mocked tasks), integration (real template, real Lambda code)"
 if ! tools/localcloud.sh status >/dev/null 2>&1; then
   tools/localcloud.sh start || exit 1
   started_here=1

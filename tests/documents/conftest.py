@@ -124,3 +124,7 @@ def node(tmp_path: Path) -> Callable[[str], LocalNode]:
         return LocalNode(root)
 
     return make
+
+
+# the host documents' kernel lab (XFS on loop devices): its fixture, visible to every test here
+from tests.documents.xfs_lab import lab  # noqa: E402, F401

@@ -1,0 +1,139 @@
+"""The host documents' format and parameter safety: no root, no kernel objects."""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from tests.documents_util import DOCUMENTS, load_document, render_script, run_document, shell_name
+
+HOST_DOCUMENTS = ["freeze-io", "thaw-io"]
+PARAMETERS = ["Mountpoints", "TimeoutSeconds", "BackupId", "StateDir", "FsfreezeCommand"]
+HOSTILE = ["a'b", "/x'; reboot; '", "$(reboot)", "`reboot`", "/a;b", "/a b", "/a|b", "/a&b", "/a>b", "/a\nb",
+           '/a"b', "/a\\b", "/a{{b}}", "/a*", "/a?b", "/a$HOME"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", HOST_DOCUMENTS)
+def test_document_shape(name: str) -> None:
+    document = load_document(name)
+    assert set(document) <= {"description", "parameters", "timeoutSeconds", "examples"}
+    assert 0 < int(document.get("timeoutSeconds", "600")) <= 3600
+    assert document["description"].startswith(f"VSA {name}:")
+    assert list(document["parameters"]) == PARAMETERS
+    for parameter, spec in document["parameters"].items():
+        assert spec["type"] == "String", parameter
+        assert set(spec) == {"type", "default", "description", "allowedPattern"}, parameter
+        assert re.fullmatch(spec["allowedPattern"], spec["default"]), (
+            f"{parameter}'s default fails its pattern"
+        )
+        example = document.get("examples", {}).get(parameter) or spec["default"]
+        assert example, f"{parameter}: give an example (tools/documents.py's tests use it)"
+        assert re.fullmatch(spec["allowedPattern"], example)
+
+
+@pytest.mark.parametrize("name", HOST_DOCUMENTS)
+@pytest.mark.parametrize("parameter", PARAMETERS)
+def test_patterns_refuse_quotes_and_shell_metacharacters(name: str, parameter: str) -> None:
+    pattern = load_document(name)["parameters"][parameter]["allowedPattern"]
+    for value in HOSTILE:
+        assert not re.fullmatch(pattern, value), f"{name} {parameter} accepts {value!r}"
+
+
+def test_the_two_documents_share_one_parameter_set() -> None:
+    assert load_document("freeze-io")["parameters"].keys() == load_document("thaw-io")["parameters"].keys()
+    for parameter in PARAMETERS:
+        freeze = load_document("freeze-io")["parameters"][parameter]
+        thaw = load_document("thaw-io")["parameters"][parameter]
+        assert (freeze["default"], freeze["allowedPattern"]) == (thaw["default"], thaw["allowedPattern"])
+
+
+def test_the_shared_block_is_identical_in_both_scripts() -> None:
+    def shared(name: str) -> str:
+        text = (DOCUMENTS / f"{name}.sh").read_text()
+        return text.split("# --- shared: begin", 1)[1].split("# --- shared: end", 1)[0]
+
+    assert shared("freeze-io") == shared("thaw-io")
+
+
+def test_prologue_names_and_quoting() -> None:
+    assert [shell_name(p) for p in PARAMETERS] == [
+        "MOUNTPOINTS",
+        "TIMEOUT_SECONDS",
+        "BACKUP_ID",
+        "STATE_DIR",
+        "FSFREEZE_COMMAND",
+    ]
+    script = render_script("freeze-io", {"Mountpoints": "/data,/logs", "BackupId": "bk-1"})
+    assert script.startswith(
+        "#!/bin/bash\nMOUNTPOINTS='/data,/logs'\nTIMEOUT_SECONDS='10'\nBACKUP_ID='bk-1'\n"
+        "STATE_DIR='/run/vsa-freeze'\nFSFREEZE_COMMAND='fsfreeze'\n# freeze-io:"
+    )
+    with pytest.raises(ValueError, match="does not match"):
+        render_script("freeze-io", {"Mountpoints": "/x'; reboot; '"})
+
+
+@pytest.mark.parametrize("name", HOST_DOCUMENTS)
+def test_scripts_parse(name: str) -> None:
+    script = render_script(name, {"Mountpoints": "/data"})
+    assert subprocess.run(["bash", "-n"], input=script, text=True, check=False).returncode == 0
+
+
+@pytest.mark.parametrize("name", HOST_DOCUMENTS)
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"Mountpoints": "/"}, "mountpoint '/'"),
+        ({"Mountpoints": "/data/../etc"}, "without '..'"),
+        ({"Mountpoints": ""}, "give at least one"),
+        ({"Mountpoints": "/data", "TimeoutSeconds": "0"}, "TimeoutSeconds '0'"),
+        ({"Mountpoints": "/data", "TimeoutSeconds": "61"}, "TimeoutSeconds '61'"),
+    ],
+)
+def test_the_scripts_check_their_parameters_too(
+    name: str, values: dict[str, str], complaint: str, tmp_path
+) -> None:
+    # The script refuses, before touching anything, values that slip past (or bypass) the patterns
+    values = {**values, "StateDir": str(tmp_path / "state")}
+    run = run_document(name, values, tmp_path, check_patterns=False)
+    assert run.returncode == 1
+    assert run.report["status"] == "failed"
+    assert complaint in run.report["reason"]
+    assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("name", HOST_DOCUMENTS)
+def test_the_first_command_moves_to_bash(name: str) -> None:
+    # The agent runs aws:runShellScript with sh (dash on Debian, Ubuntu): everything before the
+    # bash re-exec, the prologue included, must be POSIX sh.
+    commands = [
+        line
+        for line in render_script(name, {"Mountpoints": "/data"}).splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert all(re.fullmatch(r"[A-Z_]+='[^']*'", line) for line in commands[:5])
+    # (tools/documents.py puts #!/bin/bash first, which the agent's `sh -c <file>` honours; the
+    # re-exec covers `sh <file>`)
+    assert commands[5] == 'if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi'
+
+
+def test_kernel_tests_skip_with_the_reason_when_not_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.documents import xfs_lab as conftest
+
+    monkeypatch.setattr(conftest.os, "geteuid", lambda: 1000)
+    assert conftest._missing() == "needs root (loop devices, mount, fsfreeze)"
+    monkeypatch.setattr(conftest.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(conftest.shutil, "which", lambda tool: None if tool == "mkfs.xfs" else "/bin/true")
+    assert "missing mkfs.xfs" in (conftest._missing() or "")
+
+
+@pytest.mark.parametrize("name", HOST_DOCUMENTS)
+def test_rendered_scripts_are_shellcheck_clean(name: str) -> None:
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed")
+    script = render_script(name, {"Mountpoints": "/data"})
+    lint = subprocess.run(
+        [shellcheck, "--shell=bash", "--severity=warning", "-"], input=script, text=True, capture_output=True
+    )
+    assert lint.returncode == 0, lint.stdout
