@@ -1,0 +1,193 @@
+"""BootstrapController / DrainController steps that need more than one AWS call or a decision.
+
+One function, one step per invocation (``step`` in the input): the workflows own the order,
+the waiting, the retries and the compensation; each step here reads what it needs and answers.
+
+- ``prepare``: for a launching controller, the array's volumes and hosts, the controller's
+  private address, the slot it should lease (the one it holds already on a retry, else the
+  lowest free), and which volumes still need attaching to it, with device names.
+- ``attachment``: whether every array volume is attached to the controller.
+- ``node``: whether the controller is an SSM managed node that is online.
+- ``detach``: compensation, detach the array's volumes from the controller.
+- ``locate``: for a leaving controller (lifecycle hook or instance lost), its array and slot,
+  the array's hosts and whether it is the last serving controller.
+"""
+
+from typing import Annotated, Any, Literal
+
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+from vsa_core import controllers
+from vsa_core.arrays import ArrayService
+from vsa_core.clients import client
+from vsa_core.errors import ArrayNotFoundError, ConflictError
+from vsa_core.model import ArrayId, InstanceId
+from vsa_core.observability import logger, tracer
+from vsa_core.reconcile import bootstrap_heartbeat_seconds
+from vsa_core.registry import ArrayRegistry
+from vsa_core.settings import get_settings
+
+ATTACHED_STATES = ("attaching", "attached")
+
+
+class _Step(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+
+class Prepare(_Step):
+    step: Literal["prepare"]
+    array_id: ArrayId = Field(alias="arrayId")
+    instance_id: InstanceId = Field(alias="instanceId")
+
+
+class Attachment(_Step):
+    step: Literal["attachment"]
+    array_id: ArrayId = Field(alias="arrayId")
+    instance_id: InstanceId = Field(alias="instanceId")
+
+
+class Node(_Step):
+    step: Literal["node"]
+    instance_id: InstanceId = Field(alias="instanceId")
+
+
+class Detach(_Step):
+    step: Literal["detach"]
+    array_id: ArrayId = Field(alias="arrayId")
+    instance_id: InstanceId = Field(alias="instanceId")
+
+
+class Locate(_Step):
+    step: Literal["locate"]
+    instance_id: InstanceId = Field(alias="instanceId")
+    array_id: ArrayId | None = Field(default=None, alias="arrayId")
+
+
+class Request(
+    RootModel[Annotated[Prepare | Attachment | Node | Detach | Locate, Field(discriminator="step")]]
+):
+    pass
+
+
+class Steps:
+    def __init__(self, registry: ArrayRegistry, service: ArrayService, ec2: Any, ssm: Any) -> None:
+        self._registry, self._service, self._ec2, self._ssm = registry, service, ec2, ssm
+
+    def _array_volumes(self, array_id: str) -> tuple[Any, tuple[str, ...], list[dict[str, Any]]]:
+        spec = self._registry.get(array_id).spec
+        ids = self._service.volume_ids(spec)
+        pages = self._ec2.get_paginator("describe_volumes").paginate(VolumeIds=list(ids))
+        return spec, ids, [dict(v) for page in pages for v in page["Volumes"]]
+
+    def prepare(self, request: Prepare) -> dict[str, Any]:
+        spec, ids, volumes = self._array_volumes(request.array_id)
+        reservations = self._ec2.describe_instances(InstanceIds=[request.instance_id])["Reservations"]
+        instance = reservations[0]["Instances"][0]
+        address = instance.get("PrivateIpAddress")
+        if not address:
+            raise ConflictError(f"controller {request.instance_id} has no private IP address to listen on")
+        if instance.get("Placement", {}).get("AvailabilityZone") not in (None, spec.availability_zone):
+            raise ConflictError(
+                f"controller {request.instance_id} is in {instance['Placement']['AvailabilityZone']}, the "
+                f"array's volumes in {spec.availability_zone}: fix the group's subnets"
+            )
+        attached = {
+            v["VolumeId"]
+            for v in volumes
+            for a in v.get("Attachments", [])
+            if a["InstanceId"] == request.instance_id and a["State"] in ATTACHED_STATES
+        }
+        in_use = [m["DeviceName"] for m in instance.get("BlockDeviceMappings", [])]
+        todo = [v for v in ids if v not in attached]
+        devices = controllers.devices_for(todo, in_use)
+        slot = controllers.choose_slot(
+            {s: item["instanceId"] for s, item in self._registry.slots(request.array_id).items()},
+            request.instance_id,
+        )
+        return {
+            "arrayId": request.array_id,
+            "instanceId": request.instance_id,
+            "address": address,
+            "slot": slot,
+            "slotKey": controllers.slot_key(slot),
+            **controllers.paths(spec, ids).as_dict(),
+            "attach": [{"VolumeId": v, "Device": devices[v]} for v in todo],
+            "volumeCount": len(ids),
+            "heartbeatSeconds": bootstrap_heartbeat_seconds(spec),
+        }
+
+    def attachment(self, request: Attachment) -> dict[str, Any]:
+        _, ids, volumes = self._array_volumes(request.array_id)
+        states = {
+            v["VolumeId"]: next(
+                (a["State"] for a in v.get("Attachments", []) if a["InstanceId"] == request.instance_id),
+                "detached",
+            )
+            for v in volumes
+        }
+        waiting = sorted(v for v in ids if states.get(v) != "attached")
+        return {"attached": not waiting, "waiting": waiting, "count": len(ids)}
+
+    def node(self, request: Node) -> dict[str, Any]:
+        found = self._ssm.describe_instance_information(
+            Filters=[{"Key": "InstanceIds", "Values": [request.instance_id]}]
+        )["InstanceInformationList"]
+        ping = found[0]["PingStatus"] if found else "NotRegistered"
+        return {"online": ping == "Online", "pingStatus": ping}
+
+    def detach(self, request: Detach) -> dict[str, Any]:
+        _, _, volumes = self._array_volumes(request.array_id)
+        detached = []
+        for volume in volumes:
+            for attachment in volume.get("Attachments", []):
+                if attachment["InstanceId"] == request.instance_id and attachment["State"] in ATTACHED_STATES:
+                    self._ec2.detach_volume(VolumeId=volume["VolumeId"], InstanceId=request.instance_id)
+                    detached.append(volume["VolumeId"])
+        return {"detached": detached}
+
+    def locate(self, request: Locate) -> dict[str, Any]:
+        found = self._registry.find_slot(request.instance_id)
+        if found is None:
+            return {"found": False, "instanceId": request.instance_id}
+        array_id, slot, item = found
+        try:
+            array = self._registry.get(array_id)
+        except ArrayNotFoundError:
+            return {"found": False, "instanceId": request.instance_id}
+        ids = self._service.volume_ids(array.spec)
+        last = controllers.last_serving(self._registry.slots(array_id), request.instance_id)
+        deleting = array.deleting is not None
+        return {
+            "found": True,
+            "arrayId": array_id,
+            "instanceId": request.instance_id,
+            "slot": slot,
+            "slotKey": controllers.slot_key(slot),
+            "address": item.get("address", ""),
+            "state": item.get("state", ""),
+            **controllers.paths(array.spec, ids).as_dict(),
+            "lastServing": last,
+            "deleting": deleting,
+            # the last serving controller's paths are only taken away when the array goes
+            "allowLastPath": "true" if deleting else "false",
+        }
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@event_parser(model=Request)
+def lambda_handler(event: Request, context: LambdaContext) -> dict[str, Any]:
+    request = event.root
+    logger.append_keys(step=request.step, instance_id=request.instance_id)
+    settings = get_settings()
+    steps = Steps(
+        ArrayRegistry(settings.table_name),
+        ArrayService(scheduler_role_arn=settings.backup_scheduler_role_arn),
+        client("ec2"),
+        client("ssm"),
+    )
+    result: dict[str, Any] = getattr(steps, request.step)(request)
+    logger.info("controller step", extra={"result": result})
+    return result

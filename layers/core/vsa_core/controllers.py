@@ -1,0 +1,95 @@
+"""Controllers of an array: slots, device names, what bootstrap and drain act on. Pure.
+
+A controller holds a **slot** 0..15 for as long as it is in the array (the registry item
+``pk=ARRAY#<id>, sk=SLOT#<nn>``, leased by a conditional write in the BootstrapController
+workflow and released by DrainController). The slot gives the controller its NVMe controller-id
+range (``vsa_core.nvme.cntlid_range``): two controllers exporting the same subsystem never hand
+a host the same cntlid, which a host refuses ("Duplicate cntlid … rejecting").
+
+Slot states: ``bootstrapping`` (leased, not yet serving) → ``serving`` → ``draining``; the item
+is deleted when the controller has left.
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from vsa_core.errors import ConflictError
+from vsa_core.model import MULTI_ATTACH_LIMIT, ArraySpec
+from vsa_core.naming import SLOT_PREFIX, slot_key, slot_of_key
+from vsa_core.nvme import host_nqn
+
+__all__ = ["SLOT_PREFIX", "slot_key", "slot_of_key"]
+
+SlotState = Literal["bootstrapping", "serving", "draining"]
+
+# EC2 device names for data volumes on Linux (EC2 User Guide, "Device names on Linux
+# instances"): /dev/sd[f-z] first, then /dev/sd[f-z][a-z] style names are not accepted by
+# every AMI, so continue with /dev/xvd[b-c][a-z] as the guide recommends. On Nitro instances the
+# name is only a hint: the volume appears as /dev/nvmeXn1 and is found by its serial (volume id).
+_FIRST = [f"/dev/sd{c}" for c in "fghijklmnopqrstuvwxyz"]
+_MORE = [f"/dev/xvd{a}{b}" for a in "bc" for b in "abcdefghijklmnopqrstuvwxyz"]
+DEVICE_NAMES: tuple[str, ...] = tuple(_FIRST + _MORE)
+
+
+def choose_slot(leased: Mapping[int, str], instance_id: str) -> int:
+    """The slot for ``instance_id``: the one it already holds (a retried bootstrap), else the
+    lowest free one. ``leased`` maps slot → instance id."""
+    for slot, holder in leased.items():
+        if holder == instance_id:
+            return slot
+    for slot in range(MULTI_ATTACH_LIMIT):
+        if slot not in leased:
+            return slot
+    raise ConflictError(
+        f"all {MULTI_ATTACH_LIMIT} controller slots are leased ({', '.join(sorted(leased.values()))}): "
+        "an array has at most 16 controllers (io2 Multi-Attach); a slot frees when its controller drains"
+    )
+
+
+def devices_for(volume_ids: Sequence[str], in_use: Iterable[str]) -> dict[str, str]:
+    """A free device name for each volume (``in_use``: names already taken on the instance)."""
+    free = [d for d in DEVICE_NAMES if d not in set(in_use)]
+    if len(free) < len(volume_ids):
+        raise ConflictError(
+            f"{len(volume_ids)} volumes to attach but only {len(free)} free device names on the controller"
+        )
+    return dict(zip(volume_ids, free, strict=False))
+
+
+@dataclass(frozen=True)
+class Paths:
+    """What the host documents take: the array's subsystems and hosts, comma-separated."""
+
+    volumes: str
+    hosts: tuple[str, ...]
+    host_nqns: str
+    allow_any_host: str
+    host_targets: tuple[tuple[str, str], ...]
+    """(instance id, host NQN) of every host: connect-path runs per host with its own NQN."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "volumes": self.volumes,
+            "hosts": list(self.hosts),
+            "hostNqns": self.host_nqns,
+            "allowAnyHost": self.allow_any_host,
+            "hostTargets": [{"instanceId": i, "hostNqn": n} for i, n in self.host_targets],
+        }
+
+
+def paths(spec: ArraySpec, volume_ids: Sequence[str]) -> Paths:
+    return Paths(
+        volumes=",".join(volume_ids),
+        hosts=tuple(h.instance_id for h in spec.hosts),
+        host_nqns=",".join(host_nqn(h) for h in spec.hosts),
+        allow_any_host="true" if spec.allow_any_host else "false",
+        host_targets=tuple((h.instance_id, host_nqn(h)) for h in spec.hosts),
+    )
+
+
+def last_serving(slots: Mapping[int, Mapping[str, str]], instance_id: str) -> bool:
+    """Whether ``instance_id`` is the only serving controller left (``slots``: slot → item
+    with ``instanceId`` and ``state``)."""
+    others = [s for s in slots.values() if s.get("state") == "serving" and s.get("instanceId") != instance_id]
+    return not others

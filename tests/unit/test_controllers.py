@@ -1,0 +1,234 @@
+"""Controller slots, device names, paths (vsa_core.controllers, pure), the lifecycle trigger
+(on_controller_event: one workflow per event, idempotent names, botocore Stubber for Step
+Functions) and the workflow steps (task_controller, moto)."""
+
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from hypothesis import given
+from hypothesis import strategies as st
+
+from on_controller_event import handler as trigger
+from task_controller.handler import Attachment, Detach, Locate, Prepare, Steps
+from tests.specs import CONTROLLERS
+from tests.unit.conftest import REGION, load_event
+from vsa_core import controllers, nvme
+from vsa_core.arrays import ArrayService
+from vsa_core.errors import ConflictError
+from vsa_core.model import ArraySpec
+from vsa_core.naming import slot_key, slot_of_key
+from vsa_core.registry import ArrayRegistry
+from vsa_core.settings import get_settings
+
+# --- pure ------------------------------------------------------------------------------------------
+
+
+@given(
+    leased=st.dictionaries(
+        st.integers(0, 15), st.sampled_from([f"i-{n:017x}" for n in range(20)]), max_size=15
+    )
+)
+def test_a_new_controller_gets_the_lowest_free_slot_and_a_retry_keeps_its_own(leased: dict[int, str]) -> None:
+    me = "i-00000000000000fff"
+    slot = controllers.choose_slot(leased, me)
+    assert slot not in leased
+    assert all(s in leased for s in range(slot))
+    assert controllers.choose_slot({**leased, slot: me}, me) == slot
+
+
+def test_sixteen_leased_slots_refuse_a_seventeenth_controller() -> None:
+    full = {s: f"i-{s:017x}" for s in range(16)}
+    with pytest.raises(ConflictError, match="at most 16 controllers"):
+        controllers.choose_slot(full, "i-00000000000000fff")
+
+
+def test_slot_keys_round_trip_and_refuse_out_of_range() -> None:
+    assert [slot_of_key(slot_key(s)) for s in range(16)] == list(range(16))
+    assert slot_key(3) == "SLOT#03"
+    with pytest.raises(ValueError, match=r"outside 0\.\.15"):
+        slot_key(16)
+
+
+def test_device_names_skip_what_the_instance_uses_and_never_repeat() -> None:
+    volumes = [f"vol-{i:017x}" for i in range(30)]
+    devices = controllers.devices_for(volumes, ["/dev/xvda", "/dev/sdf"])
+    assert len(set(devices.values())) == 30
+    assert "/dev/sdf" not in devices.values()
+    with pytest.raises(ConflictError, match="free device names"):
+        controllers.devices_for([f"vol-{i:017x}" for i in range(100)], [])
+
+
+def spec(**overrides: Any) -> ArraySpec:
+    return ArraySpec.model_validate(
+        {
+            "arrayId": "demo",
+            "availabilityZone": "us-east-1a",
+            "volumes": [{"volumeId": "vol-0a1b2c3d4e5f60001"}],
+            "controllers": CONTROLLERS,
+            "minControllers": 2,
+            "maxControllers": 8,
+            "hosts": [
+                {"instanceId": "i-0a1b2c3d4e5f60101"},
+                {"instanceId": "i-0a1b2c3d4e5f60102", "hostNqn": "nqn.2014-08.org.nvmexpress:uuid:host-b"},
+            ],
+            **overrides,
+        }
+    )
+
+
+def test_paths_give_each_host_its_own_nqn_and_the_controllers_the_allowed_list() -> None:
+    p = controllers.paths(spec(), ("vol-a1", "vol-b2"))
+    assert p.volumes == "vol-a1,vol-b2"
+    derived = nvme.host_nqn(spec().hosts[0])
+    assert [t for t in p.host_targets] == [
+        ("i-0a1b2c3d4e5f60101", derived),
+        ("i-0a1b2c3d4e5f60102", "nqn.2014-08.org.nvmexpress:uuid:host-b"),
+    ]
+    assert p.host_nqns == f"{derived},nqn.2014-08.org.nvmexpress:uuid:host-b"
+    assert (p.allow_any_host, controllers.paths(spec(allowAnyHost=True), ()).allow_any_host) == (
+        "false",
+        "true",
+    )
+
+
+def test_the_last_serving_controller_is_the_only_one_serving() -> None:
+    slots = {0: {"instanceId": "i-a", "state": "serving"}, 1: {"instanceId": "i-b", "state": "bootstrapping"}}
+    assert controllers.last_serving(slots, "i-a")
+    assert not controllers.last_serving({**slots, 2: {"instanceId": "i-c", "state": "serving"}}, "i-a")
+
+
+# --- the trigger ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sfn(function_env: None, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv(
+        "VSA_BOOTSTRAP_STATE_MACHINE_ARN", "arn:aws:states:us-east-1:123456789012:stateMachine:B"
+    )
+    monkeypatch.setenv("VSA_DRAIN_STATE_MACHINE_ARN", "arn:aws:states:us-east-1:123456789012:stateMachine:D")
+    get_settings.cache_clear()
+    return boto3.client("stepfunctions", region_name=REGION)
+
+
+@pytest.mark.parametrize(
+    ("sample", "machine", "prefix"),
+    [
+        ("autoscaling/launch_lifecycle_action.json", "B", "bootstrap-"),
+        ("autoscaling/terminate_lifecycle_action.json", "D", "drain-"),
+    ],
+)
+def test_a_lifecycle_action_starts_its_workflow_once(
+    sfn: Any, sample: str, machine: str, prefix: str
+) -> None:
+    event = trigger.ControllerEvent.model_validate(load_event(sample))
+    workflow, name = trigger.execution(event)
+    assert name.startswith(prefix + event.detail["EC2InstanceId"])
+    assert trigger.execution(event) == (workflow, name)  # the same event, the same name
+    arn = f"arn:aws:states:us-east-1:123456789012:stateMachine:{machine}"
+    with Stubber(sfn) as stub:
+        stub.add_response(
+            "start_execution",
+            {"executionArn": f"{arn}:{name}", "startDate": "2026-11-22T10:00:00Z"},
+            {"stateMachineArn": arn, "name": name, "input": "{}"},
+        )
+        stub.add_client_error("start_execution", "ExecutionAlreadyExists", "exists")
+        assert trigger.start(event, "{}", sfn)["started"] is True
+        assert trigger.start(event, "{}", sfn) == {
+            "started": False,
+            "execution": name,
+            "reason": "duplicate event",
+        }
+
+
+def test_a_lost_instance_starts_a_drain_named_by_its_state() -> None:
+    event = trigger.ControllerEvent.model_validate(
+        {
+            **load_event("autoscaling/launch_lifecycle_action.json"),
+            "source": "aws.ec2",
+            "detail-type": "EC2 Instance State-change Notification",
+            "detail": {"instance-id": "i-0a1b2c3d4e5f60009", "state": "terminated"},
+        }
+    )
+    assert trigger.execution(event) == ("drain", "lost-i-0a1b2c3d4e5f60009-terminated")
+
+
+# --- the steps (moto) ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def steps(registry_table: str) -> tuple[Steps, ArrayRegistry, Any]:
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    registry = ArrayRegistry(registry_table, dynamodb)
+    ec2 = boto3.client("ec2", region_name=REGION)
+    service = ArrayService(scheduler_role_arn="arn:aws:iam::123456789012:role/s", ec2=ec2)
+    return Steps(registry, service, ec2, boto3.client("ssm", region_name=REGION)), registry, ec2
+
+
+def test_prepare_attach_and_detach_a_controller(steps: tuple[Steps, ArrayRegistry, Any]) -> None:
+    runner, registry, ec2 = steps
+    volumes = [
+        ec2.create_volume(
+            AvailabilityZone="us-east-1a", Size=10, VolumeType="io2", Iops=1000, MultiAttachEnabled=True
+        )["VolumeId"]
+        for _ in range(2)
+    ]
+    registry.create(spec(volumes=[{"volumeId": v} for v in volumes]))
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    instance = ec2.run_instances(
+        ImageId=image, MinCount=1, MaxCount=1, Placement={"AvailabilityZone": "us-east-1a"}
+    )["Instances"][0]["InstanceId"]
+    prepared = runner.prepare(Prepare(step="prepare", arrayId="demo", instanceId=instance))
+    assert (prepared["slot"], prepared["slotKey"]) == (0, "SLOT#00")
+    assert [a["VolumeId"] for a in prepared["attach"]] == volumes
+    assert prepared["address"].count(".") == 3
+    assert (
+        runner.attachment(Attachment(step="attachment", arrayId="demo", instanceId=instance))["attached"]
+        is False
+    )
+    for item in prepared["attach"]:
+        ec2.attach_volume(VolumeId=item["VolumeId"], InstanceId=instance, Device=item["Device"])
+    assert (
+        runner.attachment(Attachment(step="attachment", arrayId="demo", instanceId=instance))["attached"]
+        is True
+    )
+    # a retried prepare attaches nothing more
+    assert runner.prepare(Prepare(step="prepare", arrayId="demo", instanceId=instance))["attach"] == []
+    assert sorted(
+        runner.detach(Detach(step="detach", arrayId="demo", instanceId=instance))["detached"]
+    ) == sorted(volumes)
+
+
+def test_locate_finds_a_controllers_slot_and_guards_the_last_serving_one(
+    steps: tuple[Steps, ArrayRegistry, Any], registry_table: str
+) -> None:
+    runner, registry, _ = steps
+    registry.create(spec())
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    for slot, instance, state in (
+        (0, "i-0000000000000000a", "serving"),
+        (1, "i-0000000000000000b", "bootstrapping"),
+    ):
+        dynamodb.put_item(
+            TableName=registry_table,
+            Item={
+                "pk": {"S": "ARRAY#demo"},
+                "sk": {"S": slot_key(slot)},
+                "instanceId": {"S": instance},
+                "state": {"S": state},
+                "address": {"S": f"10.0.0.{slot + 10}"},
+            },
+        )
+    found = runner.locate(Locate(step="locate", instanceId="i-0000000000000000a"))
+    assert (found["found"], found["arrayId"], found["slot"], found["address"]) == (
+        True,
+        "demo",
+        0,
+        "10.0.0.10",
+    )
+    assert (found["lastServing"], found["allowLastPath"]) == (True, "false")
+    assert runner.locate(Locate(step="locate", instanceId="i-0000000000000000c")) == {
+        "found": False,
+        "instanceId": "i-0000000000000000c",
+    }
