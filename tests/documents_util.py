@@ -11,7 +11,6 @@ host would run.
 
 import json
 import os
-import re
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -21,13 +20,12 @@ from typing import Any
 
 import yaml
 
+from tests.documents_tool import documents as tool
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = ROOT / "documents"
-
-
-def shell_name(parameter: str) -> str:
-    """``TimeoutSeconds`` -> ``TIMEOUT_SECONDS``, ``BackupId`` -> ``BACKUP_ID``."""
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", parameter).upper()
+shell_name = tool.variable
+"""``TimeoutSeconds`` -> ``TIMEOUT_SECONDS``, ``BackupId`` -> ``BACKUP_ID``."""
 
 
 def load_document(name: str) -> dict[str, Any]:
@@ -36,25 +34,18 @@ def load_document(name: str) -> dict[str, Any]:
 
 
 def render_script(name: str, values: Mapping[str, str], *, check_patterns: bool = True) -> str:
-    """The script SSM would run for ``values`` (defaults for the parameters not given).
+    """The script SSM would run for ``values`` (defaults for the parameters not given), rendered by
+    tools/documents.py itself (includes expanded).
 
     With ``check_patterns`` (the default) a value its ``allowedPattern`` refuses raises
     ``ValueError``, as SSM refuses the command; without, the script's own checks are exercised.
     """
-    parameters: dict[str, dict[str, str]] = load_document(name)["parameters"]
-    unknown = sorted(set(values) - set(parameters))
-    if unknown:
-        raise ValueError(f"{name} has no parameter {', '.join(unknown)}")
-    prologue = ["#!/bin/bash"]
-    for parameter, spec in parameters.items():
-        value = values.get(parameter, spec["default"])
-        if check_patterns and not re.fullmatch(spec["allowedPattern"], value):
-            raise ValueError(f"{name}: {parameter}={value!r} does not match {spec['allowedPattern']}")
-        prologue.append(f"{shell_name(parameter)}='{value}'")
-    body = (DOCUMENTS / f"{name}.sh").read_text()
-    if body.startswith("#!"):
-        body = body.split("\n", 1)[1]
-    return "\n".join(prologue) + "\n" + body
+    if check_patterns:
+        return str(tool.render_script(name, dict(values)))
+    document = tool.load(name)
+    resolved = {k: values.get(k, spec.get("default", "")) for k, spec in document.parameters.items()}
+    lines = tool.run_command(document)
+    return "\n".join(tool.PLACEHOLDER.sub(lambda m: resolved[m[1]], line) for line in lines) + "\n"
 
 
 @dataclass

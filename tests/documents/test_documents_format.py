@@ -48,12 +48,10 @@ def test_the_two_documents_share_one_parameter_set() -> None:
         assert (freeze["default"], freeze["allowedPattern"]) == (thaw["default"], thaw["allowedPattern"])
 
 
-def test_the_shared_block_is_identical_in_both_scripts() -> None:
-    def shared(name: str) -> str:
-        text = (DOCUMENTS / f"{name}.sh").read_text()
-        return text.split("# --- shared: begin", 1)[1].split("# --- shared: end", 1)[0]
-
-    assert shared("freeze-io") == shared("thaw-io")
+def test_the_shared_code_is_written_once_and_rendered_into_both() -> None:
+    for name in HOST_DOCUMENTS:
+        assert "# vsa:include lib/freeze-thaw.sh" in (DOCUMENTS / f"{name}.sh").read_text()
+        assert "# --- documents/lib/freeze-thaw.sh" in render_script(name, {"Mountpoints": "/data"})
 
 
 def test_prologue_names_and_quoting() -> None:
@@ -66,7 +64,8 @@ def test_prologue_names_and_quoting() -> None:
     ]
     script = render_script("freeze-io", {"Mountpoints": "/data,/logs", "BackupId": "bk-1"})
     assert script.startswith(
-        "#!/bin/bash\nMOUNTPOINTS='/data,/logs'\nTIMEOUT_SECONDS='10'\nBACKUP_ID='bk-1'\n"
+        "#!/bin/bash\n# freeze-io: rendered from documents/freeze-io.sh by tools/documents.py\n"
+        "MOUNTPOINTS='/data,/logs'\nTIMEOUT_SECONDS='10'\nBACKUP_ID='bk-1'\n"
         "STATE_DIR='/run/vsa-freeze'\nFSFREEZE_COMMAND='fsfreeze'\n# freeze-io:"
     )
     with pytest.raises(ValueError, match="does not match"):
