@@ -24,6 +24,7 @@ from vsa_core.arrays import ArrayService
 from vsa_core.clients import client
 from vsa_core.errors import ArrayNotFoundError, ConflictError
 from vsa_core.model import ArrayId, InstanceId
+from vsa_core.naming import slot_key
 from vsa_core.observability import logger, tracer
 from vsa_core.reconcile import bootstrap_heartbeat_seconds
 from vsa_core.registry import ArrayRegistry
@@ -111,7 +112,7 @@ class Steps:
             "instanceId": request.instance_id,
             "address": address,
             "slot": slot,
-            "slotKey": controllers.slot_key(slot),
+            "slotKey": slot_key(slot),
             **controllers.paths(spec, ids).as_dict(),
             "attach": [{"VolumeId": v, "Device": devices[v]} for v in todo],
             "volumeCount": len(ids),
@@ -164,7 +165,7 @@ class Steps:
             "arrayId": array_id,
             "instanceId": request.instance_id,
             "slot": slot,
-            "slotKey": controllers.slot_key(slot),
+            "slotKey": slot_key(slot),
             "address": item.get("address", ""),
             "state": item.get("state", ""),
             **controllers.paths(array.spec, ids).as_dict(),

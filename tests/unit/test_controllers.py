@@ -16,7 +16,7 @@ from tests.specs import CONTROLLERS
 from tests.unit.conftest import REGION, load_event
 from vsa_core import controllers, nvme
 from vsa_core.arrays import ArrayService
-from vsa_core.errors import ConflictError
+from vsa_core.errors import ConflictError, InvalidEventError
 from vsa_core.model import ArraySpec
 from vsa_core.naming import slot_key, slot_of_key
 from vsa_core.registry import ArrayRegistry
@@ -143,15 +143,19 @@ def test_a_lifecycle_action_starts_its_workflow_once(
 
 
 def test_a_lost_instance_starts_a_drain_named_by_its_state() -> None:
+    event = trigger.ControllerEvent.model_validate(load_event("ec2/instance_state_change.json"))
+    assert trigger.execution(event) == ("drain", "lost-i-0a1b2c3d4e5f60003-terminated")
+
+
+def test_an_event_of_another_kind_is_refused_by_name() -> None:
     event = trigger.ControllerEvent.model_validate(
         {
-            **load_event("autoscaling/launch_lifecycle_action.json"),
-            "source": "aws.ec2",
-            "detail-type": "EC2 Instance State-change Notification",
-            "detail": {"instance-id": "i-0a1b2c3d4e5f60009", "state": "terminated"},
+            **load_event("ec2/instance_state_change.json"),
+            "detail-type": "EC2 Spot Instance Interruption Warning",
         }
     )
-    assert trigger.execution(event) == ("drain", "lost-i-0a1b2c3d4e5f60009-terminated")
+    with pytest.raises(InvalidEventError, match="not a controller event"):
+        trigger.execution(event)
 
 
 # --- the steps (moto) ---------------------------------------------------------------------------------

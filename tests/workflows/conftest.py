@@ -29,6 +29,15 @@ SUBSTITUTIONS = {
     "TaskPlanScaleFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-plan-scale",
     "TaskSetAlarmThresholdsFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-thresholds",
     "TaskTeardownArrayFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-teardown",
+    "TaskControllerFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-controller",
+    "ConfigureTargetDocument": "vsa-wf-configure-target",
+    "ConnectPathDocument": "vsa-wf-connect-path",
+    "DisconnectPathDocument": "vsa-wf-disconnect-path",
+    "NodeConfigfsRoot": "sys/kernel/config",
+    "NodeDeviceDir": "dev/disk/by-id",
+    "NodeModprobeCommand": "modprobe",
+    "NodeNvmeCommand": "nvme",
+    "AlertsTopicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:vsa-wf-alerts",
 }
 
 

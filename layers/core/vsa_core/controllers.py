@@ -12,16 +12,11 @@ is deleted when the controller has left.
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from vsa_core.errors import ConflictError
 from vsa_core.model import MULTI_ATTACH_LIMIT, ArraySpec
-from vsa_core.naming import SLOT_PREFIX, slot_key, slot_of_key
 from vsa_core.nvme import host_nqn
-
-__all__ = ["SLOT_PREFIX", "slot_key", "slot_of_key"]
-
-SlotState = Literal["bootstrapping", "serving", "draining"]
 
 # EC2 device names for data volumes on Linux (EC2 User Guide, "Device names on Linux
 # instances"): /dev/sd[f-z] first, then /dev/sd[f-z][a-z] style names are not accepted by

@@ -1,0 +1,124 @@
+"""BootstrapController and DrainController, run by the Step Functions engine with mocked task
+answers: the order of the steps, the waits, the undo on failure, the last-serving guard."""
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from tests.workflows.conftest import ROOT, entered, run_case
+
+LAUNCH = json.loads((ROOT / "events" / "autoscaling" / "launch_lifecycle_action.json").read_text())
+TERMINATE = json.loads((ROOT / "events" / "autoscaling" / "terminate_lifecycle_action.json").read_text())
+LOST = json.loads((ROOT / "events" / "ec2" / "instance_state_change.json").read_text())
+
+
+def scheduled(run: dict[str, Any], resource: str) -> list[dict[str, Any]]:
+    """The parameters of every scheduled task call of ``resource`` (e.g. ``sendCommand``)."""
+    return [
+        json.loads(e["taskScheduledEventDetails"]["parameters"])
+        for e in run["events"]
+        if e["type"] == "TaskScheduled" and e["taskScheduledEventDetails"]["resource"] == resource
+    ]
+
+
+def test_a_controller_is_attached_exported_connected_then_continued(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(sfn, workflow("vsa-wf-bootstrap", "bootstrap_controller.asl.json"), "Serves", LAUNCH)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    path = entered(run)
+    # every volume attached, waited for (once not yet), before anything is exported
+    assert path.count("Attach") == 2
+    assert path.count("CheckAttached") == 2
+    assert path.index("CheckAttached") < path.index("ConfigureTarget") < path.index("ConnectPaths")
+    assert path[-3:] == ["MarkServing", "Continue", "Serving"]
+    assert "Undo" not in path
+    # configure-target gets the slot, the address and the hosts' NQNs; each host connects with its own
+    commands = scheduled(run, "sendCommand")
+    configure = next(c for c in commands if c["DocumentName"] == "vsa-wf-configure-target")
+    assert configure["Parameters"]["Slot"] == ["2"]
+    assert configure["Parameters"]["ListenAddress"] == ["10.0.1.9"]
+    assert configure["Parameters"]["Mode"] == ["apply"]
+    connects = [c for c in commands if c["DocumentName"] == "vsa-wf-connect-path"]
+    assert sorted((c["InstanceIds"][0], c["Parameters"]["HostNqn"][0]) for c in connects) == [
+        ("i-0a1b2c3d4e5f60101", "nqn.2014-08.org.nvmexpress:uuid:a"),
+        ("i-0a1b2c3d4e5f60102", "nqn.2014-08.org.nvmexpress:uuid:b"),
+    ]
+    # the lifecycle action is completed with CONTINUE, with the event's token
+    (done,) = scheduled(run, "completeLifecycleAction")
+    assert (done["LifecycleActionResult"], done["LifecycleActionToken"]) == (
+        "CONTINUE",
+        LAUNCH["detail"]["LifecycleActionToken"],
+    )
+
+
+def test_a_failed_configure_is_undone_abandoned_and_alerted_with_the_scripts_error(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(
+        sfn, workflow("vsa-wf-bootstrap", "bootstrap_controller.asl.json"), "ConfigureFails", LAUNCH
+    )
+    assert run["status"] == "FAILED"
+    assert run["error"] == "BootstrapFailed"
+    assert run["cause"].startswith(
+        "ConfigureTargetFailed: configure-target on i-0a1b2c3d4e5f60003 ended Failed"
+    )
+    assert "has no device under dev/disk/by-id" in run["cause"]
+    path = entered(run)
+    assert "ConnectPaths" not in path
+    assert "MarkServing" not in path
+    undo = ["Undo", "UndoPaths?", "UndoPaths", "UndoTarget", "Detach", "ReleaseSlot", "Abandon", "Alert"]
+    assert [s for s in path if s in undo] == undo
+    teardown = [c for c in scheduled(run, "sendCommand") if c["Parameters"].get("Mode") == ["teardown"]]
+    assert len(teardown) == 1
+    (abandon,) = scheduled(run, "completeLifecycleAction")
+    assert abandon["LifecycleActionResult"] == "ABANDON"
+    (alert,) = scheduled(run, "publish")
+    assert "ConfigureTargetFailed" in alert["Message"]
+    assert "i-0a1b2c3d4e5f60003" in alert["Message"]
+
+
+def test_a_lifecycle_action_that_already_timed_out_is_undone_not_left_half_serving(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(
+        sfn, workflow("vsa-wf-bootstrap", "bootstrap_controller.asl.json"), "LifecycleActionExpired", LAUNCH
+    )
+    assert run["status"] == "FAILED"
+    assert "No active Lifecycle Action found" in run["cause"]
+    path = entered(run)
+    assert path.index("Continue") < path.index("Undo") < path.index("ReleaseSlot") < path.index("Alert")
+
+
+def test_a_planned_drain_disconnects_hosts_before_removing_the_target(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(sfn, workflow("vsa-wf-drain", "drain_controller.asl.json"), "Drains", TERMINATE)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    path = entered(run)
+    assert path.index("MarkDraining") < path.index("DisconnectPaths") < path.index("TeardownTarget")
+    assert path.index("TeardownTarget") < path.index("ReleaseSlot") < path.index("Continue")
+    disconnect = next(
+        c for c in scheduled(run, "sendCommand") if c["DocumentName"] == "vsa-wf-disconnect-path"
+    )
+    assert disconnect["Parameters"]["AllowLastPath"] == ["false"]
+    assert disconnect["Parameters"]["Address"] == ["10.0.1.9"]
+
+
+def test_the_last_serving_controller_waits_for_another_before_its_paths_go(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(sfn, workflow("vsa-wf-drain", "drain_controller.asl.json"), "LastServingWaits", TERMINATE)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    path = entered(run)
+    # it waited (with a heartbeat) and looked again before any host lost a path
+    assert path.index("WaitForAnother") < path.index("HeartbeatWhileWaiting") < path.index("Relocate")
+    assert path.index("Relocate") < path.index("DisconnectPaths")
+
+
+def test_a_lost_instance_that_is_no_controller_ends_without_touching_anything(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(sfn, workflow("vsa-wf-drain", "drain_controller.asl.json"), "LostUnknownInstance", LOST)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    assert entered(run) == ["Cause?", "FromInstanceLoss", "Locate", "IsController?", "NotAController"]
