@@ -11,7 +11,7 @@ LOCAL := env PATH="$(VENV):$$PATH" VSA_LOCALCLOUD_PORT=$(PORT) AWS_ENDPOINT_URL=
 OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0
 
 .PHONY: demo test install localcloud-start localcloud-stop localcloud-logs build deploy-local \
-	lint format typecheck validate unit documents integration bench clean
+	lint format typecheck validate unit documents integration bench bench-lifecycle clean
 
 demo: install
 	@$(LOCAL) bash tools/demo.sh
@@ -35,7 +35,7 @@ build: install
 	@$(LOCAL) sam build --config-env local
 
 deploy-local: build localcloud-start
-	@$(LOCAL) sam deploy --config-env local
+	@$(LOCAL) bash tools/deploy-local.sh
 
 lint: install
 	$(VENV)/ruff check .
@@ -65,6 +65,11 @@ integration: install
 # Planner vs oracle vs static-for-peak on traces/*.csv: prints figures (not a test, nothing timed).
 bench: install
 	$(OFFLINE) PYTHONPATH=$(CURDIR)/layers/core $(VENV)/python tools/bench.py
+
+# The controller workflows' own overhead (time not spent waiting on AWS), 4 vol x 2 hosts
+# against 16 vol x 8 hosts, on the local cloud (left running; make localcloud-stop).
+bench-lifecycle: deploy-local
+	@$(LOCAL) $(VENV)/python tools/bench_lifecycle.py
 
 clean:
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache

@@ -37,6 +37,7 @@ SUBSTITUTIONS = {
     "NodeDeviceDir": "dev/disk/by-id",
     "NodeModprobeCommand": "modprobe",
     "NodeNvmeCommand": "nvme",
+    "ControllerRegistrationSeconds": "300",
     "AlertsTopicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:vsa-wf-alerts",
 }
 
