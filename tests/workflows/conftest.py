@@ -37,6 +37,7 @@ SUBSTITUTIONS = {
     "NodeDeviceDir": "dev/disk/by-id",
     "NodeModprobeCommand": "modprobe",
     "NodeNvmeCommand": "nvme",
+    "NodeSysfsRoot": "sys",
     "AlertsTopicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:vsa-wf-alerts",
 }
 
