@@ -11,7 +11,7 @@ LOCAL := env PATH="$(VENV):$$PATH" VSA_LOCALCLOUD_PORT=$(PORT) AWS_ENDPOINT_URL=
 OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0
 
 .PHONY: demo test install localcloud-start localcloud-stop localcloud-logs build deploy-local \
-	lint format typecheck validate unit documents integration bench bench-lifecycle clean
+	lint format typecheck validate unit documents dataplane integration bench bench-lifecycle clean
 
 demo: install
 	@$(LOCAL) bash tools/demo.sh
@@ -58,6 +58,11 @@ unit: install
 # the rendered controller/host scripts on sandbox directories with the fake nvme and modprobe.
 documents: install
 	$(OFFLINE) $(VENV)/python -m pytest tests/documents/test_freeze_thaw.py tests/documents/test_documents_format.py tests/documents/test_scripts_local.py
+
+# The documents on real Linux kernels: QEMU guests (TCG), controllers + a host, NVMe/TCP with
+# native multipath, fio and XFS (tests/dataplane; a few minutes; figures in .dataplane/figures.json).
+dataplane: install
+	$(OFFLINE) $(VENV)/python -m pytest tests/dataplane
 
 integration: install
 	@$(LOCAL) $(VENV)/python -m pytest tests/integration

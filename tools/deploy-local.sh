@@ -17,6 +17,7 @@ parameters=(
   ControllerRegistrationSeconds=20  # a node that stays offline fails its bootstrap in 20 s, not 300
   NodeConfigfsRoot=sys/kernel/config  # relative: inside each node's sandbox
   NodeDeviceDir=dev/disk/by-id
+  NodeSysfsRoot=sys  # where connect-path sets the multipath IO policy
   "NodeNvmeCommand=$ROOT/tests/fakes/nvme"
   "NodeModprobeCommand=$ROOT/tests/fakes/modprobe"
 )

@@ -38,6 +38,7 @@ SUBSTITUTIONS = {
     "NodeModprobeCommand": "modprobe",
     "NodeNvmeCommand": "nvme",
     "ControllerRegistrationSeconds": "300",
+    "NodeSysfsRoot": "sys",
     "AlertsTopicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:vsa-wf-alerts",
 }
 
