@@ -105,8 +105,14 @@ def arrays(api: Api) -> Iterator[Callable[[], str]]:
         return made[-1]
 
     yield new
-    for array_id in made:  # the DeleteArray workflows finish in the background
+    for array_id in made:
         api.call("DELETE", f"/arrays/{array_id}?deleteVolumes=true")
+    # wait for the DeleteArray workflows (bounded; a failure here is reported by its own test):
+    # an array left running keeps launching and bootstrapping controllers under the next tests
+    deadline = time.monotonic() + 120
+    for array_id in made:
+        while api.call("GET", f"/arrays/{array_id}")[0] == 200 and time.monotonic() < deadline:
+            time.sleep(1)
 
 
 def wait_until_gone(api: Api, array_id: str, timeout: float = 120) -> None:
