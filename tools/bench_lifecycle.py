@@ -9,10 +9,12 @@ decrement: DrainController, then a BootstrapController for the replacement). Fro
 execution's history:
 
 * **wall**: start to end of the execution;
-* **waiting**: the union of the intervals in which at least one Wait state was active (waiting
-  for AWS: volume attachments, the node, Run Command invocations on the nodes);
-* **overhead**: wall less waiting, i.e. the time the workflow spent on its own steps (Lambda
-  tasks, SDK calls, Map fan-out) with nothing of AWS to wait for.
+* **waiting on AWS**: the union of the intervals in which at least one Wait state (volume
+  attachments, the node, Run Command invocations running on the nodes) or one AWS API call
+  (aws-sdk and DynamoDB integrations: SendCommand, ListCommands, AttachVolume, heartbeats, …)
+  was in progress;
+* **overhead**: wall less waiting, i.e. the time in the workflow's own steps (its Lambda tasks
+  and the state transitions between steps) while nothing of AWS was in progress.
 
 Prints figures and the 16x8 / 4x2 ratios; nothing is asserted (machines here are shared and noisy).
 """
@@ -63,19 +65,21 @@ def timings(execution_arn: str) -> dict[str, float]:
         if not token:
             break
     names = {e["id"]: e for e in events}
-    intervals: list[tuple[datetime, datetime]] = []
-    open_waits: dict[int, datetime] = {}
+    starts = {"WaitStateEntered": "WaitStateExited", "TaskScheduled": "Task"}
+    intervals: list[tuple[datetime, datetime]] = []  # waiting on AWS: Wait states and AWS API calls
+    opened: dict[int, datetime] = {}
     for event in events:
-        if event["type"] == "WaitStateEntered":
-            open_waits[event["id"]] = event["timestamp"]
-        elif event["type"] == "WaitStateExited":
-            # the exit's previous event chain leads back to its entry; match the latest open one
-            # of the same name in the same iteration: the entered event is an ancestor
+        kind = event["type"]
+        if kind in starts:
+            opened[event["id"]] = event["timestamp"]
+        elif kind == "WaitStateExited" or kind in ("TaskSucceeded", "TaskFailed", "TaskTimedOut"):
+            # walk back to the entry (a Wait's entry, or the Task's TaskScheduled: an aws-sdk or
+            # optimised integration; Lambda tasks log LambdaFunction* events and stay ours)
             entry = event.get("previousEventId")
-            while entry is not None and entry not in open_waits:
+            while entry is not None and entry not in opened:
                 entry = names.get(entry, {}).get("previousEventId")
             if entry is not None:
-                intervals.append((open_waits.pop(entry), event["timestamp"]))
+                intervals.append((opened.pop(entry), event["timestamp"]))
     intervals.sort()
     waiting, current = 0.0, None
     for start, end in intervals:
