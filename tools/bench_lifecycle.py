@@ -65,12 +65,11 @@ def timings(execution_arn: str) -> dict[str, float]:
         if not token:
             break
     names = {e["id"]: e for e in events}
-    starts = {"WaitStateEntered": "WaitStateExited", "TaskScheduled": "Task"}
     intervals: list[tuple[datetime, datetime]] = []  # waiting on AWS: Wait states and AWS API calls
     opened: dict[int, datetime] = {}
     for event in events:
         kind = event["type"]
-        if kind in starts:
+        if kind in ("WaitStateEntered", "TaskScheduled"):
             opened[event["id"]] = event["timestamp"]
         elif kind == "WaitStateExited" or kind in ("TaskSucceeded", "TaskFailed", "TaskTimedOut"):
             # walk back to the entry (a Wait's entry, or the Task's TaskScheduled: an aws-sdk or

@@ -116,6 +116,19 @@ def put_event(event: dict[str, Any]) -> str:
     return str(response["Entries"][0]["EventId"])
 
 
+def fire_alarm(array_id: str, demand: float, stamp: str, kind: str = "high") -> str:
+    """The array's high or low alarm going off at ``stamp`` (the AWS sample event, re-aimed, put
+    on the bus); the name of the ScaleArray execution it starts."""
+    from vsa_core.naming import scale_execution_name
+
+    event = alarm_event_for(array_id, demand=demand, state_timestamp=stamp)
+    name = f"vsa-{array_id}-iops-{kind}"
+    event["detail"]["alarmName"] = name
+    event["resources"] = [f"arn:aws:cloudwatch:us-east-1:000000000000:alarm:{name}"]
+    put_event(event)
+    return scale_execution_name(array_id, event["resources"][0], stamp)
+
+
 def wait_for_execution(state_machine_arn: str, name: str) -> dict[str, Any]:
     """The finished execution called ``name`` (started asynchronously after the event)."""
     sfn = boto3.client("stepfunctions")

@@ -26,34 +26,16 @@ from tests.integration.arrays_world import (
     settle,
     spec_for,
 )
-from tests.integration.conftest import alarm_event_for, function_logs, put_event, wait_for_execution
-from vsa_core.naming import scale_execution_name
+from tests.integration.conftest import fire_alarm, function_logs, put_event, wait_for_execution
 from vsa_core.nvme import subsystem_nqn
+from vsa_core.registry import ArrayRegistry
 
 PER_CONTROLLER = 260_000 * 0.7  # what one controller serves at the spec's target utilisation
 
 
-def fire(array_id: str, demand: float, stamp: str, kind: str) -> str:
-    """The array's high or low alarm going off (the AWS sample event, re-aimed); the name of the
-    ScaleArray execution it starts."""
-    event = alarm_event_for(array_id, demand=demand, state_timestamp=stamp)
-    name = f"vsa-{array_id}-iops-{kind}"
-    event["detail"]["alarmName"] = name
-    event["resources"] = [f"arn:aws:cloudwatch:us-east-1:000000000000:alarm:{name}"]
-    put_event(event)
-    return scale_execution_name(array_id, event["resources"][0], stamp)
-
-
-def serving(array_id: str, table: str) -> dict[int, dict[str, str]]:
-    items = boto3.client("dynamodb").query(
-        TableName=table,
-        KeyConditionExpression="pk = :pk AND begins_with(sk, :slot)",
-        ExpressionAttributeValues={":pk": {"S": f"ARRAY#{array_id}"}, ":slot": {"S": "SLOT#"}},
-        ConsistentRead=True,
-    )["Items"]
-    return {
-        int(i["sk"]["S"].removeprefix("SLOT#")): {k: v["S"] for k, v in i.items() if "S" in v} for i in items
-    }
+def serving(array_id: str, stack_outputs: dict[str, str]) -> dict[int, dict[str, str]]:
+    """The array's controller slots as the workflows leave them in the registry."""
+    return ArrayRegistry(stack_outputs["RegistryTableName"], boto3.client("dynamodb")).slots(array_id)
 
 
 def attached_to(volume_ids: list[str]) -> dict[str, set[str]]:
@@ -138,7 +120,7 @@ def check_serving(
     assert group is not None
     in_service = sorted(i["InstanceId"] for i in group["Instances"] if i["LifecycleState"] == "InService")
     assert len(in_service) == count, group["Instances"]
-    slots = serving(array_id, stack_outputs["RegistryTableName"])
+    slots = serving(array_id, stack_outputs)
     assert len(slots) == count, slots
     if packed:
         assert sorted(slots) == list(range(count)), slots
@@ -162,7 +144,7 @@ def check_serving(
 
 
 def test_scale_out_to_5_and_back_to_3_never_leaves_a_host_without_a_path(
-    stack_outputs, world, lifecycle_array
+    stack_outputs, api, world, lifecycle_array
 ):
     array, array_id = lifecycle_array, lifecycle_array["arrayId"]
     scale = stack_outputs["ScaleArrayStateMachineArn"]
@@ -171,9 +153,9 @@ def test_scale_out_to_5_and_back_to_3_never_leaves_a_host_without_a_path(
     # When demand needs 5 controllers
     started = time.monotonic()
     decision = json.loads(
-        wait_for_execution(scale, fire(array_id, 5 * PER_CONTROLLER, "2026-11-22T01:00:00.000+0000", "high"))[
-            "output"
-        ]
+        wait_for_execution(
+            scale, fire_alarm(array_id, 5 * PER_CONTROLLER, "2026-11-22T01:00:00.000+0000", "high")
+        )["output"]
     )
     assert (decision["action"], decision["desired_controllers"]) == ("scale-out", 5), decision
     settle(array_id, timeout=180)
@@ -181,13 +163,20 @@ def test_scale_out_to_5_and_back_to_3_never_leaves_a_host_without_a_path(
     # Then 5 serve, each with every volume, and every host has 5 paths; the first two kept theirs
     five = check_serving(stack_outputs, world, array, 5)
     assert set(first) <= set(five)
-    slots = serving(array_id, stack_outputs["RegistryTableName"])
+    # and the array's status (vsactl get) says so
+    status, answer = api.call("GET", f"/arrays/{array_id}")
+    assert status == 200, answer
+    shown = answer["status"]
+    assert sorted(c["slot"] for c in shown["controllers"]) == [0, 1, 2, 3, 4]
+    assert {c["slotState"] for c in shown["controllers"]} == {"serving"}
+    assert [len(h["paths"]) for h in shown["hosts"]] == [5, 5]
+    slots = serving(array_id, stack_outputs)
     roots = {i: node_root(world.endpoint, i) for i in five}  # the sandboxes outlive the instances
     # When demand falls to what 3 serve, twice (scale-in removes one controller per decision)
     with PathWatch(array["hosts"], array["nqns"]) as watch:
         for step, stamp in ((4, "2026-11-22T02:00:00.000+0000"), (3, "2026-11-22T02:10:00.000+0000")):
             decision = json.loads(
-                wait_for_execution(scale, fire(array_id, 2 * PER_CONTROLLER, stamp, "low"))["output"]
+                wait_for_execution(scale, fire_alarm(array_id, 2 * PER_CONTROLLER, stamp, "low"))["output"]
             )
             assert (decision["action"], decision["desired_controllers"]) == ("scale-in", step), decision
             # the controller in the highest slot leaves
@@ -279,7 +268,7 @@ def alerts(stack_outputs) -> Iterator[Callable[[str], list[str]]]:
 
 
 def check_undone(stack_outputs: dict[str, str], array: dict[str, Any], instance: str) -> None:
-    slots = serving(array["arrayId"], stack_outputs["RegistryTableName"])
+    slots = serving(array["arrayId"], stack_outputs)
     assert instance not in {s["instanceId"] for s in slots.values()}, slots
     assert all(instance not in attached for attached in attached_to(array["volumes"]).values())
 
@@ -292,7 +281,7 @@ def test_a_controller_whose_node_never_comes_online_is_undone_abandoned_and_repl
     # Given the next controller launched never comes online in SSM
     with Offline(world.endpoint, array_id, first) as offline:
         # When demand needs a third controller
-        fire(array_id, 3 * PER_CONTROLLER, "2026-11-22T03:00:00.000+0000", "high")
+        fire_alarm(array_id, 3 * PER_CONTROLLER, "2026-11-22T03:00:00.000+0000", "high")
     assert offline.instance is not None, "no controller was launched"
     # Then its bootstrap gives up after ControllerRegistrationSeconds, undoes and ABANDONs
     execution = bootstrap_of(stack_outputs["BootstrapControllerStateMachineArn"], offline.instance)
@@ -315,7 +304,7 @@ def test_a_lifecycle_action_that_times_out_while_the_bootstrap_waits_ends_it_und
     first = check_serving(stack_outputs, world, array, 2)
     # Given a launching controller whose bootstrap waits for its node
     with Offline(world.endpoint, array_id, first) as offline:
-        fire(array_id, 3 * PER_CONTROLLER, "2026-11-22T04:00:00.000+0000", "high")
+        fire_alarm(array_id, 3 * PER_CONTROLLER, "2026-11-22T04:00:00.000+0000", "high")
     assert offline.instance is not None
     # When its lifecycle action times out (the hook's default result, ABANDON, terminates it)
     control(world.endpoint, "autoscaling", "advance", seconds=3600)

@@ -330,7 +330,7 @@ def test_status_reports_group_controllers_volumes_alarms_schedule_hosts(world: W
         "expression": "rate(1 day)",
         "state": "ENABLED",
     }
-    assert status["hosts"] == [{"instanceId": HOST, "mountpoints": [], "pingStatus": "Online", "paths": []}]
+    assert status["hosts"] == [{"instanceId": HOST, "mountpoints": [], "pingStatus": "Online"}]
 
 
 def test_busy_reason_is_none_for_a_settled_array(world: World) -> None:

@@ -287,3 +287,25 @@ def test_locate_finds_a_controllers_slot_and_guards_the_last_serving_one(
         "found": False,
         "instanceId": "i-0000000000000000c",
     }
+
+
+def test_the_status_shows_each_controllers_slot_and_each_hosts_serving_paths() -> None:
+    from vsa_core.operations import with_slots
+
+    status = {
+        "controllers": [{"instanceId": "i-a"}, {"instanceId": "i-b"}, {"instanceId": "i-new"}],
+        "hosts": [{"instanceId": "i-h1"}, {"instanceId": "i-h2"}],
+    }
+    slots = {
+        1: {"instanceId": "i-b", "state": "serving", "address": "10.0.0.2"},
+        0: {"instanceId": "i-a", "state": "serving", "address": "10.0.0.1"},
+        2: {"instanceId": "i-c", "state": "draining", "address": "10.0.0.3"},
+    }
+    shown = with_slots(status, slots)
+    assert [(c["slot"], c["slotState"]) for c in shown["controllers"]] == [
+        (0, "serving"),
+        (1, "serving"),
+        (None, None),
+    ]
+    # a draining controller is no longer a path the hosts use
+    assert [h["paths"] for h in shown["hosts"]] == [["10.0.0.1", "10.0.0.2"]] * 2

@@ -692,7 +692,6 @@ class ArrayService:
                 "instanceId": h.instance_id,
                 "mountpoints": list(h.mountpoints),
                 "pingStatus": nodes.get(h.instance_id, {}).get("PingStatus", "NotRegistered"),
-                "paths": [],
             }
             for h in spec.hosts
         ]

@@ -97,6 +97,20 @@ def apply_array(
     }
 
 
+def with_slots(status: dict[str, Any], slots: dict[int, dict[str, str]]) -> dict[str, Any]:
+    """The live status with what the lifecycle workflows recorded: each controller's slot and
+    slot state (bootstrapping, serving, draining), and each host's paths: the addresses of the
+    serving controllers, each of which BootstrapController saw live on every host."""
+    held = {item["instanceId"]: (slot, item) for slot, item in slots.items()}
+    for controller in status.get("controllers", []):
+        slot, item = held.get(controller["instanceId"], (None, {}))
+        controller["slot"], controller["slotState"] = slot, item.get("state")
+    serving = sorted(i["address"] for i in slots.values() if i.get("state") == "serving" and i.get("address"))
+    for host in status.get("hosts", []):
+        host["paths"] = serving
+    return status
+
+
 def describe_array(array_id: str, *, registry: ArrayRegistry, service: ArrayService) -> dict[str, Any]:
     array = registry.get(array_id)
     return {
@@ -105,7 +119,7 @@ def describe_array(array_id: str, *, registry: ArrayRegistry, service: ArrayServ
         "desiredControllers": array.desired_controllers,
         "deleting": array.deleting.model_dump(by_alias=True) if array.deleting else None,
         "deleteFailure": array.delete_failure,
-        "status": _json(service.status(array.spec)),
+        "status": _json(with_slots(service.status(array.spec), registry.slots(array_id))),
         "decisions": registry.decisions(array_id, limit=10),
         "backups": [],  # consistent backups arrive with issue #7
     }
