@@ -129,6 +129,8 @@ class VolumeSnapshot(_Strict):
     state: SnapshotState = "pending"
     progress: int = Field(default=0, ge=0, le=100, description="percent, from the snapshot's Progress")
     state_message: str | None = Field(default=None, alias="stateMessage")
+    volume_size: int | None = Field(default=None, alias="volumeSize", description="GiB, for a restore")
+    iops: int | None = Field(default=None, description="the source volume's provisioned IOPS, for a restore")
 
 
 def parse_progress(progress: str | None) -> int:
@@ -210,10 +212,25 @@ class BackupSet(_Strict):
     consistency: Consistency | None = None
     consistency_reason: str | None = Field(default=None, alias="consistencyReason")
     failure: str | None = Field(default=None, description="why the set failed")
+    trigger: Literal["api", "schedule"] = "api"
+    freeze_timeout_seconds: int = Field(default=10, alias="freezeTimeoutSeconds", ge=1, le=60)
+    controller_instance_id: InstanceId | None = Field(
+        default=None,
+        alias="controllerInstanceId",
+        description="the serving controller CreateSnapshots ran on",
+    )
+    message: str | None = Field(default=None, description="what the workflow waits for, or did last")
+    completed_at: AwareDatetime | None = Field(default=None, alias="completedAt")
 
     @property
     def in_progress(self) -> bool:
         return self.state in IN_PROGRESS
+
+    @property
+    def freeze_window_seconds(self) -> float | None:
+        """The longest pause of any host's writes (first freeze started to last thaw)."""
+        windows = [w for h in self.hosts if (w := h.window_seconds) is not None]
+        return max(windows) if windows else None
 
 
 # ---------------------------------------------------------------- consistency and state

@@ -1,0 +1,136 @@
+"""ConsistentBackup steps that need more than one AWS call or a decision (one step per
+invocation, ``step`` in the input); the workflow owns the order, the waiting (Wait states), the
+SSM commands, the retries and the thaw on every path out.
+
+- ``preflight``: a serving controller with every volume attached, hosts online, EBS limits →
+  start / wait / refuse (``SnapshotLimitError``); ``PreflightError`` names what is missing;
+- ``hosts_ready``: freeze-io's dry-run results → ``PreflightError`` naming each host that
+  cannot freeze (nothing frozen yet);
+- ``snapshot``: the one ``CreateSnapshots`` call, timed, recorded;
+- ``record_hosts``: the freeze-io / thaw-io reports of every host, recorded;
+- ``progress``: the snapshots' states and progress, recorded; when to look again;
+- ``finish``: the honest label (or failed, snapshots deleted);
+- ``fail``: a caught error → the set failed with the reason, its snapshots deleted;
+- ``retention``: the array's policy applied (whole sets, oldest first, capped).
+"""
+
+from typing import Annotated, Any, Literal
+
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+from vsa_core.arrays import ArrayService
+from vsa_core.backup_service import BackupService
+from vsa_core.backups import BackupId
+from vsa_core.model import ArrayId
+from vsa_core.observability import logger, tracer
+from vsa_core.registry import ArrayRegistry, BackupRegistry
+from vsa_core.settings import get_settings
+
+
+class _Step(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    array_id: ArrayId = Field(alias="arrayId")
+    backup_id: BackupId = Field(alias="backupId")
+
+
+class Preflight(_Step):
+    step: Literal["preflight"]
+
+
+class HostsReady(_Step):
+    step: Literal["hosts_ready"]
+    checks: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Snapshot(_Step):
+    step: Literal["snapshot"]
+    controller: str = Field(pattern=r"^i-[0-9a-f]{8,17}$")
+    excluded: list[str] = Field(default_factory=list)
+    volumes: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class RecordHosts(_Step):
+    step: Literal["record_hosts"]
+    freezes: list[dict[str, Any]] = Field(default_factory=list)
+    thaws: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Progress(_Step):
+    step: Literal["progress"]
+    last_wait: int | None = Field(default=None, alias="lastWait")
+
+
+class Finish(_Step):
+    step: Literal["finish"]
+
+
+class Fail(_Step):
+    step: Literal["fail"]
+    error: dict[str, Any] | None = None
+    freezes: list[dict[str, Any]] = Field(default_factory=list)
+    thaws: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Retention(_Step):
+    step: Literal["retention"]
+
+
+class Request(
+    RootModel[
+        Annotated[
+            Preflight | HostsReady | Snapshot | RecordHosts | Progress | Finish | Fail | Retention,
+            Field(discriminator="step"),
+        ]
+    ]
+):
+    pass
+
+
+def _service() -> BackupService:
+    settings = get_settings()
+    return BackupService(
+        registry=ArrayRegistry(settings.table_name),
+        backups_registry=BackupRegistry(settings.table_name),
+        arrays=ArrayService(scheduler_role_arn=settings.backup_scheduler_role_arn),
+        state_machine_arn=settings.backup_state_machine_arn,
+    )
+
+
+def run(request: Any, service: BackupService, max_deletions: int) -> dict[str, Any]:
+    """One step; the logic is ``BackupService``'s."""
+    a, b = request.array_id, request.backup_id
+    match request:
+        case Preflight():
+            return service.preflight(a, b)
+        case HostsReady():
+            return service.hosts_ready(request.checks)
+        case Snapshot():
+            return service.snapshot(a, b, request.controller, request.excluded, request.volumes)
+        case RecordHosts():
+            return service.record_hosts(a, b, request.freezes, request.thaws)
+        case Progress():
+            return service.progress(a, b, request.last_wait)
+        case Finish():
+            return service.finish(a, b)
+        case Fail():
+            return service.fail(a, b, request.error, request.freezes, request.thaws)
+        case Retention():
+            array = service.array(a)
+            if array.spec.backup is None:
+                return {"skipped": "no backup policy: retention runs on request only"}
+            return service.apply_retention(a, None, max_deletions)
+    raise AssertionError(f"unknown step {request!r}")  # pragma: no cover - the model is closed
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@event_parser(model=Request)
+def lambda_handler(event: Request, context: LambdaContext) -> dict[str, Any]:
+    request = event.root
+    logger.append_keys(step=request.step, array_id=request.array_id, backup_id=request.backup_id)
+    result = run(request, _service(), get_settings().retention_max_deletions)
+    logger.info("backup step", extra={"result": result})
+    return result
