@@ -1,0 +1,144 @@
+"""What integration tests of backups share: an array with io2 volumes, hosts whose mountpoints
+are real XFS filesystems (loop devices, as in tests/documents/xfs_lab.py, so freeze-io and
+thaw-io freeze and thaw for real through the local cloud's Run Command), and a serving
+controller.
+
+``serving_controller`` is the one stand-in: the local cloud is deployed with
+ControllerLifecycle=Disabled until issue #6 runs end to end, so no BootstrapController puts a
+controller in the registry. It makes the state that workflow leaves behind — an instance in the
+array's AZ with every array volume attached (plus one volume of no array, which CreateSnapshots
+must leave out), an SSM managed node, and its slot item written as LeaseSlot + MarkServing
+write it. Swap it for a real bootstrap when the lifecycle runs on the local cloud.
+"""
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.documents.xfs_lab import Lab, _missing
+from tests.integration.arrays_world import AMI, AZ, World, control
+from tests.integration.conftest import Api
+from vsa_core.controllers import DEVICE_NAMES
+from vsa_core.naming import slot_key
+from vsa_core.waiters import execution_arn, execution_finished
+
+
+@dataclass
+class BackupArray:
+    array_id: str
+    volumes: list[str]
+    hosts: dict[str, list[Path]]  # instance id -> its XFS mountpoints
+    controller: str = ""
+    stray_volume: str = ""  # attached to the controller, in no array
+    spec: dict[str, Any] = field(default_factory=dict)
+
+
+def serving_controller(table: str, array: BackupArray, world: World) -> str:
+    """An instance holding slot 0 as ``serving``, with the array's volumes attached (see above)."""
+    ec2 = boto3.client("ec2")
+    instance = ec2.run_instances(
+        ImageId=AMI, MinCount=1, MaxCount=1, InstanceType="r5b.2xlarge", Placement={"AvailabilityZone": AZ}
+    )["Instances"][0]
+    instance_id = str(instance["InstanceId"])
+    world.instances.append(instance_id)
+    stray = world.volume()
+    for volume, device in zip([*array.volumes, stray], DEVICE_NAMES, strict=False):
+        ec2.attach_volume(VolumeId=volume, InstanceId=instance_id, Device=device)
+    ec2.get_waiter("volume_in_use").wait(
+        VolumeIds=[*array.volumes, stray], WaiterConfig={"Delay": 1, "MaxAttempts": 30}
+    )
+    control(world.endpoint, "ssm", "register_node", InstanceId=instance_id)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    boto3.client("dynamodb").put_item(
+        TableName=table,
+        Item={
+            "pk": {"S": f"ARRAY#{array.array_id}"},
+            "sk": {"S": slot_key(0)},
+            "instanceId": {"S": instance_id},
+            "state": {"S": "serving"},
+            "address": {"S": instance.get("PrivateIpAddress", "10.0.0.10")},
+            "since": {"S": now},
+            "servingSince": {"S": now},
+            "execution": {"S": "backups-world-fixture"},
+        },
+    )
+    array.controller, array.stray_volume = instance_id, stray
+    return instance_id
+
+
+@pytest.fixture
+def xfs_lab(tmp_path: Path) -> Iterator[Lab]:
+    reason = _missing()
+    if reason:
+        pytest.skip(f"backups freeze real XFS filesystems: {reason}")
+    lab = Lab(root=tmp_path, state_dir=Path("/run/vsa-freeze"))
+    try:
+        yield lab
+    finally:
+        lab.cleanup()
+
+
+@pytest.fixture
+def backup_array(
+    api: Api, world: World, arrays: Callable[[], str], xfs_lab: Lab, stack_outputs: dict[str, str]
+) -> Callable[..., BackupArray]:
+    """``backup_array(volumes=2, hosts=2, mountpoints=1, mode="application", retention=7)``: an
+    applied array with a serving controller; fast snapshots (2 s pending)."""
+    control(world.endpoint, "ebs", "configure", snapshot_seconds=2)
+
+    def make(
+        volumes: int = 2, hosts: int = 2, mountpoints: int = 1, mode: str = "application", retention: int = 7
+    ) -> BackupArray:
+        array_id = arrays()
+        volume_ids = [world.volume() for _ in range(volumes)]
+        host_mounts: dict[str, list[Path]] = {}
+        for h in range(hosts):
+            instance = world.host()
+            host_mounts[instance] = [xfs_lab.xfs(f"h{h}m{m}").mountpoint for m in range(mountpoints)]
+        spec = {
+            "specVersion": 1,
+            "arrayId": array_id,
+            "availabilityZone": AZ,
+            "volumes": [{"volumeId": v} for v in volume_ids],
+            "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI},
+            "minControllers": 1,
+            "maxControllers": 2,
+            "hosts": [
+                {"instanceId": i, "mountpoints": [str(m) for m in mounts]} for i, mounts in host_mounts.items()
+            ],
+            "backup": {"schedule": "cron(0 3 1 1 ? 2099)", "mode": mode, "retention": retention},
+        }
+        status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
+        assert status == 201, reply
+        array = BackupArray(array_id, volume_ids, host_mounts, spec=spec)
+        serving_controller(stack_outputs["RegistryTableName"], array, world)
+        return array
+
+    return make
+
+
+def backup_finished(stack_outputs: dict[str, str], backup_id: str) -> dict[str, Any]:
+    """The ConsistentBackup execution of ``backup_id`` once it has ended (AWS waiter)."""
+    sfn = boto3.client("stepfunctions")
+    arn = execution_arn(stack_outputs["ConsistentBackupStateMachineArn"], backup_id)
+    execution_finished(sfn).wait(executionArn=arn, WaiterConfig={"Delay": 1, "MaxAttempts": 180})
+    return dict(sfn.describe_execution(executionArn=arn))
+
+
+def frozen(lab: Lab, mountpoint: Path) -> bool:
+    """Whether writes to ``mountpoint`` block (a frozen filesystem): a write and flush that do not
+    finish within 2 s (the lab ends the writer at cleanup, after thawing)."""
+    writer = lab.spawn(
+        "bash", "-c", f"echo x > {mountpoint}/.probe && sync -f {mountpoint}/.probe", start_new_session=True
+    )
+    give_up = time.monotonic() + 2
+    while time.monotonic() < give_up:
+        if writer.poll() is not None:
+            return False
+        time.sleep(0.02)
+    return True
