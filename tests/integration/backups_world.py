@@ -109,7 +109,8 @@ def backup_array(
             "minControllers": 1,
             "maxControllers": 2,
             "hosts": [
-                {"instanceId": i, "mountpoints": [str(m) for m in mounts]} for i, mounts in host_mounts.items()
+                {"instanceId": i, "mountpoints": [str(m) for m in mounts]}
+                for i, mounts in host_mounts.items()
             ],
             "backup": {"schedule": "cron(0 3 1 1 ? 2099)", "mode": mode, "retention": retention},
         }
