@@ -152,19 +152,23 @@ def _policy_mode(service: BackupService, array_id: str) -> backups.BackupMode:
 
 
 @lru_cache(maxsize=1)
+def _idempotency_config() -> IdempotencyConfig:
+    return IdempotencyConfig(
+        event_key_jmespath="[kind, arrayId, key]",
+        payload_validation_jmespath="body",
+        expires_after_seconds=24 * 3600,
+    )
+
+
+@lru_cache(maxsize=1)
 def _once() -> Any:
     """``_perform`` wrapped by powertools idempotency (built on first use: nothing at import)."""
     persistence = DynamoDBPersistenceLayer(
         table_name=get_settings().idempotency_table_name, boto3_client=client("dynamodb")
     )
-    config = IdempotencyConfig(
-        event_key_jmespath="[kind, arrayId, key]",
-        payload_validation_jmespath="body",
-        expires_after_seconds=24 * 3600,
-    )
-    return idempotent_function(data_keyword_argument="request", persistence_store=persistence, config=config)(
-        _perform
-    )
+    return idempotent_function(
+        data_keyword_argument="request", persistence_store=persistence, config=_idempotency_config()
+    )(_perform)
 
 
 def _post(kind: str, array_id: str, key: str | None, body: BaseModel) -> dict[str, Any]:
@@ -270,4 +274,6 @@ def create_restore(
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    # an in-progress record expires with the invocation, so a request that timed out can be retried
+    _idempotency_config().register_lambda_context(context)
     return app.resolve(event, context)

@@ -363,7 +363,8 @@ def test_a_dry_run_checks_and_freezes_nothing(lab: Lab) -> None:
     assert ready.returncode == 0, ready.stderr
     assert ready.report["status"] == "ready"
     assert ready.report["mountpoints"][0]["fstype"] == "xfs"
-    assert ready.report["watchdogPid"] is None and ready.report["frozeAt"] is None
+    assert ready.report["watchdogPid"] is None
+    assert ready.report["frozeAt"] is None
     assert not list(lab.state_dir.glob("*.watchdog.pid"))
     assert finished_at(lab.writer(data), 5) is not None, "a dry run froze the filesystem"
     # And the plain directory fails the dry run with the reason, as a real freeze would

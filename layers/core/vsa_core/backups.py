@@ -151,14 +151,19 @@ class HostFreeze(_Strict):
     thaw_started_at: float | None = Field(default=None, alias="thawStartedAt")
     thawed_at: float | None = Field(default=None, alias="thawedAt", description="the last mountpoint thawed")
     watchdog_fired: bool = Field(default=False, alias="watchdogFired")
+    watchdog_fired_at: float | None = Field(default=None, alias="watchdogFiredAt")
     error: str | None = Field(default=None, description="why freezing or thawing failed")
 
     @property
     def window_seconds(self) -> float | None:
-        """How long the host's writes were paused: first freeze started to last thaw."""
-        if self.freeze_started_at is None or self.thawed_at is None:
+        """How long the host's writes were paused: first freeze started to last thaw (the
+        watchdog's, when it fired before thaw-io came)."""
+        if self.freeze_started_at is None:
             return None
-        return self.thawed_at - self.freeze_started_at
+        ends = [t for t in (self.thawed_at, self.watchdog_fired_at if self.watchdog_fired else None) if t]
+        if not ends:
+            return None
+        return min(ends) - self.freeze_started_at
 
 
 def host_freeze(
@@ -180,6 +185,7 @@ def host_freeze(
             errors.append(f"freeze-io: {freeze_report.get('reason') or 'failed'}")
     if thaw_report is not None:
         fields["watchdogFired"] = bool(thaw_report.get("watchdogFired"))
+        fields["watchdogFiredAt"] = thaw_report.get("watchdogFiredAt")
         if thaw_report.get("status") == "thawed":
             fields |= {key: thaw_report.get(key) for key in ("thawStartedAt", "thawedAt")}
         else:
