@@ -38,6 +38,9 @@ SUBSTITUTIONS = {
     "NodeModprobeCommand": "modprobe",
     "NodeNvmeCommand": "nvme",
     "AlertsTopicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:vsa-wf-alerts",
+    "TaskBackupFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-backup",
+    "FreezeIoDocument": "vsa-wf-freeze-io",
+    "ThawIoDocument": "vsa-wf-thaw-io",
 }
 
 
