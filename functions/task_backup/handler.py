@@ -6,7 +6,8 @@ SSM commands, the retries and the thaw on every path out.
   start / wait / refuse (``SnapshotLimitError``); ``PreflightError`` names what is missing;
 - ``hosts_ready``: freeze-io's dry-run results → ``PreflightError`` naming each host that
   cannot freeze (nothing frozen yet);
-- ``snapshot``: the one ``CreateSnapshots`` call, timed, recorded;
+- ``snapshot``: the one ``CreateSnapshots`` call, timed, recorded; thaw-io sent to every host the
+  moment it returns (the workflow's Thaw waits for those commands, and sends any that failed);
 - ``record_hosts``: the freeze-io / thaw-io reports of every host, recorded;
 - ``progress``: the snapshots' states and progress, recorded; when to look again;
 - ``finish``: the honest label (or failed, snapshots deleted);
@@ -50,6 +51,7 @@ class Snapshot(_Step):
     controller: str = Field(pattern=r"^i-[0-9a-f]{8,17}$")
     excluded: list[str] = Field(default_factory=list)
     volumes: list[dict[str, Any]] = Field(default_factory=list)
+    hosts: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class RecordHosts(_Step):
@@ -99,7 +101,7 @@ def _service() -> BackupService:
     )
 
 
-def run(request: Any, service: BackupService, max_deletions: int) -> dict[str, Any]:
+def run(request: Any, service: BackupService, max_deletions: int, thaw_document: str = "") -> dict[str, Any]:
     """One step; the logic is ``BackupService``'s."""
     a, b = request.array_id, request.backup_id
     match request:
@@ -108,7 +110,9 @@ def run(request: Any, service: BackupService, max_deletions: int) -> dict[str, A
         case HostsReady():
             return service.hosts_ready(request.checks)
         case Snapshot():
-            return service.snapshot(a, b, request.controller, request.excluded, request.volumes)
+            return service.snapshot(
+                a, b, request.controller, request.excluded, request.volumes, request.hosts, thaw_document
+            )
         case RecordHosts():
             return service.record_hosts(a, b, request.freezes, request.thaws)
         case Progress():
@@ -131,6 +135,7 @@ def run(request: Any, service: BackupService, max_deletions: int) -> dict[str, A
 def lambda_handler(event: Request, context: LambdaContext) -> dict[str, Any]:
     request = event.root
     logger.append_keys(step=request.step, array_id=request.array_id, backup_id=request.backup_id)
-    result = run(request, _service(), get_settings().retention_max_deletions)
+    settings = get_settings()
+    result = run(request, _service(), settings.retention_max_deletions, settings.thaw_io_document)
     logger.info("backup step", extra={"result": result})
     return result

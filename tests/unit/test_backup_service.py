@@ -401,3 +401,40 @@ def test_restore_makes_io2_multi_attach_volumes_and_registers_a_new_array(world:
     assert new.existing_volume_ids == tuple(v["volumeId"] for v in answer["volumes"])
     with pytest.raises(ConflictError, match="exists"):
         svc.restore("demo", backup.backup_id, "demo-copy")
+
+
+def test_snapshot_sends_thaw_io_to_every_host_the_moment_it_returns(world: dict[str, Any]) -> None:
+    backup = record(world["table"], state="freezing")
+    ec2, ssm = boto3.client("ec2", region_name=REGION), boto3.client("ssm", region_name=REGION)
+    snapshots, thaws = Stubber(ec2), Stubber(ssm)
+    snapshots.add_response(
+        "create_snapshots",
+        {
+            "Snapshots": [
+                {"SnapshotId": f"snap-0000000{i}", "VolumeId": v} for i, v in enumerate(world["volumes"])
+            ]
+        },
+    )
+    hosts = [
+        {"instanceId": h, "mountpoints": "/data", "freezeKey": freeze_key(backup.backup_id, h)}
+        for h in ("i-0000000000000000a", "i-0000000000000000b")
+    ]
+    thaws.add_response(
+        "send_command",
+        {"Command": {"CommandId": "11111111-2222-3333-4444-555555555555"}},
+        {
+            "DocumentName": "vsa-thaw-io",
+            "InstanceIds": ["i-0000000000000000a"],
+            "Comment": ANY,
+            "TimeoutSeconds": 60,
+            "Parameters": {"Mountpoints": ["/data"], "BackupId": [hosts[0]["freezeKey"]]},
+        },
+    )
+    thaws.add_client_error("send_command", "InvalidInstanceId", "not a managed node")
+    volumes = [{"volumeId": v} for v in world["volumes"]]
+    with snapshots, thaws:
+        answer = service(world["table"], ec2=ec2, ssm=ssm).snapshot(
+            "demo", backup.backup_id, world["controller"], [], volumes, hosts, "vsa-thaw-io"
+        )
+    # one thaw sent; the host it could not reach is left for the workflow's Thaw to send again
+    assert [h["thawCommandId"] for h in answer["thawHosts"]] == ["11111111-2222-3333-4444-555555555555", ""]

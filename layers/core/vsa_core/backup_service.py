@@ -487,8 +487,12 @@ class BackupService:
         controller: str,
         excluded: Sequence[str],
         volumes: Sequence[Mapping[str, Any]],
+        hosts: Sequence[Mapping[str, Any]] = (),
+        thaw_document: str = "",
     ) -> dict[str, Any]:
-        """ONE CreateSnapshots call: every array volume at one point in time."""
+        """ONE CreateSnapshots call: every array volume at one point in time; then, at once,
+        thaw-io sent to every frozen host (``thawHosts``: each host with the command id, or ``""``
+        when sending failed — the workflow's Thaw sends those again and waits for every one)."""
         backup = self._backups.get(array_id, backup_id)
         tags = backups.snapshot_tags(array_id, backup_id, backup.label)
         requested_at = self._clock()
@@ -509,6 +513,7 @@ class BackupService:
                 raise SnapshotLimitError(f"EBS refused CreateSnapshots: {error}") from None
             raise
         returned_at = self._clock()
+        thaw_hosts = self._send_thaws(backup_id, hosts, thaw_document)
         known = {v["volumeId"]: v for v in volumes}
         taken = {s["VolumeId"]: s for s in answer["Snapshots"]}
         snapshots = tuple(
@@ -541,7 +546,34 @@ class BackupService:
                 f"CreateSnapshots on {controller} took {', '.join(extra) or 'no other volume'} beyond "
                 f"the array and missed {', '.join(missing) or 'none'}: the set is not the array"
             )
-        return {"snapshots": len(snapshots), "requestedAt": requested_at, "returnedAt": returned_at}
+        return {
+            "snapshots": len(snapshots),
+            "requestedAt": requested_at,
+            "returnedAt": returned_at,
+            "thawHosts": thaw_hosts,
+        }
+
+    def _send_thaws(
+        self, backup_id: str, hosts: Sequence[Mapping[str, Any]], document: str
+    ) -> list[dict[str, Any]]:
+        """thaw-io to each host, not waiting for it (the workflow polls); a host whose command
+        could not be sent is left to the workflow's Thaw (it sends again) and its watchdog."""
+        sent = []
+        for host in hosts:
+            command_id = ""
+            if document:
+                try:
+                    command_id = self._ssm.send_command(
+                        DocumentName=document,
+                        InstanceIds=[host["instanceId"]],
+                        Comment=f"vsa {backup_id} thaw",
+                        TimeoutSeconds=60,
+                        Parameters={"Mountpoints": [host["mountpoints"]], "BackupId": [host["freezeKey"]]},
+                    )["Command"]["CommandId"]
+                except ClientError:
+                    command_id = ""
+            sent.append({**host, "thawCommandId": command_id})
+        return sent
 
     def record_hosts(
         self,

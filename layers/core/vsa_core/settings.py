@@ -19,6 +19,7 @@ class Settings(BaseModel):
     backup_state_machine_arn: str = ""
     idempotency_table_name: str = ""
     retention_max_deletions: int = Field(default=5, ge=0, le=100)
+    thaw_io_document: str = ""
 
 
 @lru_cache(maxsize=1)
@@ -34,4 +35,5 @@ def get_settings() -> Settings:
         backup_state_machine_arn=os.environ.get("VSA_BACKUP_STATE_MACHINE_ARN", ""),
         idempotency_table_name=os.environ.get("VSA_IDEMPOTENCY_TABLE_NAME", ""),
         retention_max_deletions=int(os.environ.get("VSA_RETENTION_MAX_DELETIONS", "5")),
+        thaw_io_document=os.environ.get("VSA_THAW_IO_DOCUMENT", ""),
     )
