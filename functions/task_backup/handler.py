@@ -6,8 +6,11 @@ SSM commands, the retries and the thaw on every path out.
   start / wait / refuse (``SnapshotLimitError``); ``PreflightError`` names what is missing;
 - ``hosts_ready``: freeze-io's dry-run results → ``PreflightError`` naming each host that
   cannot freeze (nothing frozen yet);
-- ``snapshot``: the one ``CreateSnapshots`` call, timed, recorded; thaw-io sent to every host the
-  moment it returns (the workflow's Thaw waits for those commands, and sends any that failed);
+- ``freeze``: freeze-io sent to every host at once (not waited for);
+- ``snapshot``: once every host has frozen (or failed, or is late; else ``taken: false`` and the
+  workflow asks again a second later), the one ``CreateSnapshots`` call, timed, recorded;
+  thaw-io sent to every host the moment it returns (the workflow's Thaw waits for those
+  commands, and sends any that failed);
 - ``record_hosts``: the freeze-io / thaw-io reports of every host, recorded;
 - ``progress``: the snapshots' states and progress, recorded; when to look again;
 - ``finish``: the honest label (or failed, snapshots deleted);
@@ -27,7 +30,7 @@ from vsa_core.backups import BackupId
 from vsa_core.model import ArrayId
 from vsa_core.observability import logger, tracer
 from vsa_core.registry import ArrayRegistry, BackupRegistry
-from vsa_core.settings import get_settings
+from vsa_core.settings import Settings, get_settings
 
 
 class _Step(BaseModel):
@@ -46,12 +49,18 @@ class HostsReady(_Step):
     checks: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class Freeze(_Step):
+    step: Literal["freeze"]
+    hosts: list[dict[str, Any]] = Field(default_factory=list)
+
+
 class Snapshot(_Step):
     step: Literal["snapshot"]
     controller: str = Field(pattern=r"^i-[0-9a-f]{8,17}$")
     excluded: list[str] = Field(default_factory=list)
     volumes: list[dict[str, Any]] = Field(default_factory=list)
-    hosts: list[dict[str, Any]] = Field(default_factory=list)
+    freezing: dict[str, Any] = Field(default_factory=dict)
+    freeze_timeout: int = Field(default=10, alias="freezeTimeout", ge=1, le=60)
 
 
 class RecordHosts(_Step):
@@ -83,7 +92,7 @@ class Retention(_Step):
 class Request(
     RootModel[
         Annotated[
-            Preflight | HostsReady | Snapshot | RecordHosts | Progress | Finish | Fail | Retention,
+            Preflight | HostsReady | Freeze | Snapshot | RecordHosts | Progress | Finish | Fail | Retention,
             Field(discriminator="step"),
         ]
     ]
@@ -101,7 +110,7 @@ def _service() -> BackupService:
     )
 
 
-def run(request: Any, service: BackupService, max_deletions: int, thaw_document: str = "") -> dict[str, Any]:
+def run(request: Any, service: BackupService, settings: Settings) -> dict[str, Any]:
     """One step; the logic is ``BackupService``'s."""
     a, b = request.array_id, request.backup_id
     match request:
@@ -109,9 +118,18 @@ def run(request: Any, service: BackupService, max_deletions: int, thaw_document:
             return service.preflight(a, b)
         case HostsReady():
             return service.hosts_ready(request.checks)
+        case Freeze():
+            return service.freeze(b, request.hosts, settings.freeze_io_document)
         case Snapshot():
             return service.snapshot(
-                a, b, request.controller, request.excluded, request.volumes, request.hosts, thaw_document
+                a,
+                b,
+                request.controller,
+                request.excluded,
+                request.volumes,
+                request.freezing,
+                settings.thaw_io_document,
+                request.freeze_timeout,
             )
         case RecordHosts():
             return service.record_hosts(a, b, request.freezes, request.thaws)
@@ -125,7 +143,7 @@ def run(request: Any, service: BackupService, max_deletions: int, thaw_document:
             array = service.array(a)
             if array.spec.backup is None:
                 return {"skipped": "no backup policy: retention runs on request only"}
-            return service.apply_retention(a, None, max_deletions)
+            return service.apply_retention(a, None, settings.retention_max_deletions)
     raise AssertionError(f"unknown step {request!r}")  # pragma: no cover - the model is closed
 
 
@@ -135,7 +153,6 @@ def run(request: Any, service: BackupService, max_deletions: int, thaw_document:
 def lambda_handler(event: Request, context: LambdaContext) -> dict[str, Any]:
     request = event.root
     logger.append_keys(step=request.step, array_id=request.array_id, backup_id=request.backup_id)
-    settings = get_settings()
-    result = run(request, _service(), settings.retention_max_deletions, settings.thaw_io_document)
+    result = run(request, _service(), get_settings())
     logger.info("backup step", extra={"result": result})
     return result

@@ -403,10 +403,48 @@ def test_restore_makes_io2_multi_attach_volumes_and_registers_a_new_array(world:
         svc.restore("demo", backup.backup_id, "demo-copy")
 
 
+def _frozen_hosts(backup_id: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "instanceId": h,
+            "mountpoints": "/data",
+            "freezeKey": freeze_key(backup_id, h),
+            "thawMaxPolls": 30,
+            "freezeCommandId": f"{n}1111111-2222-3333-4444-555555555555",
+        }
+        for n, h in enumerate(("i-0000000000000000a", "i-0000000000000000b"))
+    ]
+
+
+def test_snapshot_waits_while_a_host_is_freezing_then_goes_on_without_a_late_one(
+    world: dict[str, Any],
+) -> None:
+    backup = record(world["table"], state="freezing")
+    hosts = _frozen_hosts(backup.backup_id)
+    ssm = boto3.client("ssm", region_name=REGION)
+    answers = Stubber(ssm)
+    for status in ("Success", "InProgress"):
+        answers.add_response(
+            "get_command_invocation", {"Status": status, "StandardOutputContent": '{"status":"frozen"}'}
+        )
+    clock = iter([100.0])
+    svc = service(world["table"], ssm=ssm, clock=lambda: next(clock))
+    with answers:
+        waiting = svc.snapshot(
+            "demo", backup.backup_id, world["controller"], [], [], {"hosts": hosts, "sentAt": 95.0}
+        )
+    assert waiting == {"taken": False, "waiting": ["i-0000000000000000b"]}
+    late, _ = service(world["table"], ssm=ssm, clock=lambda: 200.0)._freeze_results(
+        {"hosts": [{**hosts[1], "freezeCommandId": ""}], "sentAt": 95.0}, 10
+    )
+    assert late[0]["status"] == "Undelivered"
+
+
 def test_snapshot_sends_thaw_io_to_every_host_the_moment_it_returns(world: dict[str, Any]) -> None:
     backup = record(world["table"], state="freezing")
+    hosts = _frozen_hosts(backup.backup_id)
     ec2, ssm = boto3.client("ec2", region_name=REGION), boto3.client("ssm", region_name=REGION)
-    snapshots, thaws = Stubber(ec2), Stubber(ssm)
+    snapshots, commands = Stubber(ec2), Stubber(ssm)
     snapshots.add_response(
         "create_snapshots",
         {
@@ -415,11 +453,9 @@ def test_snapshot_sends_thaw_io_to_every_host_the_moment_it_returns(world: dict[
             ]
         },
     )
-    hosts = [
-        {"instanceId": h, "mountpoints": "/data", "freezeKey": freeze_key(backup.backup_id, h)}
-        for h in ("i-0000000000000000a", "i-0000000000000000b")
-    ]
-    thaws.add_response(
+    for _ in hosts:
+        commands.add_response("get_command_invocation", {"Status": "Success", "StandardOutputContent": "{}"})
+    commands.add_response(
         "send_command",
         {"Command": {"CommandId": "11111111-2222-3333-4444-555555555555"}},
         {
@@ -430,11 +466,19 @@ def test_snapshot_sends_thaw_io_to_every_host_the_moment_it_returns(world: dict[
             "Parameters": {"Mountpoints": ["/data"], "BackupId": [hosts[0]["freezeKey"]]},
         },
     )
-    thaws.add_client_error("send_command", "InvalidInstanceId", "not a managed node")
+    commands.add_client_error("send_command", "InvalidInstanceId", "not a managed node")
     volumes = [{"volumeId": v} for v in world["volumes"]]
-    with snapshots, thaws:
+    with snapshots, commands:
         answer = service(world["table"], ec2=ec2, ssm=ssm).snapshot(
-            "demo", backup.backup_id, world["controller"], [], volumes, hosts, "vsa-thaw-io"
+            "demo",
+            backup.backup_id,
+            world["controller"],
+            [],
+            volumes,
+            {"hosts": hosts, "sentAt": 0},
+            "vsa-thaw-io",
         )
-    # one thaw sent; the host it could not reach is left for the workflow's Thaw to send again
+    # both froze; one thaw sent, the host it could not reach is left for the workflow's Thaw
+    assert answer["taken"] is True
+    assert [f["status"] for f in answer["freezes"]] == ["Success", "Success"]
     assert [h["thawCommandId"] for h in answer["thawHosts"]] == ["11111111-2222-3333-4444-555555555555", ""]

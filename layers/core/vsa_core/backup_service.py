@@ -372,6 +372,7 @@ class BackupService:
             "backupId": backup_id,
             "mode": backup.mode,
             "freeze": bool(hosts),
+            "freezeTimeout": timeout,
             "admission": {"action": action, "waitSeconds": wait_seconds, "message": message},
             "controller": controller,
             "excluded": excluded,
@@ -480,6 +481,74 @@ class BackupService:
             raise PreflightError("host(s) cannot be frozen, nothing was: " + "; ".join(problems))
         return {"ready": len(checks)}
 
+    def freeze(self, backup_id: str, hosts: Sequence[Mapping[str, Any]], document: str) -> dict[str, Any]:
+        """Send freeze-io to every host at once (each arms its watchdog before freezing), not
+        waiting: the Snapshot step checks them. A host SSM refuses is recorded as undelivered."""
+        sent = []
+        for host in hosts:
+            command_id, error = "", ""
+            try:
+                command_id = self._ssm.send_command(
+                    DocumentName=document,
+                    InstanceIds=[host["instanceId"]],
+                    Comment=f"vsa {backup_id} freeze",
+                    TimeoutSeconds=60,
+                    Parameters={
+                        "Mountpoints": [host["mountpoints"]],
+                        "TimeoutSeconds": [host["timeoutSeconds"]],
+                        "BackupId": [host["freezeKey"]],
+                    },
+                )["Command"]["CommandId"]
+            except ClientError as err:
+                error = f"{_code(err)}: {err.response['Error'].get('Message', '')}"
+            sent.append({**host, "freezeCommandId": command_id, "freezeError": error})
+        return {"hosts": sent, "sentAt": self._clock()}
+
+    def _freeze_results(
+        self, freezing: Mapping[str, Any], timeout: float
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        """Each host's freeze-io outcome so far, and the hosts still freezing (within the timeout)."""
+        results, waiting = [], []
+        late = self._clock() - float(freezing.get("sentAt") or 0) > timeout
+        for host in freezing.get("hosts", []):
+            instance = host["instanceId"]
+            if not host.get("freezeCommandId"):
+                results.append(
+                    {
+                        "instanceId": instance,
+                        "status": "Undelivered",
+                        "stdout": "",
+                        "stderr": host.get("freezeError", ""),
+                    }
+                )
+                continue
+            try:
+                answer = self._ssm.get_command_invocation(
+                    CommandId=host["freezeCommandId"], InstanceId=instance
+                )
+                status = answer["Status"]
+            except ClientError as err:
+                if _code(err) != "InvocationDoesNotExist":
+                    raise
+                answer, status = {}, "Pending"
+            if status in ("Pending", "InProgress", "Delayed", "Cancelling"):
+                if not late:
+                    waiting.append(instance)
+                    continue
+                status = "GaveUp"
+            results.append(
+                {
+                    "instanceId": instance,
+                    "commandId": host["freezeCommandId"],
+                    "status": status,
+                    "stdout": answer.get("StandardOutputContent", ""),
+                    "stderr": answer.get("StandardErrorContent", "")
+                    if status != "GaveUp"
+                    else "still freezing",
+                }
+            )
+        return results, waiting
+
     def snapshot(
         self,
         array_id: str,
@@ -487,12 +556,18 @@ class BackupService:
         controller: str,
         excluded: Sequence[str],
         volumes: Sequence[Mapping[str, Any]],
-        hosts: Sequence[Mapping[str, Any]] = (),
+        freezing: Mapping[str, Any] | None = None,
         thaw_document: str = "",
+        freeze_timeout: float = 10,
     ) -> dict[str, Any]:
-        """ONE CreateSnapshots call: every array volume at one point in time; then, at once,
-        thaw-io sent to every frozen host (``thawHosts``: each host with the command id, or ``""``
-        when sending failed — the workflow's Thaw sends those again and waits for every one)."""
+        """Once every host has frozen (or failed to, or is late): ONE CreateSnapshots call, every
+        array volume at one point in time; then, at once, thaw-io sent to every host
+        (``thawHosts``: each host with the command id, ``""`` when sending failed — the
+        workflow's Thaw sends those again and waits for every one). While a host is still
+        freezing it answers ``taken: false`` and the workflow asks again a second later."""
+        freezes, waiting = self._freeze_results(freezing or {}, freeze_timeout)
+        if waiting:
+            return {"taken": False, "waiting": waiting}
         backup = self._backups.get(array_id, backup_id)
         tags = backups.snapshot_tags(array_id, backup_id, backup.label)
         requested_at = self._clock()
@@ -513,7 +588,7 @@ class BackupService:
                 raise SnapshotLimitError(f"EBS refused CreateSnapshots: {error}") from None
             raise
         returned_at = self._clock()
-        thaw_hosts = self._send_thaws(backup_id, hosts, thaw_document)
+        thaw_hosts = self._send_thaws(backup_id, (freezing or {}).get("hosts", []), thaw_document)
         known = {v["volumeId"]: v for v in volumes}
         taken = {s["VolumeId"]: s for s in answer["Snapshots"]}
         snapshots = tuple(
@@ -547,6 +622,8 @@ class BackupService:
                 f"the array and missed {', '.join(missing) or 'none'}: the set is not the array"
             )
         return {
+            "taken": True,
+            "freezes": freezes,
             "snapshots": len(snapshots),
             "requestedAt": requested_at,
             "returnedAt": returned_at,
@@ -572,7 +649,10 @@ class BackupService:
                     )["Command"]["CommandId"]
                 except ClientError:
                     command_id = ""
-            sent.append({**host, "thawCommandId": command_id})
+            sent.append(
+                {k: host[k] for k in ("instanceId", "mountpoints", "freezeKey", "thawMaxPolls") if k in host}
+                | {"thawCommandId": command_id}
+            )
         return sent
 
     def record_hosts(

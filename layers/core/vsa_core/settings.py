@@ -20,6 +20,7 @@ class Settings(BaseModel):
     idempotency_table_name: str = ""
     retention_max_deletions: int = Field(default=5, ge=0, le=100)
     thaw_io_document: str = ""
+    freeze_io_document: str = ""
 
 
 @lru_cache(maxsize=1)
@@ -36,4 +37,5 @@ def get_settings() -> Settings:
         idempotency_table_name=os.environ.get("VSA_IDEMPOTENCY_TABLE_NAME", ""),
         retention_max_deletions=int(os.environ.get("VSA_RETENTION_MAX_DELETIONS", "5")),
         thaw_io_document=os.environ.get("VSA_THAW_IO_DOCUMENT", ""),
+        freeze_io_document=os.environ.get("VSA_FREEZE_IO_DOCUMENT", ""),
     )
