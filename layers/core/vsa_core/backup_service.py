@@ -48,7 +48,9 @@ from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.waiters import execution_arn
 
 SNAPSHOT_RATE_SECONDS = 15
-"""EBS: "Wait at least 15 seconds between concurrent volume snapshots" (per volume)."""
+"""EBS: "Wait at least 15 seconds between concurrent volume snapshots" (per volume). Preflight
+applies it to the latest snapshot of each volume whatever its state, as the local cloud does
+(AWS only between concurrent ones): stricter, never refused."""
 MAX_QUEUE_SECONDS = 900
 """A set waits at most this long for snapshot slots, then is refused (the next schedule is near)."""
 QUEUE_POLL_SECONDS = 30
