@@ -11,7 +11,7 @@ LOCAL := env PATH="$(VENV):$$PATH" VSA_LOCALCLOUD_PORT=$(PORT) AWS_ENDPOINT_URL=
 OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0
 
 .PHONY: demo test install localcloud-start localcloud-stop localcloud-logs build deploy-local \
-	lint format typecheck validate unit documents integration bench bench-backups clean
+	lint format typecheck validate unit documents dataplane integration bench bench-lifecycle bench-backups clean
 
 demo: install
 	@$(LOCAL) bash tools/demo.sh
@@ -35,7 +35,7 @@ build: install
 	@$(LOCAL) sam build --config-env local
 
 deploy-local: build localcloud-start
-	@$(LOCAL) sam deploy --config-env local
+	@$(LOCAL) bash tools/deploy-local.sh
 
 lint: install
 	$(VENV)/ruff check .
@@ -59,6 +59,11 @@ unit: install
 documents: install
 	$(OFFLINE) $(VENV)/python -m pytest tests/documents/test_freeze_thaw.py tests/documents/test_documents_format.py tests/documents/test_scripts_local.py
 
+# The documents on real Linux kernels: QEMU guests (TCG), controllers + a host, NVMe/TCP with
+# native multipath, fio and XFS (tests/dataplane; a few minutes; figures in .dataplane/figures.json).
+dataplane: install
+	$(OFFLINE) $(VENV)/python -m pytest tests/dataplane
+
 integration: install
 	@$(LOCAL) $(VENV)/python -m pytest tests/integration
 
@@ -70,6 +75,11 @@ bench: install
 # through the local cloud with the stack deployed (make deploy-local) and real XFS (root): figures.
 bench-backups: install
 	@$(LOCAL) $(VENV)/python tools/bench_backups.py
+
+# The controller workflows' own overhead (time not spent waiting on AWS), 4 vol x 2 hosts
+# against 16 vol x 8 hosts, on the local cloud (left running; make localcloud-stop).
+bench-lifecycle: deploy-local
+	@$(LOCAL) $(VENV)/python tools/bench_lifecycle.py
 
 clean:
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache

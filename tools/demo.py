@@ -4,7 +4,10 @@ What a newcomer sees: the infrastructure an operator already has (an io2 Multi-A
 client host), an array declared once with ``vsactl apply`` (validated, then made so: owned
 volume, launch template, controller group with its lifecycle hooks, IOPS alarms, backup
 schedule), a bad spec refused with its reason, the array's live state, then real IOPS demand
-on its volumes tripping the high alarm, whose state-change event runs the ScaleArray workflow.
+on its volumes tripping the high alarm, whose state-change event runs the ScaleArray workflow;
+every controller the group launches brought into service by BootstrapController (volumes
+attached, nvmet configured, a live path from every host) and one replaced through
+DrainController without the host ever losing its last path.
 """
 
 import json
@@ -95,21 +98,63 @@ def write_spec(path: Path, array_id: str, volume: str, host: str) -> dict[str, A
     return spec
 
 
-def let_controllers_in(array_id: str) -> list[str]:
-    """What the BootstrapController workflow (issue #6) will do: CONTINUE each waiting launch."""
-    autoscaling = boto3.client("autoscaling")
-    group = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[f"vsa-{array_id}-controllers"])[
-        "AutoScalingGroups"
-    ][0]
-    waiting = [i["InstanceId"] for i in group["Instances"] if i["LifecycleState"] == "Pending:Wait"]
-    for instance in waiting:
-        autoscaling.complete_lifecycle_action(
-            AutoScalingGroupName=group["AutoScalingGroupName"],
-            LifecycleHookName=f"vsa-{array_id}-bootstrap",
-            InstanceId=instance,
-            LifecycleActionResult="CONTINUE",
+def controllers_settled(array_id: str, out: dict[str, str], timeout: float = 180) -> list[dict[str, Any]]:
+    """Wait until the BootstrapController / DrainController workflows have let every launching
+    controller in and every leaving one go; narrate each bootstrap. The serving controllers."""
+    autoscaling, sfn = boto3.client("autoscaling"), boto3.client("stepfunctions")
+    deadline = time.monotonic() + timeout
+    while True:
+        group = autoscaling.describe_auto_scaling_groups(
+            AutoScalingGroupNames=[f"vsa-{array_id}-controllers"]
+        )["AutoScalingGroups"][0]
+        states = [i["LifecycleState"] for i in group["Instances"]]
+        if states.count("InService") == len(states) == group["DesiredCapacity"]:
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(
+                f"controllers of {array_id} still {states} after {timeout:.0f} s: make localcloud-logs"
+            )
+        time.sleep(1)
+    serving = []
+    for execution in sfn.list_executions(stateMachineArn=out["BootstrapControllerStateMachineArn"])[
+        "executions"
+    ]:
+        if execution["status"] != "SUCCEEDED":
+            continue
+        result = json.loads(
+            sfn.describe_execution(executionArn=execution["executionArn"]).get("output") or "{}"
         )
-    return waiting
+        if result.get("arrayId") == array_id and result["instanceId"] in [
+            i["InstanceId"] for i in group["Instances"]
+        ]:
+            took = (execution["stopDate"] - execution["startDate"]).total_seconds()
+            serving.append({**result, "took": took})
+    for c in sorted(serving, key=lambda c: c["slot"]):
+        note(f"slot {c['slot']}: {c['instanceId']} at {c['address']} serving (bootstrap {c['took']:.1f} s)")
+    return serving
+
+
+def host_paths(host: str) -> dict[str, list[str]]:
+    """The host's multipath view (``nvme list-subsys`` in its sandbox, the recording stand-in)."""
+    root = control("ssm", "register_node", InstanceId=host)["Root"]
+    listed = subprocess.run(  # noqa: S603
+        [str(ROOT / "tests/fakes/nvme"), "list-subsys", "-o", "json"],
+        cwd=root,
+        env={**os.environ, "VSA_NODE_ROOT": root},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {
+        s["NQN"]: [p["Address"].split(",")[0].removeprefix("traddr=") + f" {p['State']}" for p in s["Paths"]]
+        for h in json.loads(listed.stdout or "[]")
+        for s in h.get("Subsystems", [])
+    }
+
+
+def show_paths(host: str) -> None:
+    for nqn, paths in host_paths(host).items():
+        note(f"host {host}: {nqn.rsplit(':', 1)[-1]} -> {len(paths)} path(s): {', '.join(paths)}")
 
 
 def array_volumes(array_id: str, existing: str) -> list[str]:
@@ -181,11 +226,13 @@ def main() -> None:
     bad_file.write_text(yaml.safe_dump(bad, sort_keys=False))
     vsactl("apply", "-f", str(bad_file), check=False)
 
-    say("7.", "the group launched minControllers=2 controllers; the bootstrap hook holds them")
+    say("7.", "the group launched minControllers=2 controllers; BootstrapController brings each into service")
+    note("per controller: lease a slot (its NVMe controller-id range), attach every volume (Multi-Attach),")
+    note("wait for its SSM agent, run configure-target (nvmet over configfs), run connect-path on every")
+    note("host and check the new path is live, then CompleteLifecycleAction CONTINUE")
+    controllers_settled(array_id, out)
+    show_paths(host)
     vsactl("get", array_id)
-    waiting = let_controllers_in(array_id)
-    note("the bootstrap workflow (issue #6) will configure nvmet and connect the hosts, then let each in;")
-    note(f"the demo lets {len(waiting)} in now (CompleteLifecycleAction CONTINUE)")
 
     say("8.", "the hosts push 612,345 IOPS: EBS metrics trip the array's high IOPS alarm")
     volumes = array_volumes(array_id, volume)
@@ -208,10 +255,9 @@ def main() -> None:
     )
     note("ScaleArray took the array's scaling lock, set the group's desired capacity, moved the alarm")
     note("thresholds to the new count (high: 4 x 182,000 = 728,000 IOPS), recorded the decision, unlocked")
-    waiting = let_controllers_in(array_id)
-    note(
-        f"the group launched {len(waiting)} controller(s), held by the bootstrap hook; the demo lets them in"
-    )
+    note("the group launched the new controllers; each is bootstrapped the same way:")
+    serving = controllers_settled(array_id, out)
+    show_paths(host)
 
     say("9.", "the same demand under the new threshold: the alarm returns to OK, nothing more to do")
     states = control("cloudwatch", "evaluate", AlarmName=high)["States"]
@@ -221,9 +267,21 @@ def main() -> None:
         f"{high} -> {states[high]}; the trigger reacts to ALARM only. ScaleArray runs in this surge: {count}"
     )
 
-    say("10.", "the array's live state, with the decision and its inputs")
-    vsactl("get", array_id)
-    vsactl("list")
+    say("10.", "replace the controller in slot 0, as for an AMI update: drain first, then a new one joins")
+    first = min(serving, key=lambda c: c["slot"])
+    boto3.client("autoscaling").terminate_instance_in_auto_scaling_group(
+        InstanceId=first["instanceId"], ShouldDecrementDesiredCapacity=False
+    )
+    note(f"terminate {first['instanceId']} in its group: the drain hook holds it (Terminating:Wait);")
+    note("DrainController marks it draining, runs disconnect-path on every host first (the host stops using")
+    note("that path while the others carry the IO), then tears its nvmet down, detaches, releases the slot,")
+    note("CONTINUE. The group launches a replacement, which BootstrapController brings in (slot 0 again):")
+    time.sleep(3)
+    show_paths(host)
+    serving = controllers_settled(array_id, out)
+    show_paths(host)
+
+    say("11.", "the array's live state, with the decisions and their inputs")
     console.print(f"\n[bold green]done[/]: array {array_id} is declared and running on the local cloud.")
     console.print(f"    look around: .venv/bin/vsactl get {array_id}")
     console.print(f"    remove it:   .venv/bin/vsactl delete {array_id} --delete-volumes")

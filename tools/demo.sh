@@ -14,6 +14,6 @@ sam build --config-env local >"$VSA_STATE/sam-build.log" 2>&1 || { cat "$VSA_STA
 echo "    built in $((SECONDS - t0)) s (log: $VSA_STATE/sam-build.log)"
 echo "==> 3. sam deploy to the local cloud (CloudFormation creates the stack)"
 t0=$SECONDS
-sam deploy --config-env local >"$VSA_STATE/sam-deploy.log" 2>&1 || { cat "$VSA_STATE/sam-deploy.log"; exit 1; }
+tools/deploy-local.sh >"$VSA_STATE/sam-deploy.log" 2>&1 || { cat "$VSA_STATE/sam-deploy.log"; exit 1; }
 echo "    deployed in $((SECONDS - t0)) s (log: $VSA_STATE/sam-deploy.log)"
 exec "$ROOT/.venv/bin/python" tools/demo.py

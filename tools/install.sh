@@ -3,6 +3,7 @@
 #   .venv/                     dev tools: SAM CLI, pytest, ruff, mypy, moto, stubs  (Python 3.13)
 #   .localcloud/venv/          LocalStack community core + our plugins (tools/localcloud)
 #   .localcloud/runtime-venv/  what the Lambda python3.13 runtime holds (boto3), for Lambda processes
+#   .dataplane/                the data-plane tier's guest kernel and virtme-ng (tools/dataplane-install.sh)
 # Nothing is installed outside the checkout.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -82,3 +83,5 @@ if [[ "$(cat "$VSA_STATE/venv/.plugins-stamp" 2>/dev/null)" != "$plugin_digest" 
   echo "$plugin_digest" > "$VSA_STATE/venv/.plugins-stamp"
 fi
 make_venv "$VSA_STATE/runtime-venv" requirements/lambda-runtime.txt -- -r requirements/lambda-runtime.txt
+# tests/dataplane: QEMU, nvme-cli, fio (apt, as root), the guest kernel, virtme-ng.
+bash tools/dataplane-install.sh "$(py313)"

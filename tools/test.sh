@@ -2,7 +2,8 @@
 # The test command (make test; .ci/run calls it). Runs, in order: ruff, mypy, sam validate
 # --lint, unit + infra tests (no network), then the integration tests against the local cloud,
 # which it starts unless one is already running and stops again if it started it, even on
-# failure. When a test fails, the local cloud's log is printed.
+# failure. When a test fails, the local cloud's log is printed. Last, the data-plane tier
+# (tests/dataplane: the documents on real kernels in QEMU guests; no local cloud).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -39,4 +40,9 @@ if [[ $status -ne 0 ]]; then
   echo; echo "=== local cloud log (tests failed)"
   tail -n 400 "${VSA_STATE:-$ROOT/.localcloud}/run-${VSA_LOCALCLOUD_PORT:-4566}/localstack.log"
 fi
+stop_cloud
+started_here=0
+
+step "tests: data plane (the documents on real Linux kernels in QEMU guests: controllers + a host, NVMe/TCP multipath, fio, XFS)"
+offline "$VENV/python" -m pytest tests/dataplane || status=1
 exit $status

@@ -132,11 +132,22 @@ class Steps:
         return {"attached": not waiting, "waiting": waiting, "count": len(ids)}
 
     def node(self, request: Node) -> dict[str, Any]:
+        """Whether the controller is an online managed node; ``gone`` once its instance is
+        shutting down or terminated (e.g. its lifecycle action timed out and the group abandoned
+        it): no point waiting for it any longer."""
+        reservations = self._ec2.describe_instances(InstanceIds=[request.instance_id])["Reservations"]
+        state = next((i["State"]["Name"] for r in reservations for i in r["Instances"]), "terminated")
         found = self._ssm.describe_instance_information(
             Filters=[{"Key": "InstanceIds", "Values": [request.instance_id]}]
         )["InstanceInformationList"]
         ping = found[0]["PingStatus"] if found else "NotRegistered"
-        return {"online": ping == "Online", "pingStatus": ping}
+        gone = state in ("shutting-down", "terminated")
+        return {
+            "online": ping == "Online" and not gone,
+            "pingStatus": ping,
+            "instanceState": state,
+            "gone": gone,
+        }
 
     def detach(self, request: Detach) -> dict[str, Any]:
         _, _, volumes = self._array_volumes(request.array_id)

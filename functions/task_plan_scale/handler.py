@@ -12,6 +12,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from vsa_core import controllers
 from vsa_core.clients import client
 from vsa_core.errors import ArrayNotFoundError
 from vsa_core.events import ScaleRequest
@@ -35,13 +36,6 @@ SCALE_FIELDS = {"scale-out": "lastScaleOutAt", "scale-in": "lastScaleInAt", "hol
 
 def _parse(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
-
-
-def choose_leaver(instances: list[dict[str, Any]]) -> str | None:
-    """The controller a scale-in removes: the newest serving one (highest id as the tie-break;
-    issue #6 replaces this with the highest slot)."""
-    serving = [i for i in instances if i["LifecycleState"] == "InService"]
-    return max((i["InstanceId"] for i in serving), default=None)
 
 
 def plan_scale(
@@ -73,7 +67,12 @@ def plan_scale(
         # the same tuning the simulator and the benchmark measure
         **planner_inputs(array.spec),
     )
-    leaver = choose_leaver(instances) if decision.action == "scale-in" else None
+    in_service = [i["InstanceId"] for i in instances if i["LifecycleState"] == "InService"]
+    leaver = (
+        controllers.leaver(registry.slots(request.array_id), in_service)
+        if decision.action == "scale-in"
+        else None
+    )
     if decision.action == "scale-in" and leaver is None:
         raise ArrayNotFoundError(f"array {request.array_id!r}: no serving controller to remove")
     logger.info("scale decision", extra=decision.as_dict())

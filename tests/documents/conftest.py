@@ -31,6 +31,7 @@ FAKE_NVME = str(FAKES / "nvme")
 FAKE_MODPROBE = str(FAKES / "modprobe")
 CONFIGFS = "sys/kernel/config"  # relative to the node: the working directory of a script
 DEVICES = "dev/disk/by-id"
+SYSFS = "sys"  # the fake nvme shows its subsystems in <node>/sys/class/nvme-subsystem
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # Run Command's
 
 

@@ -18,7 +18,16 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.documents.conftest import CONFIGFS, DEVICES, FAKE_MODPROBE, FAKE_NVME, calls, report_of, tree
+from tests.documents.conftest import (
+    CONFIGFS,
+    DEVICES,
+    FAKE_MODPROBE,
+    FAKE_NVME,
+    SYSFS,
+    calls,
+    report_of,
+    tree,
+)
 from tests.documents_tool import documents
 from vsa_core import nvme
 from vsa_core.model import Host
@@ -131,6 +140,7 @@ class World:
                     "Address": controller.ip,
                     "HostNqn": self.host_nqns[self.hosts.index(host)],
                     "NvmeCommand": FAKE_NVME,
+                    "SysfsRoot": SYSFS,
                     **params,
                 }
                 for host in hosts
@@ -474,6 +484,7 @@ def test_connect_path_fails_naming_a_subsystem_the_controller_does_not_export(co
                 "Address": world.controllers[0].ip,
                 "HostNqn": world.host_nqns[0],
                 "NvmeCommand": FAKE_NVME,
+                "SysfsRoot": SYSFS,
                 "WaitSeconds": "2",
             }
         ],

@@ -11,7 +11,16 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.documents.conftest import CONFIGFS, DEVICES, FAKE_MODPROBE, FAKE_NVME, LocalNode, calls, tree
+from tests.documents.conftest import (
+    CONFIGFS,
+    DEVICES,
+    FAKE_MODPROBE,
+    FAKE_NVME,
+    SYSFS,
+    LocalNode,
+    calls,
+    tree,
+)
 from tests.documents_tool import documents
 from vsa_core import nvme
 from vsa_core.naming import ARRAY_ID_PATTERN
@@ -46,6 +55,7 @@ def connect(host: LocalNode, address: str, **params: str):
         "Address": address,
         "HostNqn": HOST,
         "NvmeCommand": FAKE_NVME,
+        "SysfsRoot": SYSFS,
         "WaitSeconds": "2",
         **params,
     }
@@ -383,6 +393,37 @@ def test_connecting_twice_exits_1_already_connected_and_a_stranger_is_refused(no
     assert stranger.code == 1
     assert "Connect Invalid Host" in stranger.stderr
     assert "no live path to 10.0.0.5:4420" in stranger.report["error"]
+
+
+def test_connect_sets_each_subsystems_multipath_io_policy_to_round_robin(node: Nodes):
+    # The kernel's default policy (numa) sends all IO down one path (tests/dataplane saw it):
+    # connect-path sets round-robin on every subsystem it connects, writing only a change.
+    target, host = node("c0"), node("h0")
+    target.attach(*VOLUMES)
+    assert configure(target, "10.0.0.5").code == 0
+    first = connect(host, "10.0.0.5")
+    assert first.code == 0, first.stderr
+    policies = sorted(host.root.glob(f"{SYSFS}/class/nvme-subsystem/*/iopolicy"))
+    assert len(policies) == len(VOLUMES)
+    assert {p.read_text().strip() for p in policies} == {"round-robin"}
+    assert first.report["ioPolicy"] == "round-robin"
+    assert "set the IO policy" in first.stderr
+    again = connect(host, "10.0.0.5")
+    assert again.code == 0
+    assert "set the IO policy" not in again.stderr
+    numa = connect(host, "10.0.0.5", IoPolicy="numa")
+    assert {p.read_text().strip() for p in policies} == {"numa"}
+    assert numa.report["ioPolicy"] == "numa"
+
+
+def test_connect_fails_when_the_io_policy_cannot_be_set(node: Nodes):
+    target, host = node("c0"), node("h0")
+    target.attach(*VOLUMES)
+    assert configure(target, "10.0.0.5").code == 0
+    result = connect(host, "10.0.0.5", SysfsRoot="no/sysfs/here")
+    assert result.code == 1
+    assert "cannot set the IO policy round-robin" in result.report["error"]
+    assert result.report["livePaths"] == len(VOLUMES)  # the paths are there; the policy is not
 
 
 def test_fake_modprobe_loads_nvmet_into_the_node_and_refuses_unknown_modules(node: Nodes):

@@ -1,12 +1,16 @@
 """What integration tests of arrays share: the operator's existing infrastructure (``World``),
-array ids that are deleted afterwards (``arrays``), specs, and acting as the bootstrap and drain
-workflows of issue #6 (``settle``) until they exist. Fixtures are re-exported by conftest.py."""
+array ids that are deleted afterwards (``arrays``), specs, waiting for the controller lifecycle
+workflows (``settle``) and looking into the nodes they configure (``node_root``, ``host_paths``,
+``exported``). Fixtures are re-exported by conftest.py."""
 
 import contextlib
 import json
+import os
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -51,8 +55,9 @@ class World:
             ImageId=AMI, MinCount=1, MaxCount=1, InstanceType="m5.large", Placement={"AvailabilityZone": AZ}
         )["Instances"][0]["InstanceId"]
         self.instances.append(instance)
-        if managed:
-            control(self.endpoint, "ssm", "register_node", InstanceId=instance)
+        # registered explicitly; an unmanaged one is deregistered so that auto_register (on for
+        # the controllers) leaves it alone, as an instance without an SSM agent
+        control(self.endpoint, "ssm", "register_node" if managed else "deregister_node", InstanceId=instance)
         return str(instance)
 
     def close(self) -> None:
@@ -74,19 +79,20 @@ def world(local_env: dict[str, str]) -> Iterator[World]:
     w.close()
 
 
-def settle(array_id: str) -> None:
-    """Act as the bootstrap workflow (issue #6) would: let every waiting controller in."""
-    autoscaling = boto3.client("autoscaling")
-    groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[f"vsa-{array_id}-controllers"])
-    for group in groups["AutoScalingGroups"]:
-        for instance in group["Instances"]:
-            if instance["LifecycleState"] == "Pending:Wait":
-                autoscaling.complete_lifecycle_action(
-                    AutoScalingGroupName=group["AutoScalingGroupName"],
-                    LifecycleHookName=f"vsa-{array_id}-bootstrap",
-                    InstanceId=instance["InstanceId"],
-                    LifecycleActionResult="CONTINUE",
-                )
+def settle(array_id: str, timeout: float = 120) -> None:
+    """Wait until the array's controllers have settled: the BootstrapController workflows let
+    every launching controller in (or abandoned it) and the DrainController workflows let every
+    leaving one go, so the group has ``DesiredCapacity`` controllers, all InService."""
+    deadline = time.monotonic() + timeout
+    while True:
+        group = group_of(array_id)
+        if group is None:
+            return
+        states = [i["LifecycleState"] for i in group["Instances"]]
+        if states.count("InService") == len(states) == group["DesiredCapacity"]:
+            return
+        assert time.monotonic() < deadline, f"array {array_id}: controllers still {states} after {timeout} s"
+        time.sleep(1)
 
 
 @pytest.fixture
@@ -100,7 +106,6 @@ def arrays(api: Api) -> Iterator[Callable[[], str]]:
 
     yield new
     for array_id in made:  # the DeleteArray workflows finish in the background
-        settle(array_id)
         api.call("DELETE", f"/arrays/{array_id}?deleteVolumes=true")
 
 
@@ -166,3 +171,53 @@ def no_trace(array_id: str) -> None:
     assert alarms_of(array_id) == {}
     assert schedule_of(array_id) is None
     assert owned_volumes(array_id) == []
+
+
+# --- the nodes the lifecycle workflows configure -------------------------------------------------
+
+FAKES = Path(__file__).resolve().parents[1] / "fakes"
+
+
+def node_root(endpoint: str, instance_id: str) -> Path:
+    """A managed node's sandbox (its root file system on the local cloud)."""
+    return Path(control(endpoint, "ssm", "register_node", InstanceId=instance_id)["Root"])
+
+
+def host_paths(root: Path) -> dict[str, dict[str, str]]:
+    """What ``nvme list-subsys`` shows on a host: subsystem NQN -> {controller address: state}."""
+    listed = subprocess.run(
+        [str(FAKES / "nvme"), "list-subsys", "-o", "json"],
+        cwd=root,
+        env={**os.environ, "VSA_NODE_ROOT": str(root)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    paths: dict[str, dict[str, str]] = {}
+    for host in json.loads(listed.stdout or "[]"):
+        for subsystem in host.get("Subsystems", []):
+            found = paths.setdefault(subsystem["NQN"], {})
+            for path in subsystem.get("Paths", []):
+                address = dict(kv.split("=", 1) for kv in path["Address"].split(","))["traddr"]
+                found[address] = path["State"]
+    return paths
+
+
+def exported(root: Path) -> dict[str, dict[str, str]]:
+    """What a controller's nvmet exports (its configfs tree): subsystem NQN -> namespace 1's
+    device_uuid, device_nguid, the serial and the controller-id range."""
+    subsystems = root / "sys/kernel/config/nvmet/subsystems"
+    out: dict[str, dict[str, str]] = {}
+    for subsystem in sorted(subsystems.iterdir()) if subsystems.is_dir() else []:
+        namespace = subsystem / "namespaces/1"
+
+        def read(path: Path) -> str:
+            return path.read_text().strip() if path.exists() else ""
+
+        out[subsystem.name] = {
+            "uuid": read(namespace / "device_uuid"),
+            "nguid": read(namespace / "device_nguid"),
+            "serial": read(subsystem / "attr_serial"),
+            "cntlid": f"{read(subsystem / 'attr_cntlid_min')}-{read(subsystem / 'attr_cntlid_max')}",
+        }
+    return out

@@ -3,12 +3,10 @@ are real XFS filesystems (loop devices, as in tests/documents/xfs_lab.py, so fre
 thaw-io freeze and thaw for real through the local cloud's Run Command), and a serving
 controller.
 
-``serving_controller`` is the one stand-in: the local cloud is deployed with
-ControllerLifecycle=Disabled until issue #6 runs end to end, so no BootstrapController puts a
-controller in the registry. It makes the state that workflow leaves behind — an instance in the
-array's AZ with every array volume attached (plus one volume of no array, which CreateSnapshots
-must leave out), an SSM managed node, and its slot item written as LeaseSlot + MarkServing
-write it. Swap it for a real bootstrap when the lifecycle runs on the local cloud.
+The serving controller is real: the array's group launches it and the BootstrapController
+workflow attaches every array volume, configures the target (on its sandbox node, with the fake
+nvme/modprobe) and connects every host's paths before marking its slot ``serving``
+(``serving_controller`` waits for that).
 """
 
 import time
@@ -21,10 +19,9 @@ import boto3
 import pytest
 
 from tests.documents.xfs_lab import Lab, _missing
-from tests.integration.arrays_world import AMI, AZ, World, control
+from tests.integration.arrays_world import AMI, AZ, World, control, settle
 from tests.integration.conftest import Api
 from vsa_core.controllers import DEVICE_NAMES
-from vsa_core.naming import slot_key
 from vsa_core.waiters import execution_arn, execution_finished
 
 
@@ -38,35 +35,37 @@ class BackupArray:
     spec: dict[str, Any] = field(default_factory=dict)
 
 
-def serving_controller(table: str, array: BackupArray, world: World) -> str:
-    """An instance holding slot 0 as ``serving``, with the array's volumes attached (see above)."""
+def serving_controller(table: str, array: BackupArray, world: World, timeout: float = 240) -> str:
+    """The array's serving controller, bootstrapped for real by the BootstrapController workflow
+    (ControllerLifecycle runs on the local cloud): wait for the group to settle and a slot
+    ``serving``; then attach one volume of no array to it, which CreateSnapshots must leave out."""
+    settle(array.array_id, timeout=timeout)
+    dynamodb = boto3.client("dynamodb")
+    deadline = time.monotonic() + timeout
+    while True:
+        slots = dynamodb.query(
+            TableName=table,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :slot)",
+            ExpressionAttributeValues={":pk": {"S": f"ARRAY#{array.array_id}"}, ":slot": {"S": "SLOT#"}},
+            ConsistentRead=True,
+        )["Items"]
+        serving = [s["instanceId"]["S"] for s in slots if s.get("state", {}).get("S") == "serving"]
+        if serving:
+            break
+        assert time.monotonic() < deadline, f"array {array.array_id}: no serving controller after {timeout} s"
+        time.sleep(1)
+    instance_id = serving[0]
     ec2 = boto3.client("ec2")
-    instance = ec2.run_instances(
-        ImageId=AMI, MinCount=1, MaxCount=1, InstanceType="r5b.2xlarge", Placement={"AvailabilityZone": AZ}
-    )["Instances"][0]
-    instance_id = str(instance["InstanceId"])
-    world.instances.append(instance_id)
     stray = world.volume()
-    for volume, device in zip([*array.volumes, stray], DEVICE_NAMES, strict=False):
-        ec2.attach_volume(VolumeId=volume, InstanceId=instance_id, Device=device)
-    ec2.get_waiter("volume_in_use").wait(
-        VolumeIds=[*array.volumes, stray], WaiterConfig={"Delay": 1, "MaxAttempts": 30}
-    )
-    control(world.endpoint, "ssm", "register_node", InstanceId=instance_id)
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    boto3.client("dynamodb").put_item(
-        TableName=table,
-        Item={
-            "pk": {"S": f"ARRAY#{array.array_id}"},
-            "sk": {"S": slot_key(0)},
-            "instanceId": {"S": instance_id},
-            "state": {"S": "serving"},
-            "address": {"S": instance.get("PrivateIpAddress", "10.0.0.10")},
-            "since": {"S": now},
-            "servingSince": {"S": now},
-            "execution": {"S": "backups-world-fixture"},
-        },
-    )
+    used = {
+        m["DeviceName"]
+        for m in ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0].get(
+            "BlockDeviceMappings", []
+        )
+    }
+    device = next(d for d in DEVICE_NAMES if d not in used)
+    ec2.attach_volume(VolumeId=stray, InstanceId=instance_id, Device=device)
+    ec2.get_waiter("volume_in_use").wait(VolumeIds=[stray], WaiterConfig={"Delay": 1, "MaxAttempts": 30})
     array.controller, array.stray_volume = instance_id, stray
     return instance_id
 

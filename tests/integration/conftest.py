@@ -1,7 +1,8 @@
 """Integration tier: the real template deployed to the local cloud, the real Lambda code run.
 
 The session fixture builds and deploys the stack with the SAM CLI exactly as on AWS
-(``sam build`` then ``sam deploy --config-env local``), against the local cloud that
+(``sam build`` then ``tools/deploy-local.sh``: ``sam deploy --config-env local`` with the local
+parameters, the controller lifecycle on), against the local cloud that
 ``tools/localcloud.sh`` started (``make test`` starts and stops it).
 """
 
@@ -43,7 +44,7 @@ def stack_outputs(local_env: dict[str, str]) -> dict[str, str]:
     """Build and deploy the real template; the outputs of the deployed stack."""
     for command in (
         ["sam", "build", "--config-env", "local"],
-        ["sam", "deploy", "--config-env", "local"],
+        ["bash", "tools/deploy-local.sh"],
     ):
         started = time.monotonic()
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)

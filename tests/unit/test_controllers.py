@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from on_controller_event import handler as trigger
-from task_controller.handler import Attachment, Detach, Locate, Prepare, Steps
+from task_controller.handler import Attachment, Detach, Locate, Node, Prepare, Steps
 from tests.specs import CONTROLLERS
 from tests.unit.conftest import REGION, load_event
 from vsa_core import controllers, nvme
@@ -99,6 +99,21 @@ def test_the_last_serving_controller_is_the_only_one_serving() -> None:
     assert not controllers.last_serving({**slots, 2: {"instanceId": "i-c", "state": "serving"}}, "i-a")
 
 
+def test_scale_in_takes_the_serving_controller_in_the_highest_slot() -> None:
+    slots = {
+        0: {"instanceId": "i-c", "state": "serving"},
+        3: {"instanceId": "i-a", "state": "serving"},
+        5: {"instanceId": "i-b", "state": "draining"},
+        6: {"instanceId": "i-e", "state": "bootstrapping"},
+    }
+    # i-b drains already and i-e is not serving: the highest serving slot is i-a's
+    assert controllers.leaver(slots, ["i-c", "i-a", "i-b", "i-e"]) == "i-a"
+    # a controller in service without a serving slot goes only after the slotted ones
+    assert controllers.leaver(slots, ["i-c", "i-z"]) == "i-c"
+    assert controllers.leaver({}, ["i-1", "i-9", "i-5"]) == "i-9"
+    assert controllers.leaver(slots, []) is None
+
+
 # --- the trigger ------------------------------------------------------------------------------------
 
 
@@ -168,6 +183,42 @@ def steps(registry_table: str) -> tuple[Steps, ArrayRegistry, Any]:
     ec2 = boto3.client("ec2", region_name=REGION)
     service = ArrayService(scheduler_role_arn="arn:aws:iam::123456789012:role/s", ec2=ec2)
     return Steps(registry, service, ec2, boto3.client("ssm", region_name=REGION)), registry, ec2
+
+
+def test_the_node_step_tells_an_unregistered_node_from_a_gone_instance(
+    steps: tuple[Steps, ArrayRegistry, Any],
+) -> None:
+    # moto has no DescribeInstanceInformation: SSM answers through a Stubber, EC2 is moto's
+    _, registry, ec2 = steps
+    ssm = boto3.client("ssm", region_name=REGION)
+    runner = Steps(registry, ArrayService(scheduler_role_arn="arn:aws:iam::1:role/s", ec2=ec2), ec2, ssm)
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    instance = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    asked = {"Filters": [{"Key": "InstanceIds", "Values": [instance]}]}
+    with Stubber(ssm) as stub:
+        stub.add_response("describe_instance_information", {"InstanceInformationList": []}, asked)
+        stub.add_response(
+            "describe_instance_information",
+            {"InstanceInformationList": [{"InstanceId": instance, "PingStatus": "ConnectionLost"}]},
+            asked,
+        )
+        # a running instance whose agent has not registered yet: wait for it
+        assert runner.node(Node(step="node", instanceId=instance)) == {
+            "online": False,
+            "pingStatus": "NotRegistered",
+            "instanceState": "running",
+            "gone": False,
+        }
+        # terminated (its lifecycle action timed out, say): stop waiting
+        ec2.terminate_instances(InstanceIds=[instance])
+        answer = runner.node(Node(step="node", instanceId=instance))
+        stub.assert_no_pending_responses()
+    assert answer == {
+        "online": False,
+        "pingStatus": "ConnectionLost",
+        "instanceState": "terminated",
+        "gone": True,
+    }
 
 
 def test_prepare_attach_and_detach_a_controller(steps: tuple[Steps, ArrayRegistry, Any]) -> None:

@@ -15,6 +15,7 @@ from tests.unit.conftest import REGION, FakeLambdaContext, load_event
 from vsa_core.errors import ArrayNotFoundError
 from vsa_core.events import ScaleRequest
 from vsa_core.model import ArraySpec
+from vsa_core.naming import slot_key
 from vsa_core.planner import plan
 from vsa_core.registry import ArrayRegistry, array_key
 
@@ -78,19 +79,29 @@ def test_scale_out_from_the_groups_capacity_with_what_the_workflow_needs(registr
     assert (decision["alarmName"], decision["eventId"]) == ("vsa-demo-iops-high", REQUEST["eventId"])
 
 
-def test_scale_in_names_the_controller_that_leaves(registry, autoscaling):
-    # Given 6 serving controllers and demand that 2 serve
+def test_scale_in_names_the_controller_that_leaves(registry, autoscaling, registry_table: str):
+    # Given 6 serving controllers in slots 0..5 (the newest in the lowest) and demand that 2 serve
     registry.create(DEMO)
-    instances = make_group(autoscaling, 6)
+    instances = sorted(make_group(autoscaling, 6), reverse=True)
+    for slot, instance in enumerate(instances):
+        boto3.client("dynamodb", region_name=REGION).put_item(
+            TableName=registry_table,
+            Item={
+                "pk": {"S": "ARRAY#demo"},
+                "sk": {"S": slot_key(slot)},
+                "instanceId": {"S": instance},
+                "state": {"S": "serving"},
+            },
+        )
     decision = handler.plan_scale(
         request(alarmName="vsa-demo-iops-low", alarmKind="low", demandIops=200_000.0),
         registry,
         autoscaling,
         NOW,
     )
-    # Then one controller leaves, the newest serving one, and the scale-in clock is the one to set
+    # Then one controller leaves, the one in the highest slot, and the scale-in clock is the one to set
     assert (decision["current_controllers"], decision["desired_controllers"]) == (6, 5)
-    assert decision["leaver"] == max(instances)
+    assert decision["leaver"] == instances[5] == min(instances)
     assert decision["scaleField"] == "lastScaleInAt"
 
 

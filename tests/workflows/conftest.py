@@ -37,6 +37,8 @@ SUBSTITUTIONS = {
     "NodeDeviceDir": "dev/disk/by-id",
     "NodeModprobeCommand": "modprobe",
     "NodeNvmeCommand": "nvme",
+    "ControllerRegistrationSeconds": "300",
+    "NodeSysfsRoot": "sys",
     "AlertsTopicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:vsa-wf-alerts",
     "TaskBackupFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-backup",
     "FreezeIoDocument": "vsa-wf-freeze-io",

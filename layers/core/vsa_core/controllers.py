@@ -88,3 +88,12 @@ def last_serving(slots: Mapping[int, Mapping[str, str]], instance_id: str) -> bo
     with ``instanceId`` and ``state``)."""
     others = [s for s in slots.values() if s.get("state") == "serving" and s.get("instanceId") != instance_id]
     return not others
+
+
+def leaver(slots: Mapping[int, Mapping[str, str]], in_service: Iterable[str]) -> str | None:
+    """The controller a scale-in removes, among those in service in the group: the serving one
+    in the highest slot, so the slots in use stay low and a new controller gets a slot back.
+    A controller in service without a serving slot (the lifecycle workflows turned off) goes
+    only after those, the highest instance id first. None when no controller is in service."""
+    serving_slot = {s["instanceId"]: slot for slot, s in slots.items() if s.get("state") == "serving"}
+    return max(in_service, key=lambda i: (i in serving_slot, serving_slot.get(i, -1), i), default=None)

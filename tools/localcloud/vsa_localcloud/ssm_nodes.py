@@ -114,6 +114,9 @@ class Node:
 
 # (account, region) -> instance id -> node
 NODES: dict[tuple[str, str], dict[str, Node]] = {}
+# Instances deregistered explicitly: auto_register leaves them alone (an instance whose agent
+# was removed does not come back by itself), until register_node registers them again.
+DEREGISTERED: set[tuple[str, str, str]] = set()
 
 
 def ec2_instance(account_id: str, region: str, instance_id: str) -> Any | None:
@@ -166,7 +169,11 @@ def _auto_register(account_id: str, region: str) -> None:
         return
     with CHANGED:
         known = NODES.get((account_id, region), {})
-        fresh = [i for i in instances if i.state == "running" and i.id not in known]
+        fresh = [
+            i
+            for i in instances
+            if i.state == "running" and i.id not in known and (account_id, region, i.id) not in DEREGISTERED
+        ]
         for instance in fresh:
             _new_node(account_id, region, instance)
         if fresh:
@@ -230,6 +237,7 @@ def register_node(body: dict[str, Any]) -> dict[str, Any]:
     if instance.state in GONE_STATES:
         raise ValueError(f"EC2 instance {instance_id} is {instance.state}")
     with CHANGED:
+        DEREGISTERED.discard((account_id, region, instance_id))
         existing = node(account_id, region, instance_id)
         if existing is None:
             existing = _new_node(account_id, region, instance)
@@ -257,9 +265,11 @@ def set_ping(body: dict[str, Any]) -> dict[str, Any]:
 
 def deregister_node(body: dict[str, Any]) -> dict[str, Any]:
     """``{"InstanceId"}``: no longer managed; commands still pending for it end Undeliverable.
-    The sandbox directory is kept (as a deregistered instance keeps its disk)."""
+    The sandbox directory is kept (as a deregistered instance keeps its disk). ``auto_register``
+    does not make it a node again; ``register_node`` does."""
     account_id, region, instance_id = _where(body)
     with CHANGED:
+        DEREGISTERED.add((account_id, region, instance_id))
         removed = NODES.get((account_id, region), {}).pop(instance_id, None)
         CHANGED.notify_all()
     return {"InstanceId": instance_id, "Deregistered": removed is not None}

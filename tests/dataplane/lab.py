@@ -1,0 +1,357 @@
+"""QEMU guests running Debian's kernel, for the data-plane tier: controllers and a host.
+
+Each guest is booted by virtme-ng (``.dataplane/venv``) with the kernel unpacked in
+``.dataplane/kernel`` (``tools/dataplane-install.sh``), under QEMU's TCG (``/dev/kvm`` is not
+usable here), on a copy-on-write view of this machine's root file system shared read-only
+over virtio-9p: the guests run this machine's own bash, python3, nvme-cli, fio and XFS tools.
+
+* **Agent.** The guest's init runs ``guest_agent.sh`` (a stand-in for the SSM agent) on the
+  guest's own directory, shared read-write: a script dropped into ``req/`` is run as SSM's
+  agent runs a command (``sh -c <file>``, root, its own process group) and its stdout, stderr
+  and exit code come back in ``out/``. ``Guest.document`` renders the product's document with
+  ``tools/documents.py`` (``render_script``, patterns checked as SendCommand checks them) and
+  runs exactly that text.
+* **Network.** One point-to-point link per controller (QEMU ``-netdev socket,udp=`` on
+  loopback, no host networking): controller ``i`` is ``10.77.<i>.1`` on its eth0, the host is
+  ``10.77.<i>.2`` on its eth``i``. The addresses exist only inside the emulated links.
+* **The Multi-Attach volume.** One sparse raw image, attached to every controller as a
+  virtio disk whose serial is the volume id (``cache=none``: direct IO, no host page cache
+  between two writers; ``share-rw=on``: two QEMUs may open it), which the agent names
+  ``/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol<hex>`` as a Nitro instance does, so
+  configure-target resolves the volume exactly as on EC2.
+
+Every wait has a deadline; a guest whose QEMU died fails the wait at once. ``Lab.close``
+kills every QEMU it started (by the PID QEMU wrote) and its launcher's process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.documents_tool import documents as tool
+
+ROOT = Path(__file__).resolve().parents[2]
+STATE = ROOT / ".dataplane"
+KERNEL = STATE / "kernel"
+VNG = STATE / "venv" / "bin" / "vng"
+AGENT = Path(__file__).resolve().parent / "guest_agent.sh"
+GUEST_MEMORY = "1G"
+HOST_MODULES = "virtio_net virtio_blk nvme-tcp xfs"  # nvme-tcp at boot: a host prerequisite
+CONTROLLER_MODULES = "virtio_net virtio_blk"  # configure-target loads nvmet and nvmet-tcp itself
+
+
+def kernel_image() -> Path | None:
+    images = sorted((KERNEL / "boot").glob("vmlinuz-*"))
+    return images[-1] if images else None
+
+
+def kernel_package() -> str:
+    try:
+        fields = dict(
+            line.split(": ", 1) for line in (KERNEL / "PACKAGE").read_text().splitlines() if ": " in line
+        )
+    except OSError:
+        return "unknown"
+    return f"{fields.get('Package', '?')} {fields.get('Version', '?')}"
+
+
+def missing_prerequisites() -> list[str]:
+    """What the tier needs and this machine lacks (tools/dataplane-install.sh installs it)."""
+    missing = []
+    if kernel_image() is None:
+        missing.append(".dataplane/kernel (the guest kernel)")
+    if not VNG.exists():
+        missing.append(".dataplane/venv (virtme-ng)")
+    for command in ("qemu-system-x86_64", "nvme", "fio", "mkfs.xfs", "ip"):
+        if not any(
+            (Path(d) / command).exists() for d in [*os.environ.get("PATH", "").split(":"), "/usr/sbin"]
+        ):
+            missing.append(command)
+    return missing
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class GuestError(AssertionError):
+    """A guest did not answer in time, or died; the message carries its logs' tails."""
+
+
+@dataclass
+class Result:
+    name: str
+    rc: int
+    stdout: str
+    stderr: str
+    started: float  # guest clock, epoch seconds
+    ended: float
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """The document's report: its last stdout line, JSON."""
+        lines = self.stdout.strip().splitlines()
+        assert lines, f"{self.name} printed nothing on stdout; stderr:\n{self.stderr}"
+        report: dict[str, Any] = json.loads(lines[-1])
+        return report
+
+    def ok(self) -> Result:
+        assert self.rc == 0, f"{self.name} exited {self.rc}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+        return self
+
+
+@dataclass
+class Link:
+    """A point-to-point Ethernet link between a controller (its eth0) and the host."""
+
+    index: int
+    controller_port: int
+    host_port: int
+
+    @property
+    def controller_address(self) -> str:
+        return f"10.77.{self.index}.1"
+
+    @property
+    def host_address(self) -> str:
+        return f"10.77.{self.index}.2"
+
+    def mac(self, side: int) -> str:
+        return f"52:54:00:77:{self.index:02x}:{side:02x}"
+
+
+_ids = itertools.count(1)
+
+
+@dataclass
+class Guest:
+    name: str
+    dir: Path
+    netdevs: list[tuple[int, int, str]]  # (local UDP port, remote UDP port, MAC), eth0, eth1, ...
+    addresses: list[str]
+    modules: str
+    volumes: dict[str, Path] = field(default_factory=dict)  # volume id -> backing image
+    launcher: subprocess.Popen[bytes] | None = None
+    launched_at: float = 0.0
+    boot_seconds: float | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def qemu_options(self) -> str:
+        options = [f"-pidfile {self.dir}/qemu.pid"]
+        for i, (local, remote, mac) in enumerate(self.netdevs):
+            options.append(
+                f"-netdev socket,id=link{i},udp=127.0.0.1:{remote},localaddr=127.0.0.1:{local}"
+                f" -device virtio-net-pci,netdev=link{i},mac={mac}"
+            )
+        for i, (volume, image) in enumerate(self.volumes.items()):
+            # cache=none: O_DIRECT on the image, so two controllers never cache the shared volume
+            options.append(
+                f"-drive file={image},if=none,id=vol{i},format=raw,cache=none,aio=threads"
+                f" -device virtio-blk-pci,drive=vol{i},serial={volume.replace('-', '')},share-rw=on"
+            )
+        return " ".join(options)
+
+    def boot(self) -> None:
+        image = kernel_image()
+        assert image is not None, "no guest kernel: run tools/dataplane-install.sh"
+        for stale in ("ready", "qemu.pid"):
+            (self.dir / stale).unlink(missing_ok=True)
+        for sub in ("req", "run", "out"):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        volumes = " ".join(self.volumes)
+        (self.dir / "boot.env").write_text(
+            f"ADDRESSES='{' '.join(self.addresses)}'\nMODULES='{self.modules}'\nVOLUMES='{volumes}'\n"
+        )
+        argv = [
+            str(VNG),
+            "--run",
+            str(image),
+            "--disable-kvm",  # TCG: this machine's /dev/kvm cannot run a normal kernel
+            "--force-9p",
+            "--memory",
+            GUEST_MEMORY,
+            "--cpus",
+            "1",
+            "--verbose",  # the kernel's console (dmesg) into console.log
+            "--name",
+            self.name,
+            "--rwdir",
+            str(self.dir),
+            "--exec",
+            f"bash {AGENT} {self.dir}",
+            f"--qemu-opts={self.qemu_options()}",
+        ]
+        console = (self.dir / "console.log").open("ab")
+        env = dict(os.environ, PATH=f"{VNG.parent}:{os.environ.get('PATH', '')}")
+        self.launched_at = time.time()
+        self.boot_seconds = None
+        self.launcher = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        console.close()
+
+    def qemu_pid(self) -> int | None:
+        try:
+            return int((self.dir / "qemu.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def alive(self) -> bool:
+        return self.launcher is not None and self.launcher.poll() is None
+
+    def wait_ready(self, timeout: float = 120) -> float:
+        deadline = time.monotonic() + timeout
+        while not (self.dir / "ready").exists():
+            if not self.alive():
+                raise GuestError(f"{self.name}: QEMU exited while booting\n{self.diagnostics()}")
+            if time.monotonic() > deadline:
+                raise GuestError(f"{self.name}: not ready after {timeout} s\n{self.diagnostics()}")
+            time.sleep(0.1)
+        if self.boot_seconds is None:
+            self.boot_seconds = round(time.time() - self.launched_at, 1)
+        return self.boot_seconds
+
+    def kill(self) -> None:
+        """SIGKILL to QEMU (an abrupt loss: no shutdown, no FIN on any connection), then to
+        what is left of the launcher's process group (started in its own session here)."""
+        pid = self.qemu_pid()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self.launcher is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.launcher.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.launcher.wait(timeout=10)
+        (self.dir / "qemu.pid").unlink(missing_ok=True)
+
+    def diagnostics(self, lines: int = 40) -> str:
+        parts = []
+        for log in ("agent.log", "console.log"):
+            path = self.dir / log
+            if path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                parts.append(f"--- {self.name} {log} (last {lines} lines)\n" + "\n".join(tail))
+        return "\n".join(parts)
+
+    # --- commands ----------------------------------------------------------------------------
+    def submit(self, script: str, name: str = "sh") -> str:
+        """Hand ``script`` to the agent; returns the request id (``wait`` for its result)."""
+        request = f"{next(_ids):04d}-{name}"
+        tmp = self.dir / "req" / f".{request}.tmp"
+        tmp.write_text(script)
+        tmp.chmod(0o755)
+        tmp.rename(self.dir / "req" / f"{request}.sh")
+        return request
+
+    def wait(self, request: str, timeout: float) -> Result:
+        out = self.dir / "out"
+        deadline = time.monotonic() + timeout
+        while not (out / f"{request}.rc").exists():
+            if not self.alive():
+                raise GuestError(f"{self.name}: QEMU is gone; {request} has no result\n{self.diagnostics()}")
+            if time.monotonic() > deadline:
+                stderr = (
+                    (out / f"{request}.err").read_text(errors="replace")
+                    if (out / f"{request}.err").exists()
+                    else ""
+                )
+                raise GuestError(
+                    f"{self.name}: {request} still running after {timeout} s\nstderr so far:\n{stderr}\n"
+                    f"{self.diagnostics()}"
+                )
+            time.sleep(0.1)
+        started, ended = (float(x) for x in (out / f"{request}.times").read_text().split())
+        return Result(
+            name=f"{self.name}:{request}",
+            rc=int((out / f"{request}.rc").read_text().strip()),
+            stdout=(out / f"{request}.out").read_text(errors="replace"),
+            stderr=(out / f"{request}.err").read_text(errors="replace"),
+            started=started,
+            ended=ended,
+        )
+
+    def sh(self, script: str, timeout: float = 60, name: str = "sh") -> Result:
+        """Run a bash snippet in the guest (test plumbing, not a product document)."""
+        return self.wait(self.submit("#!/bin/bash\nset -uo pipefail\n" + script, name), timeout)
+
+    def document(self, document: str, timeout: float | None = None, **values: str) -> Result:
+        """Run the product's document, rendered from documents/ by tools/documents.py as the SSM
+        agent would receive it; ``timeout`` defaults to the document's own ``timeoutSeconds``."""
+        script = tool.render_script(document, values)
+        limit = timeout if timeout is not None else tool.load(document).timeout_seconds
+        return self.wait(self.submit(script, document), limit)
+
+    def start_document(self, document: str, **values: str) -> str:
+        return self.submit(tool.render_script(document, values), document)
+
+
+@dataclass
+class Lab:
+    """Controllers ``c0..c<n-1>`` and one host, each controller on its own link to the host,
+    every controller attached to the one shared volume image."""
+
+    root: Path
+    controllers: int
+    volume: str
+    links: list[Link] = field(default_factory=list)
+    guests: dict[str, Guest] = field(default_factory=dict)
+    image: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.image = self.root / "volume.img"
+        with self.image.open("wb") as f:
+            f.truncate(512 * 1024 * 1024)  # sparse; XFS needs 300 MB at least
+        self.links = [Link(i, free_udp_port(), free_udp_port()) for i in range(self.controllers)]
+        for link in self.links:
+            name = f"c{link.index}"
+            self.guests[name] = Guest(
+                name=name,
+                dir=self.root / name,
+                netdevs=[(link.controller_port, link.host_port, link.mac(1))],
+                addresses=[f"{link.controller_address}/24"],
+                modules=CONTROLLER_MODULES,
+                volumes={self.volume: self.image},
+            )
+        self.guests["host"] = Guest(
+            name="host",
+            dir=self.root / "host",
+            netdevs=[(link.host_port, link.controller_port, link.mac(2)) for link in self.links],
+            addresses=[f"{link.host_address}/24" for link in self.links],
+            modules=HOST_MODULES,
+        )
+
+    @property
+    def host(self) -> Guest:
+        return self.guests["host"]
+
+    def controller(self, index: int) -> Guest:
+        return self.guests[f"c{index}"]
+
+    def boot_all(self, timeout: float = 180) -> dict[str, float]:
+        for guest in self.guests.values():
+            guest.boot()
+        return {name: guest.wait_ready(timeout) for name, guest in self.guests.items()}
+
+    def close(self) -> None:
+        for guest in self.guests.values():
+            guest.kill()

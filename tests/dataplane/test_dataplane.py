@@ -1,0 +1,400 @@
+"""The product's documents on real kernels: bootstrap, scale out, drain, controller loss, and
+application-consistent freeze/thaw, each asserting what the host's kernel shows and what its IO
+did. The scenarios run in order on one lab (conftest.py) and build on each other, as an array's
+life does: c0+c1 serve; c2 joins under load; c1 is drained; c2 is lost and comes back; the
+host freezes XFS on the multipath device.
+
+Every document runs as rendered by tools/documents.py (``Guest.document``) with its defaults
+(ConfigfsRoot /sys/kernel/config, DeviceDir /dev/disk/by-id, nvme, modprobe): the guests are
+configured as an EC2 instance is.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.dataplane.conftest import VOLUME
+from tests.dataplane.lab import Lab, Result
+from vsa_core import nvme
+
+pytestmark = pytest.mark.timeout(900)
+
+ARRAY = "dataplane"
+NQN = nvme.subsystem_nqn(ARRAY, VOLUME)
+HOST_NQN = nvme.default_host_nqn("i-0d0a7a91a2e0f0001")
+STATE_SCRIPT = Path(__file__).with_name("nvme_state.py")
+
+
+# --- steps of the product, as its workflows run them -------------------------------------------
+def configure(lab: Lab, index: int, mode: str = "apply") -> Result:
+    return (
+        lab.controller(index)
+        .document(
+            "configure-target",
+            ArrayId=ARRAY,
+            Volumes=VOLUME,
+            Slot=str(index),
+            HostNqns=HOST_NQN,
+            ListenAddress=lab.links[index].controller_address,
+            Mode=mode,
+        )
+        .ok()
+    )
+
+
+def connect(lab: Lab, index: int) -> Result:
+    return lab.host.document(
+        "connect-path",
+        ArrayId=ARRAY,
+        Volumes=VOLUME,
+        Address=lab.links[index].controller_address,
+        HostNqn=HOST_NQN,
+    ).ok()
+
+
+def disconnect(lab: Lab, index: int) -> Result:
+    return lab.host.document(
+        "disconnect-path", ArrayId=ARRAY, Volumes=VOLUME, Address=lab.links[index].controller_address
+    ).ok()
+
+
+# --- what the host's kernel shows --------------------------------------------------------------
+def kernel_state(lab: Lab) -> dict[str, Any]:
+    result = lab.host.sh(f"python3 {STATE_SCRIPT} {NQN}", name="nvme-state").ok()
+    state: dict[str, Any] = json.loads(result.stdout)
+    return state
+
+
+def live_addresses(state: dict[str, Any]) -> list[str]:
+    found = []
+    for path in state["paths"]:
+        address = dict(item.split("=", 1) for item in path["address"].split(",") if "=" in item)
+        if path["state"] == "live":
+            found.append(address["traddr"])
+    return sorted(found)
+
+
+def head_device(state: dict[str, Any]) -> str:
+    assert len(state["heads"]) == 1, f"expected one multipath namespace, got {state['heads']}"
+    return "/dev/" + state["heads"][0]["name"]
+
+
+def per_path_io(state: dict[str, Any]) -> dict[str, int]:
+    """IOs completed on each path (reads + writes of its hidden per-path disk), by address."""
+    counts = {}
+    for path in state["paths"]:
+        address = dict(item.split("=", 1) for item in path["address"].split(",") if "=" in item)
+        counts[address["traddr"]] = sum(d["reads"] + d["writes"] for d in path["disks"])
+    return counts
+
+
+def kernel_timeouts(lab: Lab) -> dict[str, float]:
+    """The timeouts in effect: the controllers' keep-alive (sysfs kato) and nvme_core's."""
+    result = lab.host.sh(
+        "cat /sys/class/nvme/nvme*/kato | sort -u | head -1; cat /sys/module/nvme_core/parameters/io_timeout",
+        name="timeouts",
+    ).ok()
+    kato, io_timeout = result.stdout.split()
+    return {"keepAliveSeconds": float(kato), "ioTimeoutSeconds": float(io_timeout)}
+
+
+# --- IO ----------------------------------------------------------------------------------------
+class Fio:
+    """fio on the host's multipath device: 4k random writes, each verified (crc32c, read back
+    while running: ``verify_backlog``; ``verify_fatal``), every completion logged (clat log), so
+    the longest gap between two completions is the longest stall the application saw. It runs
+    until ``stop`` (SIGINT to its PID: fio ends its jobs and reports), so the IO spans the event
+    however slow the machine; ``MAX_SECONDS`` bounds it if nobody stops it."""
+
+    MAX_SECONDS = 300
+
+    def __init__(self, lab: Lab, name: str, device: str) -> None:
+        self.lab, self.name = lab, name
+        self.dir = lab.host.dir / "fio" / name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.request = lab.host.submit(
+            "#!/bin/bash\n"
+            f"echo $$ > {self.dir}/pid\n"
+            f"exec fio --name={name} --filename={device} --direct=1 --ioengine=libaio --rw=randwrite"
+            f" --bs=4k --iodepth=4 --size=128M --time_based --runtime={self.MAX_SECONDS}"
+            " --verify=crc32c --verify_backlog=32 --verify_fatal=1"
+            f" --write_lat_log={self.dir}/io --log_avg_msec=0 --per_job_logs=0 --output-format=json\n",
+            f"fio-{name}",
+        )
+        # running: its first completions are logged in memory, so wait for the PID and some IO
+        lab.host.sh(f"while [ ! -s {self.dir}/pid ]; do sleep 0.2; done; sleep 3", timeout=60, name="fio-up")
+
+    def result(self) -> dict[str, Any]:
+        self.lab.host.sh(f"kill -INT $(cat {self.dir}/pid)", name="fio-stop").ok()
+        done = self.lab.host.wait(self.request, timeout=120)
+        # fio stopped by SIGINT ends its jobs, reports, and exits 128; an IO or verify error
+        # shows in the job's error (verify_fatal ends the job at the first mismatch)
+        stopped = done.rc == 128 and "terminating on signal 2" in done.stdout + done.stderr
+        assert done.rc == 0 or stopped, f"fio {self.name} failed ({done.rc}):\n{done.stdout}\n{done.stderr}"
+        job = json.loads(done.stdout[done.stdout.index("{") :])["jobs"][0]
+        times = sorted(
+            int(line.split(",", 1)[0]) for line in (self.dir / "io_clat.log").read_text().splitlines()
+        )
+        gaps = [(b - a, a) for a, b in itertools.pairwise(times)]
+        longest, at = max(gaps) if gaps else (0, 0)
+        runtime = job["job_runtime"] / 1000 or 1
+        return {
+            "error": job["error"],
+            "writes": job["write"]["total_ios"],
+            "verifiedReads": job["read"]["total_ios"],
+            "writeIops": round(job["write"]["total_ios"] / runtime),
+            "longestGapSeconds": round(longest / 1000, 3),
+            "longestGapAtSeconds": round(at / 1000, 1),
+            "runtimeSeconds": round(runtime, 1),
+        }
+
+
+def randread_iops_per_path(lab: Lab, device: str, seconds: int = 10) -> dict[str, Any]:
+    before = per_path_io(kernel_state(lab))
+    done = lab.host.sh(
+        f"fio --name=split --filename={device} --direct=1 --ioengine=libaio --rw=randread --bs=4k"
+        f" --iodepth=8 --time_based --runtime={seconds} --output-format=json",
+        timeout=seconds + 60,
+        name="fio-split",
+    ).ok()
+    job = json.loads(done.stdout)["jobs"][0]
+    after = per_path_io(kernel_state(lab))
+    runtime = job["job_runtime"] / 1000 or 1
+    return {
+        "totalIops": round(job["read"]["iops"]),
+        "iopsPerPath": {a: round((after[a] - before.get(a, 0)) / runtime) for a in after},
+        "error": job["error"],
+    }
+
+
+# --- scenarios ---------------------------------------------------------------------------------
+def test_bootstrap_two_controllers_one_multipath_namespace_io_split(lab: Lab, figures: Any) -> None:
+    # Given two controllers attached to the shared volume
+    # When each is configured (configure-target) and the host connects to each (connect-path)
+    reports = [configure(lab, i).report for i in (0, 1)]
+    connected = [connect(lab, i).report for i in (0, 1)]
+
+    # Then the host's kernel has one multipath namespace with two live paths
+    state = kernel_state(lab)
+    assert state["subsystem"], f"no subsystem {NQN} on the host"
+    assert live_addresses(state) == [lab.links[0].controller_address, lab.links[1].controller_address]
+    assert connected[1]["subsystems"][0]["livePaths"] == 2
+    head = state["heads"][0]
+    # with the identity configure-target derived, the same through both paths
+    assert head["uuid"] == reports[0]["subsystems"][0]["uuid"] == reports[1]["subsystems"][0]["uuid"]
+    assert head["nguid"] == nvme.namespace_nguid(VOLUME)
+    for path in state["paths"]:
+        ident = path["identify"]
+        assert ident["subnqn"] == NQN
+        assert ident["serial"] == nvme.serial(ARRAY) == state["serial"]
+        assert ident["uuid"] == nvme.namespace_uuid(VOLUME)
+        assert ident["nguid"].replace("-", "") == nvme.namespace_nguid(VOLUME).replace("-", "")
+        assert [d["uuid"] for d in path["disks"]] == [head["uuid"]]
+    # each controller answered from its own slot's controller-id range
+    cntlids = sorted(int(p["cntlid"]) for p in state["paths"])
+    assert nvme.cntlid_range(0)[0] <= cntlids[0] <= nvme.cntlid_range(0)[1]
+    assert nvme.cntlid_range(1)[0] <= cntlids[1] <= nvme.cntlid_range(1)[1]
+
+    # And IO is spread over both paths (active/active: each controller serves its share)
+    split = randread_iops_per_path(lab, head_device(state))
+    figures("bootstrap", {"iopolicy": state["iopolicy"], **split})
+    assert split["error"] == 0
+    per_path = split["iopsPerPath"]
+    assert all(per_path[a] > 0.2 * split["totalIops"] for a in live_addresses(state)), (
+        f"IO not spread over the paths (iopolicy {state['iopolicy']}): {per_path}"
+    )
+
+    # And a second run of each document changes nothing (idempotent on a real kernel)
+    assert configure(lab, 0).report["changes"] == 0
+    assert connect(lab, 0).report["connected"] == []
+
+
+def test_scale_out_to_a_third_controller_under_write_verify_load(lab: Lab, figures: Any) -> None:
+    device = head_device(kernel_state(lab))
+    # Given fio writing and verifying on the multipath device
+    fio = Fio(lab, "scale-out", device)
+    # When a third controller is bootstrapped the product's way
+    configure(lab, 2)
+    report = connect(lab, 2).report
+    lab.host.sh("sleep 8", name="io-on-three-paths")
+
+    # Then the host has a third live path, and the IO saw no error and verified
+    assert report["livePaths"] == 3
+    state = kernel_state(lab)
+    assert live_addresses(state) == sorted(link.controller_address for link in lab.links)
+    result = fio.result()
+    figures("scaleOut", result)
+    assert result["error"] == 0
+    assert result["verifiedReads"] > 0
+    moved = per_path_io(state)
+    assert moved[lab.links[2].controller_address] > 0, f"the new path carried no IO: {moved}"
+
+
+def test_drain_a_controller_the_product_way_stalls_nothing(lab: Lab, figures: Any) -> None:
+    state = kernel_state(lab)
+    timeouts = kernel_timeouts(lab)
+    fio = Fio(lab, "drain", head_device(state))
+    # When c1 is drained: disconnect-path on the host first, then teardown on the controller
+    report = disconnect(lab, 1).report
+    teardown = configure(lab, 1, mode="teardown").report
+    lab.host.sh("sleep 5", name="io-after-drain")
+
+    # Then its path is gone and the others are live, nvmet on c1 holds nothing of the array
+    assert [d["nqn"] for d in report["disconnected"]] == [NQN]
+    assert report["livePaths"] == 2
+    assert teardown["removed"] == [NQN]
+    left = lab.controller(1).sh("ls /sys/kernel/config/nvmet/subsystems /sys/kernel/config/nvmet/ports").ok()
+    assert NQN not in left.stdout
+    assert live_addresses(kernel_state(lab)) == [
+        lab.links[0].controller_address,
+        lab.links[2].controller_address,
+    ]
+    # And the IO did not stall: no gap near a keep-alive timeout (nothing waited for a failure
+    # to be detected), no error, every write verified
+    result = fio.result()
+    figures("drain", {**result, **timeouts})
+    assert result["error"] == 0
+    assert result["longestGapSeconds"] < timeouts["keepAliveSeconds"], result
+
+
+def test_controller_lost_abruptly_io_moves_on_and_it_rejoins(lab: Lab, figures: Any) -> None:
+    state = kernel_state(lab)
+    timeouts = kernel_timeouts(lab)
+    connect_defaults = {"ctrlLossTmo": 60, "reconnectDelay": 2}  # connect-path's defaults
+    fio = Fio(lab, "loss", head_device(state))
+    # When c2 dies (SIGKILL to its QEMU: no FIN, no disconnect; as an instance lost)
+    lab.controller(2).kill()
+    # (the host notices through the keep-alive; then IO goes on for a while on c0 alone)
+    lab.host.sh(
+        "for i in $(seq 120); do grep -qv live /sys/class/nvme/nvme*/state && break; sleep 0.5; done;"
+        " sleep 10",
+        timeout=120,
+        name="loss-noticed",
+    ).ok()
+
+    # Then IO stalls until the keep-alive notices, then goes on through c0: no error, verified
+    result = fio.result()
+    figures("loss", {**result, **timeouts, **connect_defaults})
+    assert result["error"] == 0
+    assert result["verifiedReads"] > 0
+    assert result["longestGapSeconds"] < timeouts["ioTimeoutSeconds"], (
+        "IO waited for its own timeout: the keep-alive did not detect the loss",
+        result,
+    )
+    state = kernel_state(lab)
+    assert lab.links[0].controller_address in live_addresses(state)
+    assert lab.links[2].controller_address not in live_addresses(state)
+
+    # When c2 comes back (a new boot: nvmet is empty) and is bootstrapped again
+    boot = lab.controller(2)
+    boot.boot()
+    figures("rejoinBootSeconds", boot.wait_ready())
+    configure(lab, 2)
+    report = connect(lab, 2).report
+    # Then the host has its path again (reconnected by the kernel within ctrl-loss-tmo, or
+    # connected anew), live
+    assert report["livePaths"] == 2
+    assert live_addresses(kernel_state(lab)) == [
+        lab.links[0].controller_address,
+        lab.links[2].controller_address,
+    ]
+
+
+MOUNTPOINT = "/run/vsa-data"
+
+
+def test_freeze_thaw_xfs_on_the_multipath_device(lab: Lab, figures: Any) -> None:
+    device = head_device(kernel_state(lab))
+    lab.host.sh(
+        f"mkfs.xfs -f -q {device} && mkdir -p {MOUNTPOINT} && mount {device} {MOUNTPOINT}"
+        f" && dd if=/dev/urandom of={MOUNTPOINT}/data bs=64k count=64 conv=fsync status=none",
+        timeout=120,
+        name="mkfs",
+    ).ok()
+    # When freeze-io freezes it and a writer starts
+    # (a 60 s watchdog: the freeze -> thaw round trips of a loaded emulated guest take seconds)
+    frozen = (
+        lab.host.document("freeze-io", Mountpoints=MOUNTPOINT, BackupId="dp-1", TimeoutSeconds="60")
+        .ok()
+        .report
+    )
+    assert frozen["status"] == "frozen"
+    writer = lab.host.submit(
+        f"#!/bin/bash\necho x > {MOUNTPOINT}/during-freeze && sync && date +%s.%N\n", "writer"
+    )
+    blocked = lab.host.sh(
+        f"sleep 1; grep -c . {MOUNTPOINT}/during-freeze 2>/dev/null || echo none", name="peek"
+    )
+    # Then the write waits (nothing reaches the filesystem while frozen)
+    assert blocked.stdout.strip() in ("none", "0"), blocked.stdout
+    # When thaw-io runs
+    thawed = lab.host.document("thaw-io", Mountpoints=MOUNTPOINT, BackupId="dp-1").ok().report
+    # Then it thawed, cancelled the watchdog, and the writer went through after the thaw
+    assert thawed["status"] == "thawed"
+    assert thawed["watchdog"] == "cancelled"
+    assert [m["result"] for m in thawed["mountpoints"]] == ["thawed"]
+    wrote = lab.host.wait(writer, timeout=60).ok()
+    assert float(wrote.stdout.split()[-1]) >= frozen["frozeAt"]
+    figures(
+        "freezeWindowSeconds",
+        {"frozeToThawed": round(thawed["thawedAt"] - frozen["frozeAt"], 3), "device": device},
+    )
+
+
+def test_freeze_nobody_thaws_watchdog_thaws_within_timeout(lab: Lab, figures: Any) -> None:
+    # 10 s, the default: freeze-io arms the watchdog before its sync, which alone took over 3 s
+    # in a loaded emulated guest (a 3 s watchdog made freeze-io fail safe: deadline passed)
+    timeout = 10
+    # When freeze-io freezes with the watchdog and nobody thaws
+    frozen = (
+        lab.host.document("freeze-io", Mountpoints=MOUNTPOINT, BackupId="dp-2", TimeoutSeconds=str(timeout))
+        .ok()
+        .report
+    )
+    # (a write blocks while frozen: it returns when the filesystem thaws)
+    wrote = lab.host.sh(f"touch {MOUNTPOINT}/after-watchdog && date +%s.%N", timeout=60, name="writer").ok()
+    resumed = float(wrote.stdout.split()[-1])
+    # Then the watchdog fired within timeout + 1 s of arming, and thaw-io afterwards says so
+    thawed = lab.host.document("thaw-io", Mountpoints=MOUNTPOINT, BackupId="dp-2").ok().report
+    assert thawed["watchdogFired"] is True
+    assert [m["result"] for m in thawed["mountpoints"]] == ["not-frozen"]
+    fired = thawed["watchdogFiredAt"] - frozen["armedAt"]
+    figures(
+        "watchdog",
+        {
+            "timeoutSeconds": timeout,
+            "firedAfterArmedSeconds": round(fired, 3),
+            "writeResumedAfterArmedSeconds": round(resumed - frozen["armedAt"], 3),
+        },
+    )
+    assert fired <= timeout + 1
+    assert resumed >= thawed["watchdogFiredAt"] - 0.5  # the write waited for the watchdog's thaw
+
+
+def test_unmounted_while_frozen_then_thaw_copes(lab: Lab) -> None:
+    device = head_device(kernel_state(lab))
+    frozen = (
+        lab.host.document("freeze-io", Mountpoints=MOUNTPOINT, BackupId="dp-3", TimeoutSeconds="60")
+        .ok()
+        .report
+    )
+    assert frozen["status"] == "frozen"
+    # When the filesystem is unmounted while frozen (the kernel lets it)
+    lab.host.sh(f"umount {MOUNTPOINT}", name="umount").ok()
+    # Then thaw-io copes, cancels the watchdog
+    thawed = lab.host.document("thaw-io", Mountpoints=MOUNTPOINT, BackupId="dp-3").ok().report
+    assert thawed["status"] == "thawed", thawed
+    assert thawed["watchdog"] == "cancelled"
+    assert thawed["mountpoints"][0]["result"] in ("thawed", "not-mounted"), thawed
+    # And the filesystem is not left frozen: it mounts and takes writes at once
+    lab.host.sh(
+        f"mount {device} {MOUNTPOINT} && timeout 20 sh -c 'echo y > {MOUNTPOINT}/after && sync'"
+        f" && umount {MOUNTPOINT}",
+        timeout=60,
+        name="remount",
+    ).ok()

@@ -1,0 +1,357 @@
+"""The controller lifecycle end to end on the local cloud: the real template deployed with the
+lifecycle on, the real Lambda code, the real SSM documents run by Run Command on the nodes'
+sandboxes (configfs as a directory tree, the recording ``nvme`` / ``modprobe`` stand-ins).
+
+Nothing here completes a lifecycle action or runs a document itself: the Auto Scaling group
+launches and terminates controllers, EventBridge starts BootstrapController / DrainController,
+and the tests look at what those left on the nodes.
+"""
+
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.integration.arrays_world import (
+    control,
+    exported,
+    group_of,
+    host_paths,
+    node_root,
+    settle,
+    spec_for,
+)
+from tests.integration.conftest import alarm_event_for, function_logs, put_event, wait_for_execution
+from vsa_core.naming import scale_execution_name
+from vsa_core.nvme import subsystem_nqn
+
+PER_CONTROLLER = 260_000 * 0.7  # what one controller serves at the spec's target utilisation
+
+
+def fire(array_id: str, demand: float, stamp: str, kind: str) -> str:
+    """The array's high or low alarm going off (the AWS sample event, re-aimed); the name of the
+    ScaleArray execution it starts."""
+    event = alarm_event_for(array_id, demand=demand, state_timestamp=stamp)
+    name = f"vsa-{array_id}-iops-{kind}"
+    event["detail"]["alarmName"] = name
+    event["resources"] = [f"arn:aws:cloudwatch:us-east-1:000000000000:alarm:{name}"]
+    put_event(event)
+    return scale_execution_name(array_id, event["resources"][0], stamp)
+
+
+def serving(array_id: str, table: str) -> dict[int, dict[str, str]]:
+    items = boto3.client("dynamodb").query(
+        TableName=table,
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :slot)",
+        ExpressionAttributeValues={":pk": {"S": f"ARRAY#{array_id}"}, ":slot": {"S": "SLOT#"}},
+        ConsistentRead=True,
+    )["Items"]
+    return {
+        int(i["sk"]["S"].removeprefix("SLOT#")): {k: v["S"] for k, v in i.items() if "S" in v} for i in items
+    }
+
+
+def attached_to(volume_ids: list[str]) -> dict[str, set[str]]:
+    volumes = boto3.client("ec2").describe_volumes(VolumeIds=volume_ids)["Volumes"]
+    return {
+        v["VolumeId"]: {a["InstanceId"] for a in v.get("Attachments", []) if a["State"] == "attached"}
+        for v in volumes
+    }
+
+
+class PathWatch:
+    """Samples every host's paths in the background: the fewest live paths any host had to any
+    subsystem, and every path seen in another state than live (a target that went away before
+    the host disconnected from it: the order a drain must never take)."""
+
+    def __init__(self, roots: dict[str, Any], nqns: list[str]) -> None:
+        self.roots, self.nqns = roots, nqns
+        self.fewest: tuple[int, str] = (99, "")
+        self.samples = 0
+        self.not_live: set[tuple[str, str, str, str]] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for host, root in self.roots.items():
+                paths = host_paths(root)
+                for nqn in self.nqns:
+                    found = paths.get(nqn, {})
+                    live = sum(1 for state in found.values() if state == "live")
+                    self.not_live |= {(host, nqn, a, state) for a, state in found.items() if state != "live"}
+                    if live < self.fewest[0]:
+                        self.fewest = (live, f"{host} {nqn}: {paths.get(nqn)}")
+            self.samples += 1
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> "PathWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+@pytest.fixture
+def lifecycle_array(stack_outputs, api, world, arrays) -> dict[str, Any]:
+    """An array of 3 volumes and 2 managed hosts with 2 serving controllers, cooldowns off."""
+    array_id = arrays()
+    spec = spec_for(
+        array_id,
+        world,
+        volumes=[{"volumeId": world.volume()}, {"volumeId": world.volume()}, {"volumeId": world.volume()}],
+        minControllers=2,
+        maxControllers=5,
+        scaleOutCooldownSeconds=0,
+        scaleInCooldownSeconds=0,
+    )
+    spec["hosts"] = [{"instanceId": world.host(), "mountpoints": ["/data"]} for _ in range(2)]
+    status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
+    assert status == 201, reply
+    settle(array_id)
+    volumes = [v["volumeId"] for v in spec["volumes"]]
+    return {
+        "arrayId": array_id,
+        "volumes": volumes,
+        "nqns": [subsystem_nqn(array_id, v) for v in volumes],
+        "hosts": {h["instanceId"]: node_root(world.endpoint, h["instanceId"]) for h in spec["hosts"]},
+    }
+
+
+def check_serving(
+    stack_outputs: dict[str, str], world: Any, array: dict[str, Any], count: int, packed: bool = True
+) -> list[str]:
+    """``count`` serving controllers in distinct slots (0..count-1 when ``packed``: a controller
+    launched while an abandoned one still held its slot takes the next one), each with every
+    volume attached and exporting every volume with the same identities and its own
+    controller-id range, and every host with ``count`` live paths to every volume, one per
+    controller. The controllers."""
+    array_id = array["arrayId"]
+    group = group_of(array_id)
+    assert group is not None
+    in_service = sorted(i["InstanceId"] for i in group["Instances"] if i["LifecycleState"] == "InService")
+    assert len(in_service) == count, group["Instances"]
+    slots = serving(array_id, stack_outputs["RegistryTableName"])
+    assert len(slots) == count, slots
+    if packed:
+        assert sorted(slots) == list(range(count)), slots
+    assert {s["state"] for s in slots.values()} == {"serving"}, slots
+    assert sorted(s["instanceId"] for s in slots.values()) == in_service
+    assert attached_to(array["volumes"]) == {v: set(in_service) for v in array["volumes"]}
+    exports = {i: exported(node_root(world.endpoint, i)) for i in in_service}
+    for instance, subsystems in exports.items():
+        assert sorted(subsystems) == sorted(array["nqns"]), (instance, subsystems)
+    for nqn in array["nqns"]:
+        identities = {(e[nqn]["uuid"], e[nqn]["nguid"], e[nqn]["serial"]) for e in exports.values()}
+        assert len(identities) == 1, identities  # the host merges the paths into one namespace
+        ranges = sorted(tuple(int(x) for x in e[nqn]["cntlid"].split("-")) for e in exports.values())
+        assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges)), ranges
+    addresses = {s["address"] for s in slots.values()}
+    for host, root in array["hosts"].items():
+        paths = host_paths(root)
+        for nqn in array["nqns"]:
+            assert paths.get(nqn) == dict.fromkeys(addresses, "live"), (host, nqn, paths.get(nqn))
+    return in_service
+
+
+def test_scale_out_to_5_and_back_to_3_never_leaves_a_host_without_a_path(
+    stack_outputs, world, lifecycle_array
+):
+    array, array_id = lifecycle_array, lifecycle_array["arrayId"]
+    scale = stack_outputs["ScaleArrayStateMachineArn"]
+    # Given 2 serving controllers, every host with 2 paths to every volume
+    first = check_serving(stack_outputs, world, array, 2)
+    # When demand needs 5 controllers
+    started = time.monotonic()
+    decision = json.loads(
+        wait_for_execution(scale, fire(array_id, 5 * PER_CONTROLLER, "2026-11-22T01:00:00.000+0000", "high"))[
+            "output"
+        ]
+    )
+    assert (decision["action"], decision["desired_controllers"]) == ("scale-out", 5), decision
+    settle(array_id, timeout=180)
+    print(f"2 -> 5 controllers bootstrapped in {time.monotonic() - started:.1f} s")
+    # Then 5 serve, each with every volume, and every host has 5 paths; the first two kept theirs
+    five = check_serving(stack_outputs, world, array, 5)
+    assert set(first) <= set(five)
+    slots = serving(array_id, stack_outputs["RegistryTableName"])
+    roots = {i: node_root(world.endpoint, i) for i in five}  # the sandboxes outlive the instances
+    # When demand falls to what 3 serve, twice (scale-in removes one controller per decision)
+    with PathWatch(array["hosts"], array["nqns"]) as watch:
+        for step, stamp in ((4, "2026-11-22T02:00:00.000+0000"), (3, "2026-11-22T02:10:00.000+0000")):
+            decision = json.loads(
+                wait_for_execution(scale, fire(array_id, 2 * PER_CONTROLLER, stamp, "low"))["output"]
+            )
+            assert (decision["action"], decision["desired_controllers"]) == ("scale-in", step), decision
+            # the controller in the highest slot leaves
+            assert decision["leaver"] == slots[step]["instanceId"], (decision, slots)
+            settle(array_id, timeout=120)
+    # Then 3 serve, in slots 0..2; the leavers exported nothing and hold no volume any more
+    three = check_serving(stack_outputs, world, array, 3)
+    gone = set(five) - set(three)
+    assert gone == {slots[3]["instanceId"], slots[4]["instanceId"]}
+    for instance in gone:
+        assert exported(roots[instance]) == {}
+    assert all(not (attached & gone) for attached in attached_to(array["volumes"]).values())
+    # And while the two drained, no host ever had fewer than 3 live paths to any volume, nor a
+    # path whose controller had stopped exporting before the host let go of it
+    assert watch.samples > 5
+    assert watch.fewest[0] >= 3, watch.fewest
+    assert watch.not_live == set()
+
+
+# --- failures --------------------------------------------------------------------------------------
+
+
+def bootstrap_of(state_machine_arn: str, instance_id: str, timeout: float = 120) -> dict[str, Any]:
+    """The finished BootstrapController execution of ``instance_id``."""
+    sfn = boto3.client("stepfunctions")
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [
+            e
+            for e in sfn.list_executions(stateMachineArn=state_machine_arn)["executions"]
+            if e["name"].startswith(f"bootstrap-{instance_id}-") and e["status"] != "RUNNING"
+        ]
+        if found:
+            return dict(sfn.describe_execution(executionArn=found[0]["executionArn"]))
+        assert time.monotonic() < deadline, f"no finished bootstrap of {instance_id} after {timeout} s"
+        time.sleep(1)
+
+
+class Offline:
+    """Takes the next controller the group launches offline in SSM (its agent lost), as soon as
+    it appears, and keeps it so: its bootstrap waits for a node that never comes."""
+
+    def __init__(self, endpoint: str, array_id: str, known: list[str]) -> None:
+        self.endpoint, self.array_id, self.known = endpoint, array_id, set(known)
+        self.instance: str | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 60
+        while self.instance is None and time.monotonic() < deadline:
+            group = group_of(self.array_id) or {"Instances": []}
+            fresh = [i["InstanceId"] for i in group["Instances"] if i["InstanceId"] not in self.known]
+            if fresh:
+                control(self.endpoint, "ssm", "set_ping", InstanceId=fresh[0], PingStatus="ConnectionLost")
+                self.instance = fresh[0]
+            time.sleep(0.1)
+
+    def __enter__(self) -> "Offline":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.join(timeout=70)
+
+
+@pytest.fixture
+def alerts(stack_outputs) -> Iterator[Callable[[str], list[str]]]:
+    """``alerts(term)``: the messages published to the alerts topic that contain ``term`` (other
+    arrays' alerts arrive too), through an SQS queue subscribed to the topic; waits up to 60 s
+    for the first."""
+    sqs, sns = boto3.client("sqs"), boto3.client("sns")
+    url = sqs.create_queue(QueueName=f"alerts-{time.monotonic_ns()}")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    subscription = sns.subscribe(TopicArn=stack_outputs["AlertsTopicArn"], Protocol="sqs", Endpoint=arn)
+    seen: list[str] = []
+
+    def received(term: str) -> list[str]:
+        deadline = time.monotonic() + 60
+        while not any(term in m for m in seen) and time.monotonic() < deadline:
+            messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=2).get(
+                "Messages", []
+            )
+            seen.extend(json.loads(m["Body"])["Message"] for m in messages)
+        return [m for m in seen if term in m]
+
+    yield received
+    sns.unsubscribe(SubscriptionArn=subscription["SubscriptionArn"])
+    sqs.delete_queue(QueueUrl=url)
+
+
+def check_undone(stack_outputs: dict[str, str], array: dict[str, Any], instance: str) -> None:
+    slots = serving(array["arrayId"], stack_outputs["RegistryTableName"])
+    assert instance not in {s["instanceId"] for s in slots.values()}, slots
+    assert all(instance not in attached for attached in attached_to(array["volumes"]).values())
+
+
+def test_a_controller_whose_node_never_comes_online_is_undone_abandoned_and_replaced(
+    stack_outputs, world, lifecycle_array, alerts
+):
+    array, array_id = lifecycle_array, lifecycle_array["arrayId"]
+    first = check_serving(stack_outputs, world, array, 2)
+    # Given the next controller launched never comes online in SSM
+    with Offline(world.endpoint, array_id, first) as offline:
+        # When demand needs a third controller
+        fire(array_id, 3 * PER_CONTROLLER, "2026-11-22T03:00:00.000+0000", "high")
+    assert offline.instance is not None, "no controller was launched"
+    # Then its bootstrap gives up after ControllerRegistrationSeconds, undoes and ABANDONs
+    execution = bootstrap_of(stack_outputs["BootstrapControllerStateMachineArn"], offline.instance)
+    assert (execution["status"], execution["error"]) == ("FAILED", "BootstrapFailed"), execution
+    assert execution["cause"].startswith("NodeNotOnline:"), execution["cause"]
+    check_undone(stack_outputs, array, offline.instance)
+    # and an operator is told why
+    messages = alerts(offline.instance)
+    assert any("NodeNotOnline" in m for m in messages), messages
+    # And the group replaces the abandoned controller with one that bootstraps and serves
+    settle(array_id, timeout=120)
+    three = check_serving(stack_outputs, world, array, 3, packed=False)
+    assert offline.instance not in three
+
+
+def test_a_lifecycle_action_that_times_out_while_the_bootstrap_waits_ends_it_undone(
+    stack_outputs, world, lifecycle_array
+):
+    array, array_id = lifecycle_array, lifecycle_array["arrayId"]
+    first = check_serving(stack_outputs, world, array, 2)
+    # Given a launching controller whose bootstrap waits for its node
+    with Offline(world.endpoint, array_id, first) as offline:
+        fire(array_id, 3 * PER_CONTROLLER, "2026-11-22T04:00:00.000+0000", "high")
+    assert offline.instance is not None
+    # When its lifecycle action times out (the hook's default result, ABANDON, terminates it)
+    control(world.endpoint, "autoscaling", "advance", seconds=3600)
+    # Then the bootstrap stops waiting for an instance that is gone, undoes what it did and fails
+    execution = bootstrap_of(stack_outputs["BootstrapControllerStateMachineArn"], offline.instance)
+    assert (execution["status"], execution["error"]) == ("FAILED", "BootstrapFailed"), execution
+    # (the node check sees the instance gone, or a heartbeat finds no action: Step Functions
+    # names an unmodelled Auto Scaling error AutoScaling.AutoScalingException)
+    cause = execution["cause"]
+    assert cause.startswith("ControllerGone:") or "No active Lifecycle Action found" in cause, cause
+    check_undone(stack_outputs, array, offline.instance)
+    # And the replacement serves
+    settle(array_id, timeout=120)
+    check_serving(stack_outputs, world, array, 3, packed=False)
+
+
+def test_a_redelivered_launch_event_starts_no_second_bootstrap(stack_outputs, world, lifecycle_array):
+    array = lifecycle_array
+    instance = check_serving(stack_outputs, world, array, 2)[0]
+    sfn = boto3.client("stepfunctions")
+    machine = stack_outputs["BootstrapControllerStateMachineArn"]
+    first = bootstrap_of(machine, instance)
+    assert first["status"] == "SUCCEEDED"
+    # When EventBridge delivers the same launch lifecycle event again (at-least-once)
+    put_event(json.loads(first["input"]))
+    # Then no second bootstrap runs (the execution name is the event's), the controller serves on
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        mine = [
+            e
+            for e in sfn.list_executions(stateMachineArn=machine)["executions"]
+            if e["name"].startswith(f"bootstrap-{instance}-")
+        ]
+        assert [e["executionArn"] for e in mine] == [first["executionArn"]]
+        time.sleep(1)
+    assert "duplicate controller event" in "".join(
+        function_logs(stack_outputs["OnControllerEventFunctionName"], "duplicate controller event")
+    )
+    check_serving(stack_outputs, world, array, 2)

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# What the data-plane tier (tests/dataplane: the documents on real Linux kernels in QEMU guests)
+# needs, idempotently; called by tools/install.sh with the Python to build the venv with.
+#   apt (root only, when missing): qemu-system-x86 (the guests, TCG), nvme-cli, fio, xfsprogs,
+#     kmod, iproute2, util-linux, busybox-static (the guests run the host's own tools: virtme-ng
+#     shares the host's root file system with them read-only over virtio-9p)
+#   .dataplane/kernel/   Debian's linux-image-amd64 (bookworm: 6.1) unpacked with dpkg -x, never
+#                        installed: boot/vmlinuz-* and lib/modules/* (nvmet, nvmet-tcp, nvme-tcp,
+#                        xfs, 9p, virtio...). Fetched once; a newer point release is taken up
+#                        when the cache is removed (rm -rf .dataplane/kernel).
+#   .dataplane/venv/     virtme-ng, pinned in requirements/dataplane.txt (boots a kernel on a
+#                        copy-on-write view of this machine's root file system; the initramfs it
+#                        builds per boot takes a fraction of a second)
+# Without root and apt, what is missing is named and the tier skips (fails under CI=true).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PYTHON="${1:-python3}"
+STATE="$ROOT/.dataplane"
+mkdir -p "$STATE"
+
+missing=()
+for pkg in qemu-system-x86 nvme-cli fio xfsprogs kmod iproute2 util-linux busybox-static; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing ${missing[*]} (apt)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 ||
+      { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
+  else
+    echo "note: ${missing[*]} not installed and cannot be here (needs root and apt): tests/dataplane will skip" >&2
+  fi
+fi
+
+# The guest kernel: the package linux-image-amd64 depends on (linux-image-<abi>-amd64).
+kernel="$STATE/kernel"
+if ! compgen -G "$kernel/boot/vmlinuz-*" >/dev/null; then
+  if command -v apt-get >/dev/null 2>&1; then
+    image=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
+    if [[ -z $image && $EUID -eq 0 ]]; then
+      apt-get update -qq
+      image=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/ {print $2; exit}')
+    fi
+    if [[ -n $image ]]; then
+      echo "==> fetching the guest kernel $image (apt-get download, unpacked into .dataplane/kernel)"
+      work="$STATE/kernel.tmp"
+      rm -rf "$work"
+      mkdir -p "$work"
+      (cd "$work" && apt-get download -qq -o APT::Sandbox::User=root "$image" >/dev/null)
+      dpkg -x "$work"/*.deb "$work/root"
+      version=$(basename "$(ls -d "$work"/root/lib/modules/*)")
+      depmod -b "$work/root" "$version" # the guests' modprobe reads modules.dep
+      dpkg-deb -f "$work"/*.deb Package Version >"$work/root/PACKAGE"
+      rm -rf "$kernel"
+      mv "$work/root" "$kernel"
+      rm -rf "$work"
+    else
+      echo "note: no linux-image-amd64 in apt's lists (apt-get update as root): tests/dataplane will skip" >&2
+    fi
+  fi
+fi
+
+# virtme-ng, in its own venv (it is a host tool, not a dependency of the product).
+venv="$STATE/venv"
+digest="$(cat "$ROOT/requirements/dataplane.txt" | sha256sum | cut -c1-16)"
+if [[ "$(cat "$venv/.stamp" 2>/dev/null)" != "$digest" ]]; then
+  echo "==> installing $venv (virtme-ng)"
+  rm -rf "$venv"
+  "$PYTHON" -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$ROOT/requirements/dataplane.txt"
+  echo "$digest" >"$venv/.stamp"
+fi

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Deploy the built stack to the local cloud (make deploy-local, make demo, the integration tests).
+# The local cloud's parameters live here, not in samconfig.toml, because two of them are paths of
+# this checkout: the sandbox nodes of the local cloud run the real SSM documents, with the
+# recording stand-ins for nvme and modprobe (tests/fakes) and configfs / EBS devices inside each
+# node's sandbox. Then every running instance is made an SSM managed node (as instances launched
+# with an instance profile are on AWS), so the controllers an Auto Scaling group launches can be
+# bootstrapped by Run Command.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+source tools/env.sh
+parameters=(
+  LogLevel=DEBUG
+  AlarmRearmSeconds=5          # re-arm a held alarm after 5 s instead of 60: tests run in minutes
+  ControllerLifecycle=Enabled  # launch/terminate/loss start BootstrapController / DrainController
+  ControllerRegistrationSeconds=20  # a node that stays offline fails its bootstrap in 20 s, not 300
+  NodeConfigfsRoot=sys/kernel/config  # relative: inside each node's sandbox
+  NodeDeviceDir=dev/disk/by-id
+  NodeSysfsRoot=sys  # where connect-path sets the multipath IO policy
+  "NodeNvmeCommand=$ROOT/tests/fakes/nvme"
+  "NodeModprobeCommand=$ROOT/tests/fakes/modprobe"
+)
+sam deploy --config-env local --parameter-overrides "${parameters[*]}" "$@"
+curl -fsS -X POST "$VSA_LOCALCLOUD_URL/_localcloud/ssm/configure" -d '{"auto_register": true}' >/dev/null
