@@ -41,8 +41,8 @@ from tests.integration.conftest import STACK, Api  # noqa: E402
 INTEGRATION_API = Api
 
 from tests.documents.xfs_lab import Lab, _missing  # noqa: E402
-from tests.integration.arrays_world import AMI, AZ, World, control  # noqa: E402
-from tests.integration.backups_world import BackupArray, serving_controller  # noqa: E402
+from tests.integration.arrays_world import World, control  # noqa: E402
+from tests.integration.backups_world import BackupArray, backup_spec, serving_controller  # noqa: E402
 from vsa_core.waiters import execution_arn, execution_finished  # noqa: E402
 
 
@@ -57,17 +57,7 @@ def run(
     array_id = f"bench-{uuid.uuid4().hex[:8]}"
     volume_ids = [world.volume() for _ in range(volumes)]
     host_mounts = {world.host(): [lab.xfs(f"v{volumes}h{h}").mountpoint] for h in range(hosts)}
-    spec = {
-        "specVersion": 1,
-        "arrayId": array_id,
-        "availabilityZone": AZ,
-        "volumes": [{"volumeId": v} for v in volume_ids],
-        "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI},
-        "minControllers": 1,
-        "maxControllers": 2,
-        "hosts": [{"instanceId": i, "mountpoints": [str(m) for m in ms]} for i, ms in host_mounts.items()],
-        "backup": {"schedule": "cron(0 3 1 1 ? 2099)", "mode": "application", "retention": runs + 1},
-    }
+    spec = backup_spec(array_id, volume_ids, host_mounts, "application", runs + 1)
     status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
     if status != 201:
         raise SystemExit(f"PUT /arrays/{array_id}: {status} {reply}")

@@ -36,8 +36,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field
 
 from vsa_core import backups
-from vsa_core.arrays import ArrayService
-from vsa_core.backup_service import BackupService
+from vsa_core.backup_service import BackupService, from_settings
 from vsa_core.clients import client
 from vsa_core.errors import (
     ArrayNotFoundError,
@@ -49,7 +48,6 @@ from vsa_core.errors import (
 from vsa_core.model import ArrayId
 from vsa_core.naming import ARRAY_ID_PATTERN
 from vsa_core.observability import logger, tracer
-from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.settings import get_settings
 
 app = APIGatewayRestResolver(enable_validation=True)
@@ -95,13 +93,7 @@ class RestoreRequest(_Strict):
 
 
 def _service() -> BackupService:
-    settings = get_settings()
-    return BackupService(
-        registry=ArrayRegistry(settings.table_name),
-        backups_registry=BackupRegistry(settings.table_name),
-        arrays=ArrayService(scheduler_role_arn=settings.backup_scheduler_role_arn),
-        state_machine_arn=settings.backup_state_machine_arn,
-    )
+    return from_settings(get_settings())
 
 
 def _json(status: int, body: Any) -> Response[Any]:

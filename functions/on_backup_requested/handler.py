@@ -14,12 +14,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field
 
 from vsa_core import backups
-from vsa_core.arrays import ArrayService
-from vsa_core.backup_service import BackupService
+from vsa_core.backup_service import BackupService, from_settings
 from vsa_core.errors import ArrayNotFoundError
 from vsa_core.model import ArrayId
 from vsa_core.observability import logger, tracer
-from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.settings import get_settings
 
 
@@ -53,13 +51,6 @@ def handle(event: BackupRequested, service: BackupService) -> dict[str, Any]:
 @event_parser(model=BackupRequested)
 def lambda_handler(event: BackupRequested, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(array_id=event.detail.array_id)
-    settings = get_settings()
-    service = BackupService(
-        registry=ArrayRegistry(settings.table_name),
-        backups_registry=BackupRegistry(settings.table_name),
-        arrays=ArrayService(scheduler_role_arn=settings.backup_scheduler_role_arn),
-        state_machine_arn=settings.backup_state_machine_arn,
-    )
-    result = handle(event, service)
+    result = handle(event, from_settings(get_settings()))
     logger.info("backup requested", extra=result)
     return result

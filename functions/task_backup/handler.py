@@ -24,12 +24,10 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-from vsa_core.arrays import ArrayService
-from vsa_core.backup_service import BackupService
+from vsa_core.backup_service import BackupService, from_settings
 from vsa_core.backups import BackupId
 from vsa_core.model import ArrayId
 from vsa_core.observability import logger, tracer
-from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.settings import Settings, get_settings
 
 
@@ -101,13 +99,7 @@ class Request(
 
 
 def _service() -> BackupService:
-    settings = get_settings()
-    return BackupService(
-        registry=ArrayRegistry(settings.table_name),
-        backups_registry=BackupRegistry(settings.table_name),
-        arrays=ArrayService(scheduler_role_arn=settings.backup_scheduler_role_arn),
-        state_machine_arn=settings.backup_state_machine_arn,
-    )
+    return from_settings(get_settings())
 
 
 def run(request: Any, service: BackupService, settings: Settings) -> dict[str, Any]:

@@ -35,6 +35,24 @@ class BackupArray:
     spec: dict[str, Any] = field(default_factory=dict)
 
 
+def backup_spec(
+    array_id: str, volume_ids: list[str], host_mounts: dict[str, list[Path]], mode: str, retention: int
+) -> dict[str, Any]:
+    """An array of these existing volumes and hosts (their mountpoints), one to two controllers,
+    a backup policy whose schedule never fires during a test."""
+    return {
+        "specVersion": 1,
+        "arrayId": array_id,
+        "availabilityZone": AZ,
+        "volumes": [{"volumeId": v} for v in volume_ids],
+        "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI},
+        "minControllers": 1,
+        "maxControllers": 2,
+        "hosts": [{"instanceId": i, "mountpoints": [str(m) for m in ms]} for i, ms in host_mounts.items()],
+        "backup": {"schedule": "cron(0 3 1 1 ? 2099)", "mode": mode, "retention": retention},
+    }
+
+
 def serving_controller(table: str, array: BackupArray, world: World, timeout: float = 240) -> str:
     """The array's serving controller, bootstrapped for real by the BootstrapController workflow
     (ControllerLifecycle runs on the local cloud): wait for the group to settle and a slot
@@ -99,20 +117,7 @@ def backup_array(
         for h in range(hosts):
             instance = world.host()
             host_mounts[instance] = [xfs_lab.xfs(f"h{h}m{m}").mountpoint for m in range(mountpoints)]
-        spec = {
-            "specVersion": 1,
-            "arrayId": array_id,
-            "availabilityZone": AZ,
-            "volumes": [{"volumeId": v} for v in volume_ids],
-            "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI},
-            "minControllers": 1,
-            "maxControllers": 2,
-            "hosts": [
-                {"instanceId": i, "mountpoints": [str(m) for m in mounts]}
-                for i, mounts in host_mounts.items()
-            ],
-            "backup": {"schedule": "cron(0 3 1 1 ? 2099)", "mode": mode, "retention": retention},
-        }
+        spec = backup_spec(array_id, volume_ids, host_mounts, mode, retention)
         status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
         assert status == 201, reply
         array = BackupArray(array_id, volume_ids, host_mounts, spec=spec)

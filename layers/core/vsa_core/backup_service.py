@@ -45,6 +45,7 @@ from vsa_core.errors import (
 )
 from vsa_core.model import ARRAY_TAG, ArraySpec, ExistingVolume, RegisteredArray
 from vsa_core.registry import ArrayRegistry, BackupRegistry
+from vsa_core.settings import Settings
 from vsa_core.waiters import execution_arn
 
 SNAPSHOT_RATE_SECONDS = 15
@@ -488,23 +489,32 @@ class BackupService:
         waiting: the Snapshot step checks them. A host SSM refuses is recorded as undelivered."""
         sent = []
         for host in hosts:
-            command_id, error = "", ""
-            try:
-                command_id = self._ssm.send_command(
-                    DocumentName=document,
-                    InstanceIds=[host["instanceId"]],
-                    Comment=f"vsa {backup_id} freeze",
-                    TimeoutSeconds=60,
-                    Parameters={
-                        "Mountpoints": [host["mountpoints"]],
-                        "TimeoutSeconds": [host["timeoutSeconds"]],
-                        "BackupId": [host["freezeKey"]],
-                    },
-                )["Command"]["CommandId"]
-            except ClientError as err:
-                error = f"{_code(err)}: {err.response['Error'].get('Message', '')}"
+            parameters = {
+                "Mountpoints": [host["mountpoints"]],
+                "TimeoutSeconds": [host["timeoutSeconds"]],
+                "BackupId": [host["freezeKey"]],
+            }
+            command_id, error = self._send(
+                document, host["instanceId"], f"vsa {backup_id} freeze", parameters
+            )
             sent.append({**host, "freezeCommandId": command_id, "freezeError": error})
         return {"hosts": sent, "sentAt": self._clock()}
+
+    def _send(
+        self, document: str, instance_id: str, comment: str, parameters: dict[str, list[str]]
+    ) -> tuple[str, str]:
+        """SendCommand to one host, not waiting: (command id, "") or ("", why SSM refused)."""
+        try:
+            answer = self._ssm.send_command(
+                DocumentName=document,
+                InstanceIds=[instance_id],
+                Comment=comment,
+                TimeoutSeconds=60,
+                Parameters=parameters,
+            )
+        except ClientError as err:
+            return "", f"{_code(err)}: {err.response['Error'].get('Message', '')}"
+        return str(answer["Command"]["CommandId"]), ""
 
     def _freeze_results(
         self, freezing: Mapping[str, Any], timeout: float
@@ -639,18 +649,10 @@ class BackupService:
         could not be sent is left to the workflow's Thaw (it sends again) and its watchdog."""
         sent = []
         for host in hosts:
+            parameters = {"Mountpoints": [host["mountpoints"]], "BackupId": [host["freezeKey"]]}
             command_id = ""
             if document:
-                try:
-                    command_id = self._ssm.send_command(
-                        DocumentName=document,
-                        InstanceIds=[host["instanceId"]],
-                        Comment=f"vsa {backup_id} thaw",
-                        TimeoutSeconds=60,
-                        Parameters={"Mountpoints": [host["mountpoints"]], "BackupId": [host["freezeKey"]]},
-                    )["Command"]["CommandId"]
-                except ClientError:
-                    command_id = ""
+                command_id, _ = self._send(document, host["instanceId"], f"vsa {backup_id} thaw", parameters)
             sent.append(
                 {k: host[k] for k in ("instanceId", "mountpoints", "freezeKey", "thawMaxPolls") if k in host}
                 | {"thawCommandId": command_id}
@@ -865,6 +867,16 @@ def _host_freezes(
             )
         )
     return tuple(hosts)
+
+
+def from_settings(settings: Settings) -> BackupService:
+    """The service as the Lambdas use it: the registry table and workflow from the settings."""
+    return BackupService(
+        registry=ArrayRegistry(settings.table_name),
+        backups_registry=BackupRegistry(settings.table_name),
+        arrays=ArrayService(scheduler_role_arn=settings.backup_scheduler_role_arn),
+        state_machine_arn=settings.backup_state_machine_arn,
+    )
 
 
 def _error_message(error: Mapping[str, Any] | None) -> str:
