@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import signal
 import sys
 import uuid
@@ -155,6 +156,7 @@ def main() -> int:
         finally:
             lab.cleanup()
             world.close()
+            shutil.rmtree(lab_root, ignore_errors=True)
     control(endpoint, "ebs", "configure", reset=True)
     print(f"\nfreeze window, {args.runs} application-consistent backups each, {args.hosts} hosts (seconds):")
     head = ("volumes", "host p50", "host p99", "array p50", "array p99", "CreateSnapshots p50")
