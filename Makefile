@@ -11,7 +11,7 @@ LOCAL := env PATH="$(VENV):$$PATH" VSA_LOCALCLOUD_PORT=$(PORT) AWS_ENDPOINT_URL=
 OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0
 
 .PHONY: demo test install localcloud-start localcloud-stop localcloud-logs build deploy-local \
-	lint format typecheck validate unit documents dataplane integration bench bench-lifecycle clean
+	lint format typecheck validate unit documents dataplane integration bench bench-lifecycle bench-backups clean
 
 demo: install
 	@$(LOCAL) bash tools/demo.sh
@@ -70,6 +70,11 @@ integration: install
 # Planner vs oracle vs static-for-peak on traces/*.csv: prints figures (not a test, nothing timed).
 bench: install
 	$(OFFLINE) PYTHONPATH=$(CURDIR)/layers/core $(VENV)/python tools/bench.py
+
+# The freeze window of application-consistent backups (16 and 64 volumes, 4 hosts, 20 runs each),
+# through the local cloud with the stack deployed (make deploy-local) and real XFS (root): figures.
+bench-backups: install
+	@$(LOCAL) $(VENV)/python tools/bench_backups.py
 
 # The controller workflows' own overhead (time not spent waiting on AWS), 4 vol x 2 hosts
 # against 16 vol x 8 hosts, on the local cloud (left running; make localcloud-stop).

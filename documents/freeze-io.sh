@@ -10,8 +10,10 @@
 #   3. sync, then freeze each mountpoint, recording the instant each froze; if one freeze fails,
 #      thaw the ones frozen, cancel the watchdog and fail;
 #   4. print a one-line JSON report as the last stdout line (diagnostics go to stderr).
+# With DRY_RUN=true it stops after step 1 and reports status "ready" (nothing armed, nothing
+# frozen): the backup workflow's preflight, so a host that cannot freeze fails fast.
 # The prologue (rendered from freeze-io.yaml) sets MOUNTPOINTS, TIMEOUT_SECONDS, BACKUP_ID,
-# STATE_DIR and FSFREEZE_COMMAND.
+# STATE_DIR, FSFREEZE_COMMAND and DRY_RUN.
 # The SSM agent runs the script with sh (dash on Debian and Ubuntu): run it again under bash.
 if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
 set -uo pipefail
@@ -164,6 +166,11 @@ done
 if ((${#problems[@]})); then
   reason=$(printf '%s; ' "${problems[@]}")
   fail "${reason%; }"
+fi
+if [[ ${DRY_RUN:-false} == true ]]; then
+  TIMEOUT_SECONDS=''
+  report ready
+  exit 0
 fi
 for i in "${!MPS[@]}"; do
   printf '%s %s %s\n' "${MPS[$i]}" "${DEVICE[$i]}" "${FSTYPE[$i]}"

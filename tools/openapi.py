@@ -1,4 +1,5 @@
-"""Write (or check) the arrays API's OpenAPI document, generated from the handler's routes.
+"""Write (or check) the API's OpenAPI document, generated from the handlers' routes (the arrays
+API and the backups API: two functions behind one REST API, one document).
 
 python tools/openapi.py           write openapi.json
 python tools/openapi.py --check   exit 1 if openapi.json is not what the code generates
@@ -12,23 +13,33 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "layers" / "core"), str(ROOT / "functions")]
 
 from api_arrays.handler import app  # noqa: E402
+from api_backups.handler import app as backups_app  # noqa: E402
 
 DOCUMENT = ROOT / "openapi.json"
 
 
 def generate() -> str:
-    schema = app.get_openapi_json_schema(
-        title="VSA control plane: arrays API",
-        version="1",
-        summary="Declare a Virtual Storage Array once; read its live state; delete it.",
-        description=(
-            "Requests are signed with AWS Signature Version 4 (service execute-api): the API uses "
-            "IAM authorization. Errors answer {message} (400 invalid spec, 404 unknown array, 409 "
-            "conflict: a concurrent apply, a bootstrap/drain in progress, maxControllers below the "
-            "serving controllers) or 422 {detail} for a request that does not parse."
-        ),
+    schema = json.loads(
+        app.get_openapi_json_schema(
+            title="VSA control plane: arrays API",
+            version="1",
+            summary="Declare a Virtual Storage Array once; read its live state; delete it; back it up and "
+            "restore it.",
+            description=(
+                "Requests are signed with AWS Signature Version 4 (service execute-api): the API uses "
+                "IAM authorization. Errors answer {message} (400 invalid spec or request, 404 unknown "
+                "array or backup set, 409 conflict: a concurrent apply, a bootstrap/drain in progress, "
+                "maxControllers below the serving controllers, a backup set in progress, EBS snapshot "
+                "limits) or 422 {detail} for a request that does not parse (422 {message} for an "
+                "Idempotency-Key reused with another body)."
+            ),
+        )
     )
-    return json.dumps(json.loads(schema), indent=2, sort_keys=True) + "\n"
+    backups = json.loads(backups_app.get_openapi_json_schema(title="backups", version="1"))
+    schema["paths"].update(backups["paths"])
+    for name, component in backups.get("components", {}).get("schemas", {}).items():
+        schema.setdefault("components", {}).setdefault("schemas", {}).setdefault(name, component)
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 
 def main() -> int:

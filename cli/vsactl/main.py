@@ -17,6 +17,7 @@ import yaml
 from rich.console import Console
 
 from . import render
+from .backups import backup_app, restore
 from .client import STACK_NAME, ApiClient, ApiError, CliError, Settings
 
 app = typer.Typer(
@@ -36,6 +37,10 @@ class Output(StrEnum):
 
 
 OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table (default) or json")]
+
+
+app.add_typer(backup_app, name="backup")
+app.command("restore")(restore)
 
 
 @app.callback()

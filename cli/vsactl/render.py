@@ -183,6 +183,17 @@ def array_view(array_id: str, answer: dict[str, Any]) -> Group:
             [{**h, "paths": len(h.get("paths") or [])} for h in status.get("hosts") or []],
         ),
         _decisions(answer.get("decisions") or []),
+        _rows(
+            "Last backups",
+            [
+                ("Backup", "backupId"),
+                ("Mode", "mode"),
+                ("State", "state"),
+                ("Consistency", "consistency"),
+                ("Message", "message"),
+            ],
+            list(answer.get("backups") or []),
+        ),
     ]
     spaced: list[RenderableType] = []
     for part in parts:

@@ -22,7 +22,7 @@ from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError,
 from vsa_core.model import ArraySpec
 from vsa_core.naming import ARRAY_ID_PATTERN
 from vsa_core.observability import logger, tracer
-from vsa_core.registry import ArrayRegistry
+from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.settings import get_settings
 
 app = APIGatewayRestResolver(enable_validation=True)
@@ -85,7 +85,12 @@ def list_arrays() -> dict[str, Any]:
 @app.get("/arrays/<array_id>", summary="An array's spec and live status", tags=["arrays"])
 def get_array(array_id: ArrayIdPath) -> dict[str, Any]:
     logger.append_keys(array_id=array_id)
-    return operations.describe_array(array_id, registry=_registry(), service=_service())
+    return operations.describe_array(
+        array_id,
+        registry=_registry(),
+        service=_service(),
+        backups=BackupRegistry(get_settings().table_name),
+    )
 
 
 @app.delete("/arrays/<array_id>", summary="Delete an array", tags=["arrays"])

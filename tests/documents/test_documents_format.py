@@ -10,6 +10,8 @@ from tests.documents_util import DOCUMENTS, load_document, render_script, run_do
 
 HOST_DOCUMENTS = ["freeze-io", "thaw-io"]
 PARAMETERS = ["Mountpoints", "TimeoutSeconds", "BackupId", "StateDir", "FsfreezeCommand"]
+# freeze-io alone also takes DryRun (the backup workflow's preflight: the checks, nothing frozen)
+OWN_PARAMETERS = {"freeze-io": ["DryRun"], "thaw-io": []}
 HOSTILE = ["a'b", "/x'; reboot; '", "$(reboot)", "`reboot`", "/a;b", "/a b", "/a|b", "/a&b", "/a>b", "/a\nb",
            '/a"b', "/a\\b", "/a{{b}}", "/a*", "/a?b", "/a$HOME"]  # fmt: skip
 
@@ -20,7 +22,7 @@ def test_document_shape(name: str) -> None:
     assert set(document) <= {"description", "parameters", "timeoutSeconds", "examples"}
     assert 0 < int(document.get("timeoutSeconds", "600")) <= 3600
     assert document["description"].startswith(f"VSA {name}:")
-    assert list(document["parameters"]) == PARAMETERS
+    assert list(document["parameters"]) == PARAMETERS + OWN_PARAMETERS[name]
     for parameter, spec in document["parameters"].items():
         assert spec["type"] == "String", parameter
         assert set(spec) == {"type", "default", "description", "allowedPattern"}, parameter
@@ -41,7 +43,10 @@ def test_patterns_refuse_quotes_and_shell_metacharacters(name: str, parameter: s
 
 
 def test_the_two_documents_share_one_parameter_set() -> None:
-    assert load_document("freeze-io")["parameters"].keys() == load_document("thaw-io")["parameters"].keys()
+    freeze_only = (
+        load_document("freeze-io")["parameters"].keys() - load_document("thaw-io")["parameters"].keys()
+    )
+    assert freeze_only == set(OWN_PARAMETERS["freeze-io"])
     for parameter in PARAMETERS:
         freeze = load_document("freeze-io")["parameters"][parameter]
         thaw = load_document("thaw-io")["parameters"][parameter]
@@ -66,7 +71,7 @@ def test_prologue_names_and_quoting() -> None:
     assert script.startswith(
         "#!/bin/bash\n# freeze-io: rendered from documents/freeze-io.sh by tools/documents.py\n"
         "MOUNTPOINTS='/data,/logs'\nTIMEOUT_SECONDS='10'\nBACKUP_ID='bk-1'\n"
-        "STATE_DIR='/run/vsa-freeze'\nFSFREEZE_COMMAND='fsfreeze'\n# freeze-io:"
+        "STATE_DIR='/run/vsa-freeze'\nFSFREEZE_COMMAND='fsfreeze'\nDRY_RUN='false'\n# freeze-io:"
     )
     with pytest.raises(ValueError, match="does not match"):
         render_script("freeze-io", {"Mountpoints": "/x'; reboot; '"})
@@ -110,10 +115,11 @@ def test_the_first_command_moves_to_bash(name: str) -> None:
         for line in render_script(name, {"Mountpoints": "/data"}).splitlines()
         if line.strip() and not line.startswith("#")
     ]
-    assert all(re.fullmatch(r"[A-Z_]+='[^']*'", line) for line in commands[:5])
+    prologue = len(PARAMETERS + OWN_PARAMETERS[name])
+    assert all(re.fullmatch(r"[A-Z_]+='[^']*'", line) for line in commands[:prologue])
     # (tools/documents.py puts #!/bin/bash first, which the agent's `sh -c <file>` honours; the
     # re-exec covers `sh <file>`)
-    assert commands[5] == 'if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi'
+    assert commands[prologue] == 'if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi'
 
 
 def test_kernel_tests_skip_with_the_reason_when_not_root(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -345,3 +345,29 @@ def test_freeze_window_over_20_runs(lab: Lab, capsys: pytest.CaptureFixture[str]
             f"first freeze started->last thawed p50 {_percentile(span, 50) * 1000:.0f} ms, "
             f"p99 {_percentile(span, 99) * 1000:.0f} ms"
         )
+
+
+def test_a_dry_run_checks_and_freezes_nothing(lab: Lab) -> None:
+    # Given a good XFS filesystem, and a plain directory that is not a mountpoint
+    data = lab.xfs()
+    plain = lab.root / "plain"
+    plain.mkdir()
+
+    # When freeze-io runs with DryRun=true on the good one, then on both
+    ready = freeze(lab, [data], "bk-dry", DryRun="true")
+    refused = run_document(
+        "freeze-io", params(lab, [data.mountpoint, plain], "bk-dry-bad", DryRun="true"), lab.root
+    )
+
+    # Then the good one is ready (its device and type reported), nothing armed, nothing frozen
+    assert ready.returncode == 0, ready.stderr
+    assert ready.report["status"] == "ready"
+    assert ready.report["mountpoints"][0]["fstype"] == "xfs"
+    assert ready.report["watchdogPid"] is None
+    assert ready.report["frozeAt"] is None
+    assert not list(lab.state_dir.glob("*.watchdog.pid"))
+    assert finished_at(lab.writer(data), 5) is not None, "a dry run froze the filesystem"
+    # And the plain directory fails the dry run with the reason, as a real freeze would
+    assert refused.returncode == 1
+    assert refused.report["stage"] == "preflight"
+    assert f"{plain} is not a mountpoint" in refused.report["reason"]

@@ -61,6 +61,9 @@ class FakeLambdaContext:
     invoked_function_arn: str = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:unit-test-function"
     aws_request_id: str = "00000000-0000-4000-8000-000000000000"
 
+    def get_remaining_time_in_millis(self) -> int:
+        return 29_000
+
 
 def _clear_caches() -> None:
     client.cache_clear()

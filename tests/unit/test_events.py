@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ValidationError
+from task_backup.handler import Snapshot as BackupSnapshotRequest
 
 from task_read_demand.handler import ReadDemandRequest
 from tests.unit.conftest import EVENTS, alarm_event, load_event
@@ -151,6 +152,7 @@ STEPFUNCTIONS_EVENTS = sorted((EVENTS / "stepfunctions").glob("*.json"))
 TASK_INPUTS: dict[str, type[BaseModel]] = {
     "task_plan_scale.json": ScaleRequest,
     "task_read_demand.json": ReadDemandRequest,
+    "task_backup_snapshot.json": BackupSnapshotRequest,
 }
 
 

@@ -526,3 +526,89 @@ def test_an_unknown_profile_is_a_usage_error(run, api):
     assert result.exit_code == 2
     assert "no-such-profile" in result.output
     assert api.requests == []
+
+
+BACKUP = {
+    "backupId": "bk-20261122T030000000Z-5f4c3b2a",
+    "arrayId": "demo",
+    "mode": "application",
+    "label": "nightly",
+    "state": "completed",
+    "consistency": "application-consistent",
+    "consistencyReason": "all 1 host(s) froze before the snapshot",
+    "createdAt": "2026-11-22T03:00:00Z",
+    "freezeWindowSeconds": 0.612,
+    "snapshots": [
+        {
+            "volumeId": "vol-0a1b2c3d4e5f60001",
+            "snapshotId": "snap-0a1b2c3d4e5f60001",
+            "state": "completed",
+            "progress": 100,
+        }
+    ],
+    "hosts": [{"instanceId": "i-0a1b2c3d4e5f60101", "frozeAt": 1.0, "thawedAt": 1.6, "windowSeconds": 0.612}],
+}
+
+
+def test_backup_create_wait_posts_signed_with_a_key_and_follows_to_the_end(run, api):
+    api.answer("POST", "/v1/arrays/demo/backups", 202, {**BACKUP, "state": "requested", "snapshots": []})
+    api.answer("GET", f"/v1/arrays/demo/backups/{BACKUP['backupId']}", 200, BACKUP)
+
+    result = run("backup", "create", "demo", "--mode", "application", "--label", "nightly", "--wait")
+
+    assert result.exit_code == 0, result.output
+    post, get = api.requests
+    assert_signed(post)
+    assert json.loads(post.body) == {"mode": "application", "label": "nightly"}
+    assert post.headers["idempotency-key"].startswith("vsactl-")
+    assert get.method == "GET"
+    for text in ("application-consistent", "1/1 snapshots", "100%"):
+        assert text in result.output
+
+
+def test_backup_create_wait_exits_1_when_the_set_failed(run, api):
+    api.answer("POST", "/v1/arrays/demo/backups", 202, {**BACKUP, "state": "requested"})
+    failed = {
+        **BACKUP,
+        "state": "failed",
+        "consistency": None,
+        "failure": "snapshot(s) failed: snap-x is in error",
+    }
+    api.answer("GET", f"/v1/arrays/demo/backups/{BACKUP['backupId']}", 200, failed)
+
+    result = run("backup", "create", "demo", "--wait", "--idempotency-key", "nightly-1")
+
+    assert result.exit_code == 1
+    assert api.requests[0].headers["idempotency-key"] == "nightly-1"
+    assert "snap-x is in error" in result.output
+
+
+def test_backup_prune_dry_run_asks_for_the_plan_only(run, api):
+    plan = {
+        "arrayId": "demo",
+        "keep": 2,
+        "dryRun": True,
+        "plan": [
+            {
+                "backupId": BACKUP["backupId"],
+                "createdAt": "2026-11-22T03:00:00Z",
+                "state": "completed",
+                "action": "delete",
+                "reason": "older",
+            }
+        ],
+    }
+    api.answer("GET", "/v1/arrays/demo/retention?keep=2", 200, plan)
+
+    result = run("backup", "prune", "demo", "--keep", "2", "--dry-run")
+
+    assert result.exit_code == 0, result.output
+    assert api.only_request().method == "GET"
+    assert "dry run" in result.output
+    assert "delete" in result.output
+
+
+def test_restore_needs_exactly_one_target(run, api):
+    result = run("restore", "demo", BACKUP["backupId"])
+    assert result.exit_code == 2
+    assert api.requests == []

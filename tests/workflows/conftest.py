@@ -40,6 +40,9 @@ SUBSTITUTIONS = {
     "ControllerRegistrationSeconds": "300",
     "NodeSysfsRoot": "sys",
     "AlertsTopicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:vsa-wf-alerts",
+    "TaskBackupFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-backup",
+    "FreezeIoDocument": "vsa-wf-freeze-io",
+    "ThawIoDocument": "vsa-wf-thaw-io",
 }
 
 

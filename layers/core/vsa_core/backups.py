@@ -129,6 +129,8 @@ class VolumeSnapshot(_Strict):
     state: SnapshotState = "pending"
     progress: int = Field(default=0, ge=0, le=100, description="percent, from the snapshot's Progress")
     state_message: str | None = Field(default=None, alias="stateMessage")
+    volume_size: int | None = Field(default=None, alias="volumeSize", description="GiB, for a restore")
+    iops: int | None = Field(default=None, description="the source volume's provisioned IOPS, for a restore")
 
 
 def parse_progress(progress: str | None) -> int:
@@ -149,14 +151,19 @@ class HostFreeze(_Strict):
     thaw_started_at: float | None = Field(default=None, alias="thawStartedAt")
     thawed_at: float | None = Field(default=None, alias="thawedAt", description="the last mountpoint thawed")
     watchdog_fired: bool = Field(default=False, alias="watchdogFired")
+    watchdog_fired_at: float | None = Field(default=None, alias="watchdogFiredAt")
     error: str | None = Field(default=None, description="why freezing or thawing failed")
 
     @property
     def window_seconds(self) -> float | None:
-        """How long the host's writes were paused: first freeze started to last thaw."""
-        if self.freeze_started_at is None or self.thawed_at is None:
+        """How long the host's writes were paused: first freeze started to last thaw (the
+        watchdog's, when it fired before thaw-io came)."""
+        if self.freeze_started_at is None:
             return None
-        return self.thawed_at - self.freeze_started_at
+        ends = [t for t in (self.thawed_at, self.watchdog_fired_at if self.watchdog_fired else None) if t]
+        if not ends:
+            return None
+        return min(ends) - self.freeze_started_at
 
 
 def host_freeze(
@@ -178,6 +185,7 @@ def host_freeze(
             errors.append(f"freeze-io: {freeze_report.get('reason') or 'failed'}")
     if thaw_report is not None:
         fields["watchdogFired"] = bool(thaw_report.get("watchdogFired"))
+        fields["watchdogFiredAt"] = thaw_report.get("watchdogFiredAt")
         if thaw_report.get("status") == "thawed":
             fields |= {key: thaw_report.get(key) for key in ("thawStartedAt", "thawedAt")}
         else:
@@ -210,10 +218,25 @@ class BackupSet(_Strict):
     consistency: Consistency | None = None
     consistency_reason: str | None = Field(default=None, alias="consistencyReason")
     failure: str | None = Field(default=None, description="why the set failed")
+    trigger: Literal["api", "schedule"] = "api"
+    freeze_timeout_seconds: int = Field(default=10, alias="freezeTimeoutSeconds", ge=1, le=60)
+    controller_instance_id: InstanceId | None = Field(
+        default=None,
+        alias="controllerInstanceId",
+        description="the serving controller CreateSnapshots ran on",
+    )
+    message: str | None = Field(default=None, description="what the workflow waits for, or did last")
+    completed_at: AwareDatetime | None = Field(default=None, alias="completedAt")
 
     @property
     def in_progress(self) -> bool:
         return self.state in IN_PROGRESS
+
+    @property
+    def freeze_window_seconds(self) -> float | None:
+        """The longest pause of any host's writes (first freeze started to last thaw)."""
+        windows = [w for h in self.hosts if (w := h.window_seconds) is not None]
+        return max(windows) if windows else None
 
 
 # ---------------------------------------------------------------- consistency and state

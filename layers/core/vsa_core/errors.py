@@ -33,3 +33,26 @@ class TeardownPendingError(VsaError):
 class ReconcileError(VsaError):
     """AWS refused a step of converging on a stored spec (throttling, a limit, a permission):
     the spec is stored; applying it again resumes the convergence. The API answers 502."""
+
+
+class BackupNotFoundError(VsaError):
+    """The backup set id is not recorded for the array."""
+
+
+class InvalidBackupError(VsaError):
+    """A backup or restore request that cannot be done as asked; the message says what to fix."""
+
+
+class PreflightError(VsaError):
+    """The ConsistentBackup workflow's checks failed before anything was frozen or snapshotted
+    (no serving controller, a host offline, a mountpoint that cannot be frozen, a volume not
+    attached): the set fails fast with the reason."""
+
+
+class SnapshotLimitError(VsaError):
+    """EBS would refuse the snapshots (at most 5 pending per io2 volume, one per volume every
+    15 s) and the set cannot wait longer: the message says why and when to retry."""
+
+
+class SnapshotSetError(VsaError):
+    """CreateSnapshots did not snapshot exactly the array's volumes."""

@@ -23,7 +23,7 @@ from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError,
 from vsa_core.model import ArraySpec, Deletion, RegisteredArray
 from vsa_core.naming import delete_execution_name, group_name
 from vsa_core.reconcile import Change
-from vsa_core.registry import ArrayRegistry
+from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.waiters import execution_arn
 
 
@@ -111,8 +111,15 @@ def with_slots(status: dict[str, Any], slots: dict[int, dict[str, str]]) -> dict
     return status
 
 
-def describe_array(array_id: str, *, registry: ArrayRegistry, service: ArrayService) -> dict[str, Any]:
+def describe_array(
+    array_id: str,
+    *,
+    registry: ArrayRegistry,
+    service: ArrayService,
+    backups: BackupRegistry | None = None,
+) -> dict[str, Any]:
     array = registry.get(array_id)
+    recent = backups.sets(array_id)[:5] if backups is not None else []
     return {
         "spec": array.spec.model_dump(by_alias=True, mode="json"),
         "version": array.version,
@@ -121,7 +128,17 @@ def describe_array(array_id: str, *, registry: ArrayRegistry, service: ArrayServ
         "deleteFailure": array.delete_failure,
         "status": _json(with_slots(service.status(array.spec), registry.slots(array_id))),
         "decisions": registry.decisions(array_id, limit=10),
-        "backups": [],  # consistent backups arrive with issue #7
+        "backups": [
+            {
+                "backupId": b.backup_id,
+                "createdAt": b.created_at.isoformat(),
+                "mode": b.mode,
+                "state": b.state,
+                "consistency": b.consistency,
+                "message": b.failure or b.message,
+            }
+            for b in recent
+        ],
     }
 
 

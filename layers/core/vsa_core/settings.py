@@ -16,6 +16,11 @@ class Settings(BaseModel):
     alarm_rearm_seconds: int = Field(default=60, ge=1, le=3600)
     bootstrap_state_machine_arn: str = ""
     drain_state_machine_arn: str = ""
+    backup_state_machine_arn: str = ""
+    idempotency_table_name: str = ""
+    retention_max_deletions: int = Field(default=5, ge=0, le=100)
+    thaw_io_document: str = ""
+    freeze_io_document: str = ""
 
 
 @lru_cache(maxsize=1)
@@ -28,4 +33,9 @@ def get_settings() -> Settings:
         alarm_rearm_seconds=int(os.environ.get("VSA_ALARM_REARM_SECONDS", "60")),
         bootstrap_state_machine_arn=os.environ.get("VSA_BOOTSTRAP_STATE_MACHINE_ARN", ""),
         drain_state_machine_arn=os.environ.get("VSA_DRAIN_STATE_MACHINE_ARN", ""),
+        backup_state_machine_arn=os.environ.get("VSA_BACKUP_STATE_MACHINE_ARN", ""),
+        idempotency_table_name=os.environ.get("VSA_IDEMPOTENCY_TABLE_NAME", ""),
+        retention_max_deletions=int(os.environ.get("VSA_RETENTION_MAX_DELETIONS", "5")),
+        thaw_io_document=os.environ.get("VSA_THAW_IO_DOCUMENT", ""),
+        freeze_io_document=os.environ.get("VSA_FREEZE_IO_DOCUMENT", ""),
     )

@@ -1,0 +1,328 @@
+"""``vsactl backup create|list|show|delete|prune`` and ``vsactl restore``: the backups API.
+
+``backup create --wait`` follows the set with a live progress bar (the snapshots' mean progress,
+from ``GET /arrays/{id}/backups/{backupId}`` once a second) until it has completed or failed.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import render
+from .client import ApiClient, CliError
+
+backup_app = typer.Typer(help="Back an array up, list, show and delete its backup sets, apply retention.")
+
+FINAL = ("completed", "failed")
+
+
+class Mode(StrEnum):
+    crash = "crash"
+    application = "application"
+
+
+def _table(title: str, columns: list[str]) -> Table:
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for column in columns:
+        table.add_column(column)
+    return table
+
+
+def _cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def backups_table(array_id: str, backups: list[dict[str, Any]]) -> Table:
+    table = _table(
+        f"backup sets of {array_id}",
+        ["backup", "created", "mode", "state", "consistency", "snapshots", "freeze s", "label", "message"],
+    )
+    for b in backups:
+        table.add_row(
+            b["backupId"],
+            _cell(b.get("createdAt")),
+            _cell(b.get("mode")),
+            _cell(b.get("state")),
+            _cell(b.get("consistency")),
+            f"{b.get('completedSnapshots', 0)}/{b.get('snapshots', 0)}",
+            _cell(b.get("freezeWindowSeconds")),
+            _cell(b.get("label")),
+            _cell(b.get("message")),
+        )
+    return table
+
+
+def backup_view(backup: dict[str, Any]) -> list[Any]:
+    """A set: its summary, its snapshots, its hosts' freeze and thaw."""
+    head = _table(f"backup {backup['backupId']}", ["field", "value"])
+    for key in (
+        "arrayId",
+        "mode",
+        "label",
+        "trigger",
+        "state",
+        "consistency",
+        "consistencyReason",
+        "failure",
+    ):
+        head.add_row(key, _cell(backup.get(key)))
+    head.add_row("createdAt", _cell(backup.get("createdAt")))
+    head.add_row("controller", _cell(backup.get("controllerInstanceId")))
+    head.add_row("freeze window (longest, s)", _cell(backup.get("freezeWindowSeconds")))
+    snapshots = _table("snapshots", ["volume", "snapshot", "state", "progress", "message"])
+    for s in backup.get("snapshots", []):
+        snapshots.add_row(
+            s["volumeId"], s["snapshotId"], s["state"], f"{s['progress']}%", _cell(s.get("stateMessage"))
+        )
+    hosts = _table("hosts", ["host", "froze at", "thawed at", "window s", "watchdog fired", "error"])
+    for h in backup.get("hosts", []):
+        hosts.add_row(
+            h["instanceId"],
+            _cell(h.get("frozeAt")),
+            _cell(h.get("thawedAt")),
+            _cell(h.get("windowSeconds")),
+            _cell(h.get("watchdogFired")),
+            _cell(h.get("error")),
+        )
+    return [head, snapshots, hosts]
+
+
+def follow(
+    client: ApiClient, array_id: str, backup_id: str, console: Console, timeout: float
+) -> dict[str, Any]:
+    """Poll the set once a second with a live progress bar until it has completed or failed."""
+    path = f"/arrays/{array_id}/backups/{backup_id}"
+    deadline = time.monotonic() + timeout
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as bar:
+        task = bar.add_task(backup_id, total=100, detail="requested")
+        while True:
+            backup: dict[str, Any] = client.request("GET", path) or {}
+            snapshots = backup.get("snapshots") or []
+            done = sum(s.get("progress", 0) for s in snapshots) / len(snapshots) if snapshots else 0
+            ready = sum(1 for s in snapshots if s.get("state") == "completed")
+            detail = (
+                f"{backup.get('state')}: {ready}/{len(snapshots)} snapshots"
+                if snapshots
+                else backup.get("state")
+            )
+            bar.update(task, completed=done, detail=detail)
+            if backup.get("state") in FINAL:
+                if backup.get("state") == "completed":
+                    bar.update(task, completed=100)
+                return backup
+            if time.monotonic() > deadline:
+                raise CliError(
+                    f"backup {backup_id} still {backup.get('state')} after {timeout:.0f} s", exit_code=1
+                )
+            time.sleep(1)
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+
+
+OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table (default) or json")]
+out = Console(soft_wrap=False)
+
+
+def _client(ctx: typer.Context) -> ApiClient:
+    from .main import _client as client_of  # the main app's settings (endpoint, profile, region)
+
+    return client_of(ctx)
+
+
+def _fail(e: CliError) -> typer.Exit:
+    from .main import _fail as fail
+
+    return fail(e)
+
+
+@backup_app.command("create")
+def create(
+    ctx: typer.Context,
+    array_id: Annotated[str, typer.Argument(metavar="ID", help="The array's id.")],
+    mode: Annotated[Mode | None, typer.Option(help="crash or application (default: the policy's)")] = None,
+    label: Annotated[str | None, typer.Option(help="A label kept on the set and its snapshots.")] = None,
+    key: Annotated[
+        str | None,
+        typer.Option("--idempotency-key", help="Repeat-safe: the same key and options give the same set."),
+    ] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Follow the snapshots with a progress bar.")] = False,
+    timeout: Annotated[float, typer.Option(help="With --wait: give up after this many seconds.")] = 3600,
+    output: OutputOption = Output.table,
+) -> None:
+    """Back the array up: one CreateSnapshots across every volume (application: hosts frozen first)."""
+    body: dict[str, Any] = {}
+    if mode is not None:
+        body["mode"] = mode.value
+    if label is not None:
+        body["label"] = label
+    client = _client(ctx)
+    try:
+        backup = client.request(
+            "POST",
+            f"/arrays/{array_id}/backups",
+            body=body,
+            headers={"Idempotency-Key": key or f"vsactl-{uuid.uuid4()}"},
+        )
+        if wait:
+            backup = follow(client, array_id, backup["backupId"], out, timeout)
+    except CliError as e:
+        raise _fail(e) from e
+    if output is Output.json:
+        render.print_json(out, backup)
+    else:
+        for part in backup_view(backup):
+            out.print(part)
+    if wait and backup.get("state") == "failed":
+        raise typer.Exit(1)
+
+
+@backup_app.command("list")
+def list_backups(
+    ctx: typer.Context,
+    array_id: Annotated[str, typer.Argument(metavar="ID", help="The array's id.")],
+    output: OutputOption = Output.table,
+) -> None:
+    """The array's backup sets, newest first."""
+    try:
+        answer = _client(ctx).request("GET", f"/arrays/{array_id}/backups") or {}
+    except CliError as e:
+        raise _fail(e) from e
+    if output is Output.json:
+        render.print_json(out, answer)
+    elif not answer.get("backups"):
+        out.print(f"no backup sets (make one with: vsactl backup create {array_id})", highlight=False)
+    else:
+        out.print(backups_table(array_id, answer["backups"]))
+
+
+@backup_app.command("show")
+def show(
+    ctx: typer.Context,
+    array_id: Annotated[str, typer.Argument(metavar="ID", help="The array's id.")],
+    backup_id: Annotated[str, typer.Argument(metavar="BACKUP", help="The backup set's id.")],
+    output: OutputOption = Output.table,
+) -> None:
+    """One set: state, snapshots and progress, each host's freeze and thaw, the consistency and why."""
+    try:
+        backup = _client(ctx).request("GET", f"/arrays/{array_id}/backups/{backup_id}") or {}
+    except CliError as e:
+        raise _fail(e) from e
+    if output is Output.json:
+        render.print_json(out, backup)
+        return
+    for part in backup_view(backup):
+        out.print(part)
+
+
+@backup_app.command("delete")
+def delete(
+    ctx: typer.Context,
+    array_id: Annotated[str, typer.Argument(metavar="ID", help="The array's id.")],
+    backup_id: Annotated[str, typer.Argument(metavar="BACKUP", help="The backup set's id.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a set and its snapshots (refused while it is in progress)."""
+    if not yes and not typer.confirm(
+        f"Delete backup {backup_id} and its snapshots?", default=False, err=True
+    ):
+        raise typer.Exit(1)
+    try:
+        answer = _client(ctx).request("DELETE", f"/arrays/{array_id}/backups/{backup_id}") or {}
+    except CliError as e:
+        raise _fail(e) from e
+    out.print(f"deleted {backup_id}: {len(answer.get('deletedSnapshots', []))} snapshot(s)", highlight=False)
+
+
+@backup_app.command("prune")
+def prune(
+    ctx: typer.Context,
+    array_id: Annotated[str, typer.Argument(metavar="ID", help="The array's id.")],
+    keep: Annotated[int | None, typer.Option(help="Completed sets to keep (default: the policy's).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be deleted.")] = False,
+    output: OutputOption = Output.table,
+) -> None:
+    """Apply retention: whole sets, oldest first, never one in progress, capped per run."""
+    try:
+        client = _client(ctx)
+        if dry_run:
+            query = {"keep": str(keep)} if keep else None
+            answer = client.request("GET", f"/arrays/{array_id}/retention", query=query) or {}
+        else:
+            body = {"keep": keep} if keep else {}
+            answer = client.request("POST", f"/arrays/{array_id}/retention", body=body) or {}
+    except CliError as e:
+        raise _fail(e) from e
+    if output is Output.json:
+        render.print_json(out, answer)
+        return
+    title = f"retention of {array_id}: keep {answer.get('keep')}" + (" (dry run)" if dry_run else "")
+    table = _table(title, ["backup", "created", "state", "action", "why"])
+    for d in answer.get("plan", []):
+        table.add_row(d["backupId"], d["createdAt"], d["state"], d["action"], d["reason"])
+    out.print(table)
+
+
+def restore(
+    ctx: typer.Context,
+    array_id: Annotated[str, typer.Argument(metavar="ID", help="The source array's id.")],
+    backup_id: Annotated[str, typer.Argument(metavar="BACKUP", help="The backup set to restore.")],
+    new_array: Annotated[
+        str | None, typer.Option("--new-array", help="Register a new array with the restored volumes.")
+    ] = None,
+    volumes_only: Annotated[bool, typer.Option("--volumes-only", help="Only create the volumes.")] = False,
+    key: Annotated[str | None, typer.Option("--idempotency-key", help="Repeat-safe restore.")] = None,
+    output: OutputOption = Output.table,
+) -> None:
+    """Create io2 Multi-Attach volumes from a backup set (never touching the source)."""
+    if (new_array is None) == (not volumes_only):
+        err = Console(stderr=True)
+        err.print("give exactly one of --new-array ID or --volumes-only", highlight=False)
+        raise typer.Exit(2)
+    target: dict[str, Any] = {"arrayId": new_array} if new_array else {"volumesOnly": True}
+    try:
+        answer = _client(ctx).request(
+            "POST",
+            f"/arrays/{array_id}/restores",
+            body={"backupId": backup_id, "target": target},
+            headers={"Idempotency-Key": key or f"vsactl-{uuid.uuid4()}"},
+        )
+    except CliError as e:
+        raise _fail(e) from e
+    if output is Output.json:
+        render.print_json(out, answer)
+        return
+    table = _table(
+        f"restored {backup_id} in {answer.get('availabilityZone')}", ["source", "snapshot", "volume"]
+    )
+    for v in answer.get("volumes", []):
+        table.add_row(v["sourceVolumeId"], v["snapshotId"], v["volumeId"])
+    out.print(table)
+    if new_array:
+        out.print(
+            f"array {new_array} is registered with these volumes; `vsactl apply` its spec (vsactl get "
+            f"{new_array} -o json) to create its controllers",
+            highlight=False,
+        )

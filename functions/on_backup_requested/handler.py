@@ -1,0 +1,56 @@
+"""The array's backup schedule → a backup set and its ConsistentBackup workflow, once per event.
+
+EventBridge Scheduler puts ``Backup Requested`` (source ``vsa.control-plane``) on the default
+bus at the policy's times. EventBridge delivers at least once: the set's id is derived from the
+event's id and time, the registry write is conditional and the execution is named after the
+set, so a redelivered event starts nothing new.
+"""
+
+from typing import Any, Literal
+
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel, ConfigDict, Field
+
+from vsa_core import backups
+from vsa_core.backup_service import BackupService, from_settings
+from vsa_core.errors import ArrayNotFoundError
+from vsa_core.model import ArrayId
+from vsa_core.observability import logger, tracer
+from vsa_core.settings import get_settings
+
+
+class BackupRequestedDetail(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    array_id: ArrayId = Field(alias="arrayId")
+    mode: backups.BackupMode = "crash"
+    trigger: Literal["schedule", "api"] = "schedule"
+
+
+class BackupRequested(EventBridgeModel):
+    detail: BackupRequestedDetail
+
+
+def handle(event: BackupRequested, service: BackupService) -> dict[str, Any]:
+    backup_id = backups.new_backup_id(event.time, entropy=f"{event.id}|{event.detail.array_id}")
+    try:
+        created, backup = service.start(
+            event.detail.array_id, mode=event.detail.mode, trigger="schedule", backup_id=backup_id
+        )
+    except ArrayNotFoundError:
+        # a schedule outliving its array (deleted meanwhile): nothing to back up, nothing to retry
+        logger.warning("backup requested for an unknown array", extra={"array_id": event.detail.array_id})
+        return {"started": False, "reason": "unknown array"}
+    return {"started": created, "backupId": backup.backup_id, "state": backup.state}
+
+
+@logger.inject_lambda_context(clear_state=True, correlation_id_path="id")
+@tracer.capture_lambda_handler
+@event_parser(model=BackupRequested)
+def lambda_handler(event: BackupRequested, context: LambdaContext) -> dict[str, Any]:
+    logger.append_keys(array_id=event.detail.array_id)
+    result = handle(event, from_settings(get_settings()))
+    logger.info("backup requested", extra=result)
+    return result

@@ -1,0 +1,176 @@
+"""api_backups, on_backup_requested and task_backup over moto, fed the AWS-shaped samples of
+events/: validation (422 naming the field), the domain errors' status codes, the
+Idempotency-Key (powertools idempotency on a moto DynamoDB table), a redelivered schedule event."""
+
+import json
+from typing import Any
+
+import boto3
+import pytest
+from api_backups import handler
+from on_backup_requested import handler as scheduled
+from task_backup import handler as task
+
+from tests.unit.conftest import ACCOUNT, REGION, FakeLambdaContext, load_event
+from vsa_core.model import ArraySpec
+from vsa_core.registry import ArrayRegistry, BackupRegistry
+from vsa_core.settings import get_settings
+
+AMI = "ami-12c6146b"
+IDEMPOTENCY_TABLE = "vsa-unit-idempotency"
+
+
+@pytest.fixture
+def env(registry_table: str, function_env: None, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """An array 'demo' (one io2 volume, one host with a mountpoint), the workflow, the idempotency table."""
+    boto3.client("dynamodb", region_name=REGION).create_table(
+        TableName=IDEMPOTENCY_TABLE,
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    machine = boto3.client("stepfunctions", region_name=REGION).create_state_machine(
+        name="consistent-backup-unit",
+        definition=json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}),
+        roleArn=f"arn:aws:iam::{ACCOUNT}:role/x",
+    )["stateMachineArn"]
+    monkeypatch.setenv("VSA_IDEMPOTENCY_TABLE_NAME", IDEMPOTENCY_TABLE)
+    monkeypatch.setenv("VSA_BACKUP_STATE_MACHINE_ARN", machine)
+    get_settings.cache_clear()
+    handler._once.cache_clear()
+    ec2 = boto3.client("ec2", region_name=REGION)
+    volume = ec2.create_volume(
+        AvailabilityZone="us-east-1a", Size=100, VolumeType="io2", Iops=3000, MultiAttachEnabled=True
+    )["VolumeId"]
+    host = ec2.run_instances(ImageId=AMI, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    ArrayRegistry(registry_table).create(
+        ArraySpec.model_validate(
+            {
+                "arrayId": "demo",
+                "availabilityZone": "us-east-1a",
+                "volumes": [{"volumeId": volume}],
+                "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI},
+                "minControllers": 1,
+                "maxControllers": 2,
+                "hosts": [{"instanceId": host, "mountpoints": ["/data"]}],
+                "backup": {"schedule": "rate(1 day)", "mode": "application", "retention": 3},
+            }
+        )
+    )
+    yield {"machine": machine, "table": registry_table}
+    handler._once.cache_clear()
+
+
+def request(
+    method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The sample POST /arrays/demo/backups event, re-aimed (API Gateway proxy integration v1)."""
+    event = load_event("apigateway/create_backup.json")
+    event["httpMethod"] = event["requestContext"]["httpMethod"] = method
+    event["path"] = path
+    event["requestContext"]["path"] = f"/v1{path}"
+    event["body"] = json.dumps(body) if body is not None else None
+    event["headers"] = {k: v for k, v in event["headers"].items() if k != "Idempotency-Key"} | (headers or {})
+    event["multiValueHeaders"] = {k: [v] for k, v in event["headers"].items()}
+    query = path.partition("?")[2]
+    if query:
+        event["path"] = path.partition("?")[0]
+        pairs = dict(p.split("=") for p in query.split("&"))
+        event["queryStringParameters"] = pairs
+        event["multiValueQueryStringParameters"] = {k: [v] for k, v in pairs.items()}
+    return event
+
+
+def call(event: dict[str, Any]) -> tuple[int, Any]:
+    reply = handler.lambda_handler(event, FakeLambdaContext())
+    return reply["statusCode"], json.loads(reply["body"]) if reply.get("body") else None
+
+
+def test_the_sample_request_starts_a_backup_once_per_idempotency_key(env: dict[str, Any]) -> None:
+    # Given the AWS-shaped sample (POST with an Idempotency-Key), sent twice
+    first = call(load_event("apigateway/create_backup.json"))
+    again = call(load_event("apigateway/create_backup.json"))
+
+    # Then one set, one workflow execution named after it; the repeat answers the same set
+    assert first[0] == 202, first
+    assert first[1]["state"] == "requested"
+    assert first[1]["label"] == "nightly"
+    assert again == first
+    executions = boto3.client("stepfunctions", region_name=REGION).list_executions(
+        stateMachineArn=env["machine"]
+    )
+    assert [e["name"] for e in executions["executions"]] == [first[1]["backupId"]]
+
+    # When the same key comes with another body
+    other = load_event("apigateway/create_backup.json")
+    other["body"] = json.dumps({"mode": "crash"})
+    status, answer = call(other)
+
+    # Then it is refused, saying what to do
+    assert status == 422
+    assert "Idempotency-Key was used with a different body" in answer["message"]
+
+
+def test_bad_requests_say_what_to_fix(env: dict[str, Any]) -> None:
+    bad_mode = call(request("POST", "/arrays/demo/backups", {"mode": "snapshot"}))
+    unknown_field = call(request("POST", "/arrays/demo/backups", {"mode": "crash", "when": "now"}))
+    unknown_array = call(request("POST", "/arrays/nope/backups", {"mode": "crash"}))
+    bad_id = call(request("GET", "/arrays/demo/backups/yesterday"))
+    missing = call(request("GET", "/arrays/demo/backups/bk-20200101T000000000Z-00000000"))
+    bad_key = call(request("POST", "/arrays/demo/backups", {}, {"Idempotency-Key": "has space"}))
+    assert bad_mode[0] == 422
+    assert "mode" in json.dumps(bad_mode[1])
+    assert unknown_field[0] == 422
+    assert "when" in json.dumps(unknown_field[1])
+    assert unknown_array == (404, {"message": "array 'nope' is not registered"})
+    assert bad_id[0] == 422
+    assert missing[0] == 404
+    assert "bk-20200101T000000000Z-00000000" in missing[1]["message"]
+    assert bad_key[0] == 422
+
+
+def test_mode_defaults_to_the_policy_s_and_list_show_delete(env: dict[str, Any]) -> None:
+    status, created = call(request("POST", "/arrays/demo/backups", {}))
+    assert status == 202
+    assert created["mode"] == "application"
+    listed = call(request("GET", "/arrays/demo/backups"))[1]
+    assert [b["backupId"] for b in listed["backups"]] == [created["backupId"]]
+    shown = call(request("GET", f"/arrays/demo/backups/{created['backupId']}"))
+    assert shown[0] == 200
+    assert shown[1]["freezeWindowSeconds"] is None
+    refused = call(request("DELETE", f"/arrays/demo/backups/{created['backupId']}"))
+    assert refused[0] == 409
+    assert "in progress" in refused[1]["message"]
+    plan = call(request("GET", "/arrays/demo/retention?keep=1"))
+    assert plan[0] == 200
+    assert plan[1]["plan"][0]["action"] == "keep"
+
+
+def test_a_redelivered_schedule_event_makes_one_set(env: dict[str, Any]) -> None:
+    event = load_event("scheduler/backup_requested.json")
+    first = scheduled.lambda_handler(event, FakeLambdaContext())
+    again = scheduled.lambda_handler(event, FakeLambdaContext())
+    assert first["started"] is True
+    assert again == {**first, "started": False}
+    sets = BackupRegistry(env["table"]).sets("demo")
+    assert [(s.backup_id, s.trigger, s.mode) for s in sets] == [
+        (first["backupId"], "schedule", "application")
+    ]
+
+
+def test_a_schedule_event_of_a_forgotten_array_starts_nothing(env: dict[str, Any]) -> None:
+    event = load_event("scheduler/backup_requested.json")
+    event["detail"]["arrayId"] = "gone"
+    assert scheduled.lambda_handler(event, FakeLambdaContext()) == {
+        "started": False,
+        "reason": "unknown array",
+    }
+
+
+def test_the_workflow_sample_input_parses_into_its_step() -> None:
+    raw = load_event("stepfunctions/task_backup_snapshot.json")
+    step = task.Request.model_validate(raw).root
+    assert isinstance(step, task.Snapshot)
+    assert step.excluded == ["vol-0fedcba9876543210"]
+    with pytest.raises(ValueError, match="step"):
+        task.Request.model_validate({**raw, "step": "nap"})

@@ -1,0 +1,98 @@
+"""ConsistentBackup's paths, run by the Step Functions engine with mocked tasks: thaw on every
+path out once anything may be frozen, fail fast before, wait for EBS snapshot slots."""
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from tests.workflows.conftest import entered, run_case
+
+NAME = "vsa-wf-backup"  # the key in mock_config.json
+REQUEST = {"arrayId": "wf-b", "backupId": "bk-20261122T030000000Z-5f4c3b2a"}
+
+
+def scheduled(run: dict[str, Any], needle: str) -> list[dict[str, Any]]:
+    """The input of every task (an SDK integration's parameters, a Lambda's input) mentioning ``needle``."""
+    found = []
+    for event in run["events"]:
+        details = event.get("taskScheduledEventDetails", {}).get("parameters") or event.get(
+            "lambdaFunctionScheduledEventDetails", {}
+        ).get("input")
+        if details and needle in details:
+            found.append(json.loads(details))
+    return found
+
+
+def test_application_consistent_path(sfn: Any, workflow: Callable[[str, str], str]) -> None:
+    run = run_case(sfn, workflow(NAME, "consistent_backup.asl.json"), "ApplicationConsistent", REQUEST)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    states = entered(run)
+    # dry run on both hosts, then freeze both (polled until frozen), ONE snapshot, thaw both
+    assert (
+        states.index("HostsReady") < states.index("Freeze") < states.index("Snapshot") < states.index("Thaw")
+    )
+    assert states.count("CheckSend") == 2
+    # the Snapshot step waits a second while a host is still freezing, then takes the one snapshot
+    assert states.count("Snapshot") == 2
+    assert states.count("WaitFrozen") == 1
+    # the Snapshot step sent thaw-io to one host; Thaw waits for that one and sends the other's
+    assert states.count("ThawAlready") == 1
+    assert states.count("ThawSend") == 1
+    assert states.count("ThawPoll") >= 2
+    dry_runs = scheduled(run, '"DryRun"')
+    assert len(dry_runs) == 2
+    assert all(p["Parameters"]["DryRun"] == ["true"] for p in dry_runs)
+    assert states[-5:] == ["Completed?", "Finish", "Failed?", "Retention", "Done"]
+
+
+def test_a_refused_snapshot_still_thaws_every_host_then_fails_the_set(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(sfn, workflow(NAME, "consistent_backup.asl.json"), "SnapshotRefused", REQUEST)
+    assert run["status"] == "FAILED"
+    assert run["error"] == "BackupFailed"
+    states = entered(run)
+    assert states.count("ThawSend") == 2
+    assert (
+        states.index("Snapshot")
+        < states.index("ThawAll")
+        < states.index("Thaw")
+        < states.index("RecordFailure")
+    )
+    [failure] = scheduled(run, '"fail"')
+    assert failure["error"]["Error"] == "SnapshotLimitError"
+    assert len(failure["thaws"]) == 2
+    assert "Progress" not in states
+
+
+def test_a_failed_freeze_step_thaws_every_host(sfn: Any, workflow: Callable[[str, str], str]) -> None:
+    run = run_case(sfn, workflow(NAME, "consistent_backup.asl.json"), "FreezeStepFails", REQUEST)
+    assert run["status"] == "FAILED"
+    states = entered(run)
+    assert "Snapshot" not in states
+    assert (
+        states.index("Freeze")
+        < states.index("ThawAll")
+        < states.index("Thaw")
+        < states.index("RecordFailure")
+    )
+    assert states.count("ThawSend") == 2
+
+
+def test_preflight_failure_fails_fast_freezing_nothing(sfn: Any, workflow: Callable[[str, str], str]) -> None:
+    run = run_case(sfn, workflow(NAME, "consistent_backup.asl.json"), "PreflightFails", REQUEST)
+    assert run["status"] == "FAILED"
+    assert entered(run) == ["Init", "Preflight", "RecordFailure", "BackupFailed"]
+
+
+def test_waits_for_snapshot_slots_then_snapshots_a_crash_set(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(sfn, workflow(NAME, "consistent_backup.asl.json"), "WaitsThenCrash", REQUEST)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    states = entered(run)
+    assert states[:6] == ["Init", "Preflight", "Admitted?", "WaitForSnapshotSlots", "Preflight", "Admitted?"]
+    assert "Freeze" not in states
+    assert "CheckHosts" not in states
+    assert states.count("ThawSend") == 0
+    assert "Thaw" in states  # the Map over no hosts

@@ -1,0 +1,176 @@
+"""The freeze window of application-consistent backups, as the hosts measured it.
+
+    make bench-backups PORT=4610            (the local cloud running, the stack deployed, root)
+    python tools/bench_backups.py [--runs 20] [--volumes 16 64] [--hosts 4]
+
+For each volume count: an array of that many io2 volumes and ``--hosts`` hosts, each with one
+real XFS filesystem on a loop device as its mountpoint, and a serving controller (the
+integration tests' stand-in, ``tests/integration/backups_world.py``, until the controller
+lifecycle runs on the local cloud). Then ``--runs`` application-consistent backups one after
+the other through the API and the deployed ConsistentBackup workflow (freeze-io and thaw-io run
+for real by the local cloud's Run Command), and from each set's record:
+
+* **host window**: each host's freeze-io ``freezeStartedAt`` → thaw-io ``thawedAt`` (the host's
+  own clock): how long its writes were paused;
+* **array window**: the first host's freeze started → the last host thawed;
+* **CreateSnapshots**: how long the one call took (the Lambda's clock).
+
+Percentiles are nearest-rank over all samples. Figures, not a test: nothing is asserted. The
+EBS per-volume rate (one snapshot every 15 s) paces the runs; snapshots complete after 1 s
+(``/_localcloud/ebs/configure``) so the runs are not waiting on EBS copying data.
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "layers" / "core")]
+
+import boto3  # noqa: E402
+
+# the integration conftest first: it imports the worlds below (which import it back)
+from tests.integration.conftest import STACK, Api  # noqa: E402
+
+INTEGRATION_API = Api
+
+from tests.documents.xfs_lab import Lab, _missing  # noqa: E402
+from tests.integration.arrays_world import World, control  # noqa: E402
+from tests.integration.backups_world import BackupArray, backup_spec, serving_controller  # noqa: E402
+from vsa_core.waiters import execution_arn, execution_finished  # noqa: E402
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def run(
+    api: Api, outputs: dict[str, str], world: World, lab: Lab, volumes: int, hosts: int, runs: int
+) -> dict[str, Any]:
+    array_id = f"bench-{uuid.uuid4().hex[:8]}"
+    volume_ids = [world.volume() for _ in range(volumes)]
+    host_mounts = {world.host(): [lab.xfs(f"v{volumes}h{h}").mountpoint] for h in range(hosts)}
+    spec = backup_spec(array_id, volume_ids, host_mounts, "application", runs + 1)
+    status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
+    if status != 201:
+        raise SystemExit(f"PUT /arrays/{array_id}: {status} {reply}")
+    serving_controller(outputs["RegistryTableName"], BackupArray(array_id, volume_ids, host_mounts), world)
+    sfn = boto3.client("stepfunctions")
+    host_windows: list[float] = []
+    array_windows: list[float] = []
+    calls: list[float] = []
+    labels: dict[str, int] = {}
+    made: list[str] = []
+    try:
+        for i in range(runs):
+            status, answer = api.call("POST", f"/arrays/{array_id}/backups", {"mode": "application"})
+            if status != 202:
+                raise SystemExit(f"POST backup: {status} {answer}")
+            made.append(answer["backupId"])
+            arn = execution_arn(outputs["ConsistentBackupStateMachineArn"], answer["backupId"])
+            execution_finished(sfn).wait(executionArn=arn, WaiterConfig={"Delay": 1, "MaxAttempts": 300})
+            backup = api.call("GET", f"/arrays/{array_id}/backups/{answer['backupId']}")[1]
+            labels[f"{backup['state']}/{backup['consistency']}"] = (
+                labels.get(f"{backup['state']}/{backup['consistency']}", 0) + 1
+            )
+            windows = [h["windowSeconds"] for h in backup["hosts"] if h.get("windowSeconds") is not None]
+            host_windows.extend(windows)
+            if len(windows) == hosts:
+                array_windows.append(
+                    max(h["thawedAt"] for h in backup["hosts"])
+                    - min(h["freezeStartedAt"] for h in backup["hosts"])
+                )
+            if backup.get("snapshotTiming"):
+                timing = backup["snapshotTiming"]
+                calls.append(timing["returnedAt"] - timing["requestedAt"])
+            print(
+                f"  {volumes} vol run {i + 1}/{runs}: {backup['state']} {backup['consistency']} "
+                f"longest host window {max(windows, default=float('nan')):.3f} s",
+                file=sys.stderr,
+            )
+    finally:
+        for backup_id in made:
+            api.call("DELETE", f"/arrays/{array_id}/backups/{backup_id}")
+        api.call("DELETE", f"/arrays/{array_id}")
+
+    def stats(values: list[float]) -> dict[str, float | int]:
+        if not values:
+            return {"n": 0}
+        return {
+            "n": len(values),
+            "p50": percentile(values, 50),
+            "p99": percentile(values, 99),
+            "max": max(values),
+        }
+
+    return {
+        "volumes": volumes,
+        "hosts": hosts,
+        "runs": runs,
+        "labels": labels,
+        "hostWindowSeconds": stats(host_windows),
+        "arrayWindowSeconds": stats(array_windows),
+        "createSnapshotsSeconds": stats(calls),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--volumes", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--hosts", type=int, default=4)
+    args = parser.parse_args()
+    # stopped with SIGTERM: still thaw, unmount and delete what was made (the finally blocks)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+    if not endpoint.startswith("http://127.0.0.1"):
+        print("runs against the local cloud: make bench-backups PORT=<port>", file=sys.stderr)
+        return 2
+    if (why := _missing()) is not None:
+        print(f"the hosts' mountpoints are real XFS filesystems: {why}", file=sys.stderr)
+        return 2
+    try:
+        stack = boto3.client("cloudformation").describe_stacks(StackName=STACK)["Stacks"][0]
+    except Exception as error:  # noqa: BLE001 - say what to do instead of a traceback
+        print(f"the stack is not deployed ({error}): make deploy-local PORT=<port>", file=sys.stderr)
+        return 2
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+    api = Api(endpoint, outputs["ApiId"])
+    control(endpoint, "ebs", "configure", snapshot_seconds=1)
+    results = []
+    for volumes in args.volumes:
+        world = World(endpoint)
+        lab_root = Path(f"/tmp/vsa-bench-backups-{uuid.uuid4().hex[:6]}")  # noqa: S108
+        lab_root.mkdir()
+        lab = Lab(root=lab_root, state_dir=Path("/run/vsa-freeze"))
+        try:
+            results.append(run(api, outputs, world, lab, volumes, args.hosts, args.runs))
+        finally:
+            lab.cleanup()
+            world.close()
+            shutil.rmtree(lab_root, ignore_errors=True)
+    control(endpoint, "ebs", "configure", reset=True)
+    print(f"\nfreeze window, {args.runs} application-consistent backups each, {args.hosts} hosts (seconds):")
+    head = ("volumes", "host p50", "host p99", "array p50", "array p99", "CreateSnapshots p50")
+    print(f"{head[0]:>8} {head[1]:>9} {head[2]:>9} {head[3]:>10} {head[4]:>10} {head[5]:>20}  labels")
+    for r in results:
+        h, a, c = r["hostWindowSeconds"], r["arrayWindowSeconds"], r["createSnapshotsSeconds"]
+        print(
+            f"{r['volumes']:>8} {h.get('p50', math.nan):>9.3f} {h.get('p99', math.nan):>9.3f} "
+            f"{a.get('p50', math.nan):>10.3f} {a.get('p99', math.nan):>10.3f} "
+            f"{c.get('p50', math.nan):>20.3f}  {r['labels']}"
+        )
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
