@@ -3,13 +3,16 @@
 # Order of work, and why:
 #   1. check the parameters and every mountpoint (exists, is a mountpoint, a freezable filesystem,
 #      listed once, fsfreeze present): any problem fails here, before anything is frozen;
-#   2. arm the watchdog: a detached process (setsid + nohup, its own session, so it survives the
+#   2. sync each filesystem, before arming: a sync under write load can take seconds, and
+#      inside the watchdog's window it would eat the time the snapshot has (fsfreeze flushes
+#      what was written since, so the freeze itself stays short);
+#   3. arm the watchdog: a detached process (setsid + nohup, its own session, so it survives the
 #      SSM command's process group being killed and the agent restarting, whose unit has
 #      KillMode=process) that thaws every listed mountpoint TIMEOUT_SECONDS after arming, even if
 #      nothing else ever runs. It records its PID in STATE_DIR and logs what it does there;
-#   3. sync, then freeze each mountpoint, recording the instant each froze; if one freeze fails,
-#      thaw the ones frozen, cancel the watchdog and fail;
-#   4. print a one-line JSON report as the last stdout line (diagnostics go to stderr).
+#   4. freeze each mountpoint, recording the instant each froze; if one freeze fails, thaw the
+#      ones frozen, cancel the watchdog and fail;
+#   5. print a one-line JSON report as the last stdout line (diagnostics go to stderr).
 # With DRY_RUN=true it stops after step 1 and reports status "ready" (nothing armed, nothing
 # frozen): the backup workflow's preflight, so a host that cannot freeze fails fast.
 # The prologue (rendered from freeze-io.yaml) sets MOUNTPOINTS, TIMEOUT_SECONDS, BACKUP_ID,
@@ -177,18 +180,21 @@ for i in "${!MPS[@]}"; do
 done >"$MOUNTS_FILE"
 rm -f "$FIRED_FILE"
 
-# 2. the watchdog, before anything is frozen
+# 2. sync, outside both the freeze window and the watchdog's window
+STAGE=sync
+for mp in "${MPS[@]}"; do
+  sync -f "$mp" 2>/dev/null || sync
+done
+
+# 3. the watchdog, before anything is frozen
 STAGE=arm
 arm_watchdog || fail "could not start the watchdog (see $LOG_FILE)"
 log "watchdog armed (pid $WD_PID), deadline $(secs "$DEADLINE_MS")"
 
-# 3. sync (outside the freeze window), then freeze. The lock (taken after arming, so the
-# watchdog does not inherit it) keeps a watchdog that fires meanwhile from thawing before the
-# loop is over, so it thaws everything this loop froze; freezing stops at the deadline.
+# 4. freeze. The lock (taken after arming, so the watchdog does not inherit it) keeps a watchdog
+# that fires meanwhile from thawing before the loop is over, so it thaws everything this loop
+# froze; freezing stops at the deadline.
 STAGE=freeze
-for mp in "${MPS[@]}"; do
-  sync -f "$mp" 2>/dev/null || sync
-done
 exec 8>>"$LOCK_FILE"
 flock -w 5 8 || fail "the lock $LOCK_FILE stayed busy for 5 s"
 now_ms

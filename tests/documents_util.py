@@ -72,11 +72,18 @@ def write_script(name: str, values: Mapping[str, str], directory: Path, **kwargs
 
 
 def run_document(
-    name: str, values: Mapping[str, str], directory: Path, *, timeout: float = 60, **kwargs: bool
+    name: str,
+    values: Mapping[str, str],
+    directory: Path,
+    *,
+    timeout: float = 60,
+    env: Mapping[str, str] | None = None,
+    **kwargs: bool,
 ) -> Run:
     """Run the rendered script as the SSM agent runs ``aws:runShellScript``: ``sh <file>`` (dash on
     Debian), in its own process group. A script that leaves a child holding stdout open hangs
-    here and fails by ``timeout``: the watchdog must not keep the command's output open."""
+    here and fails by ``timeout``: the watchdog must not keep the command's output open.
+    ``env`` replaces the environment (e.g. a PATH with a stand-in tool first)."""
     script = write_script(name, values, directory, **kwargs)
     done = subprocess.run(
         ["sh", str(script)],
@@ -85,5 +92,6 @@ def run_document(
         timeout=timeout,
         start_new_session=True,
         check=False,
+        env=None if env is None else dict(env),
     )
     return Run(done.returncode, done.stdout, done.stderr, parse_report(done.stdout))

@@ -7,6 +7,7 @@ of arming.
 
 import math
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -130,6 +131,31 @@ def test_the_watchdog_thaws_when_nobody_else_does(lab: Lab) -> None:
     log = watchdog_log(lab, "bk-alone")
     assert "fired" in log
     assert f"{data.mountpoint}: thawed" in log
+
+
+def test_a_slow_sync_happens_before_the_watchdog_is_armed(lab: Lab, tmp_path: Path) -> None:
+    # Given a host whose sync takes 3 s (heavy write load) and a 2 s freeze timeout
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    (slow / "sync").write_text(f'#!/bin/sh\nsleep 3\nexec {shutil.which("sync")} "$@"\n')
+    (slow / "sync").chmod(0o755)
+    data = lab.xfs()
+    started = time.time()
+
+    # When it freezes
+    frozen = run_document(
+        "freeze-io",
+        params(lab, [data.mountpoint], "bk-slow-sync", timeout=2),
+        lab.root,
+        env={**os.environ, "PATH": f"{slow}:{os.environ['PATH']}"},
+    )
+
+    # Then the sync ran before the watchdog's window opened, so the freeze still fits in it
+    assert frozen.returncode == 0, frozen.stdout + frozen.stderr
+    assert frozen.report["status"] == "frozen"
+    assert frozen.report["armedAt"] >= started + 3
+    assert frozen.report["frozeAt"] < frozen.report["watchdogDeadline"]
+    assert thaw(lab, [data], "bk-slow-sync").report["status"] == "thawed"
 
 
 def test_thawing_twice_is_harmless_and_a_cancelled_watchdog_stays_quiet(lab: Lab) -> None:
