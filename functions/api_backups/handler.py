@@ -43,6 +43,7 @@ from vsa_core.errors import (
     BackupNotFoundError,
     ConflictError,
     InvalidBackupError,
+    RestoreError,
     SnapshotLimitError,
 )
 from vsa_core.model import ArrayId
@@ -107,6 +108,7 @@ for _error_type, _status in (
     (ConflictError, 409),
     (SnapshotLimitError, 409),
     (IdempotencyAlreadyInProgressError, 409),
+    (RestoreError, 502),
 ):
     app.exception_handler(_error_type)(lambda error, status=_status: _json(status, {"message": str(error)}))
 

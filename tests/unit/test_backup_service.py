@@ -15,10 +15,12 @@ from vsa_core.arrays import ArrayService
 from vsa_core.backup_service import BackupService, freeze_key
 from vsa_core.backups import BackupSet, VolumeSnapshot
 from vsa_core.errors import (
+    ArrayNotFoundError,
     BackupNotFoundError,
     ConflictError,
     InvalidBackupError,
     PreflightError,
+    RestoreError,
     SnapshotSetError,
 )
 from vsa_core.model import ArraySpec
@@ -401,6 +403,24 @@ def test_restore_makes_io2_multi_attach_volumes_and_registers_a_new_array(world:
     assert new.existing_volume_ids == tuple(v["volumeId"] for v in answer["volumes"])
     with pytest.raises(ConflictError, match="exists"):
         svc.restore("demo", backup.backup_id, "demo-copy")
+
+
+def test_a_restore_that_aws_refuses_midway_leaves_no_volume_and_registers_nothing(
+    world: dict[str, Any],
+) -> None:
+    svc = service(world["table"])
+    backup = _completed(world)
+    ec2 = boto3.client("ec2", region_name=REGION)
+    before = {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]}
+    # the set's last snapshot was deleted out of band: its CreateVolume is refused
+    ec2.delete_snapshot(SnapshotId=backup.snapshots[-1].snapshot_id)
+    with pytest.raises(
+        RestoreError, match=r"InvalidSnapshot\.NotFound.*volume\(s\) it had created were deleted"
+    ):
+        svc.restore("demo", backup.backup_id, "demo-copy")
+    assert {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]} == before
+    with pytest.raises(ArrayNotFoundError):
+        ArrayRegistry(world["table"]).get("demo-copy")
 
 
 def _frozen_hosts(backup_id: str) -> list[dict[str, Any]]:

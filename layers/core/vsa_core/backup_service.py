@@ -41,6 +41,7 @@ from vsa_core.errors import (
     ConflictError,
     InvalidBackupError,
     PreflightError,
+    RestoreError,
     SnapshotLimitError,
     SnapshotSetError,
 )
@@ -795,7 +796,6 @@ class BackupService:
                 f"backup set {backup_id} is {backup.state}: only a completed set can be restored"
             )
         target = new_array_id or array_id
-        spec: ArraySpec | None = None
         if new_array_id is not None:
             if new_array_id == array_id:
                 raise InvalidBackupError(
@@ -807,7 +807,51 @@ class BackupService:
                 pass
             else:
                 raise ConflictError(f"array {new_array_id!r} exists: restore into a new array id")
-        created = []
+        created: list[dict[str, str]] = []
+        try:
+            spec = self._restore_volumes(array, backup, target, created, new_array_id)
+        except (ClientError, ConflictError) as error:
+            # nothing half-done: the volumes made so far go again, nothing stays registered
+            removed = self._delete_volumes([v["volumeId"] for v in created])
+            if isinstance(error, ClientError):
+                code = error.response["Error"].get("Code", "?")
+                message = error.response["Error"].get("Message", "")
+                raise RestoreError(
+                    f"restore of {backup_id} failed ({error.operation_name}: {code}: {message}); "
+                    f"the {len(removed)} volume(s) it had created were deleted and nothing was "
+                    "registered: fix the cause and restore again"
+                ) from error
+            raise
+        return {
+            "arrayId": array_id,
+            "backupId": backup_id,
+            "target": {"arrayId": new_array_id} if new_array_id else {"volumesOnly": True},
+            "availabilityZone": array.spec.availability_zone,
+            "volumes": created,
+            "registered": spec.model_dump(by_alias=True, mode="json") if spec else None,
+        }
+
+    def _delete_volumes(self, volume_ids: Sequence[str]) -> list[str]:
+        deleted = []
+        for volume_id in volume_ids:
+            try:
+                self._ec2.delete_volume(VolumeId=volume_id)
+                deleted.append(volume_id)
+            except ClientError:
+                continue  # reported by count; the volume carries vsa:restored-from to find it
+        return deleted
+
+    def _restore_volumes(
+        self,
+        array: RegisteredArray,
+        backup: BackupSet,
+        target: str,
+        created: list[dict[str, str]],
+        new_array_id: str | None,
+    ) -> ArraySpec | None:
+        """One volume per snapshot (appended to ``created`` as made), then the new array's spec
+        registered when there is one."""
+        backup_id = backup.backup_id
         for snapshot in backup.snapshots:
             tags = {
                 ARRAY_TAG: target,
@@ -832,22 +876,14 @@ class BackupService:
                     "volumeId": volume["VolumeId"],
                 }
             )
-        if new_array_id is not None:
-            data = array.spec.model_dump(by_alias=True)
-            data["arrayId"] = new_array_id
-            data["volumes"] = [
-                ExistingVolume(volume_id=v["volumeId"]).model_dump(by_alias=True) for v in created
-            ]
-            spec = ArraySpec.model_validate(data)
-            self._registry.create(spec)
-        return {
-            "arrayId": array_id,
-            "backupId": backup_id,
-            "target": {"arrayId": new_array_id} if new_array_id else {"volumesOnly": True},
-            "availabilityZone": array.spec.availability_zone,
-            "volumes": created,
-            "registered": spec.model_dump(by_alias=True, mode="json") if spec else None,
-        }
+        if new_array_id is None:
+            return None
+        data = array.spec.model_dump(by_alias=True)
+        data["arrayId"] = new_array_id
+        data["volumes"] = [ExistingVolume(volume_id=v["volumeId"]).model_dump(by_alias=True) for v in created]
+        spec = ArraySpec.model_validate(data)
+        self._registry.create(spec)
+        return spec
 
 
 def _host_freezes(

@@ -56,3 +56,8 @@ class SnapshotLimitError(VsaError):
 
 class SnapshotSetError(VsaError):
     """CreateSnapshots did not snapshot exactly the array's volumes."""
+
+
+class RestoreError(VsaError):
+    """AWS refused a step of a restore: what it had created was deleted again and nothing was
+    registered, so restoring again starts clean. The API answers 502."""
