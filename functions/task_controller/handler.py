@@ -6,13 +6,22 @@ the waiting, the retries and the compensation; each step here reads what it need
 - ``prepare``: for a launching controller, the array's volumes and hosts, the controller's
   private address, the slot it should lease (the one it holds already on a retry, else the
   lowest free), and which volumes still need attaching to it, with device names.
+- ``attach``: attach the listed volumes to the controller, all in one step (AttachVolume returns
+  at once; io2 Multi-Attach), skipping any a retried step attached already.
 - ``attachment``: whether every array volume is attached to the controller.
 - ``node``: whether the controller is an SSM managed node that is online.
+- ``connect``: send one Run Command document to every host, each with its own parameters added
+  to the shared ones (connect-path needs each host's own NQN), in one step.
+- ``commands``: the state of every host's invocation of those commands, from one
+  ListCommandInvocations call: which succeeded, which failed (with the tail of the script's
+  output) and which still run.
 - ``detach``: compensation, detach the array's volumes from the controller.
 - ``locate``: for a leaving controller (lifecycle hook or instance lost), its array and slot,
   the array's hosts and whether it is the last serving controller.
 """
 
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.utilities.parser import event_parser
@@ -31,6 +40,13 @@ from vsa_core.registry import ArrayRegistry
 from vsa_core.settings import get_settings
 
 ATTACHED_STATES = ("attaching", "attached")
+# SendCommand calls in flight at once in the connect step (the API's own rate limits, not this,
+# bound a large fleet; the clients retry throttling with backoff)
+FANOUT = 8
+RUNNING = ("Pending", "InProgress", "Delayed", "Cancelling")
+# InvokedAfter compares with SSM's clock, not the Lambda's: look a little further back (the
+# command ids pick ours out of whatever else the window holds)
+CLOCK_MARGIN = timedelta(minutes=5)
 
 
 class _Step(BaseModel):
@@ -41,6 +57,47 @@ class Prepare(_Step):
     step: Literal["prepare"]
     array_id: ArrayId = Field(alias="arrayId")
     instance_id: InstanceId = Field(alias="instanceId")
+
+
+class VolumeDevice(_Step):
+    volume_id: str = Field(alias="VolumeId", pattern=r"^vol-[0-9a-f]{8,17}$")
+    device: str = Field(alias="Device", pattern=r"^/dev/[a-z0-9]+$")
+
+
+class Attach(_Step):
+    step: Literal["attach"]
+    instance_id: InstanceId = Field(alias="instanceId")
+    volumes: tuple[VolumeDevice, ...]
+
+
+class HostTarget(_Step):
+    instance_id: InstanceId = Field(alias="instanceId")
+    host_nqn: str = Field(alias="hostNqn", min_length=1)
+
+
+class Connect(_Step):
+    """One document to every host: ``parameters`` are shared, each host adds ``HostNqn``."""
+
+    step: Literal["connect"]
+    instance_id: InstanceId = Field(alias="instanceId")  # the controller the paths go to
+    document: str = Field(min_length=1)
+    comment: str = Field(default="", max_length=100)
+    timeout_seconds: int = Field(alias="timeoutSeconds", ge=30, le=2592000)
+    parameters: dict[str, list[str]]
+    hosts: tuple[HostTarget, ...] = Field(min_length=1)
+
+
+class SentCommand(_Step):
+    instance_id: InstanceId = Field(alias="instanceId")
+    command_id: str = Field(alias="commandId", min_length=1)
+
+
+class Commands(_Step):
+    step: Literal["commands"]
+    instance_id: InstanceId = Field(alias="instanceId")
+    document: str = Field(min_length=1)
+    since: datetime  # the connect step's clock just before it sent them (less a margin)
+    commands: tuple[SentCommand, ...] = Field(min_length=1)
 
 
 class Attachment(_Step):
@@ -67,7 +124,12 @@ class Locate(_Step):
 
 
 class Request(
-    RootModel[Annotated[Prepare | Attachment | Node | Detach | Locate, Field(discriminator="step")]]
+    RootModel[
+        Annotated[
+            Prepare | Attach | Attachment | Node | Connect | Commands | Detach | Locate,
+            Field(discriminator="step"),
+        ]
+    ]
 ):
     pass
 
@@ -117,6 +179,88 @@ class Steps:
             "attach": [{"VolumeId": v, "Device": devices[v]} for v in todo],
             "volumeCount": len(ids),
             "heartbeatSeconds": bootstrap_heartbeat_seconds(spec),
+        }
+
+    def attach(self, request: Attach) -> dict[str, Any]:
+        """Every listed volume to the controller in one step: AttachVolume only starts an
+        attachment, so the calls return at once and the attachments proceed in parallel (the
+        workflow then waits on ``attachment``). A volume already attaching or attached to this
+        controller (a retried step) is skipped rather than refused."""
+        wanted = {v.volume_id: v.device for v in request.volumes}
+        if not wanted:
+            return {"requested": [], "already": []}
+        pages = self._ec2.get_paginator("describe_volumes").paginate(VolumeIds=list(wanted))
+        already = sorted(
+            v["VolumeId"]
+            for page in pages
+            for v in page["Volumes"]
+            for a in v.get("Attachments", [])
+            if a["InstanceId"] == request.instance_id and a["State"] in ATTACHED_STATES
+        )
+        todo = [v for v in wanted if v not in already]
+        for volume_id in todo:
+            self._ec2.attach_volume(
+                VolumeId=volume_id, InstanceId=request.instance_id, Device=wanted[volume_id]
+            )
+        return {"requested": todo, "already": already}
+
+    def connect(self, request: Connect) -> dict[str, Any]:
+        """The document to every host at once, one SendCommand per host (each carries its own
+        host NQN), sent side by side; answers the command ids the ``commands`` step follows, and
+        since when to look for them. Re-sending after a failed step is harmless: connect-path is
+        idempotent."""
+        since = datetime.now(UTC) - CLOCK_MARGIN
+
+        def send(host: HostTarget) -> dict[str, str]:
+            answer = self._ssm.send_command(
+                DocumentName=request.document,
+                InstanceIds=[host.instance_id],
+                Comment=request.comment,
+                TimeoutSeconds=request.timeout_seconds,
+                Parameters={**request.parameters, "HostNqn": [host.host_nqn]},
+            )
+            return {"instanceId": host.instance_id, "commandId": answer["Command"]["CommandId"]}
+
+        with ThreadPoolExecutor(max_workers=min(FANOUT, len(request.hosts))) as pool:
+            commands = list(pool.map(send, request.hosts))
+        return {"document": request.document, "since": since.isoformat(), "commands": commands}
+
+    def commands(self, request: Commands) -> dict[str, Any]:
+        """Where every host's invocation stands, from one ListCommandInvocations (the document's
+        invocations since the commands were sent; one page holds 50) however many hosts there
+        are: ``done`` once all succeeded; ``failed`` lists any that ended otherwise (status and
+        the tail of the script's output, to say why); ``running`` the rest, including any not
+        visible yet. The commands' own TimeoutSeconds bound how long anything stays running."""
+        wanted = {(c.command_id, c.instance_id) for c in request.commands}
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        pages = self._ssm.get_paginator("list_command_invocations").paginate(
+            Details=True,
+            Filters=[
+                {"key": "DocumentName", "value": request.document},
+                {"key": "InvokedAfter", "value": request.since.strftime("%Y-%m-%dT%H:%M:%SZ")},
+            ],
+        )
+        for page in pages:
+            for invocation in page["CommandInvocations"]:
+                key = (invocation["CommandId"], invocation["InstanceId"])
+                if key in wanted:
+                    found[key] = invocation
+            if len(found) == len(wanted):
+                break
+        states = []
+        for command_id, instance_id in sorted(wanted, key=lambda k: k[1]):
+            invocation = found.get((command_id, instance_id), {"Status": "Pending"})
+            plugins = invocation.get("CommandPlugins") or []
+            # the tail of a failed script's output says why (the documents print the reason last)
+            error = " ".join(str(p.get("Output", ""))[-300:] for p in plugins if p.get("Status") != "Success")
+            states.append({"instanceId": instance_id, "status": invocation["Status"], "error": error.strip()})
+        failed = [s for s in states if s["status"] not in RUNNING and s["status"] != "Success"]
+        running = [s["instanceId"] for s in states if s["status"] in RUNNING]
+        return {
+            "done": not failed and not running,
+            "failed": failed,
+            "running": running,
+            "succeeded": sum(s["status"] == "Success" for s in states),
         }
 
     def attachment(self, request: Attachment) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -280,6 +281,33 @@ def test_only_the_targeted_nodes_receive_the_command(ssm: Any, make_node) -> Non
     assert (second_root / "got-it").exists()
     assert not (third_root / "got-it").exists()
     assert ssm.list_commands(CommandId=by_targets)["Commands"][0]["TargetCount"] == 1
+
+
+def test_invocations_filter_by_document_and_invoked_after(ssm: Any, make_node) -> None:
+    # Given a command sent before a moment and one sent after it
+    node_id, _ = make_node()
+    before = run(ssm, [node_id], "true")
+    finished(ssm, before, node_id)
+    moment = datetime.now(UTC)
+    time.sleep(0.01)
+    after = run(ssm, [node_id], "true")
+    finished(ssm, after, node_id)
+    # When the invocations are listed by document and InvokedAfter (AWS's timestamp format)
+    listed = ssm.list_command_invocations(
+        Filters=[
+            {"key": "DocumentName", "value": "AWS-RunShellScript"},
+            {"key": "InvokedAfter", "value": moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
+        ]
+    )["CommandInvocations"]
+    # Then only the later command's invocation is there, and InvokedBefore is the converse
+    assert [i["CommandId"] for i in listed] == [after]
+    earlier = ssm.list_command_invocations(
+        Filters=[{"key": "InvokedBefore", "value": moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}]
+    )["CommandInvocations"]
+    assert before in {i["CommandId"] for i in earlier}
+    assert after not in {i["CommandId"] for i in earlier}
+    with pytest.raises(ClientError, match="InvalidFilterValue"):
+        ssm.list_command_invocations(Filters=[{"key": "InvokedAfter", "value": "yesterday"}])
 
 
 def test_describe_instance_information_lists_managed_nodes_with_filters(

@@ -2,6 +2,7 @@
 (on_controller_event: one workflow per event, idempotent names, botocore Stubber for Step
 Functions) and the workflow steps (task_controller, moto)."""
 
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -11,7 +12,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from on_controller_event import handler as trigger
-from task_controller.handler import Attachment, Detach, Locate, Node, Prepare, Steps
+from task_controller.handler import (
+    Attach,
+    Attachment,
+    Commands,
+    Connect,
+    Detach,
+    Locate,
+    Node,
+    Prepare,
+    Steps,
+)
 from tests.specs import CONTROLLERS
 from tests.unit.conftest import REGION, load_event
 from vsa_core import controllers, nvme
@@ -309,3 +320,177 @@ def test_the_status_shows_each_controllers_slot_and_each_hosts_serving_paths() -
     ]
     # a draining controller is no longer a path the hosts use
     assert [h["paths"] for h in shown["hosts"]] == [["10.0.0.1", "10.0.0.2"]] * 2
+
+
+def test_attach_starts_every_attachment_in_one_step_and_a_retry_skips_what_it_started(
+    steps: tuple[Steps, ArrayRegistry, Any],
+) -> None:
+    runner, _, ec2 = steps
+    volumes = [
+        ec2.create_volume(
+            AvailabilityZone="us-east-1a", Size=10, VolumeType="io2", Iops=1000, MultiAttachEnabled=True
+        )["VolumeId"]
+        for _ in range(3)
+    ]
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    instance = ec2.run_instances(
+        ImageId=image, MinCount=1, MaxCount=1, Placement={"AvailabilityZone": "us-east-1a"}
+    )["Instances"][0]["InstanceId"]
+    wanted = [{"VolumeId": v, "Device": f"/dev/sd{'fgh'[i]}"} for i, v in enumerate(volumes)]
+    # a step that failed after the first AttachVolume is retried: the first is skipped
+    ec2.attach_volume(VolumeId=volumes[0], InstanceId=instance, Device="/dev/sdf")
+    answer = runner.attach(Attach(step="attach", instanceId=instance, volumes=wanted))
+    assert answer == {"requested": volumes[1:], "already": volumes[:1]}
+    attached = {
+        v["VolumeId"]: a["Device"]
+        for v in ec2.describe_volumes(VolumeIds=volumes)["Volumes"]
+        for a in v["Attachments"]
+        if a["InstanceId"] == instance
+    }
+    assert attached == {v: w["Device"] for v, w in zip(volumes, wanted, strict=True)}
+    assert runner.attach(Attach(step="attach", instanceId=instance, volumes=wanted)) == {
+        "requested": [],
+        "already": sorted(volumes),
+    }
+
+
+def test_attach_refuses_a_device_name_that_is_not_one() -> None:
+    with pytest.raises(ValueError, match="Device"):
+        Attach.model_validate(
+            {
+                "step": "attach",
+                "instanceId": "i-0123456789abcdef0",
+                "volumes": [{"VolumeId": "vol-0123456789abcdef0", "Device": "sdf; rm"}],
+            }
+        )
+
+
+def test_connect_sends_the_document_to_each_host_with_its_own_nqn(
+    steps: tuple[Steps, ArrayRegistry, Any],
+) -> None:
+    # the shared parameters plus the host's own HostNqn, one SendCommand per host (Stubber: the
+    # request's exact shape; moto has no ListCommandInvocations for the step that follows)
+    _, registry, ec2 = steps
+    ssm = boto3.client("ssm", region_name=REGION)
+    runner = Steps(registry, ArrayService(scheduler_role_arn="arn:aws:iam::1:role/s", ec2=ec2), ec2, ssm)
+    shared = {"ArrayId": ["demo"], "Address": ["10.0.1.9"], "Volumes": ["vol-0123456789abcdef0"]}
+    request = Connect.model_validate(
+        {
+            "step": "connect",
+            "instanceId": "i-0000000000000c001",
+            "document": "vsa-connect-path",
+            "comment": "vsa demo connect-path to 10.0.1.9",
+            "timeoutSeconds": 300,
+            "parameters": shared,
+            "hosts": [{"instanceId": "i-0000000000000a001", "hostNqn": "nqn.2014-08.org.nvmexpress:uuid:a"}],
+        }
+    )
+    with Stubber(ssm) as stub:
+        stub.add_response(
+            "send_command",
+            {"Command": {"CommandId": "11111111-0000-4000-8000-000000000001"}},
+            {
+                "DocumentName": "vsa-connect-path",
+                "InstanceIds": ["i-0000000000000a001"],
+                "Comment": "vsa demo connect-path to 10.0.1.9",
+                "TimeoutSeconds": 300,
+                "Parameters": {**shared, "HostNqn": ["nqn.2014-08.org.nvmexpress:uuid:a"]},
+            },
+        )
+        sent_after = datetime.now(UTC)
+        answer = runner.connect(request)
+        stub.assert_no_pending_responses()
+    assert answer["document"] == "vsa-connect-path"
+    assert answer["commands"] == [
+        {"instanceId": "i-0000000000000a001", "commandId": "11111111-0000-4000-8000-000000000001"}
+    ]
+    # the poll looks back from before the send (SSM's clock may run behind the Lambda's)
+    assert datetime.fromisoformat(answer["since"]) < sent_after
+    with pytest.raises(ValueError, match="hosts"):
+        Connect.model_validate({**request.model_dump(by_alias=True), "hosts": []})
+
+
+def _invocation(command: str, instance: str, status: str, output: str = "") -> dict[str, Any]:
+    plugin = {"Name": "connect", "Status": status, "Output": output}
+    return {"CommandId": command, "InstanceId": instance, "Status": status, "CommandPlugins": [plugin]}
+
+
+def test_commands_reports_every_hosts_invocation_from_one_call(
+    steps: tuple[Steps, ArrayRegistry, Any],
+) -> None:
+    _, registry, ec2 = steps
+    ssm = boto3.client("ssm", region_name=REGION)
+    runner = Steps(registry, ArrayService(scheduler_role_arn="arn:aws:iam::1:role/s", ec2=ec2), ec2, ssm)
+    hosts = [f"i-0000000000000a00{n}" for n in range(3)]
+    ids = {h: f"00000000-0000-4000-8000-{h[-12:]}" for h in hosts}
+    request = Commands.model_validate(
+        {
+            "step": "commands",
+            "instanceId": "i-0000000000000c001",
+            "document": "vsa-connect-path",
+            "since": "2026-11-22T12:55:00+00:00",
+            "commands": [{"instanceId": h, "commandId": ids[h]} for h in hosts],
+        }
+    )
+    asked = {
+        "Details": True,
+        "Filters": [
+            {"key": "DocumentName", "value": "vsa-connect-path"},
+            {"key": "InvokedAfter", "value": "2026-11-22T12:55:00Z"},
+        ],
+    }
+    other = _invocation("99999999-0000-4000-8000-000000000000", hosts[0], "Failed", "another array's")
+    with Stubber(ssm) as stub:
+        # round 1: one succeeded, one still running, one not listed yet (just sent); another
+        # command of the same document in the window is none of ours
+        stub.add_response(
+            "list_command_invocations",
+            {
+                "CommandInvocations": [
+                    other,
+                    _invocation(ids[hosts[0]], hosts[0], "Success"),
+                    _invocation(ids[hosts[1]], hosts[1], "InProgress"),
+                ]
+            },
+            asked,
+        )
+        round_one = runner.commands(request)
+        # round 2 (two pages): one failed, saying why in the tail of its output
+        stub.add_response(
+            "list_command_invocations",
+            {
+                "CommandInvocations": [
+                    _invocation(
+                        ids[hosts[1]], hosts[1], "Failed", "connecting\nno live path to 10.0.1.9 on vol-1"
+                    ),
+                ],
+                "NextToken": "more",
+            },
+            asked,
+        )
+        stub.add_response(
+            "list_command_invocations",
+            {
+                "CommandInvocations": [
+                    _invocation(ids[hosts[0]], hosts[0], "Success"),
+                    _invocation(ids[hosts[2]], hosts[2], "InProgress"),
+                ]
+            },
+            {**asked, "NextToken": "more"},
+        )
+        round_two = runner.commands(request)
+        # round 3: every one succeeded
+        stub.add_response(
+            "list_command_invocations",
+            {"CommandInvocations": [_invocation(ids[h], h, "Success") for h in hosts]},
+            asked,
+        )
+        round_three = runner.commands(request)
+        stub.assert_no_pending_responses()
+    assert round_one == {"done": False, "failed": [], "running": hosts[1:], "succeeded": 1}
+    assert round_two["done"] is False
+    assert round_two["running"] == hosts[2:]
+    (failed,) = round_two["failed"]
+    assert (failed["instanceId"], failed["status"]) == (hosts[1], "Failed")
+    assert failed["error"].endswith("no live path to 10.0.1.9 on vol-1")
+    assert round_three == {"done": True, "failed": [], "running": [], "succeeded": 3}

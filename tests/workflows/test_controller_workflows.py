@@ -21,29 +21,55 @@ def scheduled(run: dict[str, Any], resource: str) -> list[dict[str, Any]]:
     ]
 
 
+def lambda_inputs(run: dict[str, Any], step: str) -> list[dict[str, Any]]:
+    """The input of every task_controller call of ``step`` (e.g. ``connect``): a Task whose
+    Resource is the function's ARN logs LambdaFunctionScheduled with the input it was given."""
+    found = []
+    for event in run["events"]:
+        if event["type"] == "LambdaFunctionScheduled":
+            given = json.loads(event["lambdaFunctionScheduledEventDetails"]["input"])
+            if given.get("step") == step:
+                found.append(given)
+    return found
+
+
 def test_a_controller_is_attached_exported_connected_then_continued(
     sfn: Any, workflow: Callable[[str, str], str]
 ) -> None:
     run = run_case(sfn, workflow("vsa-wf-bootstrap", "bootstrap_controller.asl.json"), "Serves", LAUNCH)
     assert run["status"] == "SUCCEEDED", run.get("cause")
     path = entered(run)
-    # every volume attached, waited for (once not yet), before anything is exported
-    assert path.count("Attach") == 2
+    # every volume attached in one step, waited for (once not yet), before anything is exported
+    assert path.count("AttachVolumes") == 1
     assert path.count("CheckAttached") == 2
     assert path.index("CheckAttached") < path.index("ConfigureTarget") < path.index("ConnectPaths")
+    # every host's invocation followed in one step per round, until all report live paths
+    assert path.count("ConnectPaths") == 1
+    assert path.count("PollConnect") == 2
     assert path[-3:] == ["MarkServing", "Continue", "Serving"]
     assert "Undo" not in path
-    # configure-target gets the slot, the address and the hosts' NQNs; each host connects with its own
+    (attach,) = lambda_inputs(run, "attach")
+    assert [v["VolumeId"] for v in attach["volumes"]] == ["vol-0a1b2c3d4e5f60001", "vol-0a1b2c3d4e5f60002"]
+    # configure-target gets the slot, the address and the hosts' NQNs
     commands = scheduled(run, "sendCommand")
     configure = next(c for c in commands if c["DocumentName"] == "vsa-wf-configure-target")
     assert configure["Parameters"]["Slot"] == ["2"]
     assert configure["Parameters"]["ListenAddress"] == ["10.0.1.9"]
     assert configure["Parameters"]["Mode"] == ["apply"]
-    connects = [c for c in commands if c["DocumentName"] == "vsa-wf-connect-path"]
-    assert sorted((c["InstanceIds"][0], c["Parameters"]["HostNqn"][0]) for c in connects) == [
+    # connect-path to every host, each with its own NQN (the step adds it to the shared parameters)
+    (connect,) = lambda_inputs(run, "connect")
+    assert connect["document"] == "vsa-wf-connect-path"
+    assert connect["parameters"]["Address"] == ["10.0.1.9"]
+    assert "HostNqn" not in connect["parameters"]
+    assert sorted((h["instanceId"], h["hostNqn"]) for h in connect["hosts"]) == [
         ("i-0a1b2c3d4e5f60101", "nqn.2014-08.org.nvmexpress:uuid:a"),
         ("i-0a1b2c3d4e5f60102", "nqn.2014-08.org.nvmexpress:uuid:b"),
     ]
+    polls = lambda_inputs(run, "commands")
+    assert all(p["commands"] == polls[0]["commands"] for p in polls)
+    since = "2026-11-22T12:55:00+00:00"  # the connect step's answer, passed on to every poll
+    assert {(p["document"], p["since"]) for p in polls} == {("vsa-wf-connect-path", since)}
+    assert {c["instanceId"] for c in polls[0]["commands"]} == {"i-0a1b2c3d4e5f60101", "i-0a1b2c3d4e5f60102"}
     # the lifecycle action is completed with CONTINUE, with the event's token
     (done,) = scheduled(run, "completeLifecycleAction")
     assert (done["LifecycleActionResult"], done["LifecycleActionToken"]) == (
@@ -76,6 +102,25 @@ def test_a_failed_configure_is_undone_abandoned_and_alerted_with_the_scripts_err
     (alert,) = scheduled(run, "publish")
     assert "ConfigureTargetFailed" in alert["Message"]
     assert "i-0a1b2c3d4e5f60003" in alert["Message"]
+
+
+def test_a_host_that_gets_no_live_path_undoes_the_controller_and_names_the_host(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(sfn, workflow("vsa-wf-bootstrap", "bootstrap_controller.asl.json"), "ConnectFails", LAUNCH)
+    assert run["status"] == "FAILED"
+    assert run["cause"].startswith("ConnectPathFailed: connect-path to 10.0.1.9 did not report a live path")
+    assert "i-0a1b2c3d4e5f60102" in run["cause"]
+    assert "no live path to 10.0.1.9" in run["cause"]
+    path = entered(run)
+    assert "MarkServing" not in path
+    undo = ["Undo", "UndoPaths?", "UndoPaths", "UndoTarget", "Detach", "ReleaseSlot", "Abandon", "Alert"]
+    assert [s for s in path if s in undo] == undo
+    # every host is told to drop the path, the one that connected too
+    (undo_paths,) = [
+        c for c in scheduled(run, "sendCommand") if c["DocumentName"] == "vsa-wf-disconnect-path"
+    ]
+    assert undo_paths["InstanceIds"] == ["i-0a1b2c3d4e5f60101", "i-0a1b2c3d4e5f60102"]
 
 
 def test_a_lifecycle_action_that_already_timed_out_is_undone_not_left_half_serving(

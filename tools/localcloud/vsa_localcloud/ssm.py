@@ -15,12 +15,14 @@ Control endpoint (``POST /_localcloud/ssm/<action>``): ``register_node``, ``set_
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 from localstack.aws.api import CommonServiceException, RequestContext, handler
 from localstack.aws.api.ssm import (
     InvalidCommandId,
     InvalidFilterKey,
+    InvalidFilterValue,
     InvalidInstanceId,
     InvalidPluginName,
     InvocationDoesNotExist,
@@ -205,7 +207,17 @@ class VsaSsmProvider(SsmProvider, ServiceLifecycleHook):
             key, value = item["key"], item["value"]
             if key == "DocumentName":
                 commands = [c for c in commands if c.document_name == value]
-            elif key not in ("Status", "InvokedAfter", "InvokedBefore", "ExecutionStage"):
+            elif key in ("InvokedAfter", "InvokedBefore"):
+                # AWS: "2024-07-07T00:00:00Z", the command's RequestedDateTime at or after/before
+                try:
+                    when = datetime.fromisoformat(value)
+                except ValueError:
+                    raise InvalidFilterValue(f"The filter value {value} is not a valid timestamp.") from None
+                if when.tzinfo is None:
+                    when = when.replace(tzinfo=UTC)
+                after = key == "InvokedAfter"
+                commands = [c for c in commands if (c.requested >= when if after else c.requested <= when)]
+            elif key not in ("Status", "ExecutionStage"):
                 raise InvalidFilterKey(f"The filter key {key} is not valid.")
         return sorted(commands, key=lambda c: c.requested, reverse=True)
 
