@@ -4,9 +4,9 @@
     python tools/bench_backups.py [--runs 20] [--volumes 16 64] [--hosts 4]
 
 For each volume count: an array of that many io2 volumes and ``--hosts`` hosts, each with one
-real XFS filesystem on a loop device as its mountpoint, and a serving controller (the
-integration tests' stand-in, ``tests/integration/backups_world.py``, until the controller
-lifecycle runs on the local cloud). Then ``--runs`` application-consistent backups one after
+real XFS filesystem on a loop device as its mountpoint, and a serving controller that the
+array's group launched and BootstrapController brought into service (as in the integration
+tests, ``tests/integration/backups_world.py``). Then ``--runs`` application-consistent backups one after
 the other through the API and the deployed ConsistentBackup workflow (freeze-io and thaw-io run
 for real by the local cloud's Run Command), and from each set's record:
 

@@ -13,8 +13,15 @@ execution's history:
   attachments, the node, Run Command invocations running on the nodes) or one AWS API call
   (aws-sdk and DynamoDB integrations: SendCommand, ListCommands, AttachVolume, heartbeats, …)
   was in progress;
-* **overhead**: wall less waiting, i.e. the time in the workflow's own steps (its Lambda tasks
-  and the state transitions between steps) while nothing of AWS was in progress.
+* **overhead**: wall less waiting, i.e. the time in the workflow's own steps (its Lambda tasks,
+  including the AWS calls they make, and the state transitions between steps) while nothing of
+  AWS was in progress;
+* **less polls**: the overhead less the Lambda steps that only ask whether a wait is over
+  (``attachment``, ``node``, ``commands``: one per poll round, and the rounds are as many as
+  the awaited thing takes), i.e. the time in the steps that do the work;
+* **states** and **Lambda steps**: the workflow's own work counted, not timed. On the local
+  cloud the hosts' scripts run on the same cores as the engine, so the timed overhead of a
+  larger array also grows with the load its own nodes put on the machine; the counts do not.
 
 Prints figures and the 16x8 / 4x2 ratios; nothing is asserted (machines here are shared and noisy).
 """
@@ -51,6 +58,26 @@ def outputs() -> dict[str, str]:
     return {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
 
 
+# task_controller steps that only ask whether something awaited is over (attachments, the SSM
+# agent, the hosts' connect-path invocations): the mechanism of a wait, one per poll round
+POLL_STEPS = ("attachment", "node", "commands")
+
+
+def _union(intervals: list[tuple[datetime, datetime]]) -> float:
+    """Seconds covered by at least one of ``intervals``."""
+    total, current = 0.0, None
+    for start, end in sorted(intervals):
+        if current is None or start > current[1]:
+            if current is not None:
+                total += (current[1] - current[0]).total_seconds()
+            current = [start, end]
+        else:
+            current[1] = max(current[1], end)
+    if current is not None:
+        total += (current[1] - current[0]).total_seconds()
+    return total
+
+
 def timings(execution_arn: str) -> dict[str, float]:
     sfn = boto3.client("stepfunctions")
     described = sfn.describe_execution(executionArn=execution_arn)
@@ -66,11 +93,31 @@ def timings(execution_arn: str) -> dict[str, float]:
             break
     names = {e["id"]: e for e in events}
     intervals: list[tuple[datetime, datetime]] = []  # waiting on AWS: Wait states and AWS API calls
+    polls: list[tuple[datetime, datetime]] = []  # Lambda steps that only ask whether a wait is over
     opened: dict[int, datetime] = {}
+    polling: dict[int, datetime] = {}
     for event in events:
         kind = event["type"]
         if kind in ("WaitStateEntered", "TaskScheduled"):
             opened[event["id"]] = event["timestamp"]
+        elif kind == "LambdaFunctionScheduled":
+            step = json.loads(event["lambdaFunctionScheduledEventDetails"]["input"]).get("step")
+            if step in POLL_STEPS:
+                polling[event["id"]] = event["timestamp"]
+        elif kind in ("LambdaFunctionSucceeded", "LambdaFunctionFailed", "LambdaFunctionTimedOut"):
+            entry = event.get("previousEventId")
+            while (
+                entry is not None
+                and entry not in polling
+                and names.get(entry, {}).get("type")
+                not in (
+                    "LambdaFunctionScheduled",
+                    None,
+                )
+            ):
+                entry = names.get(entry, {}).get("previousEventId")
+            if entry in polling:
+                polls.append((polling.pop(entry), event["timestamp"]))
         elif kind == "WaitStateExited" or kind in ("TaskSucceeded", "TaskFailed", "TaskTimedOut"):
             # walk back to the entry (a Wait's entry, or the Task's TaskScheduled: an aws-sdk or
             # optimised integration; Lambda tasks log LambdaFunction* events and stay ours)
@@ -79,19 +126,20 @@ def timings(execution_arn: str) -> dict[str, float]:
                 entry = names.get(entry, {}).get("previousEventId")
             if entry is not None:
                 intervals.append((opened.pop(entry), event["timestamp"]))
-    intervals.sort()
-    waiting, current = 0.0, None
-    for start, end in intervals:
-        if current is None or start > current[1]:
-            if current is not None:
-                waiting += (current[1] - current[0]).total_seconds()
-            current = [start, end]
-        else:
-            current[1] = max(current[1], end)
-    if current is not None:
-        waiting += (current[1] - current[0]).total_seconds()
+    waiting = _union(intervals)
+    waiting_or_polling = _union(intervals + polls)
     wall = (described["stopDate"] - described["startDate"]).total_seconds()
-    return {"wall": wall, "waiting": waiting, "overhead": wall - waiting, "status": described["status"]}
+    return {
+        "wall": wall,
+        "waiting": waiting,
+        "overhead": wall - waiting,
+        "working": wall - waiting_or_polling,
+        # the workflow's own work, counted rather than timed (the same on any machine): the
+        # states it went through and the Lambda steps it ran
+        "states": sum(e["type"].endswith("StateEntered") for e in events),
+        "lambdas": sum(e["type"] == "LambdaFunctionScheduled" for e in events),
+        "status": described["status"],
+    }
 
 
 def run_shape(
@@ -162,12 +210,22 @@ def main() -> None:
                 if not mine:
                     raise SystemExit(f"{shape}: no successful {kind}: {rows}")
                 results.setdefault(kind, {})[shape] = {
-                    k: statistics.median(r[k] for r in mine) for k in ("wall", "waiting", "overhead")
+                    k: statistics.median(r[k] for r in mine)
+                    for k in ("wall", "waiting", "overhead", "working", "states", "lambdas")
                 } | {"n": len(mine)}
     finally:
         world.close()
     table = Table(title="controller workflows: median seconds per execution (local cloud)")
-    for column in ("workflow", "shape", "n", "wall", "waiting on AWS", "own overhead"):
+    for column in (
+        "workflow",
+        "shape",
+        "n",
+        "wall",
+        "waiting on AWS",
+        "own overhead",
+        "states",
+        "Lambda steps",
+    ):
         table.add_column(column, justify="right" if column not in ("workflow", "shape") else "left")
     for kind, shapes in results.items():
         for shape, figures in shapes.items():
@@ -178,14 +236,21 @@ def main() -> None:
                 f"{figures['wall']:.1f}",
                 f"{figures['waiting']:.1f}",
                 f"{figures['overhead']:.1f}",
+                f"{figures['working']:.1f}",
+                f"{figures['states']:.0f}",
+                f"{figures['lambdas']:.0f}",
             )
     console.print(table)
     for kind, shapes in results.items():
         small, large = shapes["4 vol x 2 hosts"], shapes["16 vol x 8 hosts"]
         console.print(
             f"{kind}: overhead 16x8 / 4x2 = {large['overhead'] / small['overhead']:.2f}x "
-            f"({small['overhead']:.1f} s -> {large['overhead']:.1f} s); "
-            f"wall {large['wall'] / small['wall']:.2f}x"
+            f"({small['overhead']:.1f} s -> {large['overhead']:.1f} s); less polls "
+            f"{large['working'] / small['working']:.2f}x "
+            f"({small['working']:.1f} s -> {large['working']:.1f} s); "
+            f"wall {large['wall'] / small['wall']:.2f}x; "
+            f"states {small['states']:.0f} -> {large['states']:.0f}, "
+            f"Lambda steps {small['lambdas']:.0f} -> {large['lambdas']:.0f}"
         )
     print(json.dumps(results))
 

@@ -7,7 +7,9 @@ schedule), a bad spec refused with its reason, the array's live state, then real
 on its volumes tripping the high alarm, whose state-change event runs the ScaleArray workflow;
 every controller the group launches brought into service by BootstrapController (volumes
 attached, nvmet configured, a live path from every host) and one replaced through
-DrainController without the host ever losing its last path.
+DrainController without the host ever losing its last path; last, an application-consistent
+backup of the whole array: the host's filesystem (real XFS on a loop device, when run as root)
+frozen by freeze-io with its on-host watchdog armed, one multi-volume snapshot, thawed at once.
 """
 
 import json
@@ -25,6 +27,10 @@ import yaml
 from rich.console import Console
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.documents.xfs_lab import Lab, _missing  # noqa: E402 - the host's filesystem for the backup
+from vsa_core.registry import BackupRegistry  # noqa: E402
+
 STACK = "vsa-control-plane"
 AZ = "us-east-1a"
 AMI = "ami-1e749f67"  # an image the local cloud (moto) knows
@@ -82,7 +88,7 @@ def existing_infrastructure() -> tuple[str, str, str]:
     return str(volume), str(gp3), str(host)
 
 
-def write_spec(path: Path, array_id: str, volume: str, host: str) -> dict[str, Any]:
+def write_spec(path: Path, array_id: str, volume: str, host: str, mountpoints: list[str]) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "specVersion": 1,
         "arrayId": array_id,
@@ -91,7 +97,7 @@ def write_spec(path: Path, array_id: str, volume: str, host: str) -> dict[str, A
         "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI},
         "minControllers": 2,
         "maxControllers": 8,
-        "hosts": [{"instanceId": host, "mountpoints": ["/data"]}],
+        "hosts": [{"instanceId": host, "mountpoints": mountpoints}],
         "backup": {"schedule": "cron(0 3 * * ? *)", "mode": "application", "retention": 7},
     }
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -212,9 +218,34 @@ def main() -> None:
     volume, gp3, host = existing_infrastructure()
     note(f"volume {volume} (io2, 500 GiB, 32,000 IOPS, Multi-Attach) in {AZ}; host {host}")
     note("the host runs the SSM agent (here: registered as a local managed node with its own sandbox)")
+    lab: Lab | None = None
+    mountpoints: list[str] = []
+    if (why_not := _missing()) is None:
+        lab = Lab(root=spec_file.with_name(f"{array_id}-host"), state_dir=Path("/run/vsa-freeze"))
+        data = lab.xfs("data").mountpoint
+        (data / "orders.db").write_bytes(os.urandom(1 << 20))
+        mountpoints = [str(data)]
+        note(f"the host's application writes to {data}: a real XFS filesystem (a loop device here)")
+    else:
+        note(f"no filesystem to freeze on this machine ({why_not}): the backup below is crash-consistent")
+    try:
+        run(out, array_id, spec_file, volume, gp3, host, mountpoints)
+    finally:
+        if lab is not None:
+            lab.cleanup()
 
+
+def run(
+    out: dict[str, str],
+    array_id: str,
+    spec_file: Path,
+    volume: str,
+    gp3: str,
+    host: str,
+    mountpoints: list[str],
+) -> None:
     say("5.", f"declare array [bold]{array_id}[/] once: {spec_file.name}")
-    spec = write_spec(spec_file, array_id, volume, host)
+    spec = write_spec(spec_file, array_id, volume, host, mountpoints)
     console.print("    " + spec_file.read_text().replace("\n", "\n    ").rstrip())
     note("vsactl signs the request with SigV4 (IAM auth); the API validates everything against AWS")
     note("first (volumes, host, launch settings), stores the spec, then creates what it declares:")
@@ -281,7 +312,23 @@ def main() -> None:
     serving = controllers_settled(array_id, out)
     show_paths(host)
 
-    say("11.", "the array's live state, with the decisions and their inputs")
+    mode = "application" if mountpoints else "crash"
+    say("11.", f"an {mode}-consistent backup of the whole array: one point in time across every volume")
+    if mountpoints:
+        note("ConsistentBackup: preflight (a serving controller, the host online, freeze-io dry run on every")
+        note("host), freeze-io on every host at once (each arms an on-host watchdog that thaws by itself")
+        note("after 10 s whatever happens to SSM or the workflow), one CreateSnapshots on a serving")
+        note("controller covering exactly the array's volumes, thaw-io at once, then follow the snapshots:")
+    else:
+        note("ConsistentBackup: preflight, one CreateSnapshots on a serving controller covering exactly")
+        note("the array's volumes (not its boot volume), then follow the snapshots:")
+    vsactl("backup", "create", array_id, "--mode", mode, "--label", "demo", "--wait", "--timeout", "600")
+    latest = BackupRegistry(out["RegistryTableName"]).sets(array_id)[0]  # newest first
+    vsactl("backup", "show", array_id, latest.backup_id)
+    note("the label is honest: application-consistent only if every host froze and thawed within the")
+    note("window; otherwise crash-consistent with the reason. Retention keeps the policy's 7 sets.")
+
+    say("12.", "the array's live state, with the decisions, the controllers' slots and the last backups")
     vsactl("get", array_id)
     vsactl("list")
     console.print(f"\n[bold green]done[/]: array {array_id} is declared and running on the local cloud.")
