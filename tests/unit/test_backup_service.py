@@ -488,7 +488,8 @@ def test_snapshot_sends_thaw_io_to_every_host_the_moment_it_returns(world: dict[
     )
     commands.add_client_error("send_command", "InvalidInstanceId", "not a managed node")
     volumes = [{"volumeId": v} for v in world["volumes"]]
-    with snapshots, commands:
+    with snapshots, commands, pytest.MonkeyPatch.context() as patch:
+        patch.setattr("vsa_core.backup_service.SEND_WORKERS", 1)  # the Stubber answers in call order
         answer = service(world["table"], ec2=ec2, ssm=ssm).snapshot(
             "demo",
             backup.backup_id,

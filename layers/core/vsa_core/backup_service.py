@@ -60,6 +60,8 @@ QUEUE_POLL_SECONDS = 30
 PROGRESS_FIRST_WAIT_SECONDS = 2
 PROGRESS_MAX_WAIT_SECONDS = 30
 THAW_MAX_POLLS = 30
+# freeze-io / thaw-io sends in flight at once (one SendCommand per host: each has its mountpoints)
+SEND_WORKERS = 8
 DELETE_WORKERS = 8
 RESTORED_FROM_TAG = "vsa:restored-from"
 SOURCE_VOLUME_TAG = "vsa:source-volume"
@@ -494,8 +496,8 @@ class BackupService:
     def freeze(self, backup_id: str, hosts: Sequence[Mapping[str, Any]], document: str) -> dict[str, Any]:
         """Send freeze-io to every host at once (each arms its watchdog before freezing), not
         waiting: the Snapshot step checks them. A host SSM refuses is recorded as undelivered."""
-        sent = []
-        for host in hosts:
+
+        def send(host: Mapping[str, Any]) -> dict[str, Any]:
             parameters = {
                 "Mountpoints": [host["mountpoints"]],
                 "TimeoutSeconds": [host["timeoutSeconds"]],
@@ -504,7 +506,11 @@ class BackupService:
             command_id, error = self._send(
                 document, host["instanceId"], f"vsa {backup_id} freeze", parameters
             )
-            sent.append({**host, "freezeCommandId": command_id, "freezeError": error})
+            return {**host, "freezeCommandId": command_id, "freezeError": error}
+
+        # side by side: the first host's freeze does not wait on the sends to all the others
+        with ThreadPoolExecutor(max_workers=max(1, min(SEND_WORKERS, len(hosts)))) as pool:
+            sent = list(pool.map(send, hosts))
         return {"hosts": sent, "sentAt": self._clock()}
 
     def _send(
@@ -654,17 +660,19 @@ class BackupService:
     ) -> list[dict[str, Any]]:
         """thaw-io to each host, not waiting for it (the workflow polls); a host whose command
         could not be sent is left to the workflow's Thaw (it sends again) and its watchdog."""
-        sent = []
-        for host in hosts:
+
+        def send(host: Mapping[str, Any]) -> dict[str, Any]:
             parameters = {"Mountpoints": [host["mountpoints"]], "BackupId": [host["freezeKey"]]}
             command_id = ""
             if document:
                 command_id, _ = self._send(document, host["instanceId"], f"vsa {backup_id} thaw", parameters)
-            sent.append(
-                {k: host[k] for k in ("instanceId", "mountpoints", "freezeKey", "thawMaxPolls") if k in host}
-                | {"thawCommandId": command_id}
-            )
-        return sent
+            return {
+                k: host[k] for k in ("instanceId", "mountpoints", "freezeKey", "thawMaxPolls") if k in host
+            } | {"thawCommandId": command_id}
+
+        # side by side: the last host's thaw does not wait on the sends to all the others
+        with ThreadPoolExecutor(max_workers=max(1, min(SEND_WORKERS, len(hosts)))) as pool:
+            return list(pool.map(send, hosts))
 
     def record_hosts(
         self,
