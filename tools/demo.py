@@ -29,7 +29,6 @@ from rich.console import Console
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.documents.xfs_lab import Lab, _missing  # noqa: E402 - the host's filesystem for the backup
-from vsa_core.registry import BackupRegistry  # noqa: E402
 
 STACK = "vsa-control-plane"
 AZ = "us-east-1a"
@@ -323,10 +322,9 @@ def run(
         note("ConsistentBackup: preflight, one CreateSnapshots on a serving controller covering exactly")
         note("the array's volumes (not its boot volume), then follow the snapshots:")
     vsactl("backup", "create", array_id, "--mode", mode, "--label", "demo", "--wait", "--timeout", "600")
-    latest = BackupRegistry(out["RegistryTableName"]).sets(array_id)[0]  # newest first
-    vsactl("backup", "show", array_id, latest.backup_id)
     note("the label is honest: application-consistent only if every host froze and thawed within the")
-    note("window; otherwise crash-consistent with the reason. Retention keeps the policy's 7 sets.")
+    note("window; otherwise crash-consistent with the reason. Retention keeps the policy's 7 sets;")
+    note(f"vsactl backup list {array_id} lists them, vsactl restore makes volumes (or a new array) from one.")
 
     say("12.", "the array's live state, with the decisions, the controllers' slots and the last backups")
     vsactl("get", array_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -64,6 +65,13 @@ def backups_table(array_id: str, backups: list[dict[str, Any]]) -> Table:
     return table
 
 
+def _instant(epoch: Any) -> str:
+    """A host's own clock reading (epoch seconds) as UTC time of day to the millisecond."""
+    if not isinstance(epoch, int | float):
+        return _cell(epoch)
+    return datetime.fromtimestamp(epoch, UTC).strftime("%H:%M:%S.%f")[:-3] + "Z"
+
+
 def backup_view(backup: dict[str, Any]) -> list[Any]:
     """A set: its summary, its snapshots, its hosts' freeze and thaw."""
     head = _table(f"backup {backup['backupId']}", ["field", "value"])
@@ -86,14 +94,18 @@ def backup_view(backup: dict[str, Any]) -> list[Any]:
         snapshots.add_row(
             s["volumeId"], s["snapshotId"], s["state"], f"{s['progress']}%", _cell(s.get("stateMessage"))
         )
-    hosts = _table("hosts", ["host", "froze at", "thawed at", "window s", "watchdog fired", "error"])
+    hosts = _table(
+        "hosts (each on its own clock, UTC)", ["host", "froze", "thawed", "pause s", "watchdog", "error"]
+    )
+    for column in hosts.columns[:3]:
+        column.no_wrap, column.min_width = True, 12  # ids and instants whole; the error column wraps
     for h in backup.get("hosts", []):
         hosts.add_row(
             h["instanceId"],
-            _cell(h.get("frozeAt")),
-            _cell(h.get("thawedAt")),
+            _instant(h.get("frozeAt")),
+            _instant(h.get("thawedAt")),
             _cell(h.get("windowSeconds")),
-            _cell(h.get("watchdogFired")),
+            "fired" if h.get("watchdogFired") else "-",
             _cell(h.get("error")),
         )
     return [head, snapshots, hosts]

@@ -564,6 +564,9 @@ def test_backup_create_wait_posts_signed_with_a_key_and_follows_to_the_end(run, 
     assert get.method == "GET"
     for text in ("application-consistent", "1/1 snapshots", "100%"):
         assert text in result.output
+    # the host's freeze and thaw, read on its own clock, as times of day
+    assert "00:00:01.000Z" in result.output
+    assert "00:00:01.600Z" in result.output
 
 
 def test_backup_create_wait_exits_1_when_the_set_failed(run, api):
