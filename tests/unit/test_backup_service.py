@@ -156,9 +156,24 @@ def test_preflight_waits_for_the_per_volume_snapshot_rate(world: dict[str, Any])
     ctx = service(world["table"]).preflight("demo", backup.backup_id)
     # Then it waits (the EBS rate: one snapshot per volume every 15 s), saying why
     assert ctx["admission"]["action"] == "wait"
-    assert 0 < ctx["admission"]["waitSeconds"] <= 15
+    assert 0 < ctx["admission"]["waitSeconds"] <= 16  # the rate and a second in hand
     assert "15 s" in ctx["admission"]["message"]
     assert BackupRegistry(world["table"]).get("demo", backup.backup_id).state == "requested"
+
+
+def test_the_rate_wait_keeps_a_second_in_hand(world: dict[str, Any]) -> None:
+    # Given a snapshot whose StartTime reads 14 s ago (it may have started up to 1 s later:
+    # whole-second StartTime, clocks that differ)
+    ec2 = boto3.client("ec2", region_name=REGION)
+    snapshot = ec2.create_snapshot(VolumeId=world["volumes"][0])
+    started = snapshot["StartTime"].timestamp()
+    backup = record(world["table"], mode="crash")
+    ctx = service(world["table"], clock=lambda: started + 14.0).preflight("demo", backup.backup_id)
+    # Then it waits the 1 s the rate leaves plus a second
+    assert (ctx["admission"]["action"], ctx["admission"]["waitSeconds"]) == ("wait", 2)
+    # and 16 s after, it goes ahead
+    later = service(world["table"], clock=lambda: started + 16.0).preflight("demo", backup.backup_id)
+    assert later["admission"]["action"] != "wait"
 
 
 def test_hosts_ready_names_every_host_that_cannot_freeze() -> None:

@@ -51,6 +51,10 @@ from vsa_core.settings import Settings
 from vsa_core.waiters import execution_arn
 
 SNAPSHOT_RATE_SECONDS = 15
+# StartTime can read up to a second early (the local cloud reports whole seconds) and the
+# Lambda's clock is not EBS's: wait a second more than the rate, or EBS refuses the set
+# (SnapshotCreationPerVolumeRateExceeded) after the hosts were frozen for it
+RATE_MARGIN_SECONDS = 1
 """EBS: "Wait at least 15 seconds between concurrent volume snapshots" (per volume). Preflight
 applies it to the latest snapshot of each volume whatever its state, as the local cloud does
 (AWS only between concurrent ones): stricter, never refused."""
@@ -480,7 +484,7 @@ class BackupService:
         if not latest:
             return 0
         since = self._clock() - max(latest.values())
-        return max(0, math.ceil(SNAPSHOT_RATE_SECONDS - since))
+        return max(0, math.ceil(SNAPSHOT_RATE_SECONDS + RATE_MARGIN_SECONDS - since))
 
     def hosts_ready(self, checks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """After freeze-io's dry run on every host: fail fast, naming each host that cannot freeze."""
