@@ -223,6 +223,7 @@ def main() -> None:
         "wall",
         "waiting on AWS",
         "own overhead",
+        "less polls",
         "states",
         "Lambda steps",
     ):
