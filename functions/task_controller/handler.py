@@ -261,6 +261,9 @@ class Steps:
             "failed": failed,
             "running": running,
             "succeeded": sum(s["status"] == "Success" for s in states),
+            # since the commands were sent: the workflow gives up past the commands' own timeout
+            # (a bound on its loop should an invocation never be listed)
+            "waitedSeconds": int((datetime.now(UTC) - request.since - CLOCK_MARGIN).total_seconds()),
         }
 
     def attachment(self, request: Attachment) -> dict[str, Any]:

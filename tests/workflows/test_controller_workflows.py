@@ -123,6 +123,21 @@ def test_a_host_that_gets_no_live_path_undoes_the_controller_and_names_the_host(
     assert undo_paths["InstanceIds"] == ["i-0a1b2c3d4e5f60101", "i-0a1b2c3d4e5f60102"]
 
 
+def test_a_connect_that_is_never_listed_as_finished_gives_up_and_undoes(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(
+        sfn, workflow("vsa-wf-bootstrap", "bootstrap_controller.asl.json"), "ConnectNeverEnds", LAUNCH
+    )
+    assert run["status"] == "FAILED"
+    assert run["cause"].startswith("ConnectPathTimedOut: connect-path to 10.0.1.9 still not finished")
+    assert "i-0a1b2c3d4e5f60102" in run["cause"]
+    path = entered(run)
+    assert path.count("PollConnect") == 1
+    assert "MarkServing" not in path
+    assert path.index("ConnectTimedOut") < path.index("Undo") < path.index("Abandon")
+
+
 def test_a_lifecycle_action_that_already_timed_out_is_undone_not_left_half_serving(
     sfn: Any, workflow: Callable[[str, str], str]
 ) -> None:
