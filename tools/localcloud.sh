@@ -57,6 +57,8 @@ start() {
     #   entry-point cache (fresh each start, so a reinstalled plugin is always seen).
     # CFN_IGNORE_UNSUPPORTED_RESOURCE_TYPES=0: a resource type without a provider fails the stack
     #   instead of a fake CREATE_COMPLETE (supported types: vsa_localcloud/cfn/catalog.py).
+    # VSA_LOCALCLOUD_IAM: enforce (default) | record | off: every role-signed request is authorized
+    #   against the role's policies as on AWS (vsa_localcloud/iam_enforcement.py).
     exec env -i PATH="/usr/local/bin:/usr/bin:/bin" HOME="$data" LANG=C.UTF-8 \
       OVERRIDE_IN_DOCKER=0 \
       GATEWAY_SERVER=hypercorn \
@@ -71,6 +73,7 @@ start() {
       LAMBDA_RUNTIME_ENVIRONMENT_TIMEOUT=30 \
       SFN_MOCK_CONFIG="$VSA_ROOT/tests/workflows/mock_config.json" \
       CFN_IGNORE_UNSUPPORTED_RESOURCE_TYPES=0 \
+      VSA_LOCALCLOUD_IAM="${VSA_LOCALCLOUD_IAM:-enforce}" \
       "$VSA_STATE/venv/bin/python" -m localstack.runtime.main
   ) >>"$LOG" 2>&1 &
   echo $! > "$PIDFILE"

@@ -17,7 +17,8 @@ from localstack.runtime import hooks
 
 LOG = logging.getLogger(__name__)
 
-AREAS = ("autoscaling", "ebs", "cloudwatch", "ssm")
+AREAS = ("autoscaling", "ebs", "cloudwatch", "ssm", "iam")
+MODULES = {"iam": "iam_enforcement"}  # areas whose module is named otherwise
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
 
@@ -26,7 +27,7 @@ class ControlEndpoints:
     def control(self, request: Request, area: str, action: str) -> Response:
         if area not in AREAS:
             return _error(404, f"unknown area {area!r}; one of {', '.join(AREAS)}")
-        module = importlib.import_module(f"vsa_localcloud.{area}")
+        module = importlib.import_module(f"vsa_localcloud.{MODULES.get(area, area)}")
         handlers: dict[str, Handler] = getattr(module, "CONTROL", {})
         if action not in handlers:
             return _error(404, f"unknown action {action!r} for {area}; one of {', '.join(sorted(handlers))}")

@@ -49,7 +49,12 @@ def apply_localcloud_patches() -> None:
     from vsa_localcloud import apigateway_iam
 
     apigateway_iam.enforce_iam_authorization()
+    # Every role-signed request is authorized against the role's policies, as on AWS (community
+    # LocalStack evaluates none): see iam_enforcement.
+    from vsa_localcloud import iam_enforcement
+
+    iam_enforcement.install()
     LOG.info(
         "local-cloud patches applied: mocked DynamoDB task errors keep their names; EBS model; "
-        "AWS_IAM authorization of REST API methods"
+        "AWS_IAM authorization of REST API methods; IAM enforcement of role-signed requests"
     )

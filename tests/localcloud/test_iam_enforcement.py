@@ -1,0 +1,320 @@
+"""IAM enforcement: a role's session is authorized as AWS authorizes it (vsa_localcloud/iam_enforcement.py).
+
+Written from AWS's documentation:
+- Policy evaluation logic (explicit deny, allow, implicit deny):
+  https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_evaluation-logic.html
+- The resources and condition keys each action is authorized against (Service Authorization
+  Reference, Amazon EC2): https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2.html
+  AttachVolume: instance and volume; CreateSnapshots: instance, each volume, the snapshots
+  (aws:RequestTag only on the snapshot); CreateVolume: the volume and its source snapshot.
+- Tag on create needs ec2:CreateTags with ec2:CreateAction:
+  https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/supported-iam-actions-tagging.html
+- Errors: EC2 UnauthorizedOperation (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html),
+  JSON services AccessDeniedException, Auto Scaling AccessDenied, HTTP 403.
+Each test fails on stock LocalStack, which evaluates no identity policy.
+"""
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+ZONE = "us-east-1a"
+AMI = "ami-12c6146b"  # known to moto
+TRUST = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    ],
+}
+DESCRIBE = {"Effect": "Allow", "Action": ["ec2:Describe*"], "Resource": "*"}
+TAGGED_ATTACH = {  # the statement the product shipped before: the tag on *every* resource
+    "Effect": "Allow",
+    "Action": ["ec2:AttachVolume", "ec2:DetachVolume"],
+    "Resource": "*",
+    "Condition": {"StringLike": {"aws:ResourceTag/vsa:array": "*"}},
+}
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response["Error"]["Code"])
+
+
+@pytest.fixture
+def role_session(aws: Callable[[str], Any], endpoint: str) -> Iterator[Callable[..., Callable[[str], Any]]]:
+    """``role_session(*statements)``: a role with those statements, assumed; returns a client factory."""
+    iam, sts = aws("iam"), aws("sts")
+    made: list[str] = []
+
+    def make(*statements: dict[str, Any]) -> Callable[[str], Any]:
+        name = f"iamtest-{uuid.uuid4().hex[:8]}"
+        iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(TRUST))
+        iam.put_role_policy(
+            RoleName=name,
+            PolicyName="p",
+            PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": list(statements)}),
+        )
+        made.append(name)
+        arn = iam.get_role(RoleName=name)["Role"]["Arn"]
+        creds = sts.assume_role(RoleArn=arn, RoleSessionName="test")["Credentials"]
+        session = boto3.Session(
+            aws_access_key_id=creds["AccessKeyId"],
+            aws_secret_access_key=creds["SecretAccessKey"],
+            aws_session_token=creds["SessionToken"],
+            region_name="us-east-1",
+        )
+        return lambda service: session.client(service, endpoint_url=endpoint)
+
+    yield make
+    for name in made:
+        iam.delete_role_policy(RoleName=name, PolicyName="p")
+        iam.delete_role(RoleName=name)
+
+
+@pytest.fixture
+def ec2_world(aws: Callable[[str], Any]) -> Iterator[dict[str, str]]:
+    """A tagged controller-like instance, a tagged volume and an untagged (operator's) volume."""
+    ec2 = aws("ec2")
+    instance = ec2.run_instances(
+        ImageId=AMI,
+        MinCount=1,
+        MaxCount=1,
+        Placement={"AvailabilityZone": ZONE},
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "vsa:array", "Value": "a1"}]}],
+    )["Instances"][0]["InstanceId"]
+
+    def volume(tags: list[dict[str, str]]) -> str:
+        params: dict[str, Any] = {
+            "AvailabilityZone": ZONE,
+            "Size": 10,
+            "VolumeType": "io2",
+            "Iops": 1000,
+            "MultiAttachEnabled": True,
+        }
+        if tags:
+            params["TagSpecifications"] = [{"ResourceType": "volume", "Tags": tags}]
+        return str(ec2.create_volume(**params)["VolumeId"])
+
+    world = {
+        "instance": instance,
+        "tagged": volume([{"Key": "vsa:array", "Value": "a1"}]),
+        "operator": volume([]),
+    }
+    yield world
+    for key in ("tagged", "operator"):
+        for attachment in ec2.describe_volumes(VolumeIds=[world[key]])["Volumes"][0]["Attachments"]:
+            ec2.detach_volume(VolumeId=world[key], InstanceId=attachment["InstanceId"], Force=True)
+    ec2.terminate_instances(InstanceIds=[instance])
+    for key in ("tagged", "operator"):
+        for _ in range(50):
+            try:
+                ec2.delete_volume(VolumeId=world[key])
+                break
+            except ClientError as exc:
+                if _code(exc) != "VolumeInUse":
+                    raise
+                time.sleep(0.1)
+
+
+def test_attach_volume_is_authorized_against_the_instance_and_the_volume(role_session, ec2_world):
+    # Given the old statement: AttachVolume where aws:ResourceTag/vsa:array exists
+    ec2 = role_session(DESCRIBE, TAGGED_ATTACH)("ec2")
+    # When the (tagged) controller attaches the operator's untagged volume
+    with pytest.raises(ClientError) as denied:
+        ec2.attach_volume(VolumeId=ec2_world["operator"], InstanceId=ec2_world["instance"], Device="/dev/sdf")
+    # Then EC2 refuses it as AWS does, naming the volume
+    assert _code(denied.value) == "UnauthorizedOperation"
+    assert denied.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    message = denied.value.response["Error"]["Message"]
+    assert "ec2:AttachVolume" in message
+    assert f"volume/{ec2_world['operator']}" in message
+    # and nothing was attached
+    assert not ec2.describe_volumes(VolumeIds=[ec2_world["operator"]])["Volumes"][0]["Attachments"]
+    # while the tagged volume on the tagged instance is allowed
+    ec2.attach_volume(VolumeId=ec2_world["tagged"], InstanceId=ec2_world["instance"], Device="/dev/sdg")
+
+
+def test_attach_scoped_by_instance_tag_allows_the_operators_volume(role_session, ec2_world):
+    # The narrowest grant AWS honours: the instance must carry the tag, the volume need not.
+    ec2 = role_session(
+        DESCRIBE,
+        {
+            "Effect": "Allow",
+            "Action": "ec2:AttachVolume",
+            "Resource": "arn:aws:ec2:*:*:instance/*",
+            "Condition": {"StringLike": {"aws:ResourceTag/vsa:array": "*"}},
+        },
+        {"Effect": "Allow", "Action": "ec2:AttachVolume", "Resource": "arn:aws:ec2:*:*:volume/*"},
+    )("ec2")
+    ec2.attach_volume(VolumeId=ec2_world["operator"], InstanceId=ec2_world["instance"], Device="/dev/sdf")
+
+
+def test_create_snapshots_request_tag_applies_to_the_snapshots_only(role_session, ec2_world, aws):
+    aws("ec2").attach_volume(
+        VolumeId=ec2_world["tagged"], InstanceId=ec2_world["instance"], Device="/dev/sdg"
+    )
+    tags = [{"ResourceType": "snapshot", "Tags": [{"Key": "vsa:array", "Value": "a1"}]}]
+    spec = {"InstanceId": ec2_world["instance"], "ExcludeBootVolume": True}
+    create_tags = {
+        "Effect": "Allow",
+        "Action": "ec2:CreateTags",
+        "Resource": "*",
+        "Condition": {"StringEquals": {"ec2:CreateAction": "CreateSnapshots"}},
+    }
+    # Given the old statement (aws:RequestTag on Resource "*")
+    old = role_session(
+        DESCRIBE,
+        create_tags,
+        {
+            "Effect": "Allow",
+            "Action": "ec2:CreateSnapshots",
+            "Resource": "*",
+            "Condition": {"StringLike": {"aws:RequestTag/vsa:array": "*"}},
+        },
+    )("ec2")
+    with pytest.raises(ClientError) as denied:
+        old.create_snapshots(InstanceSpecification=spec, TagSpecifications=tags)
+    assert _code(denied.value) == "UnauthorizedOperation"
+    # When the request tag is required on the snapshots and the sources are scoped otherwise
+    new = role_session(
+        DESCRIBE,
+        create_tags,
+        {
+            "Effect": "Allow",
+            "Action": "ec2:CreateSnapshots",
+            "Resource": "arn:aws:ec2:*::snapshot/*",
+            "Condition": {"StringLike": {"aws:RequestTag/vsa:array": "*"}},
+        },
+        {
+            "Effect": "Allow",
+            "Action": "ec2:CreateSnapshots",
+            "Resource": ["arn:aws:ec2:*:*:instance/*", "arn:aws:ec2:*:*:volume/*"],
+        },
+    )("ec2")
+    snapshots = new.create_snapshots(InstanceSpecification=spec, TagSpecifications=tags)["Snapshots"]
+    assert [s["VolumeId"] for s in snapshots] == [ec2_world["tagged"]]
+    for snapshot in snapshots:
+        aws("ec2").delete_snapshot(SnapshotId=snapshot["SnapshotId"])
+
+
+def test_tag_on_create_needs_create_tags(role_session):
+    create_volume = {"Effect": "Allow", "Action": "ec2:CreateVolume", "Resource": "*"}
+    tags = [{"ResourceType": "volume", "Tags": [{"Key": "vsa:array", "Value": "a1"}]}]
+    params = {"AvailabilityZone": ZONE, "Size": 10, "VolumeType": "gp3", "TagSpecifications": tags}
+    with pytest.raises(ClientError) as denied:
+        role_session(create_volume)("ec2").create_volume(**params)
+    assert "ec2:CreateTags" in denied.value.response["Error"]["Message"]
+    ec2 = role_session(
+        create_volume,
+        {
+            "Effect": "Allow",
+            "Action": "ec2:CreateTags",
+            "Resource": "*",
+            "Condition": {"StringEquals": {"ec2:CreateAction": "CreateVolume"}},
+        },
+        {"Effect": "Allow", "Action": "ec2:DeleteVolume", "Resource": "*"},
+    )("ec2")
+    volume_id = ec2.create_volume(**params)["VolumeId"]
+    ec2.delete_volume(VolumeId=volume_id)
+
+
+def test_explicit_deny_wins(role_session, ec2_world):
+    ec2 = role_session(
+        {"Effect": "Allow", "Action": "ec2:*", "Resource": "*"},
+        {"Effect": "Deny", "Action": "ec2:DescribeVolumes", "Resource": "*"},
+    )("ec2")
+    with pytest.raises(ClientError) as denied:
+        ec2.describe_volumes()
+    assert "explicit deny" in denied.value.response["Error"]["Message"]
+    ec2.describe_instances(InstanceIds=[ec2_world["instance"]])
+
+
+def test_json_and_query_protocols_refuse_in_their_own_shape(role_session):
+    clients = role_session(DESCRIBE)
+    with pytest.raises(ClientError) as json_denied:
+        clients("dynamodb").describe_table(TableName="nothing-here")
+    assert _code(json_denied.value) == "AccessDeniedException"
+    assert "dynamodb:DescribeTable" in json_denied.value.response["Error"]["Message"]
+    with pytest.raises(ClientError) as query_denied:
+        clients("autoscaling").set_desired_capacity(AutoScalingGroupName="g", DesiredCapacity=1)
+    assert _code(query_denied.value) == "AccessDenied"
+    assert query_denied.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+
+
+def test_plain_access_keys_are_unrestricted(aws):
+    # the operator's and the tests' own keys are not an assumed role: as the account root
+    aws("ec2").describe_volumes()
+    aws("dynamodb").list_tables()
+
+
+def test_record_mode_decides_without_refusing_and_lists_usage(role_session, control):
+    clients = role_session(DESCRIBE)
+    control("iam", "reset")
+    control("iam", "configure", mode="record")
+    try:
+        clients("dynamodb").list_tables()  # denied, but only recorded
+        clients("ec2").describe_volumes()
+    finally:
+        control("iam", "configure", mode="enforce")
+    usage = control("iam", "usage")
+    pairs = {tuple(p) for role_pairs in usage.values() for p in role_pairs}
+    assert ("dynamodb:ListTables", "*") in pairs
+    assert ("ec2:DescribeVolumes", "*") in pairs
+    denied = control("iam", "decisions", denied_only=True)["decisions"]
+    assert any(d["action"] == "dynamodb:ListTables" for d in denied)
+
+
+def test_step_functions_tasks_run_with_the_state_machine_role(aws, role_session):
+    # Given a state machine whose role may not describe volumes
+    iam, sfn = aws("iam"), aws("stepfunctions")
+    name = f"iamtest-sfn-{uuid.uuid4().hex[:8]}"
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": "states.amazonaws.com"}, "Action": "sts:AssumeRole"}
+        ],
+    }
+    role_arn = iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+    iam.put_role_policy(
+        RoleName=name,
+        PolicyName="p",
+        PolicyDocument=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"}],
+            }
+        ),
+    )
+    definition = {
+        "StartAt": "Describe",
+        "States": {
+            "Describe": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::aws-sdk:ec2:describeVolumes",
+                "End": True,
+            }
+        },
+    }
+    machine = sfn.create_state_machine(name=name, definition=json.dumps(definition), roleArn=role_arn)[
+        "stateMachineArn"
+    ]
+    try:
+        execution = sfn.start_execution(stateMachineArn=machine)["executionArn"]
+        for _ in range(100):
+            described = sfn.describe_execution(executionArn=execution)
+            if described["status"] != "RUNNING":
+                break
+            time.sleep(0.2)
+        # Then the task fails with EC2's refusal of the state machine's role
+        assert described["status"] == "FAILED"
+        assert f"assumed-role/{name}/" in described.get("cause", "")
+        assert "not authorized to perform: ec2:DescribeVolumes" in described.get("cause", "")
+    finally:
+        sfn.delete_state_machine(stateMachineArn=machine)
+        iam.delete_role_policy(RoleName=name, PolicyName="p")
+        iam.delete_role(RoleName=name)

