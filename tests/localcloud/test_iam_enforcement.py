@@ -15,6 +15,7 @@ Each test fails on stock LocalStack, which evaluates no identity policy.
 """
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,6 +24,8 @@ from typing import Any
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+
+from tests.infra.test_statemachine_definitions import load_template
 
 ZONE = "us-east-1a"
 AMI = "ami-12c6146b"  # known to moto
@@ -318,3 +321,104 @@ def test_step_functions_tasks_run_with_the_state_machine_role(aws, role_session)
         sfn.delete_state_machine(stateMachineArn=machine)
         iam.delete_role_policy(RoleName=name, PolicyName="p")
         iam.delete_role(RoleName=name)
+
+
+# --- the template's own statements ---------------------------------------------------------------
+
+
+def _render(value: Any) -> Any:
+    """A policy value of template.yaml as deployed here (``!Sub`` with the local account; other
+    intrinsics, which name the stack's own resources, become wildcards)."""
+    if isinstance(value, dict) and "Sub" in value:
+        text = value["Sub"] if isinstance(value["Sub"], str) else value["Sub"][0]
+        text = text.replace("${AWS::Partition}", "aws").replace("${AWS::Region}", "us-east-1")
+        text = text.replace("${AWS::AccountId}", "000000000000")
+        return re.sub(r"\$\{[^}]+\}", "*", text)
+    if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in ("Ref", "GetAtt"):
+        return "*"  # the stack's own resources
+    if isinstance(value, dict):
+        return {k: _render(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_render(v) for v in value]
+    return value
+
+
+def template_statements(role: str) -> list[dict[str, Any]]:
+    resource = load_template()["Resources"][role]
+    out = []
+    for policy in resource["Properties"].get("Policies", []):
+        for statement in policy["PolicyDocument"]["Statement"]:
+            out.append({k: _render(v) for k, v in statement.items()})
+    return out
+
+
+def test_controller_role_attaches_the_operators_own_volume(role_session, ec2_world, aws):
+    # Given the controller steps' role exactly as template.yaml declares it
+    ec2 = role_session(*template_statements("TaskControllerRole"))("ec2")
+    # Then it attaches an untagged (operator-owned) io2 volume to our tagged controller, and detaches it
+    ec2.attach_volume(VolumeId=ec2_world["operator"], InstanceId=ec2_world["instance"], Device="/dev/sdf")
+    ec2.detach_volume(VolumeId=ec2_world["operator"], InstanceId=ec2_world["instance"])
+    # but not to an instance that is not one of ours
+    other = aws("ec2").run_instances(
+        ImageId=AMI, MinCount=1, MaxCount=1, Placement={"AvailabilityZone": ZONE}
+    )
+    other_id = other["Instances"][0]["InstanceId"]
+    try:
+        with pytest.raises(ClientError) as denied:
+            ec2.attach_volume(VolumeId=ec2_world["operator"], InstanceId=other_id, Device="/dev/sdf")
+        assert _code(denied.value) == "UnauthorizedOperation"
+    finally:
+        aws("ec2").terminate_instances(InstanceIds=[other_id])
+
+
+def test_the_old_attach_statement_is_denied_for_the_operators_volume(role_session, ec2_world):
+    # Given the controller role with the AttachVolume statements put back as they shipped before
+    statements = [
+        s for s in template_statements("TaskControllerRole") if "ec2:AttachVolume" not in s["Action"]
+    ]
+    ec2 = role_session(*statements, TAGGED_ATTACH)("ec2")
+    # Then the bootstrap's attach of an operator-owned volume is refused
+    with pytest.raises(ClientError) as denied:
+        ec2.attach_volume(VolumeId=ec2_world["operator"], InstanceId=ec2_world["instance"], Device="/dev/sdf")
+    assert _code(denied.value) == "UnauthorizedOperation"
+
+
+def test_backup_role_snapshots_an_array_of_operator_volumes(role_session, ec2_world, aws):
+    aws("ec2").attach_volume(
+        VolumeId=ec2_world["operator"], InstanceId=ec2_world["instance"], Device="/dev/sdf"
+    )
+    ec2 = role_session(*template_statements("TaskBackupRole"))("ec2")
+    snapshots = ec2.create_snapshots(
+        InstanceSpecification={"InstanceId": ec2_world["instance"], "ExcludeBootVolume": True},
+        TagSpecifications=[{"ResourceType": "snapshot", "Tags": [{"Key": "vsa:array", "Value": "a1"}]}],
+        CopyTagsFromSource="volume",
+    )["Snapshots"]
+    assert [s["VolumeId"] for s in snapshots] == [ec2_world["operator"]]
+    for snapshot in snapshots:  # the role deletes only the array's (tagged) snapshots
+        ec2.delete_snapshot(SnapshotId=snapshot["SnapshotId"])
+
+
+def test_backups_api_role_restores_from_a_tagged_snapshot_and_undoes(role_session, ec2_world, aws):
+    snapshot = aws("ec2").create_snapshot(
+        VolumeId=ec2_world["tagged"],
+        TagSpecifications=[{"ResourceType": "snapshot", "Tags": [{"Key": "vsa:array", "Value": "a1"}]}],
+    )["SnapshotId"]
+    untagged = aws("ec2").create_snapshot(VolumeId=ec2_world["operator"])["SnapshotId"]
+    ec2 = role_session(*template_statements("ApiBackupsRole"))("ec2")
+    tags = [{"ResourceType": "volume", "Tags": [{"Key": "vsa:array", "Value": "a2"}]}]
+    params = {
+        "AvailabilityZone": ZONE,
+        "VolumeType": "io2",
+        "Iops": 1000,
+        "MultiAttachEnabled": True,
+        "TagSpecifications": tags,
+    }
+    try:
+        volume = ec2.create_volume(SnapshotId=snapshot, **params)["VolumeId"]
+        ec2.delete_volume(VolumeId=volume)  # the undo of a failed restore
+        with pytest.raises(ClientError) as denied:  # a snapshot that is not the array's
+            ec2.create_volume(SnapshotId=untagged, **params)
+        assert f"snapshot/{untagged}" in denied.value.response["Error"]["Message"]
+    finally:
+        aws("ec2").delete_snapshot(SnapshotId=snapshot)
+        aws("ec2").delete_snapshot(SnapshotId=untagged)

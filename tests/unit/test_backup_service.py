@@ -7,6 +7,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.awsrequest import AWSResponse
 from botocore.stub import ANY, Stubber
 
 from tests.unit.conftest import ACCOUNT, REGION
@@ -436,6 +437,31 @@ def test_a_restore_that_aws_refuses_midway_leaves_no_volume_and_registers_nothin
     assert {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]} == before
     with pytest.raises(ArrayNotFoundError):
         ArrayRegistry(world["table"]).get("demo-copy")
+
+
+def test_a_failed_restore_names_each_volume_its_undo_could_not_delete(world: dict[str, Any]) -> None:
+    # Given a restore whose last CreateVolume is refused, and whose undo's DeleteVolume AWS refuses
+    # too (as it did before the role had ec2:DeleteVolume): the volumes stay, so the answer names them
+    ec2 = boto3.client("ec2", region_name=REGION)
+    backup = _completed(world)
+    ec2.delete_snapshot(SnapshotId=backup.snapshots[-1].snapshot_id)
+
+    def refuse(**_: Any) -> tuple[Any, dict[str, Any]]:
+        error = {"Code": "UnauthorizedOperation", "Message": "not authorized to perform: ec2:DeleteVolume"}
+        return AWSResponse("", 403, {}, None), {"Error": error, "ResponseMetadata": {"HTTPStatusCode": 403}}
+
+    ec2.meta.events.register("before-call.ec2.DeleteVolume", refuse)
+    svc = service(world["table"], ec2=ec2)
+    before = {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]}
+    # When it is restored
+    with pytest.raises(RestoreError) as failed:
+        svc.restore("demo", backup.backup_id, "demo-copy")
+    # Then every volume left behind is named with AWS's reason, none is silently kept
+    left = {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]} - before
+    assert left
+    for volume_id in left:
+        assert f"{volume_id} (UnauthorizedOperation)" in str(failed.value)
+    assert "NOT deleted" in str(failed.value)
 
 
 def _frozen_hosts(backup_id: str) -> list[dict[str, Any]]:

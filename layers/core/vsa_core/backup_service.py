@@ -824,14 +824,25 @@ class BackupService:
             spec = self._restore_volumes(array, backup, target, created, new_array_id)
         except (ClientError, ConflictError) as error:
             # nothing half-done: the volumes made so far go again, nothing stays registered
-            removed = self._delete_volumes([v["volumeId"] for v in created])
+            removed, left = self._delete_volumes([v["volumeId"] for v in created])
+            leftover = (
+                "; NOT deleted (delete them by hand; they carry vsa:restored-from): "
+                + ", ".join(f"{volume_id} ({why})" for volume_id, why in left)
+                if left
+                else ""
+            )
             if isinstance(error, ClientError):
                 code = error.response["Error"].get("Code", "?")
                 message = error.response["Error"].get("Message", "")
                 raise RestoreError(
                     f"restore of {backup_id} failed ({error.operation_name}: {code}: {message}); "
-                    f"the {len(removed)} volume(s) it had created were deleted and nothing was "
-                    "registered: fix the cause and restore again"
+                    f"the {len(removed)} volume(s) it had created were deleted{leftover} and nothing "
+                    "was registered: fix the cause and restore again"
+                ) from error
+            if left:
+                raise RestoreError(
+                    f"restore of {backup_id} failed ({error}); the {len(removed)} volume(s) it had "
+                    f"created were deleted{leftover} and nothing was registered"
                 ) from error
             raise
         return {
@@ -843,15 +854,18 @@ class BackupService:
             "registered": spec.model_dump(by_alias=True, mode="json") if spec else None,
         }
 
-    def _delete_volumes(self, volume_ids: Sequence[str]) -> list[str]:
-        deleted = []
+    def _delete_volumes(self, volume_ids: Sequence[str]) -> tuple[list[str], list[tuple[str, str]]]:
+        """Delete what a failed restore made: (deleted, [(volume id, why not)]). A refusal is
+        reported, never swallowed: the caller names each volume left behind and AWS's reason."""
+        deleted: list[str] = []
+        left: list[tuple[str, str]] = []
         for volume_id in volume_ids:
             try:
                 self._ec2.delete_volume(VolumeId=volume_id)
                 deleted.append(volume_id)
-            except ClientError:
-                continue  # reported by count; the volume carries vsa:restored-from to find it
-        return deleted
+            except ClientError as error:
+                left.append((volume_id, str(error.response["Error"].get("Code", "?"))))
+        return deleted, left
 
     def _restore_volumes(
         self,

@@ -273,6 +273,37 @@ def resource_tags(arn: str, account: str, region: str) -> dict[str, str] | None:
     return {}
 
 
+def ec2_attributes(arn: str, account: str, region: str) -> dict[str, list[str]]:
+    """The EC2 resource-type condition keys of a volume or an instance (``ec2:VolumeType`` …),
+    from the local cloud's state, as the Service Authorization Reference names them."""
+    parts = arn.split(":", 5)
+    if len(parts) < 6 or parts[2] != "ec2" or "/" not in parts[5] or "*" in parts[5]:
+        return {}
+    kind, resource_id = parts[5].split("/", 1)
+    backend = _ec2_backend(account, parts[3] or region)
+    if kind == "volume" and resource_id in backend.volumes:
+        volume = backend.volumes[resource_id]
+        keys = {
+            "ec2:volumeid": [volume.id],
+            "ec2:volumetype": [str(volume.volume_type)],
+            "ec2:volumesize": [str(volume.size)],
+            "ec2:availabilityzone": [str(volume.zone.name if hasattr(volume.zone, "name") else volume.zone)],
+            "ec2:encrypted": [str(bool(volume.encrypted)).lower()],
+        }
+        if getattr(volume, "iops", None):
+            keys["ec2:volumeiops"] = [str(volume.iops)]
+        return keys
+    if kind == "instance":
+        for instance in backend.all_instances():
+            if instance.id == resource_id:
+                return {
+                    "ec2:instanceid": [instance.id],
+                    "ec2:instancetype": [str(instance.instance_type)],
+                    "ec2:availabilityzone": [str(instance.placement)],
+                }
+    return {}
+
+
 def _ec2_instance_volumes(account: str, region: str, instance_id: str) -> tuple[list[str], str | None]:
     """The volumes attached to an instance, and its root volume."""
     backend = _ec2_backend(account, region)
@@ -535,6 +566,7 @@ def build_checks(
                 continue  # not there: the provider answers its NotFound error
             context = dict(principal)
             context.update(request_level)
+            context.update(ec2_attributes(arn, account, region))
             for key, value in tags.items():
                 context[f"aws:resourcetag/{key.lower()}"] = [value]
                 context[f"{prefix}:resourcetag/{key.lower()}"] = [value]
