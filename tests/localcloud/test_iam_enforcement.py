@@ -422,3 +422,66 @@ def test_backups_api_role_restores_from_a_tagged_snapshot_and_undoes(role_sessio
     finally:
         aws("ec2").delete_snapshot(SnapshotId=snapshot)
         aws("ec2").delete_snapshot(SnapshotId=untagged)
+
+
+def test_send_command_is_authorized_against_the_document_and_each_instance(role_session, ec2_world):
+    # SendCommand: the document and each EC2 instance (i-…, not a hybrid managed node's mi-… ARN)
+    statements = {
+        "Effect": "Allow",
+        "Action": "ssm:SendCommand",
+        "Resource": ["arn:aws:ssm:*:*:document/AWS-RunShellScript", "arn:aws:ec2:*:*:instance/*"],
+    }
+    ssm = role_session(statements)("ssm")
+    params = {"InstanceIds": [ec2_world["instance"]], "Parameters": {"commands": ["true"]}}
+    refusal = ""
+    try:
+        ssm.send_command(DocumentName="AWS-RunShellScript", **params)
+    except ClientError as exc:  # the local cloud may refuse an unregistered node, but not IAM
+        refusal = _code(exc)
+    assert refusal not in ("AccessDeniedException", "AccessDenied")
+    with pytest.raises(ClientError) as denied:
+        ssm.send_command(DocumentName="AWS-RunPowerShellScript", **params)
+    assert _code(denied.value) == "AccessDeniedException"
+    assert "document/AWS-RunPowerShellScript" in denied.value.response["Error"]["Message"]
+
+
+def test_auto_scaling_group_tags_condition_its_actions(role_session, aws):
+    autoscaling = aws("autoscaling")
+    name = f"iamtest-{uuid.uuid4().hex[:8]}"
+    autoscaling.create_launch_configuration(
+        LaunchConfigurationName=name, ImageId=AMI, InstanceType="t3.micro"
+    )
+    tag = {"Key": "vsa:array", "Value": "a1", "PropagateAtLaunch": False}
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName=name,
+        LaunchConfigurationName=name,
+        MinSize=0,
+        MaxSize=2,
+        AvailabilityZones=[ZONE],
+        Tags=[{**tag, "ResourceId": name, "ResourceType": "auto-scaling-group"}],
+    )
+    untagged = f"{name}-u"
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName=untagged,
+        LaunchConfigurationName=name,
+        MinSize=0,
+        MaxSize=2,
+        AvailabilityZones=[ZONE],
+    )
+    try:
+        client = role_session(
+            {
+                "Effect": "Allow",
+                "Action": "autoscaling:SetDesiredCapacity",
+                "Resource": "*",
+                "Condition": {"StringLike": {"aws:ResourceTag/vsa:array": "*"}},
+            }
+        )("autoscaling")
+        client.set_desired_capacity(AutoScalingGroupName=name, DesiredCapacity=0)
+        with pytest.raises(ClientError) as denied:
+            client.set_desired_capacity(AutoScalingGroupName=untagged, DesiredCapacity=0)
+        assert _code(denied.value) == "AccessDenied"
+    finally:
+        for group in (name, untagged):
+            autoscaling.delete_auto_scaling_group(AutoScalingGroupName=group, ForceDelete=True)
+        autoscaling.delete_launch_configuration(LaunchConfigurationName=name)

@@ -113,6 +113,13 @@ EC2_ID_TYPES = {
     "subnet": "subnet",
     "eni": "network-interface",
 }
+# Resource types that share an id member with another type: which ids are theirs (SendCommand's
+# InstanceIds are EC2 instances, i-…; hybrid managed nodes are mi-…).
+ID_PREFIX = {("ssm", "managed-instance"): "mi-", ("ssm", "instance"): "i-"}
+# Operations that create the resource of a required type: authorized against ``…/*`` (the new
+# resource has no id yet), where other unresolved required types are alternatives the request
+# did not use (DescribeExecution: an execution *or* an express execution).
+CREATE_VERBS = ("Create", "Run", "Copy", "Import", "Allocate")
 QUERY_SERVICES = {"autoscaling", "cloudwatch", "iam", "sts", "sns", "sqs", "elasticloadbalancing", "rds"}
 
 
@@ -253,24 +260,36 @@ def _ec2_exists(backend: Any, kind: str, resource_id: str) -> bool:
 def resource_tags(arn: str, account: str, region: str) -> dict[str, str] | None:
     """The resource's tags; None when the resource does not exist (not authorized here)."""
     parts = arn.split(":", 5)
-    if len(parts) < 6 or "*" in parts[5]:
+    if len(parts) < 6:
         return {}
     service, resource = parts[2], parts[5]
+    if service == "autoscaling" and "autoScalingGroupName/" in resource:
+        from vsa_localcloud import autoscaling_lifecycle as lc
+
+        name = resource.split("autoScalingGroupName/", 1)[1]
+        if "*" in name:
+            return {}
+        group = lc.backend(account, parts[3] or region).autoscaling_groups.get(name)
+        if group is None:
+            return None
+        return {_tag_key(t): _tag_value(t) for t in group.tags}
+    if "*" in resource:
+        return {}
     if service == "ec2" and "/" in resource:
         kind, resource_id = resource.split("/", 1)
         backend = _ec2_backend(account, parts[3] or region)
         if not _ec2_exists(backend, kind, resource_id):
             return None
         return dict(backend.tags.get(resource_id, {}))
-    if service == "autoscaling" and "autoScalingGroupName/" in resource:
-        from vsa_localcloud import autoscaling_lifecycle as lc
-
-        name = resource.split("autoScalingGroupName/", 1)[1]
-        group = lc.backend(account, parts[3] or region).autoscaling_groups.get(name)
-        if group is None:
-            return None
-        return {t["key"] if "key" in t else t["Key"]: t.get("value", t.get("Value", "")) for t in group.tags}
     return {}
+
+
+def _tag_key(tag: dict[str, Any]) -> str:
+    return str(tag.get("Key", tag.get("key", "")))
+
+
+def _tag_value(tag: dict[str, Any]) -> str:
+    return str(tag.get("Value", tag.get("value", "")))
 
 
 def ec2_attributes(arn: str, account: str, region: str) -> dict[str, list[str]]:
@@ -406,6 +425,9 @@ def _arns_for(prefix: str, type_name: str, request: dict[str, Any], base: dict[s
     last = variables[-1]
     names = {last.lower(), f"{last.lower()}s", *(a.lower() for a in ALIASES.get(last, ()))}
     ids = [v for v in _walk_values(request, names) if v]
+    wanted_prefix = ID_PREFIX.get((prefix, type_name))
+    if wanted_prefix:
+        ids = [v for v in ids if v.startswith(wanted_prefix)]
     if not ids:
         return []
     out = []
@@ -457,6 +479,11 @@ def _special_arns(
         volume = backend.volumes.get(request.get("VolumeId", ""))
         attachments = volume.__dict__.get("vsa_attachments", []) if volume is not None else []
         return {"instance": [_ec2_arn(base, "instance", a.instance.id) for a in attachments]}
+    if prefix == "ec2" and request.get("LaunchTemplateName") and not request.get("LaunchTemplateId"):
+        backend = _ec2_backend(account, region)
+        ids = [t.id for t in backend.launch_templates.values() if t.name == request["LaunchTemplateName"]]
+        if ids:
+            return {"launch-template": [_ec2_arn(base, "launch-template", ids[0])]}
     if prefix == "ec2" and operation in ("CreateTags", "DeleteTags"):
         by_kind: dict[str, list[str]] = collections.defaultdict(list)
         for resource_id in request.get("Resources") or []:
@@ -548,11 +575,17 @@ def build_checks(
     check = Check(action)
     action_keys: list[str] = entry.get("conditionKeys", [])
     types = entry.get("resourceTypes", [])
+    resolved = {
+        t["name"]: special[t["name"]] if t["name"] in special else _arns_for(prefix, t["name"], request, base)
+        for t in types
+    }
+    creates = operation.startswith(CREATE_VERBS)
+    anything = any(resolved.values())
     for rtype in types:
         name = rtype["name"]
-        arns = special.get(name) if name in special else _arns_for(prefix, name, request, base)
+        arns = resolved[name]
         if not arns:
-            if not rtype.get("required"):
+            if not rtype.get("required") or (anything and not creates):
                 continue
             template = (resource_type(prefix, name) or {}).get("arn")
             if not template:
@@ -576,7 +609,10 @@ def build_checks(
                 context["aws:tagkeys"] = list(request_tags)
             context = {k: v for k, v in context.items() if _applicable(k, keys)}
             check.resources.append((arn, context))
-    if not types:
+    if not check.resources:
+        # No resource named (PutEvents without EventBusName: the default bus) or none at all.
+        template = (resource_type(prefix, types[0]["name"]) or {}).get("arn") if types else None
+        arn = _fill(template, dict(base, **DEFAULTS)) if template else "*"
         context = dict(principal)
         context.update(request_level)
         request_tags = _request_tags(prefix, operation, request, "")
@@ -584,7 +620,7 @@ def build_checks(
             for key, value in request_tags.items():
                 context[f"aws:requesttag/{key.lower()}"] = [value]
             context["aws:tagkeys"] = list(request_tags)
-        check.resources.append(("*", {k: v for k, v in context.items() if _applicable(k, action_keys)}))
+        check.resources.append((arn, {k: v for k, v in context.items() if _applicable(k, action_keys)}))
     checks = [check] if check.resources else []
     checks += _implied_checks(caller, prefix, operation, request, base, principal)
     return checks
