@@ -14,7 +14,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from vsa_core.clients import client
 from vsa_core.events import AlarmStateChangeEvent, ScaleRequest
-from vsa_core.naming import parse_iops_alarm_name, scale_execution_name
+from vsa_core.naming import match_iops_alarm_name, scale_execution_name
 from vsa_core.observability import logger, metrics, tracer
 from vsa_core.settings import get_settings
 
@@ -28,7 +28,14 @@ if TYPE_CHECKING:
 
 def start_scale(event: AlarmStateChangeEvent, sfn: "SFNClient") -> dict[str, Any]:
     detail = event.detail
-    array_id, kind = parse_iops_alarm_name(detail.alarm_name)
+    parsed = match_iops_alarm_name(detail.alarm_name)
+    if parsed is None:
+        # not an array's IOPS alarm (the rule matches only those; a wider rule, or a hand-made
+        # event, must not fail into the dead-letter queue and retry): nothing to scale
+        logger.info("not a VSA IOPS alarm; ignored", extra={"alarm": detail.alarm_name, "event_id": event.id})
+        metrics.add_metric(name="IgnoredAlarmEvents", unit=MetricUnit.Count, value=1)
+        return {"started": False, "reason": f"alarm {detail.alarm_name!r} is not a VSA IOPS alarm"}
+    array_id, kind = parsed
     logger.append_keys(array_id=array_id, alarm=detail.alarm_name, event_id=event.id)
     if detail.state.value != "ALARM":
         logger.info("alarm left ALARM; nothing to scale", extra={"state": detail.state.value})

@@ -216,10 +216,17 @@ def test_alarm_leaving_alarm_starts_nothing(stubbed_sfn, state: str):
     assert state in result["reason"]
 
 
-def test_alarm_that_is_not_a_vsa_alarm_is_an_invalid_event(stubbed_sfn):
+@pytest.mark.parametrize(
+    "alarm_name", ["some-other-alarm", "vsa-demo-backup-failed", "vsa-demo-iops-high-backup-failed"]
+)
+def test_alarm_that_is_not_an_iops_alarm_is_ignored_not_failed(stubbed_sfn, alarm_name: str):
+    # Given an ALARM of an alarm that is not an array's IOPS alarm (e.g. the stack's own
+    # <stack>-backup-failed, which starts vsa- when the stack does), and a client expecting no call
     sfn, _ = stubbed_sfn
-    with pytest.raises(InvalidEventError):
-        start_scale(parse(alarm_event(alarm_name="some-other-alarm")), sfn)
+    # When handled
+    result = start_scale(parse(alarm_event(alarm_name=alarm_name)), sfn)
+    # Then nothing starts and nothing raises (a raise retries the async invoke into the DLQ)
+    assert result == {"started": False, "reason": f"alarm {alarm_name!r} is not a VSA IOPS alarm"}
 
 
 def test_alarm_without_demand_starts_nothing(stubbed_sfn):
@@ -386,4 +393,20 @@ def test_handler_rejects_an_event_that_is_not_an_alarm_state_change(
     with pytest.raises(ValidationError) as raised:
         lambda_handler(event, lambda_context)
     assert ("detail", "state") in [error["loc"] for error in raised.value.errors()]
+    assert list_executions(scale_state_machine) == []
+
+
+def test_handler_ignores_the_stacks_backup_failed_alarm(
+    scale_state_machine: str,
+    function_env: None,
+    lambda_context: FakeLambdaContext,
+    capsys: pytest.CaptureFixture[str],
+):
+    # Given the sample ALARM of stack vsa-demo's own backup-failed alarm (a single-metric alarm)
+    event = load_event("cloudwatch/backup_failed_alarm.json")
+    # When it reaches the trigger anyway (an old rule, a replay)
+    result = lambda_handler(event, lambda_context)
+    # Then it is ignored and counted, and no ScaleArray starts
+    assert result == {"started": False, "reason": "alarm 'vsa-demo-backup-failed' is not a VSA IOPS alarm"}
+    assert emf_metrics(capsys.readouterr().out) == {"IgnoredAlarmEvents": 1}
     assert list_executions(scale_state_machine) == []

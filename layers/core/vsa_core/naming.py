@@ -17,15 +17,24 @@ def iops_alarm_name(array_id: str, kind: AlarmKind) -> str:
     return f"vsa-{array_id}-iops-{kind}"
 
 
-def parse_iops_alarm_name(alarm_name: str) -> tuple[str, AlarmKind]:
-    """The array id and alarm kind encoded in an IOPS alarm name."""
+def match_iops_alarm_name(alarm_name: str) -> tuple[str, AlarmKind] | None:
+    """The array id and alarm kind encoded in an IOPS alarm name, or None for any other alarm
+    (e.g. the stack's own ``<stack>-backup-failed``, which starts ``vsa-`` too)."""
     match = _ALARM_NAME.fullmatch(alarm_name)  # fullmatch: '$' would accept a trailing newline
     if match is None:
+        return None
+    kind: AlarmKind = "high" if match["kind"] == "high" else "low"
+    return match["array"], kind
+
+
+def parse_iops_alarm_name(alarm_name: str) -> tuple[str, AlarmKind]:
+    """The array id and alarm kind encoded in an IOPS alarm name."""
+    parsed = match_iops_alarm_name(alarm_name)
+    if parsed is None:
         raise InvalidEventError(
             f"alarm {alarm_name!r} is not a VSA IOPS alarm (expected vsa-<arrayId>-iops-high|low)"
         )
-    kind: AlarmKind = "high" if match["kind"] == "high" else "low"
-    return match["array"], kind
+    return parsed
 
 
 def scale_execution_name(array_id: str, alarm_arn: str, state_timestamp: str) -> str:

@@ -1,0 +1,95 @@
+"""The EventBridge rules in the template match the events they are for, and no others.
+
+The IOPS rule used to match ``alarmName`` by the prefix ``vsa-``: the stack's own
+``<stack>-backup-failed`` alarm starts with it too when the stack does (the default stack name is
+``vsa-…``), so a failed backup started the scaling trigger, which failed into the dead-letter
+queue. The pattern is evaluated here offline by moto's EventBridge pattern matcher (the one its
+rules deliver by; moto answers no ``TestEventPattern``); ``tests/localcloud/test_cloudwatch.py``
+asks the local cloud's EventBridge the same through ``TestEventPattern``.
+
+EventBridge documents ``wildcard`` matching for event buses ("Comparison operators for use in
+event patterns", https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-create-pattern-operators.html):
+``*`` matches any run of characters, and the pattern must match the whole value.
+"""
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from moto.events.models import EventPattern
+
+from tests.infra.test_statemachine_definitions import load_template
+from vsa_core.naming import iops_alarm_name
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def iops_rule_pattern() -> dict[str, Any]:
+    """The deployed pattern of the rule that starts the scaling trigger."""
+    function = load_template()["Resources"]["OnIopsAlarmFunction"]["Properties"]
+    pattern: dict[str, Any] = function["Events"]["IopsAlarmStateChange"]["Properties"]["Pattern"]
+    return pattern
+
+
+def alarm_state_change(alarm_name: str, state: str = "ALARM") -> dict[str, Any]:
+    """The sample IOPS alarm event (AWS's shape) re-aimed at ``alarm_name``."""
+    event: dict[str, Any] = json.loads((ROOT / "events/cloudwatch/iops_alarm_high.json").read_text())
+    event = copy.deepcopy(event)
+    event["detail"]["alarmName"] = alarm_name
+    event["resources"] = [f"arn:aws:cloudwatch:us-east-1:123456789012:alarm:{alarm_name}"]
+    event["detail"]["state"]["value"] = state
+    return event
+
+
+@pytest.fixture
+def iops_rule() -> Any:
+    """Tests the rule's pattern against one event, as EventBridge matches rules."""
+
+    def test(event: dict[str, Any]) -> bool:
+        return bool(EventPattern.load(json.dumps(iops_rule_pattern())).matches_event(event))
+
+    return test
+
+
+def matches(iops_rule: Any, event: dict[str, Any]) -> bool:
+    return bool(iops_rule(event))
+
+
+@pytest.mark.parametrize("array_id", ["demo", "prod-db-01", "iops-high", "backup-failed"])
+@pytest.mark.parametrize("kind", ["high", "low"])
+def test_the_iops_rule_matches_every_arrays_iops_alarm(iops_rule: Any, array_id: str, kind: str) -> None:
+    # Given an ALARM of an array's IOPS alarm, named as the core names it
+    event = alarm_state_change(iops_alarm_name(array_id, kind))  # type: ignore[arg-type]
+    # When EventBridge tests the rule's pattern / Then it matches
+    assert matches(iops_rule, event)
+
+
+@pytest.mark.parametrize(
+    "alarm_name",
+    [
+        "vsa-backup-failed",  # stack "vsa"
+        "vsa-demo-backup-failed",  # stack "vsa-demo"
+        "vsa-demo-iops-high-backup-failed",  # a stack named like an alarm
+        "vsa-demo-iops-highest",
+        "other-demo-iops-high",
+    ],
+)
+def test_the_iops_rule_does_not_match_other_alarms(iops_rule: Any, alarm_name: str) -> None:
+    # Given an ALARM of an alarm that is not an array's IOPS alarm (the stack's backup-failed)
+    event = alarm_state_change(alarm_name)
+    # When EventBridge tests the rule's pattern / Then it does not match
+    assert not matches(iops_rule, event)
+
+
+def test_the_backup_failed_sample_does_not_match(iops_rule: Any) -> None:
+    # Given the sample event of stack vsa-demo's backup-failed alarm entering ALARM
+    event = json.loads((ROOT / "events/cloudwatch/backup_failed_alarm.json").read_text())
+    # When tested against the rule / Then it does not match
+    assert not matches(iops_rule, event)
+
+
+def test_the_iops_rule_does_not_match_leaving_alarm(iops_rule: Any) -> None:
+    # Given an IOPS alarm returning to OK / Then the rule does not match
+    assert not matches(iops_rule, alarm_state_change("vsa-demo-iops-high", state="OK"))
