@@ -6,19 +6,21 @@ draining, which controller leaves on a scale-in), and runs the pure planner. The
 returned, not written: the workflow sets the capacity and records it.
 """
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from vsa_core import controllers
+from vsa_core import controllers, demand
 from vsa_core.clients import client
 from vsa_core.errors import ArrayNotFoundError
 from vsa_core.events import ScaleRequest
+from vsa_core.model import ArraySpec
 from vsa_core.naming import group_name
 from vsa_core.observability import logger, tracer
-from vsa_core.planner import plan
+from vsa_core.planner import ScaleDecision, plan
+from vsa_core.reconcile import HIGH_EVALUATION_PERIODS, LOW_EVALUATION_PERIODS
 from vsa_core.registry import ArrayRegistry
 from vsa_core.settings import get_settings
 from vsa_core.simulate import planner_inputs
@@ -31,6 +33,7 @@ IN_FLIGHT = (
     "Terminating:Wait",
     "Terminating:Proceed",
 )
+EVALUATION_PERIODS = {"high": HIGH_EVALUATION_PERIODS, "low": LOW_EVALUATION_PERIODS}
 SCALE_FIELDS = {"scale-out": "lastScaleOutAt", "scale-in": "lastScaleInAt", "hold": "lastHoldAt"}
 
 
@@ -50,15 +53,20 @@ def plan_scale(
     instances: list[dict[str, Any]] = [dict(i) for i in group.get("Instances", [])]
     in_flight = sum(1 for i in instances if i["LifecycleState"] in IN_FLIGHT)
     read = request.demand
+    current = int(group["DesiredCapacity"])
+    age = demand.alarm_datapoint_age(request.state_timestamp, now)
+    max_age = demand.alarm_datapoint_max_age(EVALUATION_PERIODS[request.alarm_kind])
     if read is not None and read.newest_minute is not None:
         demand_iops, recent, source = read.demand_iops, tuple(read.recent_demand), read.source
-    else:
-        # GetMetricData had no datapoint in its window: the alarm's own datapoint is all we know
+    elif age <= max_age:
+        # GetMetricData had no datapoint in its window: the alarm's own datapoint, while fresh
         demand_iops, recent, source = request.demand_iops, (), "alarm"
+    else:
+        return _stale(request, array.spec, current, now, name, age, max_age)
     decision = plan(
         array.spec,
         demand_iops,
-        int(group["DesiredCapacity"]),
+        current,
         now=now,
         last_scale_out_at=_parse(array.last_scale_out_at),
         last_scale_in_at=_parse(array.last_scale_in_at),
@@ -87,6 +95,52 @@ def plan_scale(
         "alarmName": request.alarm_name,
         "alarmDemandIops": request.demand_iops,
         "demandSource": source,
+        "eventId": request.event_id,
+    }
+
+
+def _stale(
+    request: ScaleRequest,
+    spec: ArraySpec,
+    current: int,
+    now: datetime,
+    group: str,
+    age: timedelta,
+    max_age: timedelta,
+) -> dict[str, Any]:
+    """No decision on stale data: GetMetricData found no datapoint and the alarm's is older than
+    its window allows. Hold, say why, and re-arm the alarm (``waiting``) so a breach that still
+    holds comes back as a fresh state change."""
+    reason = (
+        f"no fresh demand: GetMetricData found no datapoint and the alarm's state change is "
+        f"{int(age.total_seconds())} s old (at most {int(max_age.total_seconds())} s): not deciding on it"
+    )
+    decision = ScaleDecision(
+        array_id=spec.array_id,
+        demand_iops=request.demand_iops,
+        current_controllers=current,
+        needed_controllers=current,
+        desired_controllers=current,
+        min_controllers=spec.min_controllers,
+        max_controllers=spec.max_controllers,
+        per_controller_iops=spec.per_controller_iops,
+        target_utilisation=spec.target_utilisation,
+        action="hold",
+        reason=reason,
+        under_provisioned=False,
+        waiting=True,
+        now=now.isoformat(),
+    )
+    logger.warning("scale decision on stale data refused", extra=decision.as_dict())
+    return {
+        **decision.as_dict(),
+        "groupName": group,
+        "leaver": None,
+        "scaleField": SCALE_FIELDS["hold"],
+        "rearm": True,
+        "alarmName": request.alarm_name,
+        "alarmDemandIops": request.demand_iops,
+        "demandSource": "stale",
         "eventId": request.event_id,
     }
 

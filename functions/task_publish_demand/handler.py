@@ -37,20 +37,27 @@ def publish(registry: ArrayRegistry, service: ArrayService, cloudwatch: Any, now
             volume_ids = service.volume_ids(spec)
             if not demand.needs_aggregation(spec, volume_ids):
                 continue
-            result = cloudwatch.get_metric_data(
-                MetricDataQueries=demand.ebs_iops_queries(volume_ids), StartTime=start, EndTime=end
-            )
+            # every volume's series, summed with a volume without datapoints counting as no IO
+            # (a volume not attached yet has no EBS metrics; it must not blank the array's sum)
+            results = [
+                result
+                for page in cloudwatch.get_paginator("get_metric_data").paginate(
+                    MetricDataQueries=demand.ebs_volume_queries(volume_ids, returned=True),
+                    StartTime=start,
+                    EndTime=end,
+                )
+                for result in page["MetricDataResults"]
+            ]
+            stamps, values = demand.sum_volume_results(results)
             data = [
                 {
                     "MetricName": demand.AGGREGATE_METRIC,
                     "Dimensions": [{"Name": "ArrayId", "Value": spec.array_id}],
                     "Timestamp": when,
-                    "Value": float(value),
+                    "Value": value,
                     "Unit": "Count/Second",
                 }
-                for r in result["MetricDataResults"]
-                if r["Id"] == demand.DEMAND_QUERY_ID
-                for when, value in zip(r["Timestamps"], r["Values"], strict=True)
+                for when, value in zip(stamps, values, strict=True)
             ]
             for i in range(0, len(data), PUT_BATCH):
                 cloudwatch.put_metric_data(

@@ -3,7 +3,8 @@
 The alarm that started the workflow saw one datapoint, minutes old by the time the workflow
 holds the lock; the planner needs the newest minute and the minutes before it (the trend of a
 rising demand, the peak a scale-in must still serve). The queries come from the core
-(``vsa_core.demand.read_queries``): the volumes' AWS/EBS metric math, or the spec's
+(``vsa_core.demand.read_queries``): every volume's AWS/EBS metrics, summed with a volume that
+has no datapoint (not attached yet: EBS sends nothing) counting as no IO, or the spec's
 host-published metric.
 """
 
@@ -35,16 +36,17 @@ def read_demand(
     spec = registry.get(array_id).spec
     queries = demand.read_queries(spec, service.volume_ids(spec))
     start, end = demand.window(now)
-    timestamps: list[datetime] = []
-    values: list[float] = []
     pages = cloudwatch.get_paginator("get_metric_data").paginate(
         MetricDataQueries=queries, StartTime=start, EndTime=end, ScanBy="TimestampAscending"
     )
+    # a result may come in pieces over pages: join each query's before summing the volumes
+    joined: dict[str, dict[str, list[Any]]] = {}
     for page in pages:
         for result in page["MetricDataResults"]:
-            if result["Id"] == demand.DEMAND_QUERY_ID:
-                timestamps.extend(result["Timestamps"])
-                values.extend(result["Values"])
+            into = joined.setdefault(result["Id"], {"Timestamps": [], "Values": []})
+            into["Timestamps"].extend(result["Timestamps"])
+            into["Values"].extend(result["Values"])
+    timestamps, values = demand.demand_from_results([{"Id": k, **v} for k, v in joined.items()])
     read = demand.series(timestamps, values, start=start, end=end)
     source = "demandMetric" if spec.demand_metric else "AWS/EBS"
     logger.info("demand read", extra={**read.as_dict(), "source": source})

@@ -345,3 +345,97 @@ def test_composite_alarm_follows_its_rule(aws, event_capture, alarms) -> None:
     assert [(t["arn"], t["state"]["value"]) for t in triggering] == [(_arn(first), "ALARM")]
     described = cloudwatch.describe_alarms(AlarmNames=[composite], AlarmTypes=["CompositeAlarm"])
     assert described["CompositeAlarms"][0]["StateValue"] == "OK"
+
+
+# --- missing datapoints: a volume without metrics (not attached) must not blank the demand -------
+# "Using metric math" (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/using-metric-math.html):
+# PERIOD(m) takes a TS and returns S, "the period of the metric in seconds" (a scalar, whether or not
+# the metric has datapoints); FILL(m, value) takes a TS (or TS[]) and returns a TS (or TS[]), "fills
+# the missing values of a metric with the specified filler value". EBS sends no metrics for a volume
+# that is not attached (Amazon EBS User Guide, "Amazon CloudWatch metrics for Amazon EBS").
+
+
+def _volume_queries(vol1: str, vol2: str) -> list[dict[str, Any]]:
+    return [q for q in _product_metrics(vol1, vol2) if q["Id"] != "demand"]
+
+
+def test_period_is_the_metrics_period_even_without_datapoints(aws, control) -> None:
+    # Given r1 (volume 1) has no datapoints at all and volume 2 has one minute of reads
+    vol1, vol2 = _volumes()
+    minute = _this_minute() - timedelta(minutes=2)
+    _publish_ops(control, vol2, minute, reads=600, writes=0)
+    queries = [*_volume_queries(vol1, vol2), {"Id": "rate", "Expression": "r2 / PERIOD(r1)", "Label": "Rate"}]
+    # When PERIOD of the empty metric divides the other
+    reply = aws("cloudwatch").get_metric_data(
+        MetricDataQueries=queries, StartTime=minute, EndTime=minute + timedelta(minutes=1)
+    )
+    # Then PERIOD(r1) is the scalar 60 and the rate is there (a time series of PERIOD would be empty)
+    (result,) = reply["MetricDataResults"]
+    assert (result["Timestamps"], result["Values"]) == ([minute], [10.0])
+
+
+def test_fill_of_one_metric_is_one_time_series(aws, control) -> None:
+    # Given volume 1 has reads in one of two minutes
+    vol1, vol2 = _volumes()
+    first = _this_minute() - timedelta(minutes=3)
+    _publish_ops(control, vol1, first, reads=120, writes=0)
+    queries = [
+        *_volume_queries(vol1, vol2),
+        {"Id": "filled", "Expression": "FILL(r1, 0)", "Label": "Filled"},
+        {"Id": "both", "Expression": "FILL(r1, 0) + FILL(r2, 0)", "Label": "Both"},
+    ]
+    # When FILLed over both minutes
+    reply = aws("cloudwatch").get_metric_data(
+        MetricDataQueries=queries,
+        StartTime=first,
+        EndTime=first + timedelta(minutes=2),
+        ScanBy="TimestampAscending",
+    )
+    # Then each expression is one series with both minutes, the missing one as 0
+    by_id = {r["Id"]: r for r in reply["MetricDataResults"]}
+    assert sorted(r["Id"] for r in reply["MetricDataResults"]) == ["both", "filled"]
+    for query in ("filled", "both"):
+        assert by_id[query]["Timestamps"] == [first, first + timedelta(minutes=1)]
+        assert by_id[query]["Values"] == [120.0, 0.0]
+    assert by_id["filled"]["Label"] == "Filled"
+
+
+def test_the_products_alarm_math_counts_a_volume_without_datapoints_as_no_io(aws, control) -> None:
+    # Given an array of two volumes whose first (r0/w0, PERIOD's argument) has no datapoints, as
+    # a volume just created and not yet attached, and the second serves 100 then 200 IOPS
+    from vsa_core.demand import ebs_iops_queries  # the queries the product's alarms use
+
+    vol1, vol2 = _volumes()
+    first = _this_minute() - timedelta(minutes=3)
+    _publish_ops(control, vol2, first, reads=3000, writes=3000)
+    _publish_ops(control, vol2, first + timedelta(minutes=1), reads=6000, writes=6000)
+    # When GetMetricData evaluates the alarm's metric math
+    reply = aws("cloudwatch").get_metric_data(
+        MetricDataQueries=ebs_iops_queries([vol1, vol2]),
+        StartTime=first,
+        EndTime=first + timedelta(minutes=2),
+        ScanBy="TimestampAscending",
+    )
+    # Then the demand is the second volume's, minute by minute (not blank)
+    (result,) = reply["MetricDataResults"]
+    assert result["Timestamps"] == [first, first + timedelta(minutes=1)]
+    assert result["Values"] == [100.0, 200.0]
+
+
+def test_the_iops_rule_matches_only_the_arrays_iops_alarms(aws) -> None:
+    # Given the template's IOPS rule pattern and CloudWatch alarm state changes in AWS's shape
+    # (EventBridge "wildcard" matching, documented for event buses:
+    # https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-create-pattern-operators.html)
+    from tests.infra.test_event_rules import alarm_state_change, iops_rule_pattern
+
+    pattern = json.dumps(iops_rule_pattern())
+
+    def matches(event: dict[str, Any]) -> bool:
+        return bool(aws("events").test_event_pattern(EventPattern=pattern, Event=json.dumps(event))["Result"])
+
+    # When EventBridge tests them / Then the arrays' IOPS alarms match, the stack's own do not
+    assert matches(alarm_state_change("vsa-demo-iops-high"))
+    assert matches(alarm_state_change("vsa-prod-db-01-iops-low"))
+    assert not matches(alarm_state_change("vsa-demo-backup-failed"))
+    assert not matches(json.loads((EVENTS / "backup_failed_alarm.json").read_text()))
+    assert not matches(alarm_state_change("vsa-demo-iops-high", state="OK"))

@@ -52,7 +52,10 @@ def test_a_small_array_alarms_on_its_volumes_metric_math() -> None:
     assert len(stats) == 10  # read + write ops of each of the 5 volumes
     assert {q["MetricStat"]["Metric"]["Namespace"] for q in stats} == {"AWS/EBS"}
     (expression,) = [q for q in queries if "Expression" in q]
-    assert expression["Expression"] == "(r0 + w0 + r1 + w1 + r2 + w2 + r3 + w3 + r4 + w4) / PERIOD(r0)"
+    # every volume filled with 0 where it has no datapoint (EBS sends nothing for a volume that is
+    # not attached): a series missing a timestamp would drop it from the whole sum
+    assert expression["Expression"] == "SUM(FILL(METRICS(), 0)) / PERIOD(r0)"
+    assert [q["ReturnData"] for q in stats] == [False] * 10
 
 
 def test_a_larger_array_alarms_on_the_published_aggregate() -> None:
@@ -95,8 +98,35 @@ def test_every_alarm_stays_within_cloudwatchs_limits(n: int, custom: bool) -> No
 
 def test_the_workflow_reads_the_volumes_directly_even_when_alarms_watch_the_aggregate() -> None:
     queries = demand.read_queries(spec(16), volume_ids(16))
-    assert sum("MetricStat" in q for q in queries) == 32
-    assert queries[-1]["Id"] == demand.DEMAND_QUERY_ID
+    # every volume's two series, returned and summed by the function (no FILL: the newest
+    # minutes, not landed yet, must stay missing rather than read as zero demand)
+    assert sum("MetricStat" in q for q in queries) == len(queries) == 32
+    assert all(q["ReturnData"] for q in queries)
+
+
+def test_a_volume_without_datapoints_counts_as_no_io_in_the_sum() -> None:
+    # Given 3 volumes over 3 minutes, the third just created (not attached: EBS sends no metrics
+    # for it) and the second missing the newest minute
+    t = [NOW - timedelta(minutes=m) for m in (4, 3, 2)]
+    results = [
+        {"Id": "r0", "Timestamps": t, "Values": [600.0, 1200.0, 1800.0]},
+        {"Id": "w0", "Timestamps": t, "Values": [60.0, 60.0, 60.0]},
+        {"Id": "r1", "Timestamps": t[:2], "Values": [6000.0, 6000.0]},
+        {"Id": "w1", "Timestamps": [], "Values": []},
+        {"Id": "r2", "Timestamps": [], "Values": []},
+        {"Id": "w2", "Timestamps": [], "Values": []},
+    ]
+    # When summed / Then each minute is the per-second sum of the volumes that have data
+    assert demand.sum_volume_results(results) == (t, [111.0, 121.0, 31.0])
+    # and a minute no volume has stays missing (not zero demand)
+    assert demand.sum_volume_results(results[3:]) == ([], [])
+
+
+def test_an_alarm_datapoint_is_fresh_for_its_window_plus_the_landing_delay() -> None:
+    # The high alarm looks at 2 one-minute periods, the low one at 5; a minute lands up to 3 late
+    assert demand.alarm_datapoint_max_age(reconcile.HIGH_EVALUATION_PERIODS) == timedelta(minutes=5)
+    assert demand.alarm_datapoint_max_age(reconcile.LOW_EVALUATION_PERIODS) == timedelta(minutes=8)
+    assert demand.alarm_datapoint_age("2026-11-22T10:28:25.000+0000", NOW) == timedelta(minutes=2)
 
 
 # --- minutes of demand from one GetMetricData result -------------------------------------------------
@@ -154,6 +184,25 @@ def service(cloudwatch: Any) -> ArrayService:
     return ArrayService(scheduler_role_arn="arn:aws:iam::123456789012:role/s", cloudwatch=cloudwatch)
 
 
+def volume_answer(n: int, stamps: list[datetime], per_volume: dict[int, list[float]]) -> dict[str, Any]:
+    """GetMetricData's answer to ``ebs_volume_queries``: volume i reads ``per_volume[i]`` ops a
+    minute (writes none); a volume left out has no datapoints."""
+    results = []
+    for i in range(n):
+        for prefix in ("r", "w"):
+            values = per_volume.get(i, []) if prefix == "r" else [0.0] * len(per_volume.get(i, []))
+            results.append(
+                {
+                    "Id": f"{prefix}{i}",
+                    "Label": "x",
+                    "Timestamps": stamps[: len(values)],
+                    "Values": values,
+                    "StatusCode": "Complete",
+                }
+            )
+    return {"MetricDataResults": results, "Messages": []}
+
+
 def metric_answer(stamps: list[datetime], values: list[float]) -> dict[str, Any]:
     return {
         "MetricDataResults": [
@@ -174,9 +223,10 @@ def test_read_demand_asks_for_the_arrays_queries_and_returns_its_minutes(registr
     start, end = demand.window(NOW)
     stamps = [end - timedelta(minutes=m) for m in (4, 3, 2)]
     with Stubber(cloudwatch) as stub:
+        # volume 2 has no datapoints (just created, not attached)
         stub.add_response(
             "get_metric_data",
-            metric_answer(stamps, [100.0, 200.0, 300.0]),
+            volume_answer(3, stamps, {0: [3000.0, 6000.0, 9000.0], 1: [3000.0, 6000.0, 9000.0]}),
             {
                 "MetricDataQueries": demand.read_queries(spec(3), volume_ids(3)),
                 "StartTime": start,
@@ -200,8 +250,15 @@ def test_publish_puts_the_aggregate_only_for_arrays_too_large_for_alarm_math(reg
     with Stubber(cloudwatch) as stub:
         stub.add_response(
             "get_metric_data",
-            metric_answer(stamps, [70_000.0, 71_000.0]),
-            {"MetricDataQueries": demand.ebs_iops_queries(volume_ids(7)), "StartTime": start, "EndTime": end},
+            # volume 6 has no datapoints (not attached yet): it must not blank the sum
+            volume_answer(
+                7, stamps, {i: [600_000.0, 612_000.0] for i in range(6)} | {0: [1_200_000.0, 1_200_000.0]}
+            ),
+            {
+                "MetricDataQueries": demand.ebs_volume_queries(volume_ids(7), returned=True),
+                "StartTime": start,
+                "EndTime": end,
+            },
         )
         stub.add_response(
             "put_metric_data",
@@ -230,7 +287,7 @@ def test_one_arrays_failure_does_not_stop_the_others_and_is_reported(registry, c
     registry.create(spec(6, "second"))
     with Stubber(cloudwatch) as stub:
         stub.add_client_error("get_metric_data", "Throttling", "Rate exceeded")
-        stub.add_response("get_metric_data", metric_answer([NOW - timedelta(minutes=2)], [5.0]), None)
+        stub.add_response("get_metric_data", volume_answer(6, [NOW - timedelta(minutes=2)], {0: [5.0]}), None)
         stub.add_response("put_metric_data", {}, {"Namespace": "VSA/Arrays", "MetricData": ANY})
         with pytest.raises(RuntimeError, match=r"demand not published for \['first'\]"):
             publish_handler.publish(registry, service(cloudwatch), cloudwatch, NOW)

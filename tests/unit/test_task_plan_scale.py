@@ -134,7 +134,9 @@ def test_handler_plans_with_the_clients_and_table_of_its_environment(
 ):
     registry.create(DEMO)
     make_group(autoscaling, 2)
-    payload = json.loads(json.dumps(handler.lambda_handler(dict(REQUEST), lambda_context)))
+    # an alarm that changed state just now (the handler plans at the real clock's now)
+    fresh = {**REQUEST, "stateTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000+0000")}
+    payload = json.loads(json.dumps(handler.lambda_handler(fresh, lambda_context)))
     assert payload["desired_controllers"] == 4
     assert payload["groupName"] == "vsa-demo-controllers"
 
@@ -173,3 +175,52 @@ def test_without_any_datapoint_read_the_alarms_datapoint_is_the_demand(registry,
     decision = handler.plan_scale(request(demand=empty), registry, autoscaling, NOW)
     assert (decision["demand_iops"], decision["demandSource"]) == (612_345.0, "alarm")
     assert decision["recent_samples"] == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "age", "fresh"),
+    [
+        ("high", timedelta(minutes=5), True),  # 2 one-minute periods + 3 minutes' landing delay
+        ("high", timedelta(minutes=5, seconds=1), False),
+        ("low", timedelta(minutes=8), True),  # 5 one-minute periods + 3
+        ("low", timedelta(minutes=8, seconds=1), False),
+        ("high", timedelta(days=1), False),
+    ],
+)
+def test_the_alarms_datapoint_stands_for_the_demand_only_while_fresh(
+    registry, autoscaling, kind: str, age: timedelta, fresh: bool
+):
+    # Given GetMetricData found no datapoint, and the alarm's state change is `age` old
+    registry.create(DEMO)
+    make_group(autoscaling, 2)
+    empty = {"demandIops": 0.0, "recentDemand": [0.0] * 15, "newestMinute": None}
+    stamp = (NOW - age).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "+0000"
+    changes = {"alarmName": f"vsa-demo-iops-{kind}", "alarmKind": kind, "stateTimestamp": stamp}
+    # When planned
+    decision = handler.plan_scale(request(demand=empty, **changes), registry, autoscaling, NOW)
+    if fresh:
+        # Then a fresh datapoint is the demand (612,345 IOPS: scale out to 4)
+        assert (decision["demandSource"], decision["desired_controllers"]) == ("alarm", 4)
+    else:
+        # Then no decision on stale data: hold at the group's count, say why, re-arm the alarm
+        # (a breach that still holds comes back as a fresh state change)
+        assert (decision["action"], decision["desired_controllers"]) == ("hold", 2)
+        assert decision["demandSource"] == "stale"
+        assert decision["reason"].startswith("no fresh demand")
+        assert (decision["waiting"], decision["rearm"], decision["leaver"]) == (True, True, None)
+        assert decision["scaleField"] == "lastHoldAt"
+
+
+def test_a_day_old_alarm_does_not_scale_an_idle_array_out(registry, autoscaling):
+    # Given an idle array (GetMetricData: nothing) and a high alarm's event from a day ago
+    registry.create(DEMO)
+    make_group(autoscaling, 2)
+    empty = {"demandIops": 0.0, "recentDemand": [0.0] * 15, "newestMinute": None}
+    old = request(demand=empty, stateTimestamp="2026-11-01T17:04:40.989+0000")
+    # When planned / Then the group keeps its 2 controllers
+    decision = handler.plan_scale(old, registry, autoscaling, NOW)
+    assert (decision["action"], decision["current_controllers"], decision["desired_controllers"]) == (
+        "hold",
+        2,
+        2,
+    )

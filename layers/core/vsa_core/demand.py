@@ -52,24 +52,56 @@ def _stat(
     }
 
 
-def ebs_iops_queries(volume_ids: Sequence[str]) -> list[dict[str, Any]]:
-    """Metric math for the volumes' IOPS: ``(r0 + w0 + r1 + w1 …) / PERIOD(r0)``."""
+def ebs_volume_queries(volume_ids: Sequence[str], *, returned: bool = False) -> list[dict[str, Any]]:
+    """``VolumeReadOps`` (``r<i>``) and ``VolumeWriteOps`` (``w<i>``), Sum per minute, per volume."""
     if not volume_ids:
         raise ValueError("an array's demand needs at least one volume")
     queries: list[dict[str, Any]] = []
     for index, volume_id in enumerate(volume_ids):
         for prefix, metric in (("r", "VolumeReadOps"), ("w", "VolumeWriteOps")):
-            queries.append(_stat(f"{prefix}{index}", "AWS/EBS", metric, {"VolumeId": volume_id}, "Sum"))
-    terms = " + ".join(q["Id"] for q in queries)
+            query = _stat(f"{prefix}{index}", "AWS/EBS", metric, {"VolumeId": volume_id}, "Sum")
+            queries.append({**query, "ReturnData": returned})
+    return queries
+
+
+EBS_IOPS_EXPRESSION = "SUM(FILL(METRICS(), 0)) / PERIOD(r0)"
+"""The volumes' IOPS in an alarm. ``FILL(…, 0)``: a volume without a datapoint in a minute (EBS
+sends no metrics for a volume that is not attached, e.g. one just created) counts as no IO; in
+CloudWatch metric math a series missing a timestamp drops that timestamp from a binary
+operation, so ``r0 + w0 + r1 …`` went blank whenever one volume had no datapoint. ``METRICS()``
+(every metric of the alarm, all of them the volumes') keeps the expression's length independent
+of the volume count. A minute with no datapoint at all becomes 0 too, which is what the alarms'
+``TreatMissingData`` already said of it (no IO: the high alarm not breaching, the low one
+breaching). https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/using-metric-math.html"""
+
+
+def ebs_iops_queries(volume_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """Metric math for the volumes' IOPS in an alarm: ``EBS_IOPS_EXPRESSION``."""
+    queries = ebs_volume_queries(volume_ids)
     queries.append(
         {
             "Id": DEMAND_QUERY_ID,
-            "Expression": f"({terms}) / PERIOD(r0)",
+            "Expression": EBS_IOPS_EXPRESSION,
             "Label": "ArrayIops",
             "ReturnData": True,
         }
     )
     return queries
+
+
+def sum_volume_results(results: Sequence[Mapping[str, Any]]) -> tuple[list[datetime], list[float]]:
+    """The array's IOPS per minute from GetMetricData's per-volume results (``ebs_volume_queries``
+    with ``returned=True``): each minute that any volume has a datapoint for, the sum over the
+    volumes with a missing volume counting as no IO, divided by the period. Summed here rather
+    than with ``FILL`` in the query: FILL would also turn the newest minutes, whose datapoints
+    have not landed yet, into zero demand, where the workflow reads the newest minute that has
+    data (``series``)."""
+    totals: dict[datetime, float] = {}
+    for result in results:
+        for when, value in zip(result["Timestamps"], result["Values"], strict=True):
+            totals[when] = totals.get(when, 0.0) + float(value)
+    stamps = sorted(totals)
+    return stamps, [totals[t] / METRIC_PERIOD_SECONDS for t in stamps]
 
 
 def _returned(query: dict[str, Any]) -> dict[str, Any]:
@@ -106,13 +138,37 @@ def alarm_queries(spec: ArraySpec, volume_ids: Sequence[str]) -> list[dict[str, 
 
 
 def read_queries(spec: ArraySpec, volume_ids: Sequence[str]) -> list[dict[str, Any]]:
-    """GetMetricData queries for the array's demand, straight from its source."""
-    return custom_queries(spec) or ebs_iops_queries(volume_ids)
+    """GetMetricData queries for the array's demand, straight from its source: the spec's metric
+    (one result, ``DEMAND_QUERY_ID``), or every volume's two metrics (summed by
+    ``sum_volume_results``)."""
+    return custom_queries(spec) or ebs_volume_queries(volume_ids, returned=True)
+
+
+def demand_from_results(results: Sequence[Mapping[str, Any]]) -> tuple[list[datetime], list[float]]:
+    """The demand series from the results of ``read_queries``, whichever source they read."""
+    mine = [r for r in results if r["Id"] == DEMAND_QUERY_ID]
+    if mine:
+        stamps = [t for r in mine for t in r["Timestamps"]]
+        return stamps, [float(v) for r in mine for v in r["Values"]]
+    return sum_volume_results(results)
 
 
 FRESH_MINUTES = 3
 """A minute's datapoint may land a few minutes late: the newest datapoint counts as the current
 demand if it is at most this many minutes old; later minutes are not taken as zero demand."""
+
+
+def alarm_datapoint_max_age(evaluation_periods: int) -> timedelta:
+    """How old an alarm's state change may be for its datapoint to stand for the current demand:
+    the alarm's evaluation window (``evaluation_periods`` one-minute periods) plus
+    ``FRESH_MINUTES`` (its newest minute may have landed that late). An older event (redelivered,
+    or queued behind the scaling lock) says nothing about now: the decision waits for fresh data."""
+    return timedelta(seconds=evaluation_periods * METRIC_PERIOD_SECONDS) + timedelta(minutes=FRESH_MINUTES)
+
+
+def alarm_datapoint_age(state_timestamp: str, now: datetime) -> timedelta:
+    """Age of an alarm state change (``detail.state.timestamp``, e.g. ``2026-11-02T17:04:40.989+0000``)."""
+    return now - datetime.fromisoformat(state_timestamp)
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,10 @@ evaluated on those series, as CloudWatch does:
 * arithmetic ``+ - * / ^`` (and unary minus) between series and scalars; two series combine on the
   timestamps both have (CloudWatch drops the others; ``FILL`` exists for that), a division by zero
   gives no datapoint;
-* ``PERIOD(m)``, ``METRICS()``/``METRICS("prefix")``, arrays ``[m1, m2]``, ``SUM``/``AVG``/``MIN``/
-  ``MAX`` (of an array: a series, datapoint by datapoint; of one series: a scalar), ``ABS``,
-  ``FILL(m, value)``.
+* ``PERIOD(m)`` (a scalar: the metric's period, datapoints or not), ``METRICS()``/
+  ``METRICS("prefix")``, arrays ``[m1, m2]``, ``SUM``/``AVG``/``MIN``/``MAX`` (of an array: a
+  series, datapoint by datapoint; of one series: a scalar), ``ABS``, ``FILL(m, value)`` (a series
+  for a series, an array for an array; the filler a scalar or a series) over the whole range.
 
 The expression is parsed with Python's ``ast`` (its grammar covers this subset once ``^`` becomes
 ``**``) and walked by a whitelist: nothing is ever ``eval``-ed.
@@ -262,15 +263,29 @@ class _Evaluator:
             return [m for id_, m in self.metrics.items() if id_.startswith(prefix)]
         values = [self.eval(a) for a in args]
         if name == "PERIOD" and len(values) == 1 and isinstance(values[0], Series):
-            return Series({t: float(values[0].period) for t in values[0].points}, values[0].period)
+            # TS -> S: the metric's period, a scalar (with or without datapoints)
+            return float(values[0].period)
         if name == "ABS" and len(values) == 1:
             return self.binary(values[0], 0.0, lambda x, _: abs(x))
-        if name == "FILL" and len(values) == 2 and isinstance(values[1], float):
-            fill = values[1]
-            return [
-                Series({t: s.points.get(t, fill) for t in self.grid}, s.period, s.label)
-                for s in self._series_list(values[0])
-            ]
+        if name == "FILL" and len(values) == 2 and not isinstance(values[1], list):
+            # TS, TS/S -> TS and TS[], TS/S -> TS[]: every period of the range gets a value, the
+            # filler's (a scalar, or the filler series' value at that time) where one is missing
+            filler = values[1]
+
+            def fill(s: Series) -> Series:
+                points = dict(s.points)
+                for t in self.grid:
+                    if t in points:
+                        continue
+                    if isinstance(filler, float):
+                        points[t] = filler
+                    elif t in filler.points:
+                        points[t] = filler.points[t]
+                return Series(dict(sorted(points.items())), s.period, s.label)
+
+            if isinstance(values[0], Series):
+                return fill(values[0])
+            return [fill(s) for s in self._series_list(values[0])]
         reducers: dict[str, Callable[[list[float]], float]] = {
             "SUM": sum,
             "AVG": lambda v: sum(v) / len(v),
