@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from vsa_core import controllers
@@ -190,19 +191,22 @@ class Steps:
         if not wanted:
             return {"requested": [], "already": []}
         pages = self._ec2.get_paginator("describe_volumes").paginate(VolumeIds=list(wanted))
+        described = [v for page in pages for v in page["Volumes"]]
         already = sorted(
             v["VolumeId"]
-            for page in pages
-            for v in page["Volumes"]
+            for v in described
             for a in v.get("Attachments", [])
             if a["InstanceId"] == request.instance_id and a["State"] in ATTACHED_STATES
         )
-        todo = [v for v in wanted if v not in already]
+        creating = sorted(v["VolumeId"] for v in described if v["State"] == "creating")
+        todo = [v for v in wanted if v not in already and v not in creating]
         for volume_id in todo:
             self._ec2.attach_volume(
                 VolumeId=volume_id, InstanceId=request.instance_id, Device=wanted[volume_id]
             )
-        return {"requested": todo, "already": already}
+        # a volume the API created moments ago may still be ``creating`` (AttachVolume would
+        # refuse it): the ``attachment`` polls attach it once it is available
+        return {"requested": todo, "already": already, "creating": creating}
 
     def connect(self, request: Connect) -> dict[str, Any]:
         """The document to every host at once, one SendCommand per host (each carries its own
@@ -267,7 +271,37 @@ class Steps:
         }
 
     def attachment(self, request: Attachment) -> dict[str, Any]:
+        """Whether every array volume is attached to the controller; a volume that was still
+        ``creating`` when the ``attach`` step ran (the API does not wait for new volumes) and is
+        available now gets its attachment started here, so the workflow's wait loop covers both."""
         _, ids, volumes = self._array_volumes(request.array_id)
+        late = [
+            v["VolumeId"]
+            for v in volumes
+            if v["State"] in ("available", "in-use")
+            and not any(a["InstanceId"] == request.instance_id for a in v.get("Attachments", []))
+        ]
+        if late:
+            reservations = self._ec2.describe_instances(InstanceIds=[request.instance_id])["Reservations"]
+            instance = reservations[0]["Instances"][0]
+            in_use = [m["DeviceName"] for m in instance.get("BlockDeviceMappings", [])]
+            in_use += [
+                a["Device"]
+                for v in volumes
+                for a in v.get("Attachments", [])
+                if a["InstanceId"] == request.instance_id and a.get("Device")
+            ]
+            devices = controllers.devices_for(late, in_use)
+            for volume_id in late:
+                try:
+                    self._ec2.attach_volume(
+                        VolumeId=volume_id, InstanceId=request.instance_id, Device=devices[volume_id]
+                    )
+                except ClientError as error:
+                    # an attachment the attach step started and DescribeVolumes did not show yet
+                    if error.response["Error"]["Code"] not in ("VolumeInUse", "IncorrectState"):
+                        raise
+            volumes = self._array_volumes(request.array_id)[2]
         states = {
             v["VolumeId"]: next(
                 (a["State"] for a in v.get("Attachments", []) if a["InstanceId"] == request.instance_id),

@@ -16,6 +16,7 @@ import pytest
 from botocore.stub import Stubber
 
 from tests.unit.conftest import ACCOUNT, REGION, hooks_keep_metadata
+from vsa_core import reconcile
 from vsa_core.arrays import ArrayService
 from vsa_core.errors import ConflictError, InvalidSpecError
 from vsa_core.model import ArraySpec, RegisteredArray
@@ -388,3 +389,34 @@ def test_validate_refuses_to_take_over_a_launch_template_of_the_same_name(world:
         InvalidSpecError, match="launch template vsa-demo-controller exists and was not created"
     ):
         world.service.validate(spec, None)
+
+
+def test_apply_creates_every_owned_volume_without_waiting_and_idempotently(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a spec with three volumes to create (the API answers within API Gateway's 29 s
+    # integration timeout: https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html)
+    spec = world.spec([{"name": f"data{i}", "sizeGiB": 100, "iops": 3000} for i in range(3)])
+    created: list[dict[str, Any]] = []
+    create = world.ec2.create_volume
+
+    def recording_create(**params: Any) -> Any:
+        created.append(params)
+        return create(**params)
+
+    def no_waiting(name: str) -> Any:
+        raise AssertionError(f"PUT /arrays waited on {name}: volumes are created, not waited for")
+
+    monkeypatch.setattr(world.ec2, "create_volume", recording_create)
+    monkeypatch.setattr(world.ec2, "get_waiter", no_waiting)
+    # When applied
+    world.service.apply(spec, 2)
+    # Then each volume was created once, with a client token of its own (EC2 idempotency:
+    # https://docs.aws.amazon.com/ec2/latest/devguide/ec2-api-idempotency.html), and nothing waited
+    tokens = [p["ClientToken"] for p in created]
+    assert len(tokens) == len(set(tokens)) == 3
+    assert all(len(t) <= 64 and t.isascii() for t in tokens)
+    # And a retried PUT creates nothing more, and asks with the same tokens had it to create
+    world.service.apply(spec, 2)
+    assert len(created) == 3
+    assert tokens == [reconcile.owned_volume_token(spec, v) for v in spec.new_volumes]

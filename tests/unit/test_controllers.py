@@ -254,16 +254,22 @@ def test_prepare_attach_and_detach_a_controller(steps: tuple[Steps, ArrayRegistr
     assert (prepared["slot"], prepared["slotKey"]) == (0, "SLOT#00")
     assert [a["VolumeId"] for a in prepared["attach"]] == volumes
     assert prepared["address"].count(".") == 3
-    assert (
-        runner.attachment(Attachment(step="attachment", arrayId="demo", instanceId=instance))["attached"]
-        is False
-    )
-    for item in prepared["attach"]:
-        ec2.attach_volume(VolumeId=item["VolumeId"], InstanceId=instance, Device=item["Device"])
+    # the first volume attached by the attach step; the second was still creating then (the API
+    # answers PUT without waiting for new volumes) and is available now: the attachment poll
+    # starts its attachment itself
+    first = prepared["attach"][0]
+    ec2.attach_volume(VolumeId=first["VolumeId"], InstanceId=instance, Device=first["Device"])
     assert (
         runner.attachment(Attachment(step="attachment", arrayId="demo", instanceId=instance))["attached"]
         is True
     )
+    devices = {
+        a["Device"]
+        for v in ec2.describe_volumes(VolumeIds=volumes)["Volumes"]
+        for a in v["Attachments"]
+        if a["InstanceId"] == instance
+    }
+    assert len(devices) == 2  # each on a device of its own
     # a retried prepare attaches nothing more
     assert runner.prepare(Prepare(step="prepare", arrayId="demo", instanceId=instance))["attach"] == []
     assert sorted(
@@ -345,7 +351,7 @@ def test_attach_starts_every_attachment_in_one_step_and_a_retry_skips_what_it_st
     # a step that failed after the first AttachVolume is retried: the first is skipped
     ec2.attach_volume(VolumeId=volumes[0], InstanceId=instance, Device="/dev/sdf")
     answer = runner.attach(Attach(step="attach", instanceId=instance, volumes=wanted))
-    assert answer == {"requested": volumes[1:], "already": volumes[:1]}
+    assert answer == {"requested": volumes[1:], "already": volumes[:1], "creating": []}
     attached = {
         v["VolumeId"]: a["Device"]
         for v in ec2.describe_volumes(VolumeIds=volumes)["Volumes"]
@@ -356,7 +362,41 @@ def test_attach_starts_every_attachment_in_one_step_and_a_retry_skips_what_it_st
     assert runner.attach(Attach(step="attach", instanceId=instance, volumes=wanted)) == {
         "requested": [],
         "already": sorted(volumes),
+        "creating": [],
     }
+
+
+def test_attach_leaves_a_volume_that_is_still_creating_to_the_attachment_polls(
+    steps: tuple[Steps, ArrayRegistry, Any],
+) -> None:
+    # Given one volume available and one still creating (CreateVolume answered moments ago;
+    # AttachVolume refuses a creating volume with IncorrectState)
+    runner, _, ec2 = steps
+    ready = "vol-0000000000000000a"
+    new = "vol-0000000000000000b"
+    instance = "i-0000000000000000c"
+    with Stubber(ec2) as stub:
+        stub.add_response(
+            "describe_volumes",
+            {
+                "Volumes": [
+                    {"VolumeId": ready, "State": "available", "Attachments": []},
+                    {"VolumeId": new, "State": "creating", "Attachments": []},
+                ]
+            },
+            {"VolumeIds": [ready, new]},
+        )
+        stub.add_response(
+            "attach_volume",
+            {"VolumeId": ready, "InstanceId": instance, "Device": "/dev/sdf", "State": "attaching"},
+            {"VolumeId": ready, "InstanceId": instance, "Device": "/dev/sdf"},
+        )
+        wanted = [{"VolumeId": ready, "Device": "/dev/sdf"}, {"VolumeId": new, "Device": "/dev/sdg"}]
+        # When the attach step runs
+        answer = runner.attach(Attach(step="attach", instanceId=instance, volumes=wanted))
+        stub.assert_no_pending_responses()
+    # Then only the available one is attached, the creating one reported (no AttachVolume for it)
+    assert answer == {"requested": [ready], "already": [], "creating": [new]}
 
 
 def test_attach_refuses_a_device_name_that_is_not_one() -> None:

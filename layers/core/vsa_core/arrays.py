@@ -6,8 +6,9 @@ calls ``reconcile.diff`` asks for. Clients are injected (or come from ``vsa_core
 The service accounts have no mypy-boto3 stubs installed for these five services, so the clients
 are typed ``Any``.
 
-Waiting: ``apply`` waits for a new owned volume to be available and ``teardown`` for the group to
-be gone and owned volumes to be detached. Both waits are bounded (``wait_delay_seconds`` x
+Waiting: ``apply`` never waits (new owned volumes are answered ``creating``; the bootstrap attaches
+each once available); ``teardown`` waits for the group to be gone and owned volumes to be
+detached. That wait is bounded (``wait_delay_seconds`` x
 ``wait_max_attempts``, 5 minutes by default, inside a Lambda's 15) and end in a clear error.
 """
 
@@ -333,9 +334,14 @@ class ArrayService:
             )
             assert change is not None
             if have is None:
-                volume_id = str(self._ec2.create_volume(**params)["VolumeId"])
-                self._wait(
-                    self._ec2.get_waiter("volume_available"), f"volume {volume_id}", VolumeIds=[volume_id]
+                # CreateVolume answers at once with the volume ``creating``; nothing here waits for
+                # ``available`` (an API call has 29 s): the controllers' bootstrap attaches a volume
+                # once it is available. The client token makes a retried PUT (or two at once) get
+                # the same volume, not a second one, while the tags may not be visible yet.
+                volume_id = str(
+                    self._ec2.create_volume(**params, ClientToken=reconcile.owned_volume_token(spec, volume))[
+                        "VolumeId"
+                    ]
                 )
             else:
                 volume_id = str(have["VolumeId"])

@@ -7,6 +7,7 @@ CreateAutoScalingGroup, PutLifecycleHook, PutMetricAlarm, CreateSchedule). The A
 by field, so an update changes exactly what changed and nothing else.
 """
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -85,15 +86,36 @@ def _clamp_heartbeat(seconds: int) -> int:
     return max(HEARTBEAT_MIN_SECONDS, min(seconds, HEARTBEAT_MAX_SECONDS))
 
 
+BOOTSTRAP_HEARTBEAT_SECONDS = 1200
+"""The launch hook's HeartbeatTimeout. BootstrapController records a heartbeat before each phase
+and once per round of every wait loop (attachments, SSM registration, configure-target,
+connect-path), so the hook's timeout bounds the time between two heartbeats, not the bootstrap:
+900 s on the longest path, every step at its TimeoutSeconds and every retry at its longest backoff
+(five slot choices before the first heartbeat, then ABANDON), computed from the deployed ASL by
+tests/infra/test_lifecycle_heartbeats.py; plus the event's delivery and the workflow's start. It
+no longer grows with volumes or hosts: the workflow attaches every volume and reaches every host
+in one step each. Longer would only delay the ABANDON (and the replacement launch) of a controller
+whose workflow was lost; shorter would abandon controllers still bootstrapping on a slow day (the
+old 300 + 30/volume + 20/host s was shorter than the attach wait plus the SSM registration wait)."""
+
+DRAIN_HEARTBEAT_SECONDS = 900
+"""The terminate hook's HeartbeatTimeout: DrainController records a heartbeat per round of its
+waits (another controller serving, disconnect-path, the target's teardown); its longest gap is
+579 s (a drain whose disconnect-path could not be sent, then the teardown, each step at its
+timeout; tests/infra/test_lifecycle_heartbeats.py), plus the event's delivery. The old
+60 + 20/host s could let the group terminate a controller before its hosts had disconnected."""
+
+
 def bootstrap_heartbeat_seconds(spec: ArraySpec) -> int:
-    """Launch hook heartbeat: 300 s to boot and load nvmet, 30 s per volume to attach and export,
-    20 s per host for connect-path. The workflow also records heartbeats on long steps."""
-    return _clamp_heartbeat(300 + 30 * len(spec.volumes) + 20 * len(spec.hosts))
+    """The launch hook's HeartbeatTimeout (BOOTSTRAP_HEARTBEAT_SECONDS; the same for every array)."""
+    del spec
+    return _clamp_heartbeat(BOOTSTRAP_HEARTBEAT_SECONDS)
 
 
 def drain_heartbeat_seconds(spec: ArraySpec) -> int:
-    """Terminate hook heartbeat: 60 s base plus 20 s per host for disconnect-path."""
-    return _clamp_heartbeat(60 + 20 * len(spec.hosts))
+    """The terminate hook's HeartbeatTimeout (DRAIN_HEARTBEAT_SECONDS; the same for every array)."""
+    del spec
+    return _clamp_heartbeat(DRAIN_HEARTBEAT_SECONDS)
 
 
 # --- the desired resources -------------------------------------------------------------------
@@ -144,6 +166,16 @@ def owned_volume_params(spec: ArraySpec, volume: NewVolume) -> dict[str, Any]:
         "MultiAttachEnabled": True,
         "TagSpecifications": [{"ResourceType": "volume", "Tags": tags}],
     }
+
+
+def owned_volume_token(spec: ArraySpec, volume: NewVolume) -> str:
+    """CreateVolume's ClientToken for an owned volume: the same for the same array, volume and
+    parameters, so EC2 answers a repeated create with the volume it made (EC2 idempotency,
+    https://docs.aws.amazon.com/ec2/latest/devguide/ec2-api-idempotency.html); at most 64 ASCII
+    characters."""
+    params = owned_volume_params(spec, volume)
+    key = json.dumps([spec.array_id, volume.name, params["AvailabilityZone"], params["Size"], params["Iops"]])
+    return "vsa-" + hashlib.sha256(key.encode()).hexdigest()[:40]
 
 
 def launch_template_params(spec: ArraySpec) -> dict[str, Any] | None:
