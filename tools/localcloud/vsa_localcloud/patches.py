@@ -54,6 +54,7 @@ def apply_localcloud_patches() -> None:
     from vsa_localcloud import iam_enforcement
 
     iam_enforcement.install()
+    __import__("vsa_localcloud.sfn_errors").sfn_errors.install()  # aws-sdk task errors named as on AWS
     LOG.info(
         "local-cloud patches applied: mocked DynamoDB task errors keep their names; EBS model; "
         "AWS_IAM authorization of REST API methods; IAM enforcement of role-signed requests"
