@@ -225,7 +225,7 @@ def test_apply_creates_everything_the_spec_implies(world: World) -> None:
     by_name = {h["LifecycleHookName"]: h for h in hooks["LifecycleHooks"]}
     assert by_name["vsa-demo-bootstrap"]["DefaultResult"] == "ABANDON"
     assert by_name["vsa-demo-drain"]["DefaultResult"] == "CONTINUE"
-    assert by_name["vsa-demo-bootstrap"]["HeartbeatTimeout"] == 300 + 30 * 2
+    assert by_name["vsa-demo-bootstrap"]["HeartbeatTimeout"] == 1200
     alarms = {a["AlarmName"]: a for a in world.cloudwatch.describe_alarms()["MetricAlarms"]}
     assert alarms["vsa-demo-iops-high"]["Threshold"] == 2 * 260_000 * 0.7
     assert len(alarms["vsa-demo-iops-high"]["Metrics"]) == 2 * 2 + 1
@@ -258,16 +258,15 @@ def test_an_update_changes_exactly_what_changed(world: World) -> None:
         backup={"schedule": "rate(1 day)", "retention": 3},
     )
     changes = {c.resource: c for c in world.service.apply(updated, 2) if c.action != "unchanged"}
-    # Then the group's MaxSize, the alarms' metrics and the bootstrap heartbeat change, nothing else
+    # Then the group's MaxSize and the alarms' metrics change, nothing else (the hooks' timeouts do
+    # not depend on the array's size)
     assert set(changes) == {
         "group/vsa-demo-controllers",
         "alarm/vsa-demo-iops-high",
         "alarm/vsa-demo-iops-low",
-        "lifecycle-hook/vsa-demo-bootstrap",
     }
     assert changes["group/vsa-demo-controllers"].fields == (("MaxSize", 8, 10),)
     assert [f for f, _, _ in changes["alarm/vsa-demo-iops-high"].fields] == ["Metrics"]
-    assert changes["lifecycle-hook/vsa-demo-bootstrap"].fields == (("HeartbeatTimeout", 360, 390),)
     group = world.autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"][0]
     assert group["MaxSize"] == 10
     alarm = world.cloudwatch.describe_alarms(AlarmNames=["vsa-demo-iops-high"])["MetricAlarms"][0]

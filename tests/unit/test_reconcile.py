@@ -10,7 +10,15 @@ from hypothesis import strategies as st
 from tests.specs import BASE
 from vsa_core import reconcile
 from vsa_core.model import ARRAY_TAG, ArraySpec
-from vsa_core.reconcile import Change, Resources, alarm_thresholds, desired_resources, diff
+from vsa_core.reconcile import (
+    BOOTSTRAP_HEARTBEAT_SECONDS,
+    DRAIN_HEARTBEAT_SECONDS,
+    Change,
+    Resources,
+    alarm_thresholds,
+    desired_resources,
+    diff,
+)
 
 ROLE = "arn:aws:iam::123456789012:role/vsa-scheduler"
 VOLUMES = ("vol-0a1b2c3d4e5f60001", "vol-0a1b2c3d4e5f60002")
@@ -133,11 +141,11 @@ def test_hooks() -> None:
     desired = resources(make_spec(hosts=[{"instanceId": "i-0a1b2c3d4e5f60001"}]))
     assert desired.launch_hook is not None
     assert desired.terminate_hook is not None
-    assert desired.launch_hook["HeartbeatTimeout"] == 300 + 30 + 20
+    assert desired.launch_hook["HeartbeatTimeout"] == BOOTSTRAP_HEARTBEAT_SECONDS  # whatever the size
     assert desired.launch_hook["DefaultResult"] == "ABANDON"
     assert json.loads(desired.launch_hook["NotificationMetadata"]) == {"arrayId": "demo"}
     assert desired.terminate_hook["DefaultResult"] == "CONTINUE"
-    assert desired.terminate_hook["HeartbeatTimeout"] == 60 + 20
+    assert desired.terminate_hook["HeartbeatTimeout"] == DRAIN_HEARTBEAT_SECONDS
     assert desired.terminate_hook["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
 
 
