@@ -40,6 +40,11 @@ DEFAULT_TIMEOUT_SECONDS = 3600
 INFORMATION_FILTER_KEYS = ("InstanceIds", "PingStatus", "PlatformTypes", "ResourceType", "AgentVersion")
 
 
+MAX_COMMAND_INSTANCE_IDS = 50
+"""SendCommand's InstanceIds: "Array Members: Minimum number of 0 items. Maximum number of 50 items."
+(SSM API Reference, SendCommand); a larger fleet is addressed through Targets or several calls."""
+
+
 class ValidationException(CommonServiceException):
     def __init__(self, message: str) -> None:
         super().__init__("ValidationException", message, 400, True)
@@ -121,7 +126,15 @@ class VsaSsmProvider(SsmProvider, ServiceLifecycleHook):
     @handler("SendCommand", expand=False)
     def send_command(self, context: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
         account, region = context.account_id, context.region
-        instance_ids: list[str] = list(dict.fromkeys(request.get("InstanceIds") or []))
+        given = request.get("InstanceIds") or []
+        if len(given) > MAX_COMMAND_INSTANCE_IDS:
+            # the input constraint is checked before anything else, in the JSON protocol's words
+            raise ValidationException(
+                f"1 validation error detected: Value '[{', '.join(given)}]' at 'instanceIds' failed "
+                "to satisfy constraint: Member must have length less than or equal to "
+                f"{MAX_COMMAND_INSTANCE_IDS}"
+            )
+        instance_ids: list[str] = list(dict.fromkeys(given))
         targets: list[dict[str, Any]] = request.get("Targets") or []
         if bool(instance_ids) == bool(targets):
             raise ValidationException("Specify either InstanceIds or Targets (exactly one of them).")
