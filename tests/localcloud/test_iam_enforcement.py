@@ -29,12 +29,6 @@ from tests.infra.test_statemachine_definitions import load_template
 
 ZONE = "us-east-1a"
 AMI = "ami-12c6146b"  # known to moto
-TRUST = {
-    "Version": "2012-10-17",
-    "Statement": [
-        {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
-    ],
-}
 DESCRIBE = {"Effect": "Allow", "Action": ["ec2:Describe*"], "Resource": "*"}
 TAGGED_ATTACH = {  # the statement the product shipped before: the tag on *every* resource
     "Effect": "Allow",
@@ -48,23 +42,45 @@ def _code(exc: ClientError) -> str:
     return str(exc.response["Error"]["Code"])
 
 
+def _trust(service: str) -> dict[str, Any]:
+    return {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
+    }
+
+
 @pytest.fixture
-def role_session(aws: Callable[[str], Any], endpoint: str) -> Iterator[Callable[..., Callable[[str], Any]]]:
-    """``role_session(*statements)``: a role with those statements, assumed; returns a client factory."""
-    iam, sts = aws("iam"), aws("sts")
+def make_role(aws: Callable[[str], Any]) -> Iterator[Callable[..., str]]:
+    """``make_role(*statements, service=...)``: a role with those statements; its ARN. Removed after."""
+    iam = aws("iam")
     made: list[str] = []
 
-    def make(*statements: dict[str, Any]) -> Callable[[str], Any]:
+    def make(*statements: dict[str, Any], service: str = "lambda.amazonaws.com") -> str:
         name = f"iamtest-{uuid.uuid4().hex[:8]}"
-        iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(TRUST))
+        iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(_trust(service)))
         iam.put_role_policy(
             RoleName=name,
             PolicyName="p",
             PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": list(statements)}),
         )
         made.append(name)
-        arn = iam.get_role(RoleName=name)["Role"]["Arn"]
-        creds = sts.assume_role(RoleArn=arn, RoleSessionName="test")["Credentials"]
+        return str(iam.get_role(RoleName=name)["Role"]["Arn"])
+
+    yield make
+    for name in made:
+        iam.delete_role_policy(RoleName=name, PolicyName="p")
+        iam.delete_role(RoleName=name)
+
+
+@pytest.fixture
+def role_session(
+    aws: Callable[[str], Any], endpoint: str, make_role: Callable[..., str]
+) -> Callable[..., Callable[[str], Any]]:
+    """``role_session(*statements)``: a role with those statements, assumed; returns a client factory."""
+
+    def make(*statements: dict[str, Any]) -> Callable[[str], Any]:
+        arn = make_role(*statements)
+        creds = aws("sts").assume_role(RoleArn=arn, RoleSessionName="test")["Credentials"]
         session = boto3.Session(
             aws_access_key_id=creds["AccessKeyId"],
             aws_secret_access_key=creds["SecretAccessKey"],
@@ -73,10 +89,7 @@ def role_session(aws: Callable[[str], Any], endpoint: str) -> Iterator[Callable[
         )
         return lambda service: session.client(service, endpoint_url=endpoint)
 
-    yield make
-    for name in made:
-        iam.delete_role_policy(RoleName=name, PolicyName="p")
-        iam.delete_role(RoleName=name)
+    return make
 
 
 @pytest.fixture
@@ -272,26 +285,12 @@ def test_record_mode_decides_without_refusing_and_lists_usage(role_session, cont
     assert any(d["action"] == "dynamodb:ListTables" for d in denied)
 
 
-def test_step_functions_tasks_run_with_the_state_machine_role(aws, role_session):
+def test_step_functions_tasks_run_with_the_state_machine_role(aws, make_role):
     # Given a state machine whose role may not describe volumes
-    iam, sfn = aws("iam"), aws("stepfunctions")
-    name = f"iamtest-sfn-{uuid.uuid4().hex[:8]}"
-    trust = {
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Effect": "Allow", "Principal": {"Service": "states.amazonaws.com"}, "Action": "sts:AssumeRole"}
-        ],
-    }
-    role_arn = iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
-    iam.put_role_policy(
-        RoleName=name,
-        PolicyName="p",
-        PolicyDocument=json.dumps(
-            {
-                "Version": "2012-10-17",
-                "Statement": [{"Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"}],
-            }
-        ),
+    sfn = aws("stepfunctions")
+    role_arn = make_role(
+        {"Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},
+        service="states.amazonaws.com",
     )
     definition = {
         "StartAt": "Describe",
@@ -303,11 +302,10 @@ def test_step_functions_tasks_run_with_the_state_machine_role(aws, role_session)
             }
         },
     }
-    machine = sfn.create_state_machine(name=name, definition=json.dumps(definition), roleArn=role_arn)[
-        "stateMachineArn"
-    ]
+    name = role_arn.rsplit("/", 1)[-1]
+    machine = sfn.create_state_machine(name=name, definition=json.dumps(definition), roleArn=role_arn)
     try:
-        execution = sfn.start_execution(stateMachineArn=machine)["executionArn"]
+        execution = sfn.start_execution(stateMachineArn=machine["stateMachineArn"])["executionArn"]
         for _ in range(100):
             described = sfn.describe_execution(executionArn=execution)
             if described["status"] != "RUNNING":
@@ -318,9 +316,7 @@ def test_step_functions_tasks_run_with_the_state_machine_role(aws, role_session)
         assert f"assumed-role/{name}/" in described.get("cause", "")
         assert "not authorized to perform: ec2:DescribeVolumes" in described.get("cause", "")
     finally:
-        sfn.delete_state_machine(stateMachineArn=machine)
-        iam.delete_role_policy(RoleName=name, PolicyName="p")
-        iam.delete_role(RoleName=name)
+        sfn.delete_state_machine(stateMachineArn=machine["stateMachineArn"])
 
 
 # --- the template's own statements ---------------------------------------------------------------

@@ -60,7 +60,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache, lru_cache
@@ -353,41 +353,20 @@ class Check:
     resources: list[tuple[str, dict[str, list[str]]]] = field(default_factory=list)
 
 
+def _members(node: Any, key: str = "") -> Iterator[tuple[str, str]]:
+    """Every string in a request, with the (lower-cased) name of the member that holds it."""
+    if isinstance(node, str):
+        yield key, node
+    elif isinstance(node, dict):
+        for name, value in node.items():
+            yield from _members(value, name.lower())
+    elif isinstance(node, list):
+        for item in node:
+            yield from _members(item, key)
+
+
 def _walk_values(request: Any, names: set[str]) -> list[str]:
-    found: list[str] = []
-
-    def visit(node: Any) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key.lower() in names:
-                    if isinstance(value, str):
-                        found.append(value)
-                    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-                        found.extend(value)
-                visit(value)
-        elif isinstance(node, list):
-            for item in node:
-                visit(item)
-
-    visit(request)
-    return found
-
-
-def _all_strings(request: Any) -> list[str]:
-    out: list[str] = []
-
-    def visit(node: Any) -> None:
-        if isinstance(node, str):
-            out.append(node)
-        elif isinstance(node, dict):
-            for value in node.values():
-                visit(value)
-        elif isinstance(node, list):
-            for item in node:
-                visit(item)
-
-    visit(request)
-    return out
+    return [value for key, value in _members(request) if key in names]
 
 
 _VAR = re.compile(r"\$\{(\w+)\}")
@@ -415,7 +394,7 @@ def _arns_for(prefix: str, type_name: str, request: dict[str, Any], base: dict[s
         return []
     template = entry["arn"]
     regex = _arn_regex(template)
-    arns = [s for s in _all_strings(request) if s.startswith("arn:") and regex.match(s)]
+    arns = [v for _, v in _members(request) if v.startswith("arn:") and regex.match(v)]
     if arns:
         return sorted(set(arns))
     variables = [v for v in _VAR.findall(template) if v not in ("Partition", "Region", "Account")]
@@ -680,7 +659,6 @@ def _implied_checks(
     for role, service in passed:
         context = dict(principal)
         context["iam:passedtoservice"] = [service]
-        context["iam:associatedresourcearn"] = ["*"]
         checks.append(Check("iam:PassRole", [(role, context)]))
     return checks
 
