@@ -67,6 +67,26 @@ def control(endpoint: str) -> Callable[..., dict[str, Any]]:
     return call
 
 
+def run_execution(
+    aws: Callable[[str], Any], definition: dict[str, Any], role_arn: str, timeout: float = 30
+) -> dict[str, Any]:
+    """Create a state machine, run it once with ``{}`` and answer the finished execution
+    (DescribeExecution); the state machine is deleted again."""
+    sfn = aws("stepfunctions")
+    arn = sfn.create_state_machine(
+        name=f"vsa-t-{uuid.uuid4().hex[:8]}", definition=json.dumps(definition), roleArn=role_arn
+    )["stateMachineArn"]
+    try:
+        execution = sfn.start_execution(stateMachineArn=arn, input="{}")["executionArn"]
+        deadline = time.monotonic() + timeout
+        while (described := sfn.describe_execution(executionArn=execution))["status"] == "RUNNING":
+            assert time.monotonic() < deadline, f"execution still running after {timeout} s"
+            time.sleep(0.2)
+        return described  # type: ignore[no-any-return]
+    finally:
+        sfn.delete_state_machine(stateMachineArn=arn)
+
+
 class EventCapture:
     """Events matching a pattern, delivered by EventBridge (default bus) to an SQS queue."""
 

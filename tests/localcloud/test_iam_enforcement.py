@@ -26,6 +26,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.infra.test_statemachine_definitions import load_template
+from tests.localcloud.conftest import run_execution
 
 ZONE = "us-east-1a"
 AMI = "ami-12c6146b"  # known to moto
@@ -287,7 +288,6 @@ def test_record_mode_decides_without_refusing_and_lists_usage(role_session, cont
 
 def test_step_functions_tasks_run_with_the_state_machine_role(aws, make_role):
     # Given a state machine whose role may not describe volumes
-    sfn = aws("stepfunctions")
     role_arn = make_role(
         {"Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},
         service="states.amazonaws.com",
@@ -302,21 +302,12 @@ def test_step_functions_tasks_run_with_the_state_machine_role(aws, make_role):
             }
         },
     }
+    described = run_execution(aws, definition, role_arn)
+    # Then the task fails with EC2's refusal of the state machine's role
+    assert described["status"] == "FAILED"
     name = role_arn.rsplit("/", 1)[-1]
-    machine = sfn.create_state_machine(name=name, definition=json.dumps(definition), roleArn=role_arn)
-    try:
-        execution = sfn.start_execution(stateMachineArn=machine["stateMachineArn"])["executionArn"]
-        for _ in range(100):
-            described = sfn.describe_execution(executionArn=execution)
-            if described["status"] != "RUNNING":
-                break
-            time.sleep(0.2)
-        # Then the task fails with EC2's refusal of the state machine's role
-        assert described["status"] == "FAILED"
-        assert f"assumed-role/{name}/" in described.get("cause", "")
-        assert "not authorized to perform: ec2:DescribeVolumes" in described.get("cause", "")
-    finally:
-        sfn.delete_state_machine(stateMachineArn=machine["stateMachineArn"])
+    assert f"assumed-role/{name}/" in described.get("cause", "")
+    assert "not authorized to perform: ec2:DescribeVolumes" in described.get("cause", "")
 
 
 # --- the template's own statements ---------------------------------------------------------------

@@ -9,12 +9,13 @@ for ``AutoScaling.ThrottlingException`` or ``Ssm.ThrottlingException`` never mat
 """
 
 import json
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
+from tests.localcloud.conftest import run_execution
 
 TRUST = {
     "Version": "2012-10-17",
@@ -62,21 +63,10 @@ def _error_of(
             "Caught": {"Type": "Pass", "End": True},
         },
     }
-    sfn = aws("stepfunctions")
-    arn = sfn.create_state_machine(
-        name=f"vsa-err-{uuid.uuid4().hex[:8]}", definition=json.dumps(definition), roleArn=role
-    )["stateMachineArn"]
-    try:
-        execution = sfn.start_execution(stateMachineArn=arn, input="{}")["executionArn"]
-        deadline = time.monotonic() + 30
-        while (described := sfn.describe_execution(executionArn=execution))["status"] == "RUNNING":
-            assert time.monotonic() < deadline, "execution still running after 30 s"
-            time.sleep(0.2)
-        assert described["status"] == "SUCCEEDED", described
-        caught: dict[str, Any] = json.loads(described["output"])
-        return caught
-    finally:
-        sfn.delete_state_machine(stateMachineArn=arn)
+    described = run_execution(aws, definition, role)
+    assert described["status"] == "SUCCEEDED", described
+    caught: dict[str, Any] = json.loads(described["output"])
+    return caught
 
 
 def test_a_modelled_error_is_service_pascal_dot_code_exception(aws: Callable[[str], Any], role: str) -> None:

@@ -1,28 +1,16 @@
 """Step Functions behaviours the workflows rely on, as the local cloud's engine provides them."""
 
 import json
-import time
-import uuid
 from collections.abc import Callable
 from typing import Any
+
+from tests.localcloud.conftest import run_execution
 
 ROLE = "arn:aws:iam::000000000000:role/vsa-sfn-test"
 
 
 def _run(aws: Callable[[str], Any], definition: dict[str, Any]) -> dict[str, Any]:
-    sfn = aws("stepfunctions")
-    arn = sfn.create_state_machine(
-        name=f"vsa-q-{uuid.uuid4().hex[:8]}", definition=json.dumps(definition), roleArn=ROLE
-    )["stateMachineArn"]
-    try:
-        execution = sfn.start_execution(stateMachineArn=arn, input="{}")["executionArn"]
-        deadline = time.monotonic() + 30
-        while (described := sfn.describe_execution(executionArn=execution))["status"] == "RUNNING":
-            assert time.monotonic() < deadline, "execution still running after 30 s"
-            time.sleep(0.2)
-        return described  # type: ignore[no-any-return]
-    finally:
-        sfn.delete_state_machine(stateMachineArn=arn)
+    return run_execution(aws, definition, ROLE)
 
 
 def test_describe_snapshots_of_an_unknown_snapshot_is_a_catchable_task_failure(aws) -> None:
