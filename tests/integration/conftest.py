@@ -12,6 +12,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,14 @@ def put_event(event: dict[str, Any]) -> str:
     )
     assert response["FailedEntryCount"] == 0, response
     return str(response["Entries"][0]["EventId"])
+
+
+def recent_stamp(seconds_ago: float = 0.0) -> str:
+    """An alarm state time ``seconds_ago`` before now, in CloudWatch's format. ScaleArray decides
+    on an alarm's own datapoint only while it is fresh (within the alarm's evaluation window + 3
+    min): a fixed date would be a day-old event by tomorrow, which it rightly refuses."""
+    at = datetime.now(UTC) - timedelta(seconds=seconds_ago)
+    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}+0000"
 
 
 def fire_alarm(array_id: str, demand: float, stamp: str, kind: str = "high") -> str:

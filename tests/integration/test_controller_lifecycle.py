@@ -26,7 +26,13 @@ from tests.integration.arrays_world import (
     settle,
     spec_for,
 )
-from tests.integration.conftest import fire_alarm, function_logs, put_event, wait_for_execution
+from tests.integration.conftest import (
+    fire_alarm,
+    function_logs,
+    put_event,
+    recent_stamp,
+    wait_for_execution,
+)
 from vsa_core.nvme import subsystem_nqn
 from vsa_core.registry import ArrayRegistry
 
@@ -153,9 +159,7 @@ def test_scale_out_to_5_and_back_to_3_never_leaves_a_host_without_a_path(
     # When demand needs 5 controllers
     started = time.monotonic()
     decision = json.loads(
-        wait_for_execution(
-            scale, fire_alarm(array_id, 5 * PER_CONTROLLER, "2026-11-22T01:00:00.000+0000", "high")
-        )["output"]
+        wait_for_execution(scale, fire_alarm(array_id, 5 * PER_CONTROLLER, recent_stamp(), "high"))["output"]
     )
     assert (decision["action"], decision["desired_controllers"]) == ("scale-out", 5), decision
     settle(array_id, timeout=180)
@@ -174,7 +178,8 @@ def test_scale_out_to_5_and_back_to_3_never_leaves_a_host_without_a_path(
     roots = {i: node_root(world.endpoint, i) for i in five}  # the sandboxes outlive the instances
     # When demand falls to what 3 serve, twice (scale-in removes one controller per decision)
     with PathWatch(array["hosts"], array["nqns"]) as watch:
-        for step, stamp in ((4, "2026-11-22T02:00:00.000+0000"), (3, "2026-11-22T02:10:00.000+0000")):
+        for step in (4, 3):
+            stamp = recent_stamp()
             decision = json.loads(
                 wait_for_execution(scale, fire_alarm(array_id, 2 * PER_CONTROLLER, stamp, "low"))["output"]
             )
@@ -281,7 +286,7 @@ def test_a_controller_whose_node_never_comes_online_is_undone_abandoned_and_repl
     # Given the next controller launched never comes online in SSM
     with Offline(world.endpoint, array_id, first) as offline:
         # When demand needs a third controller
-        fire_alarm(array_id, 3 * PER_CONTROLLER, "2026-11-22T03:00:00.000+0000", "high")
+        fire_alarm(array_id, 3 * PER_CONTROLLER, recent_stamp(), "high")
     assert offline.instance is not None, "no controller was launched"
     # Then its bootstrap gives up after ControllerRegistrationSeconds, undoes and ABANDONs
     execution = bootstrap_of(stack_outputs["BootstrapControllerStateMachineArn"], offline.instance)
@@ -304,7 +309,7 @@ def test_a_lifecycle_action_that_times_out_while_the_bootstrap_waits_ends_it_und
     first = check_serving(stack_outputs, world, array, 2)
     # Given a launching controller whose bootstrap waits for its node
     with Offline(world.endpoint, array_id, first) as offline:
-        fire_alarm(array_id, 3 * PER_CONTROLLER, "2026-11-22T04:00:00.000+0000", "high")
+        fire_alarm(array_id, 3 * PER_CONTROLLER, recent_stamp(), "high")
     assert offline.instance is not None
     # When its lifecycle action times out (the hook's default result, ABANDON, terminates it)
     control(world.endpoint, "autoscaling", "advance", seconds=3600)

@@ -14,7 +14,7 @@ from typing import Any
 import boto3
 
 from tests.integration.arrays_world import alarms_of, control, group_of, owned_volumes, settle, spec_for
-from tests.integration.conftest import Api, fire_alarm, function_logs, wait_for_execution
+from tests.integration.conftest import Api, fire_alarm, function_logs, recent_stamp, wait_for_execution
 from vsa_core.reconcile import SCALE_IN_HYSTERESIS
 
 
@@ -38,7 +38,7 @@ def test_high_alarm_sets_the_groups_capacity_and_moves_the_thresholds(stack_outp
     array_id = arrays()
     _apply(api, array_id, spec_for(array_id, world, minControllers=2, maxControllers=8))
     # When its high alarm fires at 612,345 IOPS
-    name = fire_alarm(array_id, 612_345.0, "2026-11-02T17:04:40.989+0000")
+    name = fire_alarm(array_id, 612_345.0, recent_stamp())
     execution = wait_for_execution(stack_outputs["ScaleArrayStateMachineArn"], name)
     # Then the group wants ceil(612,345 / (260,000 x 0.7)) = 4 controllers
     assert execution["status"] == "SUCCEEDED", execution
@@ -67,7 +67,7 @@ def test_a_burst_of_100_alarm_events_scales_once_one_operation_at_a_time(stack_o
     array_id = arrays()
     _apply(api, array_id, spec_for(array_id, world, minControllers=2, maxControllers=8))
     # When 100 distinct alarm state changes arrive at once (a storm)
-    names = [fire_alarm(array_id, 612_345.0, f"2026-11-02T17:{m:02d}:{s:02d}.000+0000") for m, s in (
+    names = [fire_alarm(array_id, 612_345.0, recent_stamp(60 * m + s)) for m, s in (
         divmod(i, 60) for i in range(100))]  # fmt: skip
     sfn = boto3.client("stepfunctions")
     executions = [wait_for_execution(stack_outputs["ScaleArrayStateMachineArn"], n) for n in names]
@@ -107,14 +107,14 @@ def test_low_alarm_removes_one_chosen_controller_never_below_demand_or_min(stack
     _apply(api, array_id, spec)
     wait_for_execution(
         stack_outputs["ScaleArrayStateMachineArn"],
-        fire_alarm(array_id, 450_000.0, "2026-11-03T01:00:00.000+0000"),
+        fire_alarm(array_id, 450_000.0, recent_stamp()),
     )
     settle(array_id)
     assert group_of(array_id)["DesiredCapacity"] == 3  # type: ignore[index]
     # When demand falls to what 1 controller serves
     execution = wait_for_execution(
         stack_outputs["ScaleArrayStateMachineArn"],
-        fire_alarm(array_id, 100_000.0, "2026-11-03T02:00:00.000+0000", "low"),
+        fire_alarm(array_id, 100_000.0, recent_stamp(), "low"),
     )
     # Then one controller leaves (3 -> 2): unprotected first, so the group removes that one
     decision = json.loads(execution["output"])
@@ -128,7 +128,7 @@ def test_low_alarm_removes_one_chosen_controller_never_below_demand_or_min(stack
     settle_drains(array_id)
     execution = wait_for_execution(
         stack_outputs["ScaleArrayStateMachineArn"],
-        fire_alarm(array_id, 0.0, "2026-11-03T03:00:00.000+0000", "low"),
+        fire_alarm(array_id, 0.0, recent_stamp(), "low"),
     )
     assert json.loads(execution["output"])["desired_controllers"] == 2
 
@@ -158,7 +158,7 @@ def test_capacity_never_goes_above_16(stack_outputs, api, world, arrays):
     _apply(api, array_id, spec_for(array_id, world, minControllers=2, maxControllers=16))
     execution = wait_for_execution(
         stack_outputs["ScaleArrayStateMachineArn"],
-        fire_alarm(array_id, 50_000_000.0, "2026-11-04T00:00:00.000+0000"),
+        fire_alarm(array_id, 50_000_000.0, recent_stamp()),
     )
     decision = json.loads(execution["output"])
     assert decision["desired_controllers"] == 16
@@ -169,7 +169,7 @@ def test_capacity_never_goes_above_16(stack_outputs, api, world, arrays):
 def test_repeated_alarm_event_starts_one_workflow(stack_outputs, api, world, arrays):
     array_id = arrays()
     _apply(api, array_id, spec_for(array_id, world))
-    stamp = "2026-11-02T18:00:00.000+0000"
+    stamp = recent_stamp()
     name = fire_alarm(array_id, 300_000.0, stamp)
     fire_alarm(array_id, 300_000.0, stamp)
     execution = wait_for_execution(stack_outputs["ScaleArrayStateMachineArn"], name)
@@ -184,7 +184,7 @@ def test_repeated_alarm_event_starts_one_workflow(stack_outputs, api, world, arr
 
 def test_alarm_for_an_unregistered_array_fails_the_workflow_by_name(stack_outputs):
     array_id = "it-nobody-registered"
-    name = fire_alarm(array_id, 100_000.0, "2026-11-02T19:00:00.000+0000")
+    name = fire_alarm(array_id, 100_000.0, recent_stamp())
     execution = wait_for_execution(stack_outputs["ScaleArrayStateMachineArn"], name)
     assert execution["status"] == "FAILED"
     assert execution.get("error") == "ArrayNotFoundError"
@@ -228,7 +228,7 @@ def test_the_workflow_plans_on_the_metrics_it_reads_not_only_the_alarms_datapoin
     # When the high alarm fires with an older datapoint (400,000)
     execution = wait_for_execution(
         stack_outputs["ScaleArrayStateMachineArn"],
-        fire_alarm(array_id, 400_000.0, "2026-11-05T10:00:00.000+0000"),
+        fire_alarm(array_id, 400_000.0, recent_stamp()),
     )
     # Then the decision is made on the newest minute read with GetMetricData and its trend:
     # 450,000 + 50,000/min x 10 min lead = 950,000 IOPS -> ceil(950,000 / 182,000) = 6
