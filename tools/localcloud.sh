@@ -59,6 +59,8 @@ start() {
     #   instead of a fake CREATE_COMPLETE (supported types: vsa_localcloud/cfn/catalog.py).
     # VSA_LOCALCLOUD_IAM: enforce (default) | record | off: every role-signed request is authorized
     #   against the role's policies as on AWS (vsa_localcloud/iam_enforcement.py).
+    # VSA_LOCALCLOUD_PROFILE: fast (default) | realistic: how long AWS's transitions take
+    #   (vsa_localcloud/timings.py); tests switch it at run time through /_localcloud/timings.
     exec env -i PATH="/usr/local/bin:/usr/bin:/bin" HOME="$data" LANG=C.UTF-8 \
       OVERRIDE_IN_DOCKER=0 \
       GATEWAY_SERVER=hypercorn \
@@ -74,6 +76,7 @@ start() {
       SFN_MOCK_CONFIG="$VSA_ROOT/tests/workflows/mock_config.json" \
       CFN_IGNORE_UNSUPPORTED_RESOURCE_TYPES=0 \
       VSA_LOCALCLOUD_IAM="${VSA_LOCALCLOUD_IAM:-enforce}" \
+      VSA_LOCALCLOUD_PROFILE="${VSA_LOCALCLOUD_PROFILE:-fast}" \
       "$VSA_STATE/venv/bin/python" -m localstack.runtime.main
   ) >>"$LOG" 2>&1 &
   echo $! > "$PIDFILE"

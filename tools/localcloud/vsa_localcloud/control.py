@@ -17,7 +17,7 @@ from localstack.runtime import hooks
 
 LOG = logging.getLogger(__name__)
 
-AREAS = ("autoscaling", "ebs", "cloudwatch", "ssm", "iam")
+AREAS = ("autoscaling", "ebs", "cloudwatch", "ssm", "iam", "timings")
 MODULES = {"iam": "iam_enforcement"}  # areas whose module is named otherwise
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
