@@ -47,7 +47,7 @@ from moto.ec2.models.instances import Instance
 from moto.ec2.responses import elastic_block_store as templates
 from moto.packages.boto.ec2.blockdevicemapping import BlockDeviceType
 
-from vsa_localcloud import ssm_nodes
+from vsa_localcloud import ssm_nodes, timings
 from vsa_localcloud.eventbus import emit
 
 LOCK = threading.RLock()
@@ -63,7 +63,8 @@ DEFAULT_CONCURRENT_SNAPSHOTS = 5
 class Settings:
     """What tests may change through ``CONTROL["configure"]``."""
 
-    snapshot_seconds: float = 5.0  # how long a snapshot stays pending
+    # how long a snapshot stays pending; None: the latency profile's snapshot_pending
+    snapshot_seconds: float | None = None
     snapshot_rate_seconds: float = 15.0  # "Wait at least 15 seconds between concurrent volume snapshots"
 
 
@@ -118,6 +119,42 @@ def configure(body: dict[str, Any]) -> dict[str, Any]:
 # --- Volumes: a list of attachments ---------------------------------------------------------
 
 
+# RunInstances attaches the volumes of its block device mappings while the instance is pending
+# (moto: Instance.add_block_device); an AttachVolume call may not.
+_LAUNCH = threading.local()
+_moto_add_block_device = Instance.add_block_device
+_moto_create_volume = EBSBackend.create_volume
+
+
+def add_block_device(self: Instance, *args: Any, **kwargs: Any) -> None:
+    _LAUNCH.active = True
+    try:
+        _moto_add_block_device(self, *args, **kwargs)
+    finally:
+        _LAUNCH.active = False
+
+
+def create_volume(self: EBSBackend, *args: Any, **kwargs: Any) -> Volume:
+    """CreateVolume answers the volume ``creating``; it is ``available`` ``volume_creating``
+    seconds later (latency profile). Volumes RunInstances creates are attached at launch."""
+    volume: Volume = _moto_create_volume(self, *args, **kwargs)
+    delay = 0.0 if getattr(_LAUNCH, "active", False) else timings.current().volume_creating
+    if delay > 0:
+        volume.__dict__["vsa_creating"] = True
+        timings.after(delay, lambda: volume.__dict__.pop("vsa_creating", None), f"create {volume.id}")
+    return volume
+
+
+def _creating(volume: Volume) -> bool:
+    return bool(volume.__dict__.get("vsa_creating"))
+
+
+def _volume_status(volume: Volume) -> str:
+    if _creating(volume):
+        return "creating"
+    return "in-use" if _attachments(volume) else "available"
+
+
 def _attachments(volume: Volume) -> list[VolumeAttachment]:
     attachments: list[VolumeAttachment] = volume.__dict__.setdefault("vsa_attachments", [])
     return attachments
@@ -142,6 +179,12 @@ def attach_volume(
         volume = self.get_volume(volume_id)
         instance = self.get_instance(instance_id)  # type: ignore[attr-defined]
         attached = _attachments(volume)
+        if _creating(volume):
+            # AWS: "IncorrectState: vol-… is not 'available'." while the volume is still creating.
+            raise refuse("IncorrectState", f"{volume_id} is not 'available'.")
+        if instance.state not in ("running", "stopped") and not getattr(_LAUNCH, "active", False):
+            # AWS attaches to a running or stopped instance only (a pending one: "… is not 'running'.").
+            raise refuse("IncorrectState", f"Instance '{instance_id}' is not 'running'.")
         if any(a.instance.id == instance_id for a in attached):
             raise refuse("VolumeInUse", f"{volume_id} is already attached to instance {instance_id}")
         if attached and not _true(volume.multi_attach_enabled):
@@ -162,18 +205,36 @@ def attach_volume(
                 f"Invalid value '{device_path}' for unixDevice. "
                 f"Attachment point {device_path} is already in use",
             )
-        attachment = VolumeAttachment(volume, instance, device_path, "attached")
+        delay = timings.current().volume_attaching if instance.state == "running" else 0.0
+        attachment = VolumeAttachment(volume, instance, device_path, "attaching" if delay > 0 else "attached")
         attachment.delete_on_termination = bool(delete_on_termination)  # type: ignore[attr-defined]
         attached.append(attachment)
         instance.block_device_mapping[device_path] = BlockDeviceType(
             volume_id=volume_id,
-            status="in-use",  # moto's DescribeInstances shows "in-use" as "attached"
+            # moto's DescribeInstances shows "in-use" as "attached" (and other states as they are);
+            # an SSM node sees the device only once "in-use" (ssm_nodes._sync_devices)
+            status="attaching" if delay > 0 else "in-use",
             size=volume.size,
             attach_time=attachment.attach_time,
             delete_on_termination=bool(delete_on_termination),
         )
-    _devices_changed(instance)
+    if delay > 0:
+        timings.after(delay, lambda: _attached(attachment), f"attach {volume_id} to {instance_id}")
+    else:
+        _devices_changed(instance)
     return attachment
+
+
+def _attached(attachment: VolumeAttachment) -> None:
+    """attaching → attached: only now does the device appear on the instance (its SSM node)."""
+    with LOCK:
+        if attachment.status != "attaching":
+            return  # detached (or the instance terminated) meanwhile
+        attachment.status = "attached"
+        mapping = attachment.instance.block_device_mapping.get(attachment.device)
+        if mapping is not None and mapping.volume_id == attachment.volume.id:
+            mapping.status = "in-use"
+    _devices_changed(attachment.instance)
 
 
 def detach_volume(
@@ -199,11 +260,44 @@ def detach_volume(
         if not matches:
             raise InvalidVolumeAttachmentError(volume_id, instance_id or attached[0].instance.id)
         attachment = matches[0]
-        attached.remove(attachment)
-        attachment.instance.block_device_mapping.pop(attachment.device, None)
-        attachment.status = "detached"
+        if attachment.status == "detaching":
+            raise refuse("IncorrectState", f"Volume '{volume_id}' is in the 'detaching' state.")
+        delay = timings.current().volume_detaching if attachment.instance.state == "running" else 0.0
+        if delay > 0:
+            # DetachVolume answers "detaching"; the volume stays in-use, attached to this instance
+            # (and so not deletable) until the detachment completes. The device leaves the
+            # instance at once (the OS sees it go first).
+            attachment.status = "detaching"
+            mapping = attachment.instance.block_device_mapping.get(attachment.device)
+            if mapping is not None:
+                mapping.status = "detaching"
+        else:
+            _remove_attachment(attachment)
     _devices_changed(attachment.instance)
+    if delay > 0:
+        what = f"detach {volume_id} from {attachment.instance.id}"
+        timings.after(delay, lambda: _detached(attachment), what)
     return attachment
+
+
+def _remove_attachment(attachment: VolumeAttachment) -> None:
+    """(Caller holds LOCK.) The attachment is gone: from the volume and the instance's mapping."""
+    attached = _attachments(attachment.volume)
+    if attachment in attached:
+        attached.remove(attachment)
+    mapping = attachment.instance.block_device_mapping.get(attachment.device)
+    if mapping is not None and mapping.volume_id == attachment.volume.id:
+        attachment.instance.block_device_mapping.pop(attachment.device, None)
+    attachment.status = "detached"
+
+
+def _detached(attachment: VolumeAttachment) -> None:
+    """detaching → detached."""
+    with LOCK:
+        if attachment.status != "detaching":
+            return
+        _remove_attachment(attachment)
+    _devices_changed(attachment.instance)
 
 
 def teardown_defaults(self: Instance) -> None:
@@ -220,6 +314,8 @@ def teardown_defaults(self: Instance) -> None:
             if volume is None:
                 continue
             attached = _attachments(volume)
+            for gone in [a for a in attached if a.instance is self]:
+                gone.status = "detached"  # an attaching/detaching transition still scheduled ends here
             attached[:] = [a for a in attached if a.instance is not self]
             if mapping.delete_on_termination and not attached:
                 backend.volumes.pop(volume.id, None)
@@ -302,6 +398,8 @@ def _check_limits(backend: EBSBackend, volumes: Iterable[Volume]) -> None:
 def _start(snapshot: Snapshot) -> None:
     """Put a new snapshot into ``pending`` and schedule its completion (caller holds LOCK)."""
     duration = SETTINGS.snapshot_seconds
+    if duration is None:
+        duration = timings.current().snapshot_pending
     snapshot.status = "pending"
     snapshot.__dict__["vsa_timing"] = (time.monotonic(), duration)
     STATE.snapshots[snapshot.id] = snapshot
@@ -524,6 +622,9 @@ def apply_patches() -> None:
         if _applied:
             return
         Volume.attachments = property(_attachments)  # type: ignore[attr-defined]
+        Volume.status = property(_volume_status)  # type: ignore[assignment,method-assign]
+        EBSBackend.create_volume = create_volume  # type: ignore[method-assign]
+        Instance.add_block_device = add_block_device  # type: ignore[method-assign]
         Volume.attachment = property(_first_attachment, _set_attachment)  # type: ignore[assignment,method-assign]
         Volume.get_filter_value = volume_filter_value  # type: ignore[method-assign]
         Snapshot.status = property(_get_status, _set_status)  # type: ignore[assignment,method-assign]

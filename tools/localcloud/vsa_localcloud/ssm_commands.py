@@ -38,7 +38,7 @@ from typing import Any
 
 from localstack import config
 
-from vsa_localcloud import eventbus
+from vsa_localcloud import eventbus, timings
 from vsa_localcloud.ssm_documents import RUN_SHELL_SCRIPT, Step
 from vsa_localcloud.ssm_nodes import CHANGED, LOCK, data_dir, instance_gone, node, now
 
@@ -465,9 +465,14 @@ def _await_delivery(invocation: Invocation) -> Path | None:
         if managed is None or instance_gone(command.account_id, command.region, invocation.instance_id):
             _end_pending(invocation, "Failed", "Undeliverable")
             return None
-        if managed.online:
-            return managed.root
         remaining = (command.expires - now()).total_seconds()
+        # the agent picks the command up command_delivery seconds (latency profile) after it was sent
+        undelivered = (command.requested - now()).total_seconds() + timings.current().command_delivery
+        if managed.online and undelivered <= 0:
+            return managed.root
+        if managed.online and remaining > 0:
+            CHANGED.wait(min(undelivered, remaining))
+            continue
         if remaining <= 0:
             _end_pending(invocation, "TimedOut", "Delivery Timed Out")
             return None

@@ -29,6 +29,8 @@ from typing import Any
 from localstack import config
 from moto.ec2.models import ec2_backends
 
+from vsa_localcloud import timings
+
 DEFAULT_ACCOUNT = "000000000000"
 DEFAULT_REGION = "us-east-1"
 AGENT_VERSION = "3.3.1611.0"
@@ -172,7 +174,10 @@ def _auto_register(account_id: str, region: str) -> None:
         fresh = [
             i
             for i in instances
-            if i.state == "running" and i.id not in known and (account_id, region, i.id) not in DEREGISTERED
+            if i.state == "running"
+            and i.id not in known
+            and (account_id, region, i.id) not in DEREGISTERED
+            and _agent_started(i)
         ]
         for instance in fresh:
             _new_node(account_id, region, instance)
@@ -180,11 +185,34 @@ def _auto_register(account_id: str, region: str) -> None:
             CHANGED.notify_all()
 
 
+def _agent_started(instance: Any) -> bool:
+    """The SSM agent registers ``ssm_agent_online`` seconds (latency profile) after the instance
+    started running: counted from launch plus the profile's ``instance_pending``, or from the
+    moment the instance model recorded it running (``vsa_running_since``, epoch seconds)."""
+    delay = timings.current().ssm_agent_online
+    if delay <= 0:
+        return True
+    since = instance.__dict__.get("vsa_running_since")
+    if since is None:
+        launched = instance.launch_time  # moto: a naive datetime in UTC
+        if isinstance(launched, str):
+            launched = datetime.fromisoformat(launched.replace("Z", "+00:00"))
+        if launched.tzinfo is None:
+            launched = launched.replace(tzinfo=UTC)
+        since = launched.timestamp() + timings.current().instance_pending
+    return bool(now().timestamp() >= since + delay)
+
+
 def _sync_devices(managed: Node, instance: Any | None) -> None:
     """One device file per EBS volume attached to the instance (none once it is gone)."""
     attached = []
     if instance is not None and instance.state not in GONE_STATES:
-        attached = [m.volume_id for m in list(instance.block_device_mapping.values()) if m.volume_id]
+        # only attachments that completed: not while "attaching", no longer once "detaching"
+        attached = [
+            m.volume_id
+            for m in list(instance.block_device_mapping.values())
+            if m.volume_id and getattr(m, "status", None) in ("in-use", "attached", None)
+        ]
     wanted = {EBS_DEVICE_PREFIX + v.replace("-", "", 1): v for v in attached}
     directory = managed.root / DEVICE_DIR
     directory.mkdir(parents=True, exist_ok=True)
