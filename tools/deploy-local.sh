@@ -14,7 +14,9 @@ parameters=(
   LogLevel=DEBUG
   AlarmRearmSeconds=5          # re-arm a held alarm after 5 s instead of 60: tests run in minutes
   ControllerLifecycle=Enabled  # launch/terminate/loss start BootstrapController / DrainController
-  ControllerRegistrationSeconds=20  # a node that stays offline fails its bootstrap in 20 s, not 300
+  # a node that stays offline fails its bootstrap in 60 s, not 300; longer than the realistic
+  # latency profile's SSM agent start (30 s after the instance runs: vsa_localcloud/timings.py)
+  ControllerRegistrationSeconds=60
   NodeConfigfsRoot=sys/kernel/config  # relative: inside each node's sandbox
   NodeDeviceDir=dev/disk/by-id
   NodeSysfsRoot=sys  # where connect-path sets the multipath IO policy

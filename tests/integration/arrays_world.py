@@ -22,6 +22,7 @@ from tests.integration.conftest import Api
 AZ, OTHER_AZ = "us-east-1a", "us-east-1b"
 AMI = "ami-1e749f67"  # one of the local cloud's (moto's) registered images
 Spec = dict[str, Any]
+WAIT = {"Delay": 1, "MaxAttempts": 120}  # boto3 waiters polling the local cloud every second
 
 
 def control(endpoint: str, area: str, action: str, **body: Any) -> dict[str, Any]:
@@ -48,6 +49,9 @@ class World:
             kwargs["MultiAttachEnabled"] = multi_attach
         volume_id = str(self.ec2.create_volume(**kwargs)["VolumeId"])
         self.volumes.append(volume_id)
+        # an operator's volume exists before the array is declared: wait until it is available
+        # (under the realistic latency profile a new volume is ``creating`` for a few seconds)
+        self.ec2.get_waiter("volume_available").wait(VolumeIds=[volume_id], WaiterConfig=WAIT)
         return volume_id
 
     def host(self, managed: bool = True) -> str:
@@ -55,6 +59,7 @@ class World:
             ImageId=AMI, MinCount=1, MaxCount=1, InstanceType="m5.large", Placement={"AvailabilityZone": AZ}
         )["Instances"][0]["InstanceId"]
         self.instances.append(instance)
+        self.ec2.get_waiter("instance_running").wait(InstanceIds=[instance], WaiterConfig=WAIT)
         # registered explicitly; an unmanaged one is deregistered so that auto_register (on for
         # the controllers) leaves it alone, as an instance without an SSM agent
         control(self.endpoint, "ssm", "register_node" if managed else "deregister_node", InstanceId=instance)

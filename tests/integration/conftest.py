@@ -57,6 +57,26 @@ def stack_outputs(local_env: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.fixture
+def realistic_timings(local_env: dict[str, str]) -> Iterator[dict[str, Any]]:
+    """AWS-like latencies for the test (the local cloud's ``realistic`` profile: volumes
+    creating and attaching for seconds, instances pending, SSM agents registering tens of seconds
+    after boot, snapshots taking half a minute); back to ``fast`` afterwards."""
+    url = f"{local_env['AWS_ENDPOINT_URL']}/_localcloud/timings/configure"
+    http = urllib3.PoolManager()
+
+    def switch(profile: str) -> dict[str, Any]:
+        reply = http.request("POST", url, body=json.dumps({"profile": profile}).encode())
+        assert reply.status == 200, reply.data
+        return dict(json.loads(reply.data))
+
+    shown = switch("realistic")
+    try:
+        yield shown
+    finally:
+        switch("fast")
+
+
+@pytest.fixture
 def array_id() -> str:
     return f"it-{uuid.uuid4().hex[:10]}"
 

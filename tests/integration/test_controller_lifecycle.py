@@ -36,6 +36,10 @@ from tests.integration.conftest import (
 from vsa_core.nvme import subsystem_nqn
 from vsa_core.registry import ArrayRegistry
 
+# AWS's timings: volumes and attachments take seconds, SSM agents register tens of seconds after
+# boot (the local cloud's realistic latency profile), so the workflows' waits are exercised.
+pytestmark = pytest.mark.usefixtures("realistic_timings")
+
 PER_CONTROLLER = 260_000 * 0.7  # what one controller serves at the spec's target utilisation
 
 
@@ -221,8 +225,10 @@ def bootstrap_of(state_machine_arn: str, instance_id: str, timeout: float = 120)
 
 
 class Offline:
-    """Takes the next controller the group launches offline in SSM (its agent lost), as soon as
-    it appears, and keeps it so: its bootstrap waits for a node that never comes."""
+    """Keeps the next controller the group launches from ever registering with SSM (as an
+    instance without the agent's instance profile), as soon as it appears: its bootstrap waits
+    for a node that never comes. (Not set_ping: under the realistic latency profile the agent
+    has not registered yet when the instance appears.)"""
 
     def __init__(self, endpoint: str, array_id: str, known: list[str]) -> None:
         self.endpoint, self.array_id, self.known = endpoint, array_id, set(known)
@@ -235,7 +241,7 @@ class Offline:
             group = group_of(self.array_id) or {"Instances": []}
             fresh = [i["InstanceId"] for i in group["Instances"] if i["InstanceId"] not in self.known]
             if fresh:
-                control(self.endpoint, "ssm", "set_ping", InstanceId=fresh[0], PingStatus="ConnectionLost")
+                control(self.endpoint, "ssm", "deregister_node", InstanceId=fresh[0])
                 self.instance = fresh[0]
             time.sleep(0.1)
 

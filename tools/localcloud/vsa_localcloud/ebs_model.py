@@ -36,7 +36,7 @@ moto quirks worked around here (each also commented where it is handled):
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -119,19 +119,22 @@ def configure(body: dict[str, Any]) -> dict[str, Any]:
 # --- Volumes: a list of attachments ---------------------------------------------------------
 
 
-# RunInstances attaches the volumes of its block device mappings while the instance is pending
-# (moto: Instance.add_block_device); an AttachVolume call may not.
+# RunInstances creates and attaches the volumes of its block device mappings while the instance
+# is pending (moto: Instance.setup_defaults for the root volume, Instance.add_block_device for
+# the others): those are in-use at once; an AttachVolume call on a pending instance is refused.
 _LAUNCH = threading.local()
-_moto_add_block_device = Instance.add_block_device
 _moto_create_volume = EBSBackend.create_volume
 
 
-def add_block_device(self: Instance, *args: Any, **kwargs: Any) -> None:
-    _LAUNCH.active = True
-    try:
-        _moto_add_block_device(self, *args, **kwargs)
-    finally:
-        _LAUNCH.active = False
+def _launching(original: Callable[..., None]) -> Callable[..., None]:
+    def wrapped(self: Instance, *args: Any, **kwargs: Any) -> None:
+        _LAUNCH.active = True
+        try:
+            original(self, *args, **kwargs)
+        finally:
+            _LAUNCH.active = False
+
+    return wrapped
 
 
 def create_volume(self: EBSBackend, *args: Any, **kwargs: Any) -> Volume:
@@ -624,7 +627,8 @@ def apply_patches() -> None:
         Volume.attachments = property(_attachments)  # type: ignore[attr-defined]
         Volume.status = property(_volume_status)  # type: ignore[assignment,method-assign]
         EBSBackend.create_volume = create_volume  # type: ignore[method-assign]
-        Instance.add_block_device = add_block_device  # type: ignore[method-assign]
+        Instance.add_block_device = _launching(Instance.add_block_device)  # type: ignore[method-assign]
+        Instance.setup_defaults = _launching(Instance.setup_defaults)  # type: ignore[method-assign]
         Volume.attachment = property(_first_attachment, _set_attachment)  # type: ignore[assignment,method-assign]
         Volume.get_filter_value = volume_filter_value  # type: ignore[method-assign]
         Snapshot.status = property(_get_status, _set_status)  # type: ignore[assignment,method-assign]
