@@ -263,6 +263,25 @@ def test_json_and_query_protocols_refuse_in_their_own_shape(role_session):
     assert query_denied.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
 
 
+def test_expired_session_credentials_are_refused_whatever_the_policy(role_session, control):
+    """ "Temporary security credentials … expire": a request signed with an expired session is
+    refused before any policy is evaluated: ``ExpiredToken`` (query/EC2) and
+    ``ExpiredTokenException`` (JSON), HTTP 403, "The security token included in the request is
+    expired" (the code the SDKs refresh credentials on)."""
+    clients = role_session({"Effect": "Allow", "Action": "*", "Resource": "*"})
+    clients("ec2").describe_volumes()  # allowed while the session is valid
+    key = clients("ec2")._request_signer._credentials.access_key
+    control("iam", "expire", AccessKeyId=key)
+    with pytest.raises(ClientError) as query_refused:
+        clients("ec2").describe_volumes()
+    assert _code(query_refused.value) == "ExpiredToken"
+    assert query_refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    assert "expired" in query_refused.value.response["Error"]["Message"]
+    with pytest.raises(ClientError) as json_refused:
+        clients("dynamodb").list_tables()
+    assert _code(json_refused.value) == "ExpiredTokenException"
+
+
 def test_plain_access_keys_are_unrestricted(aws):
     # the operator's and the tests' own keys are not an assumed role: as the account root
     aws("ec2").describe_volumes()

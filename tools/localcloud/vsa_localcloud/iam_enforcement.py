@@ -62,7 +62,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
@@ -162,6 +162,7 @@ class Caller:
     user_id: str
     tags: dict[str, str]
     statements: tuple[iam_policy.Statement, ...]
+    expired: bool = False  # the session's credentials have expired (AWS: ExpiredToken, 403)
 
 
 def _access_key(request: Any) -> str | None:
@@ -234,6 +235,7 @@ def identify(account: str, request: Any) -> Caller | None:
         user_id=creds.user_id,
         tags=tags,
         statements=tuple(statements),
+        expired=bool(creds.is_expired()),
     )
 
 
@@ -779,6 +781,20 @@ def handle(chain: Any, context: Any, response: Any) -> None:
     prefix = SERVICE_PREFIX.get(service_name, context.service.metadata.get("signingName") or service_name)
     prefix = SERVICE_PREFIX.get(prefix, prefix)
     operation = context.operation.name
+    from localstack.aws.api import CommonServiceException
+
+    if caller.expired and mode == "enforce":
+        # Expired session credentials are refused before any policy is looked at, by every
+        # operation (GetCallerIdentity too): ExpiredToken (XML protocols) or
+        # ExpiredTokenException (JSON protocols), HTTP 403. The SDKs refresh on these codes.
+        LOG.warning("IAM DENY %s %s: expired session credentials", caller.role_name, operation)
+        json_protocol = context.service.protocol in ("json", "rest-json")
+        raise CommonServiceException(
+            "ExpiredTokenException" if json_protocol else "ExpiredToken",
+            "The security token included in the request is expired",
+            status_code=403,
+            sender_fault=True,
+        )
     if (prefix, operation) in NO_AUTHORIZATION:
         return
     request = dict(context.service_request or {})
@@ -792,8 +808,6 @@ def handle(chain: Any, context: Any, response: Any) -> None:
     if refused is None or mode == "record":
         return
     decision, check = refused
-    from localstack.aws.api import CommonServiceException
-
     raise CommonServiceException(
         _error_code(service_name, context.service.protocol),
         _message(caller, check.action, decision),
@@ -847,4 +861,24 @@ def _reset(_body: dict[str, Any]) -> dict[str, Any]:
     return {"reset": True}
 
 
-CONTROL = {"configure": _configure, "usage": _usage, "decisions": _decisions, "reset": _reset}
+def _expire(body: dict[str, Any]) -> dict[str, Any]:
+    """``{"AccessKeyId"}``: the session's credentials expire now (AssumeRole's shortest session
+    is 900 s: too long for a test to wait out)."""
+    from localstack.services.sts.models import sts_stores
+
+    key = body["AccessKeyId"]
+    for account, regions in sts_stores.items():
+        creds = regions["us-east-1"].credentials.get(key)
+        if creds is not None:
+            creds.expiration = datetime.now(UTC) - timedelta(seconds=1)
+            return {"AccessKeyId": key, "Account": account, "Expiration": creds.expiration.isoformat()}
+    raise KeyError(f"no session credentials with access key {key!r}")
+
+
+CONTROL = {
+    "configure": _configure,
+    "usage": _usage,
+    "decisions": _decisions,
+    "reset": _reset,
+    "expire": _expire,
+}
