@@ -422,6 +422,47 @@ def test_the_products_alarm_math_counts_a_volume_without_datapoints_as_no_io(aws
     assert result["Values"] == [100.0, 200.0]
 
 
+def test_ebs_publishes_nothing_for_a_volume_attached_to_no_instance(aws, control) -> None:
+    """ "Amazon EBS sends data points to CloudWatch … only when the volume is attached to an
+    instance" (Amazon EBS metrics): the control action that stands in for EBS drops an available
+    volume's datapoints and keeps an attached one's."""
+    ec2 = aws("ec2")
+    params = {"AvailabilityZone": "us-east-1a", "Size": 10, "VolumeType": "io2", "Iops": 1000}
+    loose, used = (ec2.create_volume(**params)["VolumeId"] for _ in range(2))
+    instance = ec2.run_instances(
+        ImageId="ami-12c6146b", MinCount=1, MaxCount=1, Placement={"AvailabilityZone": "us-east-1a"}
+    )["Instances"][0]["InstanceId"]
+    try:
+        ec2.get_waiter("instance_running").wait(InstanceIds=[instance], WaiterConfig={"Delay": 1})
+        ec2.get_waiter("volume_available").wait(VolumeIds=[loose, used], WaiterConfig={"Delay": 1})
+        ec2.attach_volume(VolumeId=used, InstanceId=instance, Device="/dev/sdf")
+        minute = _this_minute() - timedelta(minutes=2)
+        datum = {"MetricName": "VolumeReadOps", "Timestamp": minute.isoformat(), "Value": 60.0}
+        answer = control(
+            "cloudwatch",
+            "publish",
+            Namespace="AWS/EBS",
+            MetricData=[{**datum, "Dimensions": [{"Name": "VolumeId", "Value": v}]} for v in (loose, used)],
+        )
+        assert answer == {"published": 1, "dropped": [loose]}
+        stats = {
+            v: aws("cloudwatch").get_metric_statistics(
+                Namespace="AWS/EBS",
+                MetricName="VolumeReadOps",
+                Dimensions=[{"Name": "VolumeId", "Value": v}],
+                StartTime=minute,
+                EndTime=minute + timedelta(minutes=1),
+                Period=60,
+                Statistics=["Sum"],
+            )["Datapoints"]
+            for v in (loose, used)
+        }
+        assert stats[loose] == []
+        assert [d["Sum"] for d in stats[used]] == [60.0]
+    finally:
+        ec2.terminate_instances(InstanceIds=[instance])
+
+
 def test_the_iops_rule_matches_only_the_arrays_iops_alarms(aws) -> None:
     # Given the template's IOPS rule pattern and CloudWatch alarm state changes in AWS's shape
     # (EventBridge "wildcard" matching, documented for event buses:

@@ -398,16 +398,49 @@ def _time(value: Any) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+def _unattached_volume(account: str, region: str, datum: dict[str, Any]) -> str | None:
+    """The datum's volume when it exists in the local cloud's EC2 and is attached to no instance.
+
+    "Amazon EBS sends data points to CloudWatch … only when the volume is attached to an
+    instance" (Amazon EBS metrics): EBS publishes nothing for an available volume, so a volume
+    just created or detached has gaps the product's metric math must survive. A volume id the
+    local cloud does not know (a test's synthetic series) is published as given."""
+    volume_id = next((d["Value"] for d in datum.get("Dimensions", []) if d.get("Name") == "VolumeId"), None)
+    if volume_id is None:
+        return None
+    from moto.ec2.models import ec2_backends
+
+    try:
+        volume = ec2_backends[account][region].volumes.get(volume_id)
+    except Exception:  # noqa: BLE001 - a region moto cannot create holds no volumes
+        return None
+    if volume is None or getattr(volume, "attachments", None):
+        return None
+    return str(volume_id)
+
+
 def publish(body: dict[str, Any]) -> dict[str, Any]:
-    """Datapoints published as the AWS service itself would (``AWS/`` namespaces allowed)."""
+    """Datapoints published as the AWS service itself would (``AWS/`` namespaces allowed); for
+    ``AWS/EBS``, nothing for a volume attached to no instance (answered under ``dropped``)."""
     namespace, data = body["Namespace"], [dict(d) for d in body["MetricData"]]
     for datum in data:
         if "Timestamp" in datum:
             datum["Timestamp"] = _time(datum["Timestamp"])
     _validate_parameters_for_put_metric_data(data)  # type: ignore[arg-type]
     account, region = body.get("AccountId", DEFAULT_AWS_ACCOUNT_ID), body.get("Region", "us-east-1")
-    _provider().cloudwatch_database.add_metric_data(account, region, namespace, data)  # type: ignore[arg-type]
-    return {"published": len(data)}
+    dropped: set[str] = set()
+    if namespace == "AWS/EBS":
+        kept = []
+        for datum in data:
+            unattached = _unattached_volume(account, region, datum)
+            if unattached is None:
+                kept.append(datum)
+            else:
+                dropped.add(unattached)
+        data = kept
+    if data:
+        _provider().cloudwatch_database.add_metric_data(account, region, namespace, data)  # type: ignore[arg-type]
+    return {"published": len(data), "dropped": sorted(dropped)}
 
 
 def evaluate(body: dict[str, Any]) -> dict[str, Any]:
