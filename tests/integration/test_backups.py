@@ -6,10 +6,16 @@ import time
 from typing import Any
 
 import boto3
+import pytest
 
 from tests.integration.arrays_world import control
 from tests.integration.backups_world import BackupArray, backup_finished, frozen
 from tests.integration.conftest import Api
+
+
+# AWS's timings: volumes creating, attachments attaching, SSM agents registering after boot,
+# snapshots pending (the local cloud's realistic latency profile; snapshots 10 s: backups_world).
+pytestmark = pytest.mark.usefixtures("realistic_timings")
 
 
 def snapshots_of(backup_id: str) -> list[dict[str, Any]]:
@@ -142,7 +148,7 @@ def test_a_snapshot_in_error_fails_the_set_and_its_snapshots_are_deleted(
     assert "error" in backup["failure"]
     assert backup["consistency"] is None
     assert snapshots_of(backup_id) == []
-    control(world.endpoint, "ebs", "configure", snapshot_seconds=2)
+    control(world.endpoint, "ebs", "configure", snapshot_seconds=10)
 
 
 def test_a_workflow_stopped_mid_freeze_leaves_the_hosts_to_their_watchdogs(
