@@ -18,6 +18,10 @@ the waiting, the retries and the compensation; each step here reads what it need
 - ``detach``: compensation, detach the array's volumes from the controller.
 - ``locate``: for a leaving controller (lifecycle hook or instance lost), its array and slot,
   the array's hosts and whether it is the last serving controller.
+
+``prepare`` and ``locate`` also answer the hosts as ``hostBatches``, batches of at most 50
+(``vsa_core.run_command``: SendCommand's InstanceIds limit), which the workflows' host fan-outs
+(undo and drain disconnect-path) send one command each.
 """
 
 from concurrent.futures import ThreadPoolExecutor

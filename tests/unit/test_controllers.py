@@ -104,6 +104,17 @@ def test_paths_give_each_host_its_own_nqn_and_the_controllers_the_allowed_list()
     )
 
 
+def test_paths_give_the_hosts_in_batches_sendcommand_accepts() -> None:
+    # Given an array with 120 hosts (the spec bounds nothing; SendCommand takes 50 instance ids)
+    hosts = [{"instanceId": f"i-0a1b2c3d4e5f6{n:04d}"} for n in range(120)]
+    p = controllers.paths(spec(hosts=hosts), ("vol-a1",))
+    # Then a document for every host goes out as three commands, every host in exactly one
+    assert [len(b) for b in p.host_batches] == [50, 50, 20]
+    assert [i for b in p.host_batches for i in b] == list(p.hosts)
+    assert p.as_dict()["hostBatches"] == [list(b) for b in p.host_batches]
+    assert controllers.paths(spec(hosts=[]), ()).as_dict()["hostBatches"] == []
+
+
 def test_the_last_serving_controller_is_the_only_one_serving() -> None:
     slots = {0: {"instanceId": "i-a", "state": "serving"}, 1: {"instanceId": "i-b", "state": "bootstrapping"}}
     assert controllers.last_serving(slots, "i-a")
@@ -305,6 +316,8 @@ def test_locate_finds_a_controllers_slot_and_guards_the_last_serving_one(
         "10.0.0.10",
     )
     assert (found["lastServing"], found["allowLastPath"]) == (True, "false")
+    # the hosts disconnect-path goes to, in batches SendCommand accepts
+    assert found["hostBatches"] == [["i-0a1b2c3d4e5f60101", "i-0a1b2c3d4e5f60102"]]
     assert runner.locate(Locate(step="locate", instanceId="i-0000000000000000c")) == {
         "found": False,
         "instanceId": "i-0000000000000000c",

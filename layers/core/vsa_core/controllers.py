@@ -17,6 +17,7 @@ from typing import Any
 from vsa_core.errors import ConflictError
 from vsa_core.model import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.nvme import host_nqn
+from vsa_core.run_command import instance_batches
 
 # EC2 device names for data volumes on Linux (EC2 User Guide, "Device names on Linux
 # instances"): /dev/sd[f-z] first, then /dev/sd[f-z][a-z] style names are not accepted by
@@ -62,6 +63,9 @@ class Paths:
     allow_any_host: str
     host_targets: tuple[tuple[str, str], ...]
     """(instance id, host NQN) of every host: connect-path runs per host with its own NQN."""
+    host_batches: tuple[tuple[str, ...], ...]
+    """The hosts in batches of at most 50: a document for every host (disconnect-path) is one
+    SendCommand per batch (``vsa_core.run_command``)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +74,7 @@ class Paths:
             "hostNqns": self.host_nqns,
             "allowAnyHost": self.allow_any_host,
             "hostTargets": [{"instanceId": i, "hostNqn": n} for i, n in self.host_targets],
+            "hostBatches": [list(batch) for batch in self.host_batches],
         }
 
 
@@ -80,6 +85,7 @@ def paths(spec: ArraySpec, volume_ids: Sequence[str]) -> Paths:
         host_nqns=",".join(host_nqn(h) for h in spec.hosts),
         allow_any_host="true" if spec.allow_any_host else "false",
         host_targets=tuple((h.instance_id, host_nqn(h)) for h in spec.hosts),
+        host_batches=instance_batches([h.instance_id for h in spec.hosts]),
     )
 
 
