@@ -22,6 +22,12 @@ for that array. Loop bounds are read from the ASL, never written here:
   document's steps, in template.yaml);
 - wall-clock values a Lambda step reports (WALL_CLOCK below: the value and the state it counts from).
 
+A Map state (a host fan-out in batches of at most 50, SendCommand's limit) is walked as its
+iterations one after another, any number of them: after each iteration the walk goes on both to
+the Map's next state and into another iteration, and a Map's Catch is taken after any iteration.
+Iterations that run side by side (MaxConcurrency) only add heartbeats, so this bounds them too;
+the number of items (hosts / 50) is unbounded, so every iteration must record a heartbeat itself.
+
 Assumptions (the only figures this file holds):
 - a Task with no TimeoutSeconds is an aws-sdk/optimized request-response call; Step Functions
   would wait for it up to 99,999,999 s by the ASL spec, but such a call is one HTTPS request:
@@ -107,7 +113,30 @@ def render(state_machine: str) -> Workflow:
             values[key] = f"resolved-{key}"
     text = PLACEHOLDER.sub(lambda m: values[m.group(1)], (ROOT / props["DefinitionUri"]).read_text())
     definition = json.loads(text)
-    return Workflow(state_machine, definition["States"], definition["StartAt"], documents)
+    return Workflow(state_machine, flatten(definition["States"]), definition["StartAt"], documents)
+
+
+def flatten(states: dict[str, Any]) -> dict[str, Any]:
+    """Every state by name, those inside Map iterations too (names are unique in a workflow)."""
+    found: dict[str, Any] = {}
+    for name, state in states.items():
+        found[name] = state
+        if state.get("Type") == "Map":
+            inner = flatten(state.get("ItemProcessor", state.get("Iterator", {}))["States"])
+            assert not set(inner) & set(found), f"state names used twice: {set(inner) & set(found)}"
+            found.update(inner)
+        assert state.get("Type") != "Parallel", "Parallel states are not modelled here"
+    return found
+
+
+def _processor(state: dict[str, Any]) -> dict[str, Any]:
+    processor: dict[str, Any] = state.get("ItemProcessor", state.get("Iterator", {}))
+    return processor
+
+
+def _selector(state: dict[str, Any]) -> dict[str, Any]:
+    selector: dict[str, Any] = state.get("ItemSelector", state.get("Parameters", {}))
+    return selector
 
 
 # --- worst-case durations ------------------------------------------------------------------
@@ -155,13 +184,19 @@ class Since:
 @dataclass
 class Walk:
     """A path's position: the state, the time since the hook started and since its last heartbeat,
-    the values the ASL makes known, and the states taken since the last heartbeat."""
+    the values the ASL makes known, the states taken since the last heartbeat, and the Maps it is
+    inside (each with the values known outside it, for when the iteration ends)."""
 
     state: str
     now: int
     beat: int
     env: dict[str, Any]
     trail: tuple[str, ...] = field(default=())
+    frames: tuple[tuple[str, dict[str, Any]], ...] = field(default=())
+
+
+END = "(end)"
+"""Where a state with ``End`` leads: the workflow's end, or its iteration's inside a Map."""
 
 
 def _get(env: dict[str, Any], path: str) -> Any:
@@ -277,6 +312,8 @@ def _sources(expr: Any) -> set[str]:
 
 def _successors(state: dict[str, Any]) -> list[str]:
     found = [state[k] for k in ("Next", "Default") if k in state]
+    if state.get("Type") == "Map":
+        found.append(_processor(state)["StartAt"])
     found += [r["Next"] for r in state.get("Choices", [])] + [c["Next"] for c in state.get("Catch", [])]
     return found
 
@@ -301,6 +338,8 @@ def live_values(states: dict[str, Any]) -> dict[str, set[str]]:
                     if key in out:
                         uses |= _sources(value)
                 new = kept | uses
+            elif kind == "Map":
+                new = out | set().union(*(_sources(v) for _, v in _flatten("$", _selector(state))))
             else:
                 new = set(out)
                 if kind == "Task":
@@ -359,7 +398,8 @@ def longest_gap(workflow: Workflow, event: dict[str, Any]) -> Gap:
         if state.get("Type") == "Task" and state["Resource"].endswith(SEND):
             lifetime = int(state["Parameters"].get("TimeoutSeconds", 3600))
             lifetime += workflow.document_seconds[state["Parameters"]["DocumentName"]]
-            sends[state["ResultPath"]] = lifetime
+            # the longest, should two commands land at one ResultPath (in and out of a Map)
+            sends[state["ResultPath"]] = max(lifetime, sends.get(state["ResultPath"], 0))
     live = live_values(states)
     worst = Gap(0, ())
     best: dict[tuple[Any, ...], int] = {}
@@ -374,7 +414,11 @@ def longest_gap(workflow: Workflow, event: dict[str, Any]) -> Gap:
         alive = {k: v for k, v in walk.env.items() if k in live.get(walk.state, ())}
         known = tuple(sorted((k, repr(v)) for k, v in alive.items() if not isinstance(v, Sent | Since)))
         timers = tuple(sorted((k, v.at - walk.now) for k, v in alive.items() if isinstance(v, Sent | Since)))
-        key = (walk.state, known, timers)
+        frames = tuple(
+            (name, _fingerprint({k: v for k, v in outer.items() if k in live.get(name, ())}, walk.now))
+            for name, outer in walk.frames
+        )
+        key = (walk.state, known, timers, frames)
         if best.get(key, -1) >= gap:
             continue
         best[key] = gap
@@ -383,20 +427,76 @@ def longest_gap(workflow: Workflow, event: dict[str, Any]) -> Gap:
     return worst
 
 
-def _next(walk: Walk, name: str, now: int, env: dict[str, Any], *, beat: bool = False) -> Walk:
+def _fingerprint(env: dict[str, Any], now: int) -> tuple[Any, ...]:
+    return tuple(
+        sorted((k, repr(v.at - now) if isinstance(v, Sent | Since) else repr(v)) for k, v in env.items())
+    )
+
+
+def _next(
+    walk: Walk,
+    name: str,
+    now: int,
+    env: dict[str, Any],
+    *,
+    beat: bool = False,
+    frames: tuple[tuple[str, dict[str, Any]], ...] | None = None,
+) -> Walk:
     trail = (name,) if beat else (*walk.trail, name)
-    return Walk(name, now, now if beat else walk.beat, env, trail)
+    return Walk(name, now, now if beat else walk.beat, env, trail, walk.frames if frames is None else frames)
+
+
+def _iteration(walk: Walk, map_name: str, state: dict[str, Any], outer: dict[str, Any]) -> Walk:
+    """Into an iteration of the Map ``map_name``: its input is the ItemSelector over ``outer``."""
+    env = _assign(outer, "$", _selector(state))
+    return _next(walk, _processor(state)["StartAt"], walk.now, env, frames=(*walk.frames, (map_name, outer)))
+
+
+def _out_of_map(
+    walk: Walk, map_name: str, state: dict[str, Any], outer: dict[str, Any], *, failed: bool
+) -> list[Walk]:
+    """After an iteration: the Map's next state (its results at ResultPath), another iteration, or
+    (any iteration having failed) the Map's catchers."""
+    rest = walk.frames[:-1]
+    steps = []
+    if not failed:
+        env = dict(outer)
+        if state.get("ResultPath", "$") is not None:
+            _forget(env, state.get("ResultPath", "$"))
+        steps.append(_next(walk, state.get("Next", END), walk.now, env, frames=rest))
+        steps.append(_iteration(_next(walk, map_name, walk.now, outer, frames=rest), map_name, state, outer))
+    for catch in state.get("Catch", []):
+        caught = dict(outer)
+        if catch.get("ResultPath", "$") is not None:
+            _forget(caught, catch.get("ResultPath", "$"))
+        steps.append(_next(walk, catch["Next"], walk.now, caught, frames=rest))
+    return steps
 
 
 def _steps(workflow: Workflow, walk: Walk, state: dict[str, Any], sends: dict[str, int]) -> list[Walk]:
     kind = state.get("Type")
-    if kind is None or kind in ("Succeed", "Fail") or state.get("End"):
-        return []
+    if walk.state == END or kind in ("Succeed", "Fail"):
+        if not walk.frames:
+            return []  # the workflow has ended
+        map_name, outer = walk.frames[-1]
+        return _out_of_map(walk, map_name, workflow.states[map_name], outer, failed=kind == "Fail")
+    if kind is None:
+        return []  # "(action completed)", "(action ended)": the window has ended
+    if state.get("OutputPath", "$") != "$" and not state.get("End"):
+        raise AssertionError(f"{workflow.name}.{walk.state}: an OutputPath is not modelled here")
+    if kind == "Map":
+        steps = [_iteration(walk, walk.state, state, walk.env)]
+        for catch in state.get("Catch", []):  # e.g. ItemsPath is not a list
+            caught = dict(walk.env)
+            if catch.get("ResultPath", "$") is not None:
+                _forget(caught, catch.get("ResultPath", "$"))
+            steps.append(_next(walk, catch["Next"], walk.now, caught))
+        return steps
     if kind == "Pass":
         env = _assign(walk.env, state.get("ResultPath", "$"), state.get("Parameters", state.get("Result")))
-        return [_next(walk, state["Next"], walk.now, env)]
+        return [_next(walk, state.get("Next", END), walk.now, env)]
     if kind == "Wait":
-        return [_next(walk, state["Next"], walk.now + int(state["Seconds"]), walk.env)]
+        return [_next(walk, state.get("Next", END), walk.now + int(state["Seconds"]), walk.env)]
     if kind == "Choice":
         taken: list[Walk] = []
         for rule in state["Choices"]:
@@ -432,9 +532,9 @@ def _steps(workflow: Workflow, walk: Walk, state: dict[str, Any], sends: dict[st
         if resource.endswith(COMPLETE):
             steps.append(_next(walk, "(action completed)", end, env))  # the window ends here
         elif resource.endswith(HEARTBEAT):
-            steps.append(_next(walk, state["Next"], end, env, beat=True))
+            steps.append(_next(walk, state.get("Next", END), end, env, beat=True))
         else:
-            steps.append(_next(walk, state["Next"], end, env))
+            steps.append(_next(walk, state.get("Next", END), end, env))
         for catch in state.get("Catch", []):
             if resource.endswith((HEARTBEAT, COMPLETE)):
                 # a heartbeat or completion that fails past its retries: AWS answers ValidationError
@@ -561,3 +661,43 @@ def test_a_command_status_loop_is_bounded_by_the_commands_lifetime() -> None:
     # When its longest gap is computed / Then the loop ends once the command's 150 s have passed
     gap = longest_gap(workflow, {"detail-type": "test"})
     assert 150 < gap.seconds <= 1 + 150 + 11
+
+
+def _toy_map(iteration: dict[str, Any], start: str) -> Workflow:
+    return Workflow(
+        "toy",
+        {
+            "Batches": {
+                "Type": "Map",
+                "ItemsPath": "$.batches",
+                "ItemSelector": {"hosts.$": "$$.Map.Item.Value"},
+                "ItemProcessor": {"StartAt": start, "States": iteration},
+                "ResultPath": None,
+                "Next": "Done",
+            },
+            "Done": {"Type": "Task", "Resource": f"arn{COMPLETE}", "TimeoutSeconds": 1, "End": True},
+            **iteration,
+        },
+        "Batches",
+        {},
+    )
+
+
+def test_a_map_whose_iterations_record_no_heartbeat_is_unbounded() -> None:
+    # Given a Map whose every iteration takes 100 s and records no heartbeat (any number of batches)
+    workflow = _toy_map({"Send": {"Type": "Wait", "Seconds": 100, "End": True}}, "Send")
+    # When its longest gap is computed / Then it grows with the batches, past any hook's timeout
+    assert longest_gap(workflow, {"detail-type": "test"}).seconds > GLOBAL_TIMEOUT_CAP
+
+
+def test_a_map_whose_iterations_each_record_a_heartbeat_is_bounded() -> None:
+    # Given the same Map with a heartbeat as each iteration starts
+    iteration = {
+        "Beat": {"Type": "Task", "Resource": f"arn{HEARTBEAT}", "TimeoutSeconds": 1, "Next": "Send"},
+        "Send": {"Type": "Wait", "Seconds": 100, "End": True},
+    }
+    # When its longest gap is computed / Then it is one iteration and what follows it (the next
+    # iteration's heartbeat, or the completion), however many batches there are
+    gap = longest_gap(_toy_map(iteration, "Beat"), {"detail-type": "test"})
+    assert gap.seconds == 101
+    assert gap.trail[:2] == ("Send", "(end)")

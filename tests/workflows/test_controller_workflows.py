@@ -163,6 +163,39 @@ def test_a_planned_drain_disconnects_hosts_before_removing_the_target(
     )
     assert disconnect["Parameters"]["AllowLastPath"] == ["false"]
     assert disconnect["Parameters"]["Address"] == ["10.0.1.9"]
+    assert disconnect["InstanceIds"] == ["i-0a1b2c3d4e5f60101"]
+    # one batch, disconnected: nothing kept
+    assert "DisconnectFailed" not in path
+    assert path.index("AllDisconnected?") < path.index("TeardownTarget")
+
+
+def test_sixty_hosts_are_disconnected_in_batches_of_50_and_one_failing_batch_stops_nothing(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    # Given a controller of an array with 60 hosts (Locate answers them as batches of 50 and 10;
+    # SendCommand takes at most 50 InstanceIds) and a host of one batch that refuses
+    run = run_case(sfn, workflow("vsa-wf-drain", "drain_controller.asl.json"), "DrainsSixtyHosts", TERMINATE)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    # Then disconnect-path goes out once per batch, every host in exactly one command
+    sent = [c for c in scheduled(run, "sendCommand") if c["DocumentName"] == "vsa-wf-disconnect-path"]
+    assert sorted(len(c["InstanceIds"]) for c in sent) == [10, 50]
+    assert sorted(i for c in sent for i in c["InstanceIds"]) == [
+        f"i-0a1b2c3d4e5f6{n:04d}" for n in range(200, 260)
+    ]
+    path = entered(run)
+    # each batch keeps the lifecycle action alive as it starts and while it waits
+    assert path.count("HeartbeatBeforeBatch") == 2
+    # the failed batch is reported, the other batch ran to its end, and the drain goes on
+    assert path.count("BatchFailed") == 1
+    assert path.count("BatchDisconnected") == 1
+    assert path.index("DisconnectFailed") < path.index("TeardownTarget") < path.index("Continue")
+    (kept,) = [
+        json.loads(e["stateExitedEventDetails"]["output"])["pathsKept"]
+        for e in run["events"]
+        if e["type"] == "PassStateExited" and e["stateExitedEventDetails"]["name"] == "DisconnectFailed"
+    ]
+    assert kept["Error"] == "DisconnectPathFailed"
+    assert "Failed on 1 of 10 hosts" in kept["Cause"]
 
 
 def test_the_last_serving_controller_waits_for_another_before_its_paths_go(
