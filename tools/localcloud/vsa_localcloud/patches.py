@@ -49,6 +49,9 @@ def apply_localcloud_patches() -> None:
     from vsa_localcloud import apigateway_iam
 
     apigateway_iam.enforce_iam_authorization()
+    # An integration that has not answered within its timeout (29 s by default) gets API
+    # Gateway's 504 "Endpoint request timed out", as on AWS (community LocalStack waits on).
+    __import__("vsa_localcloud.apigateway_timeout").apigateway_timeout.enforce_integration_timeout()
     # Every role-signed request is authorized against the role's policies, as on AWS (community
     # LocalStack evaluates none): see iam_enforcement.
     from vsa_localcloud import iam_enforcement
