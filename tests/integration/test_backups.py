@@ -12,7 +12,6 @@ from tests.integration.arrays_world import control
 from tests.integration.backups_world import BackupArray, backup_finished, frozen
 from tests.integration.conftest import Api
 
-
 # AWS's timings: volumes creating, attachments attaching, SSM agents registering after boot,
 # snapshots pending (the local cloud's realistic latency profile; snapshots 10 s: backups_world).
 pytestmark = pytest.mark.usefixtures("realistic_timings")
