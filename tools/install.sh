@@ -47,8 +47,10 @@ flock 9
 
 # --- system packages (only if missing) ---------------------------------------------------------
 # tests/documents freezes real XFS filesystems on loop devices: mkfs.xfs (xfsprogs); losetup,
-# fsfreeze, findmnt, mount (util-linux). Without root and apt those tests skip and say why.
-for pkg in xfsprogs util-linux; do
+# fsfreeze, findmnt, mount (util-linux). tests/infra and tests/documents lint the rendered host
+# scripts with shellcheck. Without root and apt those tests skip and say why (under CI they fail:
+# tests/prerequisites.py).
+for pkg in xfsprogs util-linux shellcheck; do
   dpkg -s "$pkg" >/dev/null 2>&1 && continue
   if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
     echo "==> installing $pkg (apt)"

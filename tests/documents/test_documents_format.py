@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from tests.documents_util import DOCUMENTS, load_document, render_script, run_document, shell_name
+from tests.prerequisites import require
 
 HOST_DOCUMENTS = ["freeze-io", "thaw-io"]
 PARAMETERS = ["Mountpoints", "TimeoutSeconds", "BackupId", "StateDir", "FsfreezeCommand"]
@@ -135,8 +136,8 @@ def test_kernel_tests_skip_with_the_reason_when_not_root(monkeypatch: pytest.Mon
 @pytest.mark.parametrize("name", HOST_DOCUMENTS)
 def test_rendered_scripts_are_shellcheck_clean(name: str) -> None:
     shellcheck = shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.skip("shellcheck is not installed")
+    require(None if shellcheck else "shellcheck is not installed")
+    assert shellcheck is not None
     script = render_script(name, {"Mountpoints": "/data"})
     lint = subprocess.run(
         [shellcheck, "--shell=bash", "--severity=warning", "-"], input=script, text=True, capture_output=True

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.prerequisites import require
+
 TOOLS = ("mkfs.xfs", "losetup", "mount", "umount", "fsfreeze", "findmnt", "setsid", "flock", "timeout")
 
 
@@ -142,8 +144,7 @@ class Lab:
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[Lab]:
     reason = _missing()
-    if reason:
-        pytest.skip(reason)
+    require(reason)
     state_dir = tmp_path / "state"
     the_lab = Lab(root=tmp_path, state_dir=state_dir)
     try:

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.documents_tool import documents
+from tests.prerequisites import require
 
 ROOT = Path(__file__).resolve().parents[2]
 # What would end a single-quoted shell string or start a command; every pattern must refuse them.
@@ -135,8 +136,8 @@ def test_rendered_scripts_are_valid_bash_and_shellcheck_clean(name: str):
     syntax = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True, check=False)
     assert syntax.returncode == 0, syntax.stderr
     shellcheck = shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.skip("shellcheck is not installed")
+    require(None if shellcheck else "shellcheck is not installed")
+    assert shellcheck is not None
     lint = subprocess.run(
         [shellcheck, "--shell=bash", "--severity=warning", "-"],
         input=script,

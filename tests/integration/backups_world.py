@@ -21,6 +21,7 @@ import pytest
 from tests.documents.xfs_lab import Lab, _missing
 from tests.integration.arrays_world import AMI, AZ, World, control, settle
 from tests.integration.conftest import Api
+from tests.prerequisites import require
 from vsa_core.controllers import DEVICE_NAMES
 from vsa_core.waiters import execution_arn, execution_finished
 
@@ -91,8 +92,7 @@ def serving_controller(table: str, array: BackupArray, world: World, timeout: fl
 @pytest.fixture
 def xfs_lab(tmp_path: Path) -> Iterator[Lab]:
     reason = _missing()
-    if reason:
-        pytest.skip(f"backups freeze real XFS filesystems: {reason}")
+    require(reason and f"backups freeze real XFS filesystems: {reason}")
     lab = Lab(root=tmp_path, state_dir=Path("/run/vsa-freeze"))
     try:
         yield lab
