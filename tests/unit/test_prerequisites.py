@@ -14,7 +14,7 @@ def test_a_missing_tool_skips_on_a_developer_machine(monkeypatch: pytest.MonkeyP
 @pytest.mark.parametrize("value", ["true", "1", "yes"])
 def test_a_missing_tool_fails_under_ci(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("CI", value)
-    with pytest.raises(pytest.fail.Exception, match="shellcheck is not installed.*tools/install.sh"):
+    with pytest.raises(pytest.fail.Exception, match=r"shellcheck is not installed.*tools/install\.sh"):
         require("shellcheck is not installed")
 
 
