@@ -69,17 +69,26 @@ def test_a_burst_of_100_alarm_events_scales_once_one_operation_at_a_time(stack_o
     # When 100 distinct alarm state changes arrive at once (a storm)
     names = [fire_alarm(array_id, 612_345.0, recent_stamp(60 * m + s)) for m, s in (
         divmod(i, 60) for i in range(100))]  # fmt: skip
-    sfn = boto3.client("stepfunctions")
     executions = [wait_for_execution(stack_outputs["ScaleArrayStateMachineArn"], n) for n in names]
-    # Then every run ended cleanly, exactly one scaled, and the group wants 4, not 4 x 100
+    # Then every run ended cleanly, exactly one scaled, and it asked for 4, not 4 x 100
     assert {e["status"] for e in executions} == {"SUCCEEDED"}
     outputs = [json.loads(e["output"]) for e in executions]
-    assert [o["action"] for o in outputs].count("scale-out") == 1
-    assert group_of(array_id)["DesiredCapacity"] == 4  # type: ignore[index]
-    # And no two runs ever held the scaling lock at the same time
+    scale_outs = [o for o in outputs if o["action"] == "scale-out"]
+    assert [o["desired_controllers"] for o in scale_outs] == [4]
+    # The array's own alarms keep evaluating meanwhile, as on AWS: its volumes carry no IO (no
+    # EBS datapoints), so under a slow machine the low alarm may fire and scale in one at a time
+    # while the burst drains. Whatever ran, no run ever wanted more than the burst's 4
+    everything = _executions_of(stack_outputs, array_id)
+    wanted = [o.get("desired_controllers") for o in everything.values() if o.get("action") == "scale-out"]
+    assert wanted == [4], wanted
+    group = group_of(array_id)
+    assert group is not None
+    assert group["DesiredCapacity"] <= 4
+    # And no two runs of this array (the burst's and any alarm's) ever held the lock at once
+    sfn = boto3.client("stepfunctions")
     held = []
-    for execution in executions:
-        history = sfn.get_execution_history(executionArn=execution["executionArn"], maxResults=1000)["events"]
+    for arn in everything:
+        history = sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]
         entered = {
             e["stateEnteredEventDetails"]["name"]: e["timestamp"]
             for e in history
@@ -87,10 +96,27 @@ def test_a_burst_of_100_alarm_events_scales_once_one_operation_at_a_time(stack_o
         }
         if "ReadDemand" in entered:  # it took the lock
             released = entered.get("ReleaseLock") or entered.get("ReleaseLockOnFailure")
-            held.append((entered["ReadDemand"], released, execution["name"]))
+            assert released is not None, f"{arn} took the lock and never released it"
+            held.append((entered["ReadDemand"], released, arn))
     held.sort()
     overlaps = [(a, b) for a, b in itertools.pairwise(held) if b[0] < a[1]]
     assert overlaps == [], overlaps
+
+
+def _executions_of(stack_outputs: dict[str, str], array_id: str) -> dict[str, dict[str, Any]]:
+    """Every finished ScaleArray execution of ``array_id`` (named ``scale-<array>-<hash>``): its
+    output by execution ARN."""
+    sfn = boto3.client("stepfunctions")
+    found: dict[str, dict[str, Any]] = {}
+    pages = sfn.get_paginator("list_executions").paginate(
+        stateMachineArn=stack_outputs["ScaleArrayStateMachineArn"]
+    )
+    for page in pages:
+        for execution in page["executions"]:
+            if execution["name"].startswith(f"scale-{array_id}-") and execution["status"] == "SUCCEEDED":
+                described = sfn.describe_execution(executionArn=execution["executionArn"])
+                found[execution["executionArn"]] = json.loads(described["output"])
+    return found
 
 
 def test_low_alarm_removes_one_chosen_controller_never_below_demand_or_min(stack_outputs, api, world, arrays):
