@@ -1,6 +1,7 @@
 # VSA control plane. The two commands of the README:
 #   make demo   install everything, start the local cloud, deploy, run the product's main job
 #   make test   install everything, lint, type-check, validate, unit + integration tests
+# The inner loop: make check (lint, types, unit, infra, workflow tests; a few minutes).
 SHELL := /bin/bash
 VENV := $(CURDIR)/.venv/bin
 PORT ?= 4566
@@ -10,7 +11,7 @@ LOCAL := env PATH="$(VENV):$$PATH" VSA_LOCALCLOUD_PORT=$(PORT) AWS_ENDPOINT_URL=
 	SAM_CLI_TELEMETRY=0 PYTHONPATH=$(CURDIR)/layers/core
 OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0
 
-.PHONY: demo test install localcloud-start localcloud-stop localcloud-logs build deploy-local \
+.PHONY: demo test check install localcloud-start localcloud-stop localcloud-logs build deploy-local \
 	lint format typecheck validate unit documents dataplane integration bench bench-lifecycle bench-backups clean
 
 demo: install
@@ -18,6 +19,9 @@ demo: install
 
 test: install
 	@$(LOCAL) bash tools/test.sh
+
+check: install
+	@$(LOCAL) bash tools/check.sh
 
 install:
 	@bash tools/install.sh
