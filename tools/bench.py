@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from vsa_core.simulate import (
+from vsa_core.scaling.simulator import (
     DEFAULT_BOOT_MINUTES,
     DEFAULT_DRAIN_MINUTES,
     DEFAULT_PRICE_PER_HOUR,

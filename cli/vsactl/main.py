@@ -259,8 +259,8 @@ def simulate(
     try:
         from pydantic import ValidationError
 
-        from vsa_core.model import ArraySpec
-        from vsa_core.simulate import compare, default_spec, read_trace
+        from vsa_core.arrays.spec import ArraySpec
+        from vsa_core.scaling.simulator import compare, default_spec, read_trace
     except ImportError as e:  # the CLI's own install does not carry the Lambda layer
         err.print(
             f"error: vsactl simulate runs the control plane's planner and needs its core package ({e.name}): "

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from vsa_core.simulate import Comparison
+    from vsa_core.scaling.simulator import Comparison
 
 
 def write_plot(comparison: Comparison, path: Path, title: str) -> None:

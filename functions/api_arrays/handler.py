@@ -1,6 +1,6 @@
 """The arrays REST API (API Gateway, IAM auth): declare an array once, read its live state,
 delete it. Thin: the powertools resolver parses and validates (422 with the failing fields),
-``vsa_core.operations`` does the work, named domain errors map to 400/404/409 here.
+``vsa_core.arrays.aws_operations`` does the work, named domain errors map to 400/404/409 here.
 
     PUT    /arrays/{arrayId}                   create or update (idempotent); answers the changes
     GET    /arrays                             every array, one line each
@@ -15,11 +15,11 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from vsa_core import operations
-from vsa_core.arrays import ArrayService
+from vsa_core.arrays import aws_operations
+from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.arrays.spec import ArraySpec
 from vsa_core.clients import client
 from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError, ReconcileError
-from vsa_core.model import ArraySpec
 from vsa_core.naming import ARRAY_ID_PATTERN
 from vsa_core.observability import logger, tracer
 from vsa_core.registry import ArrayRegistry, BackupRegistry
@@ -68,7 +68,7 @@ def put_array(
     ] = None,
 ) -> Response[dict[str, Any]]:
     logger.append_keys(array_id=array_id)
-    created, reply = operations.apply_array(
+    created, reply = aws_operations.apply_array(
         array_id, spec, registry=_registry(), service=_service(), if_match=if_match
     )
     logger.info("array applied", extra={"new_array": created, "changes": len(reply["changes"])})
@@ -79,13 +79,13 @@ def put_array(
 
 @app.get("/arrays", summary="List arrays", tags=["arrays"])
 def list_arrays() -> dict[str, Any]:
-    return operations.list_arrays(registry=_registry())
+    return aws_operations.list_arrays(registry=_registry())
 
 
 @app.get("/arrays/<array_id>", summary="An array's spec and live status", tags=["arrays"])
 def get_array(array_id: ArrayIdPath) -> dict[str, Any]:
     logger.append_keys(array_id=array_id)
-    return operations.describe_array(
+    return aws_operations.describe_array(
         array_id,
         registry=_registry(),
         service=_service(),
@@ -101,7 +101,7 @@ def delete_array(
     ] = False,
 ) -> Response[dict[str, Any]]:
     logger.append_keys(array_id=array_id)
-    reply = operations.delete_array(
+    reply = aws_operations.delete_array(
         array_id,
         delete_volumes=delete_volumes,
         registry=_registry(),

@@ -1,6 +1,6 @@
 """The backups REST API (API Gateway, IAM auth): back an array up, read its backup sets, delete
 one, apply retention (or see what it would do), restore. Thin: the powertools resolver parses
-and validates (422 naming the failing fields), ``vsa_core.backup_service`` does the work, named
+and validates (422 naming the failing fields), ``vsa_core.backups.aws_service`` does the work, named
 domain errors map to 400/404/409 here.
 
     POST   /arrays/{arrayId}/backups               202: a set + its ConsistentBackup workflow
@@ -35,8 +35,9 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field
 
-from vsa_core import backups
-from vsa_core.backup_service import BackupService, from_settings
+from vsa_core.arrays.spec import ArrayId
+from vsa_core.backups import sets
+from vsa_core.backups.aws_service import BackupService, from_settings
 from vsa_core.clients import client
 from vsa_core.errors import (
     ArrayNotFoundError,
@@ -46,14 +47,13 @@ from vsa_core.errors import (
     RestoreError,
     SnapshotLimitError,
 )
-from vsa_core.model import ArrayId
 from vsa_core.naming import ARRAY_ID_PATTERN
 from vsa_core.observability import logger, tracer
 from vsa_core.settings import get_settings
 
 app = APIGatewayRestResolver(enable_validation=True)
 ArrayIdPath = Annotated[str, Path(pattern=ARRAY_ID_PATTERN, description="the array id")]
-BackupIdPath = Annotated[str, Path(pattern=backups.BACKUP_ID_PATTERN, description="the backup set id")]
+BackupIdPath = Annotated[str, Path(pattern=sets.BACKUP_ID_PATTERN, description="the backup set id")]
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -69,10 +69,10 @@ class _Strict(BaseModel):
 
 
 class BackupRequest(_Strict):
-    mode: backups.BackupMode | None = Field(
+    mode: sets.BackupMode | None = Field(
         default=None, description="crash or application; default: the array's backup policy's, else crash"
     )
-    label: backups.Label | None = None
+    label: sets.Label | None = None
 
 
 class RetentionRequest(_Strict):
@@ -89,7 +89,7 @@ class VolumesOnlyTarget(_Strict):
 
 
 class RestoreRequest(_Strict):
-    backup_id: backups.BackupId = Field(alias="backupId")
+    backup_id: sets.BackupId = Field(alias="backupId")
     target: NewArrayTarget | VolumesOnlyTarget
 
 
@@ -140,7 +140,7 @@ def _perform(request: dict[str, Any]) -> dict[str, Any]:
     return service.restore(array_id, body["backupId"], target.get("arrayId"))
 
 
-def _policy_mode(service: BackupService, array_id: str) -> backups.BackupMode:
+def _policy_mode(service: BackupService, array_id: str) -> sets.BackupMode:
     policy = service.array(array_id).spec.backup
     return policy.mode if policy else "crash"
 
@@ -195,11 +195,11 @@ def create_backup(
 
 @app.get("/arrays/<array_id>/backups", summary="The array's backup sets, newest first", tags=["backups"])
 def list_backups(array_id: ArrayIdPath) -> dict[str, Any]:
-    sets = _service().sets(array_id)
-    return {"arrayId": array_id, "backups": [_summary(s) for s in sets]}
+    found = _service().sets(array_id)
+    return {"arrayId": array_id, "backups": [_summary(s) for s in found]}
 
 
-def _summary(backup: backups.BackupSet) -> dict[str, Any]:
+def _summary(backup: sets.BackupSet) -> dict[str, Any]:
     return {
         "backupId": backup.backup_id,
         "createdAt": backup.created_at.isoformat(),

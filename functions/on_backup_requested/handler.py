@@ -13,10 +13,10 @@ from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field
 
-from vsa_core import backups
-from vsa_core.backup_service import BackupService, from_settings
+from vsa_core.arrays.spec import ArrayId
+from vsa_core.backups import sets
+from vsa_core.backups.aws_service import BackupService, from_settings
 from vsa_core.errors import ArrayNotFoundError
-from vsa_core.model import ArrayId
 from vsa_core.observability import logger, tracer
 from vsa_core.settings import get_settings
 
@@ -25,7 +25,7 @@ class BackupRequestedDetail(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
     array_id: ArrayId = Field(alias="arrayId")
-    mode: backups.BackupMode = "crash"
+    mode: sets.BackupMode = "crash"
     trigger: Literal["schedule", "api"] = "schedule"
 
 
@@ -34,7 +34,7 @@ class BackupRequested(EventBridgeModel):
 
 
 def handle(event: BackupRequested, service: BackupService) -> dict[str, Any]:
-    backup_id = backups.new_backup_id(event.time, entropy=f"{event.id}|{event.detail.array_id}")
+    backup_id = sets.new_backup_id(event.time, entropy=f"{event.id}|{event.detail.array_id}")
     try:
         created, backup = service.start(
             event.detail.array_id, mode=event.detail.mode, trigger="schedule", backup_id=backup_id

@@ -13,9 +13,9 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from vsa_core.clients import client
-from vsa_core.events import AlarmStateChangeEvent, ScaleRequest
 from vsa_core.naming import match_iops_alarm_name, scale_execution_name
 from vsa_core.observability import logger, metrics, tracer
+from vsa_core.scaling.events import AlarmStateChangeEvent, ScaleRequest
 from vsa_core.settings import get_settings
 
 SCALING_LOCK_LEASE_SECONDS = 600

@@ -24,9 +24,9 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-from vsa_core.backup_service import BackupService, from_settings
-from vsa_core.backups import BackupId
-from vsa_core.model import ArrayId
+from vsa_core.arrays.spec import ArrayId
+from vsa_core.backups.aws_service import BackupService, from_settings
+from vsa_core.backups.sets import BackupId
 from vsa_core.observability import logger, tracer
 from vsa_core.settings import Settings, get_settings
 

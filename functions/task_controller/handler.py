@@ -20,7 +20,7 @@ the waiting, the retries and the compensation; each step here reads what it need
   the array's hosts and whether it is the last serving controller.
 
 ``prepare`` and ``locate`` also answer the hosts as ``hostBatches``, batches of at most 50
-(``vsa_core.run_command``: SendCommand's InstanceIds limit), which the workflows' host fan-outs
+(``vsa_core.controllers.batches``: SendCommand's InstanceIds limit), which the workflows' host fan-outs
 (undo and drain disconnect-path) send one command each.
 """
 
@@ -33,14 +33,14 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-from vsa_core import controllers
-from vsa_core.arrays import ArrayService
+from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.arrays.plan import bootstrap_heartbeat_seconds
+from vsa_core.arrays.spec import ArrayId, InstanceId
 from vsa_core.clients import client
+from vsa_core.controllers import slots
 from vsa_core.errors import ArrayNotFoundError, ConflictError
-from vsa_core.model import ArrayId, InstanceId
 from vsa_core.naming import slot_key
 from vsa_core.observability import logger, tracer
-from vsa_core.reconcile import bootstrap_heartbeat_seconds
 from vsa_core.registry import ArrayRegistry
 from vsa_core.settings import get_settings
 
@@ -169,8 +169,8 @@ class Steps:
         }
         in_use = [m["DeviceName"] for m in instance.get("BlockDeviceMappings", [])]
         todo = [v for v in ids if v not in attached]
-        devices = controllers.devices_for(todo, in_use)
-        slot = controllers.choose_slot(
+        devices = slots.devices_for(todo, in_use)
+        slot = slots.choose_slot(
             {s: item["instanceId"] for s, item in self._registry.slots(request.array_id).items()},
             request.instance_id,
         )
@@ -180,7 +180,7 @@ class Steps:
             "address": address,
             "slot": slot,
             "slotKey": slot_key(slot),
-            **controllers.paths(spec, ids).as_dict(),
+            **slots.paths(spec, ids).as_dict(),
             "attach": [{"VolumeId": v, "Device": devices[v]} for v in todo],
             "volumeCount": len(ids),
             "heartbeatSeconds": bootstrap_heartbeat_seconds(spec),
@@ -295,7 +295,7 @@ class Steps:
                 for a in v.get("Attachments", [])
                 if a["InstanceId"] == request.instance_id and a.get("Device")
             ]
-            devices = controllers.devices_for(late, in_use)
+            devices = slots.devices_for(late, in_use)
             for volume_id in late:
                 try:
                     self._ec2.attach_volume(
@@ -354,7 +354,7 @@ class Steps:
         except ArrayNotFoundError:
             return {"found": False, "instanceId": request.instance_id}
         ids = self._service.volume_ids(array.spec)
-        last = controllers.last_serving(self._registry.slots(array_id), request.instance_id)
+        last = slots.last_serving(self._registry.slots(array_id), request.instance_id)
         deleting = array.deleting is not None
         return {
             "found": True,
@@ -364,7 +364,7 @@ class Steps:
             "slotKey": slot_key(slot),
             "address": item.get("address", ""),
             "state": item.get("state", ""),
-            **controllers.paths(array.spec, ids).as_dict(),
+            **slots.paths(array.spec, ids).as_dict(),
             "lastServing": last,
             "deleting": deleting,
             # the last serving controller's paths are only taken away when the array goes

@@ -12,18 +12,19 @@ from typing import Any
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from vsa_core import controllers, demand
+from vsa_core.arrays.plan import HIGH_EVALUATION_PERIODS, LOW_EVALUATION_PERIODS
+from vsa_core.arrays.spec import ArraySpec
 from vsa_core.clients import client
+from vsa_core.controllers import slots
 from vsa_core.errors import ArrayNotFoundError
-from vsa_core.events import ScaleRequest
-from vsa_core.model import ArraySpec
 from vsa_core.naming import group_name
 from vsa_core.observability import logger, tracer
-from vsa_core.planner import ScaleDecision, plan
-from vsa_core.reconcile import HIGH_EVALUATION_PERIODS, LOW_EVALUATION_PERIODS
 from vsa_core.registry import ArrayRegistry
+from vsa_core.scaling import demand
+from vsa_core.scaling.events import ScaleRequest
+from vsa_core.scaling.planner import ScaleDecision, plan
+from vsa_core.scaling.simulator import planner_inputs
 from vsa_core.settings import get_settings
-from vsa_core.simulate import planner_inputs
 
 IN_FLIGHT = (
     "Pending",
@@ -77,9 +78,7 @@ def plan_scale(
     )
     in_service = [i["InstanceId"] for i in instances if i["LifecycleState"] == "InService"]
     leaver = (
-        controllers.leaver(registry.slots(request.array_id), in_service)
-        if decision.action == "scale-in"
-        else None
+        slots.leaver(registry.slots(request.array_id), in_service) if decision.action == "scale-in" else None
     )
     if decision.action == "scale-in" and leaver is None:
         raise ArrayNotFoundError(f"array {request.array_id!r}: no serving controller to remove")

@@ -2,7 +2,7 @@
 
 A CloudWatch alarm on metric math references at most 10 metrics, two per volume here; an array
 with more volumes than that allows (and no host-published demand metric) has alarms on this one
-aggregated metric instead (``vsa_core.demand``). This function runs the array's metric math with
+aggregated metric instead (``vsa_core.scaling.demand``). This function runs the array's metric math with
 GetMetricData (500 queries a call) over the last minutes and puts each minute's value. Minutes
 are re-published while they settle (EBS datapoints can land late); the alarms read ``Maximum``,
 so a minute put twice still counts once.
@@ -14,11 +14,11 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import BotoCoreError, ClientError
 
-from vsa_core import demand
-from vsa_core.arrays import ArrayService
+from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.clients import client
 from vsa_core.observability import logger, tracer
 from vsa_core.registry import ArrayRegistry
+from vsa_core.scaling import demand
 from vsa_core.settings import get_settings
 
 PUT_BATCH = 1000

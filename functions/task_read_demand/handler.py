@@ -3,7 +3,7 @@
 The alarm that started the workflow saw one datapoint, minutes old by the time the workflow
 holds the lock; the planner needs the newest minute and the minutes before it (the trend of a
 rising demand, the peak a scale-in must still serve). The queries come from the core
-(``vsa_core.demand.read_queries``): every volume's AWS/EBS metrics, summed with a volume that
+(``vsa_core.scaling.demand.read_queries``): every volume's AWS/EBS metrics, summed with a volume that
 has no datapoint (not attached yet: EBS sends nothing) counting as no IO, or the spec's
 host-published metric.
 """
@@ -15,12 +15,12 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field
 
-from vsa_core import demand
-from vsa_core.arrays import ArrayService
+from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.arrays.spec import ArrayId
 from vsa_core.clients import client
-from vsa_core.model import ArrayId
 from vsa_core.observability import logger, tracer
 from vsa_core.registry import ArrayRegistry
+from vsa_core.scaling import demand
 from vsa_core.settings import get_settings
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from tests.dataplane.conftest import VOLUME
 from tests.dataplane.lab import Lab, Result
-from vsa_core import nvme
+from vsa_core.controllers import nvme
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -48,8 +48,8 @@ import pytest
 
 from tests.infra.test_statemachine_definitions import PLACEHOLDER, load_template
 from tests.specs import BASE
-from vsa_core.model import ArraySpec
-from vsa_core.reconcile import bootstrap_heartbeat_seconds, drain_heartbeat_seconds
+from vsa_core.arrays.plan import bootstrap_heartbeat_seconds, drain_heartbeat_seconds
+from vsa_core.arrays.spec import ArraySpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ Static rules, on the workflows as deployed and on the Lambda code:
 - an ``ssm:sendCommand`` task's ``InstanceIds`` is either one instance (``States.Array`` of one
   path, or a literal list of at most 50), or the item of a Map whose items are a batch list the
   core produces (``BATCHED``: a field the controller steps fill from
-  ``vsa_core.controllers.paths``, whose batches are checked here to hold at most 50);
+  ``vsa_core.controllers.slots.paths``, whose batches are checked here to hold at most 50);
 - a ``send_command`` call in ``functions/`` or ``layers/`` passes ``InstanceIds=[one]``.
 """
 
@@ -26,19 +26,19 @@ import pytest
 
 from tests.infra.test_statemachine_definitions import PLACEHOLDER, load_template, state_machines
 from tests.specs import BASE
-from vsa_core import controllers
-from vsa_core.model import ArraySpec
-from vsa_core.run_command import SEND_COMMAND_MAX_INSTANCE_IDS
+from vsa_core.arrays.spec import ArraySpec
+from vsa_core.controllers import slots
+from vsa_core.controllers.batches import SEND_COMMAND_MAX_INSTANCE_IDS
 
 ROOT = Path(__file__).resolve().parents[2]
 SEND = ":ssm:sendCommand"
 
 BATCHED = {"hostBatches"}
 """Fields of a controller step's answer that hold hosts in batches SendCommand accepts
-(``controllers.Paths.host_batches``, answered by the ``prepare`` and ``locate`` steps)."""
+(``slots.Paths.host_batches``, answered by the ``prepare`` and ``locate`` steps)."""
 
 BATCHING_STEPS = {"prepare", "locate"}
-"""task_controller steps whose answer carries ``controllers.paths(...).as_dict()``."""
+"""task_controller steps whose answer carries ``slots.paths(...).as_dict()``."""
 
 SINGLE = re.compile(r"States\.Array\((\$[\w.\[\]-]+)\)")
 
@@ -156,7 +156,7 @@ def test_the_batches_the_controller_steps_answer_hold_at_most_50_hosts() -> None
         }
     )
     # When the controller steps answer its paths (prepare and locate spread this dict)
-    answer = controllers.paths(spec, ("vol-0a1b2c3d4e5f60001",)).as_dict()
+    answer = slots.paths(spec, ("vol-0a1b2c3d4e5f60001",)).as_dict()
     # Then every batched field holds every host once, at most 50 to a batch
     for field in BATCHED:
         batches = answer[field]
@@ -175,7 +175,7 @@ def test_both_controller_steps_answer_the_batches() -> None:
         and any(
             isinstance(inner, ast.Attribute)
             and inner.attr == "as_dict"
-            and "controllers.paths" in ast.unparse(inner)
+            and "slots.paths" in ast.unparse(inner)
             for inner in ast.walk(node)
         )
     }

@@ -22,7 +22,7 @@ from tests.documents.xfs_lab import Lab, _missing
 from tests.integration.arrays_world import AMI, AZ, World, control, settle
 from tests.integration.conftest import Api
 from tests.prerequisites import require
-from vsa_core.controllers import DEVICE_NAMES
+from vsa_core.controllers.slots import DEVICE_NAMES
 from vsa_core.waiters import execution_arn, execution_finished
 
 

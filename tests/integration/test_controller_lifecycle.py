@@ -33,7 +33,7 @@ from tests.integration.conftest import (
     recent_stamp,
     wait_for_execution,
 )
-from vsa_core.nvme import subsystem_nqn
+from vsa_core.controllers.nvme import subsystem_nqn
 from vsa_core.registry import ArrayRegistry
 
 # AWS's timings: volumes and attachments take seconds, SSM agents register tens of seconds after

@@ -15,7 +15,7 @@ import boto3
 
 from tests.integration.arrays_world import alarms_of, control, group_of, owned_volumes, settle, spec_for
 from tests.integration.conftest import Api, fire_alarm, function_logs, recent_stamp, wait_for_execution
-from vsa_core.reconcile import SCALE_IN_HYSTERESIS
+from vsa_core.arrays.plan import SCALE_IN_HYSTERESIS
 
 
 def _apply(api: Api, array_id: str, spec: dict[str, Any]) -> None:

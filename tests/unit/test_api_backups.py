@@ -12,7 +12,7 @@ from on_backup_requested import handler as scheduled
 from task_backup import handler as task
 
 from tests.unit.conftest import ACCOUNT, REGION, FakeLambdaContext, load_event
-from vsa_core.model import ArraySpec
+from vsa_core.arrays.spec import ArraySpec
 from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.settings import get_settings
 

@@ -16,10 +16,10 @@ import pytest
 from botocore.stub import Stubber
 
 from tests.unit.conftest import ACCOUNT, REGION, hooks_keep_metadata
-from vsa_core import reconcile
-from vsa_core.arrays import ArrayService
+from vsa_core.arrays import plan
+from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.arrays.spec import ArraySpec, RegisteredArray
 from vsa_core.errors import ConflictError, InvalidSpecError
-from vsa_core.model import ArraySpec, RegisteredArray
 
 AZ = "us-east-1a"
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/vsa-scheduler"
@@ -418,4 +418,4 @@ def test_apply_creates_every_owned_volume_without_waiting_and_idempotently(
     # And a retried PUT creates nothing more, and asks with the same tokens had it to create
     world.service.apply(spec, 2)
     assert len(created) == 3
-    assert tokens == [reconcile.owned_volume_token(spec, v) for v in spec.new_volumes]
+    assert tokens == [plan.owned_volume_token(spec, v) for v in spec.new_volumes]

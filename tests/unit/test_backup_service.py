@@ -1,4 +1,4 @@
-"""vsa_core.backup_service over moto (and botocore's Stubber where the exact CreateSnapshots
+"""vsa_core.backups.aws_service over moto (and botocore's Stubber where the exact CreateSnapshots
 request matters): the workflow's steps, the API's operations, and what they refuse."""
 
 import json
@@ -11,10 +11,11 @@ from botocore.awsrequest import AWSResponse
 from botocore.stub import ANY, Stubber
 
 from tests.unit.conftest import ACCOUNT, REGION
-from vsa_core import backups
-from vsa_core.arrays import ArrayService
-from vsa_core.backup_service import BackupService, freeze_key
-from vsa_core.backups import BackupSet, VolumeSnapshot
+from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.arrays.spec import ArraySpec
+from vsa_core.backups import sets
+from vsa_core.backups.aws_service import BackupService, freeze_key
+from vsa_core.backups.sets import BackupSet, VolumeSnapshot
 from vsa_core.errors import (
     ArrayNotFoundError,
     BackupNotFoundError,
@@ -24,7 +25,6 @@ from vsa_core.errors import (
     RestoreError,
     SnapshotSetError,
 )
-from vsa_core.model import ArraySpec
 from vsa_core.naming import slot_key
 from vsa_core.registry import ArrayRegistry, BackupRegistry
 
@@ -95,10 +95,10 @@ def record(
 ) -> BackupSet:
     at = datetime.now(UTC) - timedelta(minutes=minutes_ago)
     backup = BackupSet(
-        backup_id=backups.new_backup_id(at),
+        backup_id=sets.new_backup_id(at),
         array_id="demo",
         mode=mode,  # type: ignore[arg-type]
-        created_at=backups.backup_id_time(backups.new_backup_id(at)),
+        created_at=sets.backup_id_time(sets.new_backup_id(at)),
         state=state,  # type: ignore[arg-type]
         **extra,
     )
@@ -203,7 +203,7 @@ def test_snapshot_is_one_create_snapshots_call_excluding_the_other_volumes(world
     backup = record(world["table"], state="freezing", label="nightly")
     ec2 = boto3.client("ec2", region_name=REGION)
     stubber = Stubber(ec2)
-    tags = backups.snapshot_tags("demo", backup.backup_id, "nightly")
+    tags = sets.snapshot_tags("demo", backup.backup_id, "nightly")
     stubber.add_response(
         "create_snapshots",
         {
@@ -270,7 +270,7 @@ def _snapshotted(world: dict[str, Any], state: str = "snapshotting") -> BackupSe
                     "ResourceType": "snapshot",
                     "Tags": [
                         {"Key": k, "Value": v}
-                        for k, v in backups.snapshot_tags("demo", backup.backup_id).items()
+                        for k, v in sets.snapshot_tags("demo", backup.backup_id).items()
                     ],
                 }
             ],
@@ -375,7 +375,7 @@ def test_start_refuses_application_mode_without_mountpoints_and_is_idempotent_pe
     svc = service(world["table"], sfn=sfn, state_machine_arn=machine)
     with pytest.raises(InvalidBackupError, match="no hosts"):
         svc.start("demo", mode="application")
-    backup_id = backups.new_backup_id(datetime.now(UTC), "event-1")
+    backup_id = sets.new_backup_id(datetime.now(UTC), "event-1")
     created, first = svc.start("demo", mode="crash", trigger="schedule", backup_id=backup_id)
     again, second = svc.start("demo", mode="crash", trigger="schedule", backup_id=backup_id)
     assert (created, again) == (True, False)
@@ -530,7 +530,7 @@ def test_snapshot_sends_thaw_io_to_every_host_the_moment_it_returns(world: dict[
     commands.add_client_error("send_command", "InvalidInstanceId", "not a managed node")
     volumes = [{"volumeId": v} for v in world["volumes"]]
     with snapshots, commands, pytest.MonkeyPatch.context() as patch:
-        patch.setattr("vsa_core.backup_service.SEND_WORKERS", 1)  # the Stubber answers in call order
+        patch.setattr("vsa_core.backups.aws_service.SEND_WORKERS", 1)  # the Stubber answers in call order
         answer = service(world["table"], ec2=ec2, ssm=ssm).snapshot(
             "demo",
             backup.backup_id,

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from vsa_core.backups import (
+from vsa_core.arrays.spec import ARRAY_TAG, OWNED_TAG
+from vsa_core.backups.sets import (
     BACKUP_TAG,
     IN_PROGRESS,
     BackupSet,
@@ -29,7 +30,6 @@ from vsa_core.backups import (
     snapshot_limits,
     snapshot_tags,
 )
-from vsa_core.model import ARRAY_TAG, OWNED_TAG
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 T0 = 1_750_000_000.0  # epoch seconds: the hosts' instants below are relative to it

@@ -1,4 +1,4 @@
-"""Controller slots, device names, paths (vsa_core.controllers, pure), the lifecycle trigger
+"""Controller slots, device names, paths (vsa_core.controllers.slots, pure), the lifecycle trigger
 (on_controller_event: one workflow per event, idempotent names, botocore Stubber for Step
 Functions) and the workflow steps (task_controller, moto)."""
 
@@ -25,10 +25,10 @@ from task_controller.handler import (
 )
 from tests.specs import CONTROLLERS
 from tests.unit.conftest import REGION, load_event
-from vsa_core import controllers, nvme
-from vsa_core.arrays import ArrayService
+from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.arrays.spec import ArraySpec
+from vsa_core.controllers import nvme, slots
 from vsa_core.errors import ConflictError, InvalidEventError
-from vsa_core.model import ArraySpec
 from vsa_core.naming import slot_key, slot_of_key
 from vsa_core.registry import ArrayRegistry
 from vsa_core.settings import get_settings
@@ -43,16 +43,16 @@ from vsa_core.settings import get_settings
 )
 def test_a_new_controller_gets_the_lowest_free_slot_and_a_retry_keeps_its_own(leased: dict[int, str]) -> None:
     me = "i-00000000000000fff"
-    slot = controllers.choose_slot(leased, me)
+    slot = slots.choose_slot(leased, me)
     assert slot not in leased
     assert all(s in leased for s in range(slot))
-    assert controllers.choose_slot({**leased, slot: me}, me) == slot
+    assert slots.choose_slot({**leased, slot: me}, me) == slot
 
 
 def test_sixteen_leased_slots_refuse_a_seventeenth_controller() -> None:
     full = {s: f"i-{s:017x}" for s in range(16)}
     with pytest.raises(ConflictError, match="at most 16 controllers"):
-        controllers.choose_slot(full, "i-00000000000000fff")
+        slots.choose_slot(full, "i-00000000000000fff")
 
 
 def test_slot_keys_round_trip_and_refuse_out_of_range() -> None:
@@ -64,11 +64,11 @@ def test_slot_keys_round_trip_and_refuse_out_of_range() -> None:
 
 def test_device_names_skip_what_the_instance_uses_and_never_repeat() -> None:
     volumes = [f"vol-{i:017x}" for i in range(30)]
-    devices = controllers.devices_for(volumes, ["/dev/xvda", "/dev/sdf"])
+    devices = slots.devices_for(volumes, ["/dev/xvda", "/dev/sdf"])
     assert len(set(devices.values())) == 30
     assert "/dev/sdf" not in devices.values()
     with pytest.raises(ConflictError, match="free device names"):
-        controllers.devices_for([f"vol-{i:017x}" for i in range(100)], [])
+        slots.devices_for([f"vol-{i:017x}" for i in range(100)], [])
 
 
 def spec(**overrides: Any) -> ArraySpec:
@@ -90,7 +90,7 @@ def spec(**overrides: Any) -> ArraySpec:
 
 
 def test_paths_give_each_host_its_own_nqn_and_the_controllers_the_allowed_list() -> None:
-    p = controllers.paths(spec(), ("vol-a1", "vol-b2"))
+    p = slots.paths(spec(), ("vol-a1", "vol-b2"))
     assert p.volumes == "vol-a1,vol-b2"
     derived = nvme.host_nqn(spec().hosts[0])
     assert [t for t in p.host_targets] == [
@@ -98,7 +98,7 @@ def test_paths_give_each_host_its_own_nqn_and_the_controllers_the_allowed_list()
         ("i-0a1b2c3d4e5f60102", "nqn.2014-08.org.nvmexpress:uuid:host-b"),
     ]
     assert p.host_nqns == f"{derived},nqn.2014-08.org.nvmexpress:uuid:host-b"
-    assert (p.allow_any_host, controllers.paths(spec(allowAnyHost=True), ()).allow_any_host) == (
+    assert (p.allow_any_host, slots.paths(spec(allowAnyHost=True), ()).allow_any_host) == (
         "false",
         "true",
     )
@@ -107,33 +107,36 @@ def test_paths_give_each_host_its_own_nqn_and_the_controllers_the_allowed_list()
 def test_paths_give_the_hosts_in_batches_sendcommand_accepts() -> None:
     # Given an array with 120 hosts (the spec bounds nothing; SendCommand takes 50 instance ids)
     hosts = [{"instanceId": f"i-0a1b2c3d4e5f6{n:04d}"} for n in range(120)]
-    p = controllers.paths(spec(hosts=hosts), ("vol-a1",))
+    p = slots.paths(spec(hosts=hosts), ("vol-a1",))
     # Then a document for every host goes out as three commands, every host in exactly one
     assert [len(b) for b in p.host_batches] == [50, 50, 20]
     assert [i for b in p.host_batches for i in b] == list(p.hosts)
     assert p.as_dict()["hostBatches"] == [list(b) for b in p.host_batches]
-    assert controllers.paths(spec(hosts=[]), ()).as_dict()["hostBatches"] == []
+    assert slots.paths(spec(hosts=[]), ()).as_dict()["hostBatches"] == []
 
 
 def test_the_last_serving_controller_is_the_only_one_serving() -> None:
-    slots = {0: {"instanceId": "i-a", "state": "serving"}, 1: {"instanceId": "i-b", "state": "bootstrapping"}}
-    assert controllers.last_serving(slots, "i-a")
-    assert not controllers.last_serving({**slots, 2: {"instanceId": "i-c", "state": "serving"}}, "i-a")
+    leased = {
+        0: {"instanceId": "i-a", "state": "serving"},
+        1: {"instanceId": "i-b", "state": "bootstrapping"},
+    }
+    assert slots.last_serving(leased, "i-a")
+    assert not slots.last_serving({**leased, 2: {"instanceId": "i-c", "state": "serving"}}, "i-a")
 
 
 def test_scale_in_takes_the_serving_controller_in_the_highest_slot() -> None:
-    slots = {
+    leased = {
         0: {"instanceId": "i-c", "state": "serving"},
         3: {"instanceId": "i-a", "state": "serving"},
         5: {"instanceId": "i-b", "state": "draining"},
         6: {"instanceId": "i-e", "state": "bootstrapping"},
     }
     # i-b drains already and i-e is not serving: the highest serving slot is i-a's
-    assert controllers.leaver(slots, ["i-c", "i-a", "i-b", "i-e"]) == "i-a"
+    assert slots.leaver(leased, ["i-c", "i-a", "i-b", "i-e"]) == "i-a"
     # a controller in service without a serving slot goes only after the slotted ones
-    assert controllers.leaver(slots, ["i-c", "i-z"]) == "i-c"
-    assert controllers.leaver({}, ["i-1", "i-9", "i-5"]) == "i-9"
-    assert controllers.leaver(slots, []) is None
+    assert slots.leaver(leased, ["i-c", "i-z"]) == "i-c"
+    assert slots.leaver({}, ["i-1", "i-9", "i-5"]) == "i-9"
+    assert slots.leaver(leased, []) is None
 
 
 # --- the trigger ------------------------------------------------------------------------------------
@@ -325,18 +328,18 @@ def test_locate_finds_a_controllers_slot_and_guards_the_last_serving_one(
 
 
 def test_the_status_shows_each_controllers_slot_and_each_hosts_serving_paths() -> None:
-    from vsa_core.operations import with_slots
+    from vsa_core.arrays.aws_operations import with_slots
 
     status = {
         "controllers": [{"instanceId": "i-a"}, {"instanceId": "i-b"}, {"instanceId": "i-new"}],
         "hosts": [{"instanceId": "i-h1"}, {"instanceId": "i-h2"}],
     }
-    slots = {
+    leased = {
         1: {"instanceId": "i-b", "state": "serving", "address": "10.0.0.2"},
         0: {"instanceId": "i-a", "state": "serving", "address": "10.0.0.1"},
         2: {"instanceId": "i-c", "state": "draining", "address": "10.0.0.3"},
     }
-    shown = with_slots(status, slots)
+    shown = with_slots(status, leased)
     assert [(c["slot"], c["slotState"]) for c in shown["controllers"]] == [
         (0, "serving"),
         (1, "serving"),

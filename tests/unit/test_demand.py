@@ -1,4 +1,4 @@
-"""The array's demand signal (vsa_core.demand) and the two functions that read and publish it:
+"""The array's demand signal (vsa_core.scaling.demand) and the two functions that read and publish it:
 task_read_demand (ScaleArray's ReadDemand step) and task_publish_demand (the per-minute
 aggregator for arrays too large for an alarm's own metric math). Pure tests, then moto for the
 registry and volumes with botocore's Stubber for CloudWatch's GetMetricData / PutMetricData."""
@@ -16,10 +16,11 @@ from task_publish_demand import handler as publish_handler
 from task_read_demand import handler as read_handler
 from tests.specs import CONTROLLERS
 from tests.unit.conftest import REGION
-from vsa_core import demand, reconcile
-from vsa_core.arrays import ArrayService
-from vsa_core.model import ArraySpec
+from vsa_core.arrays import plan
+from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.arrays.spec import ArraySpec
 from vsa_core.registry import ArrayRegistry
+from vsa_core.scaling import demand
 
 NOW = datetime(2026, 11, 22, 10, 30, 25, tzinfo=UTC)
 CUSTOM = {"namespace": "Acme/Hosts", "metricName": "HostIops", "dimensions": {"Array": "demo"}}
@@ -89,7 +90,7 @@ def test_every_alarm_stays_within_cloudwatchs_limits(n: int, custom: bool) -> No
     # An alarm's metric math references at most 10 metrics and 10 expressions; exactly one
     # query is returned (the one the alarm watches)
     array = spec(n, demandMetric=CUSTOM) if custom else spec(n)
-    params = reconcile.alarm_params(array, 2, volume_ids(n), "high")
+    params = plan.alarm_params(array, 2, volume_ids(n), "high")
     metrics = params["Metrics"]
     assert sum("MetricStat" in q for q in metrics) <= demand.ALARM_METRIC_LIMIT
     assert sum("Expression" in q for q in metrics) <= 10
@@ -124,8 +125,8 @@ def test_a_volume_without_datapoints_counts_as_no_io_in_the_sum() -> None:
 
 def test_an_alarm_datapoint_is_fresh_for_its_window_plus_the_landing_delay() -> None:
     # The high alarm looks at 2 one-minute periods, the low one at 5; a minute lands up to 3 late
-    assert demand.alarm_datapoint_max_age(reconcile.HIGH_EVALUATION_PERIODS) == timedelta(minutes=5)
-    assert demand.alarm_datapoint_max_age(reconcile.LOW_EVALUATION_PERIODS) == timedelta(minutes=8)
+    assert demand.alarm_datapoint_max_age(plan.HIGH_EVALUATION_PERIODS) == timedelta(minutes=5)
+    assert demand.alarm_datapoint_max_age(plan.LOW_EVALUATION_PERIODS) == timedelta(minutes=8)
     assert demand.alarm_datapoint_age("2026-11-22T10:28:25.000+0000", NOW) == timedelta(minutes=2)
 
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from tests.specs import BASE
-from vsa_core.model import MULTI_ATTACH_LIMIT, R5B_CONTROLLER_IOPS, ArraySpec, RegisteredArray
+from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, R5B_CONTROLLER_IOPS, ArraySpec, RegisteredArray
 from vsa_core.naming import ARRAY_ID_PATTERN
 
 

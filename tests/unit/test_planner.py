@@ -10,9 +10,9 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from tests.specs import BASE
-from vsa_core.model import MULTI_ATTACH_LIMIT, ArraySpec
+from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.naming import ARRAY_ID_PATTERN
-from vsa_core.planner import ScaleDecision, controllers_needed, plan
+from vsa_core.scaling.planner import ScaleDecision, controllers_needed, plan
 
 
 def spec(

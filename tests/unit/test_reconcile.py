@@ -8,9 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.specs import BASE
-from vsa_core import reconcile
-from vsa_core.model import ARRAY_TAG, ArraySpec
-from vsa_core.reconcile import (
+from vsa_core.arrays import plan
+from vsa_core.arrays.plan import (
     BOOTSTRAP_HEARTBEAT_SECONDS,
     DRAIN_HEARTBEAT_SECONDS,
     Change,
@@ -19,6 +18,7 @@ from vsa_core.reconcile import (
     desired_resources,
     diff,
 )
+from vsa_core.arrays.spec import ARRAY_TAG, ArraySpec
 
 ROLE = "arn:aws:iam::123456789012:role/vsa-scheduler"
 VOLUMES = ("vol-0a1b2c3d4e5f60001", "vol-0a1b2c3d4e5f60002")
@@ -175,7 +175,7 @@ def test_backup_schedule_puts_a_backup_requested_event() -> None:
 def test_diff_reports_only_the_fields_that_differ() -> None:
     before = resources(make_spec())
     after = resources(make_spec(maxControllers=10))
-    changes = reconcile.pending(diff(after, before))
+    changes = plan.pending(diff(after, before))
     assert changes == [Change("group/vsa-demo-controllers", "update", (("MaxSize", 8, 10),))]
 
 
@@ -223,7 +223,7 @@ def test_the_group_never_exceeds_16_or_its_bounds(spec: ArraySpec, desired: int)
 @given(specs(), st.integers(0, 16))
 def test_diff_of_desired_against_itself_is_empty(spec: ArraySpec, desired: int) -> None:
     same = resources(spec, desired, spec.existing_volume_ids)
-    assert reconcile.pending(diff(same, same)) == []
+    assert plan.pending(diff(same, same)) == []
     assert all(c.fields == () for c in diff(same, same))
 
 

@@ -8,8 +8,8 @@ from botocore.exceptions import ClientError
 
 from tests.specs import BASE
 from tests.unit.conftest import REGION
+from vsa_core.arrays.spec import ArraySpec, Deletion
 from vsa_core.errors import ArrayNotFoundError, ConflictError
-from vsa_core.model import ArraySpec, Deletion
 from vsa_core.registry import ArrayRegistry, array_key
 
 

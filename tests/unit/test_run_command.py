@@ -1,4 +1,4 @@
-"""Run Command's instance-id limit (vsa_core.run_command, pure): every host fan-out is sent in
+"""Run Command's instance-id limit (vsa_core.controllers.batches, pure): every host fan-out is sent in
 batches SendCommand accepts.
 
 AWS Systems Manager API Reference, SendCommand
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vsa_core.run_command import SEND_COMMAND_MAX_INSTANCE_IDS, instance_batches
+from vsa_core.controllers.batches import SEND_COMMAND_MAX_INSTANCE_IDS, instance_batches
 
 IDS = st.lists(st.integers(0, 10**6), unique=True, max_size=400).map(lambda ns: [f"i-{n:017x}" for n in ns])
 

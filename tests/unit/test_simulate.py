@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 from vsactl.main import app
 
-from vsa_core.simulate import (
+from vsa_core.scaling.simulator import (
     compare,
     default_spec,
     read_trace,

@@ -12,12 +12,12 @@ import pytest
 from task_plan_scale import handler
 from tests.specs import BASE
 from tests.unit.conftest import REGION, FakeLambdaContext, load_event
+from vsa_core.arrays.spec import ArraySpec
 from vsa_core.errors import ArrayNotFoundError
-from vsa_core.events import ScaleRequest
-from vsa_core.model import ArraySpec
 from vsa_core.naming import slot_key
-from vsa_core.planner import plan
 from vsa_core.registry import ArrayRegistry, array_key
+from vsa_core.scaling.events import ScaleRequest
+from vsa_core.scaling.planner import plan
 
 REQUEST: dict[str, Any] = load_event("stepfunctions/task_plan_scale.json")
 DEMO = ArraySpec(arrayId="demo", availabilityZone="us-east-1a", **BASE, minControllers=2, maxControllers=8)

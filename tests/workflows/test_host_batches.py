@@ -9,7 +9,7 @@ that sends one command to every host.
 Unlike the other workflow tests nothing here is mocked: DrainController's disconnect states, as
 rendered from statemachines/drain_controller.asl.json, run on the local cloud's Step Functions
 engine against 60 real managed nodes, with the hosts batched by the core as the ``locate`` step
-batches them (``vsa_core.controllers.paths``), and a stand-in document with disconnect-path's
+batches them (``vsa_core.controllers.slots.paths``), and a stand-in document with disconnect-path's
 parameters (what the document does is tests/documents' concern). The states after the disconnect
 (teardown, slot, lifecycle) are cut off: ``Teardown?`` ends the run.
 """
@@ -27,8 +27,8 @@ import urllib3
 
 from tests.specs import BASE
 from tests.workflows.conftest import REGION, render
-from vsa_core import controllers
-from vsa_core.model import ArraySpec
+from vsa_core.arrays.spec import ArraySpec
+from vsa_core.controllers import slots
 
 HOSTS = 60
 DISCONNECT_STATES = ("DisconnectPaths", "Disconnected", "AllDisconnected?", "DisconnectFailed", "PathsKept")
@@ -151,7 +151,7 @@ def test_a_drain_disconnects_sixty_hosts_with_one_command_per_batch_of_50(
             "hosts": [{"instanceId": i} for i in hosts],
         }
     )
-    paths = controllers.paths(spec, ("vol-0a1b2c3d4e5f60001",)).as_dict()
+    paths = slots.paths(spec, ("vol-0a1b2c3d4e5f60001",)).as_dict()
     ctx = {
         "arrayId": "wf-batches",
         "address": "10.0.1.9",

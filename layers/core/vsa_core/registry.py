@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from vsa_core.backups import BackupSet
+from vsa_core.arrays.spec import ArraySpec, Deletion, RegisteredArray
+from vsa_core.backups.sets import BackupSet
 from vsa_core.clients import client
 from vsa_core.errors import ArrayNotFoundError, BackupNotFoundError, ConflictError
-from vsa_core.model import ArraySpec, Deletion, RegisteredArray
 from vsa_core.naming import SLOT_PREFIX, slot_of_key
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from vsa_core.model import ARRAY_TAG, OWNED_TAG, ArrayId, InstanceId, VolumeId
+from vsa_core.arrays.spec import ARRAY_TAG, OWNED_TAG, ArrayId, InstanceId, VolumeId
 
 BackupMode = Literal["crash", "application"]
 SetState = Literal["requested", "freezing", "snapshotting", "completed", "failed", "deleting"]

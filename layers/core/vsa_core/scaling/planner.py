@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from vsa_core.model import MULTI_ATTACH_LIMIT, ArraySpec
+from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 
 DEFAULT_LEAD_MINUTES = 10.0
 """How far ahead a rising demand is extrapolated by default: a controller takes ~5 minutes to

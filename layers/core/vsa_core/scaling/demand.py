@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from vsa_core.model import ArraySpec
+from vsa_core.arrays.spec import ArraySpec
 
 METRIC_PERIOD_SECONDS = 60
 ALARM_METRIC_LIMIT = 10

@@ -18,11 +18,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from vsa_core.arrays import ArrayService
+from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.arrays.plan import Change
+from vsa_core.arrays.spec import ArraySpec, Deletion, RegisteredArray
 from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError, ReconcileError
-from vsa_core.model import ArraySpec, Deletion, RegisteredArray
 from vsa_core.naming import delete_execution_name, group_name
-from vsa_core.reconcile import Change
 from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.waiters import execution_arn
 

@@ -1,8 +1,8 @@
 """The AWS side of an array: validate a spec, converge AWS on it, report status, tear it down.
 
 Thin by design: every decision (names, parameters, thresholds, what changed) is in
-``vsa_core.reconcile``; this module reads what AWS holds into the same shapes, and sends the
-calls ``reconcile.diff`` asks for. Clients are injected (or come from ``vsa_core.clients``).
+``vsa_core.arrays.plan``; this module reads what AWS holds into the same shapes, and sends the
+calls ``plan.diff`` asks for. Clients are injected (or come from ``vsa_core.clients``).
 The service accounts have no mypy-boto3 stubs installed for these five services, so the clients
 are typed ``Any``.
 
@@ -17,12 +17,12 @@ from typing import Any
 
 from botocore.exceptions import ClientError, WaiterError
 
-from vsa_core import reconcile
+from vsa_core.arrays import plan
+from vsa_core.arrays.plan import Change, Params, Resources
+from vsa_core.arrays.spec import ARRAY_TAG, MULTI_ATTACH_LIMIT, OWNED_TAG, ArraySpec, RegisteredArray
 from vsa_core.clients import client
 from vsa_core.errors import ConflictError, InvalidSpecError, TeardownPendingError
-from vsa_core.model import ARRAY_TAG, MULTI_ATTACH_LIMIT, OWNED_TAG, ArraySpec, RegisteredArray
 from vsa_core.naming import backup_schedule_name, group_name, iops_alarm_name, launch_template_name
-from vsa_core.reconcile import Change, Params, Resources
 
 SERVING_STATES = ("InService", "Pending", "Pending:Wait", "Pending:Proceed")
 """Instances of the group that count as serving (or about to serve) controllers."""
@@ -290,7 +290,7 @@ class ArrayService:
         owned_ids, changes = self._apply_volumes(spec)
         desired = self._desired(spec, desired_controllers, owned_ids)
         observed_template = self._observe_launch_template(spec.array_id)
-        template_change = reconcile.diff_resource(
+        template_change = plan.diff_resource(
             f"launch-template/{launch_template_name(spec.array_id)}",
             desired.launch_template,
             observed_template,
@@ -299,7 +299,7 @@ class ArrayService:
             self._apply_launch_template(desired.launch_template, template_change)
             changes.append(template_change)
         observed = self._observe(spec, desired)
-        for change in reconcile.diff(desired, observed):
+        for change in plan.diff(desired, observed):
             kind = change.resource.split("/", 1)[0]
             if kind in ("volume", "launch-template"):
                 continue
@@ -311,7 +311,7 @@ class ArrayService:
         return changes
 
     def _desired(self, spec: ArraySpec, desired_controllers: int, owned_ids: tuple[str, ...]) -> Resources:
-        return reconcile.desired_resources(
+        return plan.desired_resources(
             spec,
             desired_controllers,
             account_id=self._role_arn.split(":")[4],
@@ -327,9 +327,9 @@ class ArrayService:
         changes: list[Change] = []
         ids: list[str] = []
         for volume in spec.new_volumes:
-            params = reconcile.owned_volume_params(spec, volume)
+            params = plan.owned_volume_params(spec, volume)
             have = observed.get(volume.name)
-            change = reconcile.diff_resource(
+            change = plan.diff_resource(
                 f"volume/{volume.name}", params, _project(have, params) if have else None
             )
             assert change is not None
@@ -339,7 +339,7 @@ class ArrayService:
                 # once it is available. The client token makes a retried PUT (or two at once) get
                 # the same volume, not a second one, while the tags may not be visible yet.
                 volume_id = str(
-                    self._ec2.create_volume(**params, ClientToken=reconcile.owned_volume_token(spec, volume))[
+                    self._ec2.create_volume(**params, ClientToken=plan.owned_volume_token(spec, volume))[
                         "VolumeId"
                     ]
                 )
@@ -423,7 +423,7 @@ class ArrayService:
         volume_ids = self.volume_ids(spec)
         changes: list[Change] = []
         for kind in ("high", "low"):
-            params = reconcile.alarm_params(spec, desired_controllers, volume_ids, kind)
+            params = plan.alarm_params(spec, desired_controllers, volume_ids, kind)
             before = self._observe_alarm(params["AlarmName"])
             self._cloudwatch.put_metric_alarm(**params)
             old = before.get("Threshold") if before else None

@@ -3,7 +3,7 @@
 ``desired_resources`` turns a spec into the exact request parameters of every AWS resource the
 control plane owns for the array (the kwargs of CreateVolume, CreateLaunchTemplate,
 CreateAutoScalingGroup, PutLifecycleHook, PutMetricAlarm, CreateSchedule). The AWS side
-(``vsa_core.arrays``) reads the same shapes back from AWS, and ``diff`` compares the two field
+(``vsa_core.arrays.aws_service``) reads the same shapes back from AWS, and ``diff`` compares the two field
 by field, so an update changes exactly what changed and nothing else.
 """
 
@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from vsa_core import demand
-from vsa_core.model import ARRAY_TAG, MULTI_ATTACH_LIMIT, OWNED_TAG, ArraySpec, NewVolume
+from vsa_core.arrays.spec import ARRAY_TAG, MULTI_ATTACH_LIMIT, OWNED_TAG, ArraySpec, NewVolume
 from vsa_core.naming import (
     backup_schedule_name,
     group_name,
@@ -24,6 +23,7 @@ from vsa_core.naming import (
     owned_volume_name,
     terminate_hook_name,
 )
+from vsa_core.scaling import demand
 
 Params = Mapping[str, Any]
 Action = Literal["create", "update", "delete", "unchanged"]

@@ -41,9 +41,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from vsa_core.model import MULTI_ATTACH_LIMIT, ArraySpec
-from vsa_core.planner import ScaleDecision, controllers_needed, plan
-from vsa_core.reconcile import (
+from vsa_core.arrays.plan import (
     HIGH_DATAPOINTS_TO_ALARM,
     HIGH_EVALUATION_PERIODS,
     LOW_DATAPOINTS_TO_ALARM,
@@ -51,6 +49,8 @@ from vsa_core.reconcile import (
     SCALE_IN_HYSTERESIS,
     alarm_thresholds,
 )
+from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
+from vsa_core.scaling.planner import ScaleDecision, controllers_needed, plan
 
 Trigger = Literal["alarms", "alarms-rearmed", "every-minute"]
 

@@ -1,5 +1,5 @@
 """Backups of an array on the AWS side: what the API, the schedule trigger and each step of the
-ConsistentBackup workflow do. The decisions are ``vsa_core.backups`` (pure); this module reads
+ConsistentBackup workflow do. The decisions are ``vsa_core.backups.sets`` (pure); this module reads
 AWS, acts, and records the set in the registry (every write conditional on the state read).
 
 The workflow, and which method does each step (``statemachines/consistent_backup.asl.json``):
@@ -31,9 +31,10 @@ from typing import Any, Literal
 
 from botocore.exceptions import ClientError
 
-from vsa_core import backups
-from vsa_core.arrays import ArrayService
-from vsa_core.backups import BackupSet, HostFreeze, RetentionPlan, SnapshotRequest, VolumeSnapshot
+from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.arrays.spec import ARRAY_TAG, ArraySpec, ExistingVolume, RegisteredArray
+from vsa_core.backups import sets
+from vsa_core.backups.sets import BackupSet, HostFreeze, RetentionPlan, SnapshotRequest, VolumeSnapshot
 from vsa_core.clients import client
 from vsa_core.errors import (
     ArrayNotFoundError,
@@ -45,7 +46,6 @@ from vsa_core.errors import (
     SnapshotLimitError,
     SnapshotSetError,
 )
-from vsa_core.model import ARRAY_TAG, ArraySpec, ExistingVolume, RegisteredArray
 from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.settings import Settings
 from vsa_core.waiters import execution_arn
@@ -146,7 +146,7 @@ class BackupService:
         self,
         array_id: str,
         *,
-        mode: backups.BackupMode,
+        mode: sets.BackupMode,
         label: str | None = None,
         trigger: Literal["api", "schedule"] = "api",
         backup_id: str | None = None,
@@ -168,7 +168,7 @@ class BackupService:
                 return False, self._backups.get(array_id, backup_id)
             except BackupNotFoundError:
                 pass  # a new one
-        backup_id = backup_id or backups.new_backup_id(_now())
+        backup_id = backup_id or sets.new_backup_id(_now())
         volume_ids = self._arrays.volume_ids(array.spec)
         decision = self._admission(backup_id, volume_ids, self.sets(array_id), max_queued=1)
         if decision.action == "refuse":
@@ -179,7 +179,7 @@ class BackupService:
             array_id=array_id,
             mode=mode,
             label=label,
-            created_at=backups.backup_id_time(backup_id),
+            created_at=sets.backup_id_time(backup_id),
             trigger=trigger,
             freeze_timeout_seconds=policy.freeze_timeout_seconds if policy else 10,
             message=decision.message if decision.action == "queue" else "requested",
@@ -202,21 +202,21 @@ class BackupService:
         self,
         backup_id: str,
         volume_ids: Sequence[str],
-        sets: Sequence[BackupSet],
+        known: Sequence[BackupSet],
         max_queued: int | None = None,
-    ) -> backups.SnapshotDecision:
+    ) -> sets.SnapshotDecision:
         """This set's turn under the EBS pending-snapshot limit, behind earlier waiting sets."""
         pending: dict[str, int] = {}
         for snapshot in self._snapshots_of_volumes(volume_ids, states=("pending", "error")):
             pending[snapshot["VolumeId"]] = pending.get(snapshot["VolumeId"], 0) + 1
         waiting = [
             SnapshotRequest(backup_id=s.backup_id, volume_ids=tuple(volume_ids))
-            for s in sorted(sets, key=lambda s: s.backup_id)
+            for s in sorted(known, key=lambda s: s.backup_id)
             if s.state == "requested" and s.backup_id < backup_id
         ]
         requests = [*waiting, SnapshotRequest(backup_id=backup_id, volume_ids=tuple(volume_ids))]
         # the workflow's own check never refuses for the queue's length (only after waiting too long)
-        decisions = backups.snapshot_limits(
+        decisions = sets.snapshot_limits(
             pending, requests, max_queued=len(requests) if max_queued is None else max_queued
         )
         return decisions[-1]
@@ -288,7 +288,7 @@ class BackupService:
         pages = self._ec2.get_paginator("describe_snapshots").paginate(
             OwnerIds=["self"],
             Filters=[
-                {"Name": f"tag:{backups.BACKUP_TAG}", "Values": [backup.backup_id]},
+                {"Name": f"tag:{sets.BACKUP_TAG}", "Values": [backup.backup_id]},
                 {"Name": f"tag:{ARRAY_TAG}", "Values": [backup.array_id]},
             ],
         )
@@ -296,7 +296,7 @@ class BackupService:
             str(snapshot["SnapshotId"])
             for page in pages
             for snapshot in page["Snapshots"]
-            if backups.may_delete_snapshot(_tags(snapshot.get("Tags")), backup.array_id, backup.backup_id)
+            if sets.may_delete_snapshot(_tags(snapshot.get("Tags")), backup.array_id, backup.backup_id)
         ]
         # a set has up to one snapshot per volume (64 or more): delete them side by side, so the
         # API's DELETE stays well inside API Gateway's 29 s
@@ -320,7 +320,7 @@ class BackupService:
             raise InvalidBackupError(
                 f"array {array_id!r} has no backup policy: give keep (how many completed sets to keep)"
             )
-        return keep, backups.retention_plan(self.sets(array_id), keep, max_deletions, _now())
+        return keep, sets.retention_plan(self.sets(array_id), keep, max_deletions, _now())
 
     def apply_retention(self, array_id: str, keep: int | None, max_deletions: int) -> dict[str, Any]:
         keep, plan = self.retention(array_id, keep, max_deletions)
@@ -598,7 +598,7 @@ class BackupService:
         if waiting:
             return {"taken": False, "waiting": waiting}
         backup = self._backups.get(array_id, backup_id)
-        tags = backups.snapshot_tags(array_id, backup_id, backup.label)
+        tags = sets.snapshot_tags(array_id, backup_id, backup.label)
         requested_at = self._clock()
         try:
             answer = self._ec2.create_snapshots(
@@ -625,13 +625,13 @@ class BackupService:
                 volume_id=volume,
                 snapshot_id=taken[volume]["SnapshotId"],
                 state=taken[volume].get("State", "pending"),
-                progress=backups.parse_progress(taken[volume].get("Progress")),
+                progress=sets.parse_progress(taken[volume].get("Progress")),
                 volume_size=known.get(volume, {}).get("volumeSize") or taken[volume].get("VolumeSize"),
                 iops=known.get(volume, {}).get("iops"),
             )
             for volume in sorted(taken)
         )
-        timing = backups.SnapshotTiming(requested_at=requested_at, returned_at=returned_at)
+        timing = sets.SnapshotTiming(requested_at=requested_at, returned_at=returned_at)
         self._backups.save(
             backup.model_copy(
                 update={
@@ -707,7 +707,7 @@ class BackupService:
             s.model_copy(
                 update={
                     "state": found[s.snapshot_id]["State"],
-                    "progress": backups.parse_progress(found[s.snapshot_id].get("Progress")),
+                    "progress": sets.parse_progress(found[s.snapshot_id].get("Progress")),
                     "state_message": found[s.snapshot_id].get("StateMessage"),
                 }
             )
@@ -715,7 +715,7 @@ class BackupService:
             else s.model_copy(update={"state": "error", "state_message": "the snapshot no longer exists"})
             for s in backup.snapshots
         )
-        state = backups.set_state(snapshots)
+        state = sets.set_state(snapshots)
         done = sum(1 for s in snapshots if s.state == "completed")
         backup = self._backups.save(
             backup.model_copy(
@@ -735,7 +735,7 @@ class BackupService:
 
     def finish(self, array_id: str, backup_id: str) -> dict[str, Any]:
         backup = self._backups.get(array_id, backup_id)
-        state = backups.set_state(backup.snapshots)
+        state = sets.set_state(backup.snapshots)
         if state != "completed":
             broken = [s for s in backup.snapshots if s.state == "error"]
             why = (
@@ -748,12 +748,12 @@ class BackupService:
             )
             backup = self._fail(backup, f"snapshot(s) failed: {why}", expected=("snapshotting",))
             return {"state": backup.state, "failure": backup.failure}
-        label, reason = backups.consistency(
+        label, reason = sets.consistency(
             backup.mode, backup.hosts, backup.freeze_timeout_seconds, backup.snapshot_timing
         )
         self._ec2.create_tags(
             Resources=[s.snapshot_id for s in backup.snapshots],
-            Tags=[{"Key": backups.CONSISTENCY_TAG, "Value": label}],
+            Tags=[{"Key": sets.CONSISTENCY_TAG, "Value": label}],
         )
         backup = self._backups.save(
             backup.model_copy(
@@ -924,7 +924,7 @@ def _host_freezes(
         freeze_report = _report(result.get("stdout"))
         thaw_report = _report(thaw.get("stdout")) if thaw else None
         hosts.append(
-            backups.host_freeze(
+            sets.host_freeze(
                 instance_id,
                 freeze_report,
                 thaw_report,

@@ -28,7 +28,7 @@ import re
 import uuid
 from typing import Final
 
-from vsa_core.model import Host
+from vsa_core.arrays.spec import Host
 
 NQN_AUTHORITY: Final = "nqn.2025-01.org.vsa-control-plane"
 """The naming authority of the subsystem NQNs (``nqn.<yyyy-mm>.<reverse domain>``)."""
