@@ -1,0 +1,186 @@
+"""Validate an array spec against AWS: read-only checks, every problem collected and reported
+in one message (``InvalidSpecError``: fix the spec; ``ConflictError``: the running array
+conflicts)."""
+
+from collections.abc import Mapping
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from vsa_core.arrays import aws_observe
+from vsa_core.arrays.aws_observe import SERVING_STATES, ArrayClients, error_code, tag_dict
+from vsa_core.arrays.spec import ARRAY_TAG, MULTI_ATTACH_LIMIT, ArraySpec, RegisteredArray
+from vsa_core.errors import ConflictError, InvalidSpecError
+from vsa_core.naming import launch_template_name
+
+
+def validate(clients: ArrayClients, spec: ArraySpec, current: RegisteredArray | None) -> None:
+    """Read-only checks; every problem is collected and reported in one message.
+
+    Raises ``InvalidSpecError`` when any problem is in the spec itself, else
+    ``ConflictError`` when the spec conflicts with the array's running state.
+    """
+    problems: list[str] = []
+    conflicts: list[str] = []
+    if current is not None and current.spec.availability_zone != spec.availability_zone:
+        conflicts.append(
+            f"availabilityZone cannot change from {current.spec.availability_zone} to "
+            f"{spec.availability_zone}: declare a new array in {spec.availability_zone} instead"
+        )
+    instances = aws_observe.group_instances(clients, spec.array_id)
+    problems += _volume_problems(clients, spec, {i["InstanceId"] for i in instances})
+    problems += _controller_problems(clients, spec)
+    problems += _host_problems(clients, spec)
+    serving = [i["InstanceId"] for i in instances if i["LifecycleState"] in SERVING_STATES]
+    if spec.max_controllers < len(serving):
+        conflicts.append(
+            f"maxControllers={spec.max_controllers} is below the {len(serving)} serving controllers "
+            f"({', '.join(sorted(serving))}): scale the array in first (lower minControllers and wait "
+            "for low demand) or keep maxControllers >= "
+            f"{len(serving)}"
+        )
+    if problems:
+        raise InvalidSpecError(_problems_message(spec.array_id, problems + conflicts))
+    if conflicts:
+        raise ConflictError(_problems_message(spec.array_id, conflicts))
+
+
+def _volume_problems(clients: ArrayClients, spec: ArraySpec, controllers: set[str]) -> list[str]:
+    problems: list[str] = []
+    ids = list(spec.existing_volume_ids)
+    found = {
+        v["VolumeId"]: v
+        for v in aws_observe.describe_volumes(clients, [{"Name": "volume-id", "Values": ids}])
+    }
+    for volume_id in ids:
+        volume = found.get(volume_id)
+        if volume is None:
+            problems.append(f"volume {volume_id} does not exist in this account and region: check the id")
+            continue
+        problems += _volume_shape_problems(spec, volume, controllers)
+    for name, observed in aws_observe.owned_volumes(clients, spec.array_id).items():
+        declared = next((v for v in spec.new_volumes if v.name == name), None)
+        if declared is not None and declared.size_gib < observed["Size"]:
+            problems.append(
+                f"volume {name}: sizeGiB {declared.size_gib} is below its current {observed['Size']} "
+                "GiB and EBS cannot shrink a volume: keep sizeGiB >= "
+                f"{observed['Size']}"
+            )
+    return problems
+
+
+def _volume_shape_problems(spec: ArraySpec, volume: Mapping[str, Any], controllers: set[str]) -> list[str]:
+    problems: list[str] = []
+    volume_id = volume["VolumeId"]
+    if volume["AvailabilityZone"] != spec.availability_zone:
+        problems.append(
+            f"volume {volume_id} is in {volume['AvailabilityZone']}, the array is in "
+            f"{spec.availability_zone}: use a volume in {spec.availability_zone} (or snapshot and "
+            "restore it there)"
+        )
+    if volume.get("VolumeType") != "io2" or not volume.get("MultiAttachEnabled", False):
+        problems.append(
+            f"volume {volume_id} is not io2 with Multi-Attach (it is {volume.get('VolumeType')}, "
+            f"Multi-Attach {'on' if volume.get('MultiAttachEnabled') else 'off'}): use an io2 volume "
+            "created with MultiAttachEnabled"
+        )
+    foreign = {a["InstanceId"] for a in volume.get("Attachments", [])} - controllers
+    if len(foreign) + spec.max_controllers > MULTI_ATTACH_LIMIT:
+        problems.append(
+            f"volume {volume_id} is attached to {len(foreign)} other instance(s) "
+            f"({', '.join(sorted(foreign))}); with maxControllers={spec.max_controllers} it would "
+            f"exceed the {MULTI_ATTACH_LIMIT}-instance Multi-Attach limit: detach them or lower "
+            "maxControllers"
+        )
+    return problems
+
+
+def _controller_problems(clients: ArrayClients, spec: ArraySpec) -> list[str]:
+    settings = spec.controllers
+    if settings.launch_template is not None:
+        return _launch_template_problems(clients, spec)
+    problems = _foreign_template_problems(clients, spec.array_id)
+    try:
+        images = clients.ec2.describe_images(ImageIds=[settings.image_id])["Images"]
+    except ClientError as error:
+        if not error_code(error).startswith("InvalidAMIID"):
+            raise
+        images = []
+    if not images:
+        problems.append(f"controllers.imageId {settings.image_id} does not exist: use an AMI in this region")
+    if settings.subnet_id is not None:
+        try:
+            subnets = clients.ec2.describe_subnets(SubnetIds=[settings.subnet_id])["Subnets"]
+        except ClientError as error:
+            if not error_code(error).startswith("InvalidSubnetID"):
+                raise
+            subnets = []
+        if not subnets:
+            problems.append(f"controllers.subnetId {settings.subnet_id} does not exist: check the id")
+        elif subnets[0]["AvailabilityZone"] != spec.availability_zone:
+            problems.append(
+                f"controllers.subnetId {settings.subnet_id} is in {subnets[0]['AvailabilityZone']}, the "
+                f"array is in {spec.availability_zone}: use a subnet in {spec.availability_zone}"
+            )
+    return problems
+
+
+def _foreign_template_problems(clients: ArrayClients, array_id: str) -> list[str]:
+    name = launch_template_name(array_id)
+    template = aws_observe.named_template(clients, array_id)
+    if template is None or tag_dict(template.get("Tags")).get(ARRAY_TAG) == array_id:
+        return []
+    return [
+        f"launch template {name} exists and was not created by the control plane for array {array_id} "
+        f"(no tag {ARRAY_TAG}={array_id}): give it as controllers.launchTemplate, or rename or delete it"
+    ]
+
+
+def _launch_template_problems(clients: ArrayClients, spec: ArraySpec) -> list[str]:
+    ref = spec.controllers.launch_template
+    assert ref is not None
+    label = ref.launch_template_id or ref.launch_template_name
+    selector = (
+        {"LaunchTemplateId": ref.launch_template_id}
+        if ref.launch_template_id
+        else {"LaunchTemplateName": ref.launch_template_name}
+    )
+    try:
+        clients.ec2.describe_launch_template_versions(**selector, Versions=[ref.version])
+    except ClientError as error:
+        code = error_code(error)
+        if "NotFound" in code or "Malformed" in code:
+            return [f"controllers.launchTemplate {label} does not exist: check the id or name"]
+        if "Version" in code:
+            return [
+                f"controllers.launchTemplate {label} has no version {ref.version}: use an existing "
+                "version, $Latest or $Default"
+            ]
+        raise
+    return []
+
+
+def _host_problems(clients: ArrayClients, spec: ArraySpec) -> list[str]:
+    ids = [h.instance_id for h in spec.hosts]
+    if not ids:
+        return []
+    nodes = aws_observe.managed_nodes(clients, ids)
+    problems: list[str] = []
+    for instance_id in ids:
+        node = nodes.get(instance_id)
+        if node is None:
+            problems.append(
+                f"host {instance_id} is not an SSM managed node: install/start the SSM agent and give "
+                "it an instance profile with AmazonSSMManagedInstanceCore"
+            )
+        elif node.get("PingStatus") != "Online":
+            problems.append(
+                f"host {instance_id} is an SSM managed node but {node.get('PingStatus')}: start its SSM "
+                "agent and check its network path to SSM (paths are connected by Run Command)"
+            )
+    return problems
+
+
+def _problems_message(array_id: str, problems: list[str]) -> str:
+    numbered = "; ".join(f"{i}) {p}" for i, p in enumerate(problems, start=1))
+    return f"array {array_id}: {len(problems)} problem(s) to fix before it can be applied: {numbered}"
