@@ -13,8 +13,9 @@ from botocore.stub import ANY, Stubber
 from tests.unit.conftest import ACCOUNT, REGION
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import ArraySpec
-from vsa_core.backups import sets
-from vsa_core.backups.aws_service import BackupService, freeze_key
+from vsa_core.backups import aws_snapshot, sets
+from vsa_core.backups.aws_service import BackupService
+from vsa_core.backups.reports import freeze_key
 from vsa_core.backups.sets import BackupSet, VolumeSnapshot
 from vsa_core.errors import (
     ArrayNotFoundError,
@@ -495,8 +496,10 @@ def test_snapshot_waits_while_a_host_is_freezing_then_goes_on_without_a_late_one
             "demo", backup.backup_id, world["controller"], [], [], {"hosts": hosts, "sentAt": 95.0}
         )
     assert waiting == {"taken": False, "waiting": ["i-0000000000000000b"]}
-    late, _ = service(world["table"], ssm=ssm, clock=lambda: 200.0)._freeze_results(
-        {"hosts": [{**hosts[1], "freezeCommandId": ""}], "sentAt": 95.0}, 10
+    late, _ = aws_snapshot._freeze_results(
+        service(world["table"], ssm=ssm, clock=lambda: 200.0).ctx,
+        {"hosts": [{**hosts[1], "freezeCommandId": ""}], "sentAt": 95.0},
+        10,
     )
     assert late[0]["status"] == "Undelivered"
 
@@ -530,7 +533,7 @@ def test_snapshot_sends_thaw_io_to_every_host_the_moment_it_returns(world: dict[
     commands.add_client_error("send_command", "InvalidInstanceId", "not a managed node")
     volumes = [{"volumeId": v} for v in world["volumes"]]
     with snapshots, commands, pytest.MonkeyPatch.context() as patch:
-        patch.setattr("vsa_core.backups.aws_service.SEND_WORKERS", 1)  # the Stubber answers in call order
+        patch.setattr("vsa_core.backups.aws_snapshot.SEND_WORKERS", 1)  # the Stubber answers in call order
         answer = service(world["table"], ec2=ec2, ssm=ssm).snapshot(
             "demo",
             backup.backup_id,

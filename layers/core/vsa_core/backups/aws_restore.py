@@ -1,0 +1,137 @@
+"""Restore a completed backup set: io2 Multi-Attach volumes from its snapshots in the array's
+AZ, tagged back to the set, and for a new array its spec registered. Never touches the source;
+nothing half-done (the volumes made so far go again on a failure)."""
+
+from collections.abc import Sequence
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from vsa_core.arrays.spec import ARRAY_TAG, ArraySpec, ExistingVolume, RegisteredArray
+from vsa_core.backups import aws_sets
+from vsa_core.backups.aws_context import BackupContext
+from vsa_core.backups.sets import (
+    BackupSet,
+)
+from vsa_core.errors import (
+    ArrayNotFoundError,
+    ConflictError,
+    InvalidBackupError,
+    RestoreError,
+)
+
+RESTORED_FROM_TAG = "vsa:restored-from"
+SOURCE_VOLUME_TAG = "vsa:source-volume"
+
+
+def restore(ctx: BackupContext, array_id: str, backup_id: str, new_array_id: str | None) -> dict[str, Any]:
+    """io2 Multi-Attach volumes from a completed set, in the array's AZ, tagged back to the
+    set; for a new array, its spec registered (the source's, these volumes as existing
+    volumes). Reads the source; never changes it."""
+    array = ctx.registry.get(array_id)
+    backup = aws_sets.get(ctx, array_id, backup_id)
+    if backup.state != "completed":
+        raise ConflictError(f"backup set {backup_id} is {backup.state}: only a completed set can be restored")
+    target = new_array_id or array_id
+    if new_array_id is not None:
+        if new_array_id == array_id:
+            raise InvalidBackupError("target arrayId is the source array: a restore never touches the source")
+        try:
+            ctx.registry.get(new_array_id)
+        except ArrayNotFoundError:
+            pass
+        else:
+            raise ConflictError(f"array {new_array_id!r} exists: restore into a new array id")
+    created: list[dict[str, str]] = []
+    try:
+        spec = _restore_volumes(ctx, array, backup, target, created, new_array_id)
+    except (ClientError, ConflictError) as error:
+        # nothing half-done: the volumes made so far go again, nothing stays registered
+        removed, left = _delete_volumes(ctx, [v["volumeId"] for v in created])
+        leftover = (
+            "; NOT deleted (delete them by hand; they carry vsa:restored-from): "
+            + ", ".join(f"{volume_id} ({why})" for volume_id, why in left)
+            if left
+            else ""
+        )
+        if isinstance(error, ClientError):
+            code = error.response["Error"].get("Code", "?")
+            message = error.response["Error"].get("Message", "")
+            raise RestoreError(
+                f"restore of {backup_id} failed ({error.operation_name}: {code}: {message}); "
+                f"the {len(removed)} volume(s) it had created were deleted{leftover} and nothing "
+                "was registered: fix the cause and restore again"
+            ) from error
+        if left:
+            raise RestoreError(
+                f"restore of {backup_id} failed ({error}); the {len(removed)} volume(s) it had "
+                f"created were deleted{leftover} and nothing was registered"
+            ) from error
+        raise
+    return {
+        "arrayId": array_id,
+        "backupId": backup_id,
+        "target": {"arrayId": new_array_id} if new_array_id else {"volumesOnly": True},
+        "availabilityZone": array.spec.availability_zone,
+        "volumes": created,
+        "registered": spec.model_dump(by_alias=True, mode="json") if spec else None,
+    }
+
+
+def _delete_volumes(ctx: BackupContext, volume_ids: Sequence[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """Delete what a failed restore made: (deleted, [(volume id, why not)]). A refusal is
+    reported, never swallowed: the caller names each volume left behind and AWS's reason."""
+    deleted: list[str] = []
+    left: list[tuple[str, str]] = []
+    for volume_id in volume_ids:
+        try:
+            ctx.ec2.delete_volume(VolumeId=volume_id)
+            deleted.append(volume_id)
+        except ClientError as error:
+            left.append((volume_id, str(error.response["Error"].get("Code", "?"))))
+    return deleted, left
+
+
+def _restore_volumes(
+    ctx: BackupContext,
+    array: RegisteredArray,
+    backup: BackupSet,
+    target: str,
+    created: list[dict[str, str]],
+    new_array_id: str | None,
+) -> ArraySpec | None:
+    """One volume per snapshot (appended to ``created`` as made), then the new array's spec
+    registered when there is one."""
+    backup_id = backup.backup_id
+    for snapshot in backup.snapshots:
+        tags = {
+            ARRAY_TAG: target,
+            RESTORED_FROM_TAG: backup_id,
+            SOURCE_VOLUME_TAG: snapshot.volume_id,
+            "Name": f"vsa-{target}-restore-{snapshot.volume_id}",
+        }
+        volume = ctx.ec2.create_volume(
+            SnapshotId=snapshot.snapshot_id,
+            AvailabilityZone=array.spec.availability_zone,
+            VolumeType="io2",
+            Iops=snapshot.iops or 3000,
+            MultiAttachEnabled=True,
+            TagSpecifications=[
+                {"ResourceType": "volume", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+            ],
+        )
+        created.append(
+            {
+                "sourceVolumeId": snapshot.volume_id,
+                "snapshotId": snapshot.snapshot_id,
+                "volumeId": volume["VolumeId"],
+            }
+        )
+    if new_array_id is None:
+        return None
+    data = array.spec.model_dump(by_alias=True)
+    data["arrayId"] = new_array_id
+    data["volumes"] = [ExistingVolume(volume_id=v["volumeId"]).model_dump(by_alias=True) for v in created]
+    spec = ArraySpec.model_validate(data)
+    ctx.registry.create(spec)
+    return spec
