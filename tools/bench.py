@@ -20,7 +20,6 @@ from rich.console import Console
 from rich.table import Table
 
 from vsa_core.scaling.simulator import (
-    DEFAULT_BOOT_MINUTES,
     DEFAULT_DRAIN_MINUTES,
     DEFAULT_PRICE_PER_HOUR,
     Result,
@@ -30,6 +29,7 @@ from vsa_core.scaling.simulator import (
     simulate_planner,
     simulate_static,
 )
+from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES
 
 ROOT = Path(__file__).resolve().parents[1]
 RATIO_TARGET = 1.15

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field
 
+from vsa_core.arrays.spec import ArrayId
 from vsa_core.errors import InvalidEventError
 
 AlarmStateValue = Literal["OK", "ALARM", "INSUFFICIENT_DATA"]
@@ -78,3 +79,9 @@ class ScaleRequest(BaseModel):
     """How long after the run its alarm is set back to OK (when the decision says re-arm)."""
     demand: ReadDemand | None = None
     """Set by the workflow's ReadDemand step; absent, the alarm's datapoint is the demand."""
+
+
+class ReadDemandRequest(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    array_id: ArrayId = Field(alias="arrayId")

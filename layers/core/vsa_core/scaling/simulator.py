@@ -39,7 +39,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
 from vsa_core.arrays.plan import (
     HIGH_DATAPOINTS_TO_ALARM,
@@ -51,6 +51,7 @@ from vsa_core.arrays.plan import (
 )
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.scaling.planner import ScaleDecision, controllers_needed, plan
+from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES, planner_inputs
 
 Trigger = Literal["alarms", "alarms-rearmed", "every-minute"]
 
@@ -58,8 +59,6 @@ RECENT_MINUTES = 15
 """How many one-minute demand samples before the current one ScaleArray reads (GetMetricData)
 and gives the planner as ``recent_demand``."""
 
-DEFAULT_BOOT_MINUTES = 5
-"""Launch, attach every volume, configure the target, connect a path from every host."""
 DEFAULT_DRAIN_MINUTES = 2
 """Disconnect the controller's path on every host, then terminate."""
 DEFAULT_PRICE_PER_HOUR = 1.512
@@ -166,17 +165,6 @@ def _needed(spec: ArraySpec, demand: float) -> int:
         spec.min_controllers,
         min(ceiling, controllers_needed(demand, spec.per_controller_iops, spec.target_utilisation)),
     )
-
-
-def planner_inputs(spec: ArraySpec, boot_minutes: int = DEFAULT_BOOT_MINUTES) -> dict[str, Any]:
-    """The planner's tuning inputs, the same in ScaleArray (``task_plan_scale``) and here: a
-    trend lead of boot + the longer of boot and the scale-out cooldown, the low alarm's margin,
-    and the low alarm's window as the minutes a scale-in must still serve."""
-    return {
-        "lead_minutes": boot_minutes + max(boot_minutes, spec.scale_out_cooldown_seconds / 60),
-        "scale_in_headroom": SCALE_IN_HYSTERESIS,
-        "sustained_minutes": LOW_EVALUATION_PERIODS,
-    }
 
 
 def simulate_planner(

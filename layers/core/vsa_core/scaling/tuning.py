@@ -1,0 +1,22 @@
+"""The planner's tuning: the inputs ScaleArray (``vsa_core.scaling.aws_plan``) and the simulator
+(``vsa_core.scaling.simulator``, the benchmark) both give ``planner.plan``, so production never
+imports the simulator and both measure the same planner (pure)."""
+
+from typing import Any
+
+from vsa_core.arrays.plan import LOW_EVALUATION_PERIODS, SCALE_IN_HYSTERESIS
+from vsa_core.arrays.spec import ArraySpec
+
+DEFAULT_BOOT_MINUTES = 5
+"""Launch, attach every volume, configure the target, connect a path from every host."""
+
+
+def planner_inputs(spec: ArraySpec, boot_minutes: int = DEFAULT_BOOT_MINUTES) -> dict[str, Any]:
+    """The planner's tuning inputs, the same in ScaleArray (``vsa_core.scaling.aws_plan``) and here: a
+    trend lead of boot + the longer of boot and the scale-out cooldown, the low alarm's margin,
+    and the low alarm's window as the minutes a scale-in must still serve."""
+    return {
+        "lead_minutes": boot_minutes + max(boot_minutes, spec.scale_out_cooldown_seconds / 60),
+        "scale_in_headroom": SCALE_IN_HYSTERESIS,
+        "sustained_minutes": LOW_EVALUATION_PERIODS,
+    }
