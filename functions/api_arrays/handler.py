@@ -1,116 +1,14 @@
-"""The arrays REST API (API Gateway, IAM auth): declare an array once, read its live state,
-delete it. Thin: the powertools resolver parses and validates (422 with the failing fields),
-``vsa_core.arrays.aws_operations`` does the work, named domain errors map to 400/404/409 here.
+"""The arrays REST API (API Gateway, IAM auth): the routes and the error mapping are
+``vsa_core.arrays.aws_api``'s, the work ``vsa_core.arrays.aws_operations``'."""
 
-    PUT    /arrays/{arrayId}                   create or update (idempotent); answers the changes
-    GET    /arrays                             every array, one line each
-    GET    /arrays/{arrayId}                   spec + live status + last decisions
-    DELETE /arrays/{arrayId}?deleteVolumes=    202: the DeleteArray workflow tears down what the
-                                               control plane created, then forgets the array
-"""
+from typing import Any
 
-from typing import Annotated, Any
-
-from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
-from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from vsa_core.arrays import aws_operations
-from vsa_core.arrays.aws_service import ArrayService
-from vsa_core.arrays.spec import ArraySpec
-from vsa_core.clients import client
-from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError, ReconcileError
-from vsa_core.naming import ARRAY_ID_PATTERN
+from vsa_core.arrays.aws_api import app
 from vsa_core.observability import logger, tracer
-from vsa_core.registry import ArrayRegistry, BackupRegistry
-from vsa_core.settings import get_settings
 
-app = APIGatewayRestResolver(enable_validation=True)
-ArrayIdPath = Annotated[str, Path(pattern=ARRAY_ID_PATTERN, description="the array id")]
-
-
-def _registry() -> ArrayRegistry:
-    return ArrayRegistry(get_settings().table_name)
-
-
-def _service() -> ArrayService:
-    # Waits stay inside API Gateway's 29 s: at most 20 attempts, 1 s apart
-    return ArrayService(
-        scheduler_role_arn=get_settings().backup_scheduler_role_arn,
-        wait_delay_seconds=1,
-        wait_max_attempts=20,
-    )
-
-
-def _error(status: int, error: Exception) -> Response[dict[str, str]]:
-    return Response(
-        status_code=status, content_type=content_types.APPLICATION_JSON, body={"message": str(error)}
-    )
-
-
-# Named domain errors → HTTP status, in one place (powertools' exception_handler is untyped,
-# so the handlers are registered by calling it rather than as decorators).
-for _error_type, _status in (
-    (InvalidSpecError, 400),
-    (ArrayNotFoundError, 404),
-    (ConflictError, 409),
-    (ReconcileError, 502),
-):
-    app.exception_handler(_error_type)(lambda error, status=_status: _error(status, error))
-
-
-@app.put("/arrays/<array_id>", summary="Create or update an array", tags=["arrays"])
-def put_array(
-    array_id: ArrayIdPath,
-    spec: Annotated[ArraySpec, Body(description="the array spec (specVersion 1)")],
-    if_match: Annotated[
-        str | None, Header(alias="if-match", description="apply only over this version")
-    ] = None,
-) -> Response[dict[str, Any]]:
-    logger.append_keys(array_id=array_id)
-    created, reply = aws_operations.apply_array(
-        array_id, spec, registry=_registry(), service=_service(), if_match=if_match
-    )
-    logger.info("array applied", extra={"new_array": created, "changes": len(reply["changes"])})
-    return Response(
-        status_code=201 if created else 200, content_type=content_types.APPLICATION_JSON, body=reply
-    )
-
-
-@app.get("/arrays", summary="List arrays", tags=["arrays"])
-def list_arrays() -> dict[str, Any]:
-    return aws_operations.list_arrays(registry=_registry())
-
-
-@app.get("/arrays/<array_id>", summary="An array's spec and live status", tags=["arrays"])
-def get_array(array_id: ArrayIdPath) -> dict[str, Any]:
-    logger.append_keys(array_id=array_id)
-    return aws_operations.describe_array(
-        array_id,
-        registry=_registry(),
-        service=_service(),
-        backups=BackupRegistry(get_settings().table_name),
-    )
-
-
-@app.delete("/arrays/<array_id>", summary="Delete an array", tags=["arrays"])
-def delete_array(
-    array_id: ArrayIdPath,
-    delete_volumes: Annotated[
-        bool, Query(alias="deleteVolumes", description="also delete the volumes the control plane created")
-    ] = False,
-) -> Response[dict[str, Any]]:
-    logger.append_keys(array_id=array_id)
-    reply = aws_operations.delete_array(
-        array_id,
-        delete_volumes=delete_volumes,
-        registry=_registry(),
-        service=_service(),
-        sfn=client("stepfunctions"),
-        state_machine_arn=get_settings().delete_state_machine_arn,
-    )
-    logger.info("array deletion started", extra={"execution": reply["executionArn"]})
-    return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=reply)
+__all__ = ["app", "lambda_handler"]
 
 
 @logger.inject_lambda_context(clear_state=True)

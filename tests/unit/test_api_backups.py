@@ -13,6 +13,7 @@ from task_backup import handler as task
 
 from tests.unit.conftest import ACCOUNT, REGION, FakeLambdaContext, load_event
 from vsa_core.arrays.spec import ArraySpec
+from vsa_core.backups import aws_api
 from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.settings import get_settings
 
@@ -37,7 +38,7 @@ def env(registry_table: str, function_env: None, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("VSA_IDEMPOTENCY_TABLE_NAME", IDEMPOTENCY_TABLE)
     monkeypatch.setenv("VSA_BACKUP_STATE_MACHINE_ARN", machine)
     get_settings.cache_clear()
-    handler._once.cache_clear()
+    aws_api._once.cache_clear()
     ec2 = boto3.client("ec2", region_name=REGION)
     volume = ec2.create_volume(
         AvailabilityZone="us-east-1a", Size=100, VolumeType="io2", Iops=3000, MultiAttachEnabled=True
@@ -58,7 +59,7 @@ def env(registry_table: str, function_env: None, monkeypatch: pytest.MonkeyPatch
         )
     )
     yield {"machine": machine, "table": registry_table}
-    handler._once.cache_clear()
+    aws_api._once.cache_clear()
 
 
 def request(

@@ -1,0 +1,265 @@
+"""The backups REST API's routes (API Gateway, IAM auth; ``api_backups`` serves them): back an
+array up, read its backup sets, delete one, apply retention (or see what it would do), restore.
+Thin: the powertools resolver parses
+and validates (422 naming the failing fields), ``aws_service.BackupService`` does the work, named
+domain errors map to 400/404/409 here.
+
+    POST   /arrays/{arrayId}/backups               202: a set + its ConsistentBackup workflow
+    GET    /arrays/{arrayId}/backups               every set, newest first
+    GET    /arrays/{arrayId}/backups/{backupId}    state, snapshots + progress, hosts' freeze/thaw,
+                                                   the consistency achieved and why
+    DELETE /arrays/{arrayId}/backups/{backupId}    the set and its snapshots (409 while in progress)
+    GET    /arrays/{arrayId}/retention?keep=       dry run: what retention would delete, and why
+    POST   /arrays/{arrayId}/retention             apply it now
+    POST   /arrays/{arrayId}/restores              201: io2 Multi-Attach volumes from a set
+
+A POST with an ``Idempotency-Key`` header is done once: the same key with the same body answers
+what the first answered (powertools idempotency, DynamoDB, 24 h); the same key with another body
+is refused (422).
+"""
+
+import json
+from functools import lru_cache
+from typing import Annotated, Any, Literal
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
+from aws_lambda_powertools.utilities.idempotency import (
+    DynamoDBPersistenceLayer,
+    IdempotencyConfig,
+    idempotent_function,
+)
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
+    IdempotencyValidationError,
+)
+from pydantic import BaseModel, ConfigDict, Field
+
+from vsa_core.arrays.spec import ArrayId
+from vsa_core.backups import sets
+from vsa_core.backups.aws_service import BackupService, from_settings
+from vsa_core.clients import client
+from vsa_core.errors import (
+    ArrayNotFoundError,
+    BackupNotFoundError,
+    ConflictError,
+    InvalidBackupError,
+    RestoreError,
+    SnapshotLimitError,
+)
+from vsa_core.naming import ARRAY_ID_PATTERN
+from vsa_core.observability import logger
+from vsa_core.settings import get_settings
+
+app = APIGatewayRestResolver(enable_validation=True)
+ArrayIdPath = Annotated[str, Path(pattern=ARRAY_ID_PATTERN, description="the array id")]
+BackupIdPath = Annotated[str, Path(pattern=sets.BACKUP_ID_PATTERN, description="the backup set id")]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="idempotency-key",
+        pattern=r"^[A-Za-z0-9._:-]{1,128}$",
+        description="do this POST once: a repeat with the same key and body answers the first answer",
+    ),
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class BackupRequest(_Strict):
+    mode: sets.BackupMode | None = Field(
+        default=None, description="crash or application; default: the array's backup policy's, else crash"
+    )
+    label: sets.Label | None = None
+
+
+class RetentionRequest(_Strict):
+    keep: int | None = Field(default=None, ge=1, le=1000, description="default: the policy's retention")
+    dry_run: bool = Field(default=False, alias="dryRun", description="only say what would be deleted")
+
+
+class NewArrayTarget(_Strict):
+    array_id: ArrayId = Field(alias="arrayId", description="a new array: registered with the volumes")
+
+
+class VolumesOnlyTarget(_Strict):
+    volumes_only: Literal[True] = Field(alias="volumesOnly", description="only the volumes (e.g. for a host)")
+
+
+class RestoreRequest(_Strict):
+    backup_id: sets.BackupId = Field(alias="backupId")
+    target: NewArrayTarget | VolumesOnlyTarget
+
+
+def _service() -> BackupService:
+    return from_settings(get_settings())
+
+
+def _json(status: int, body: Any) -> Response[Any]:
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
+
+
+for _error_type, _status in (
+    (InvalidBackupError, 400),
+    (ArrayNotFoundError, 404),
+    (BackupNotFoundError, 404),
+    (ConflictError, 409),
+    (SnapshotLimitError, 409),
+    (IdempotencyAlreadyInProgressError, 409),
+    (RestoreError, 502),
+):
+    app.exception_handler(_error_type)(lambda error, status=_status: _json(status, {"message": str(error)}))
+
+
+def _key_reused(error: IdempotencyValidationError) -> Response[Any]:
+    return _json(
+        422,
+        {
+            "message": "this Idempotency-Key was used with a different body: repeat the first body to get "
+            "its answer, or use a new key for a new request"
+        },
+    )
+
+
+app.exception_handler(IdempotencyValidationError)(_key_reused)
+
+
+# --- what a POST does, run once per Idempotency-Key ------------------------------------------
+
+
+def _perform(request: dict[str, Any]) -> dict[str, Any]:
+    body, array_id = request["body"], request["arrayId"]
+    service = _service()
+    if request["kind"] == "backup":
+        mode = body.get("mode") or _policy_mode(service, array_id)
+        created, backup = service.start(array_id, mode=mode, label=body.get("label"))
+        return {"created": created, "backup": backup.model_dump(by_alias=True, mode="json")}
+    target = body["target"]
+    return service.restore(array_id, body["backupId"], target.get("arrayId"))
+
+
+def _policy_mode(service: BackupService, array_id: str) -> sets.BackupMode:
+    policy = service.array(array_id).spec.backup
+    return policy.mode if policy else "crash"
+
+
+@lru_cache(maxsize=1)
+def idempotency_config() -> IdempotencyConfig:
+    return IdempotencyConfig(
+        event_key_jmespath="[kind, arrayId, key]",
+        payload_validation_jmespath="body",
+        expires_after_seconds=24 * 3600,
+    )
+
+
+@lru_cache(maxsize=1)
+def _once() -> Any:
+    """``_perform`` wrapped by powertools idempotency (built on first use: nothing at import)."""
+    persistence = DynamoDBPersistenceLayer(
+        table_name=get_settings().idempotency_table_name, boto3_client=client("dynamodb")
+    )
+    return idempotent_function(
+        data_keyword_argument="request", persistence_store=persistence, config=idempotency_config()
+    )(_perform)
+
+
+def _post(kind: str, array_id: str, key: str | None, body: BaseModel) -> dict[str, Any]:
+    request = {
+        "kind": kind,
+        "arrayId": array_id,
+        "key": key,
+        "body": json.loads(body.model_dump_json(by_alias=True, exclude_none=True)),
+    }
+    if key is None:
+        return _perform(request)
+    answer: dict[str, Any] = _once()(request=request)
+    return answer
+
+
+# --- routes ------------------------------------------------------------------------------------
+
+
+@app.post("/arrays/<array_id>/backups", summary="Back the array up", tags=["backups"])
+def create_backup(
+    array_id: ArrayIdPath,
+    request: Annotated[BackupRequest, Body(description="mode and an optional label")],
+    idempotency_key: IdempotencyKey = None,
+) -> Response[Any]:
+    logger.append_keys(array_id=array_id)
+    reply = _post("backup", array_id, idempotency_key, request)
+    logger.info("backup requested", extra={"backup_id": reply["backup"]["backupId"], "new": reply["created"]})
+    return _json(202, reply["backup"])
+
+
+@app.get("/arrays/<array_id>/backups", summary="The array's backup sets, newest first", tags=["backups"])
+def list_backups(array_id: ArrayIdPath) -> dict[str, Any]:
+    found = _service().sets(array_id)
+    return {"arrayId": array_id, "backups": [_summary(s) for s in found]}
+
+
+def _summary(backup: sets.BackupSet) -> dict[str, Any]:
+    return {
+        "backupId": backup.backup_id,
+        "createdAt": backup.created_at.isoformat(),
+        "mode": backup.mode,
+        "label": backup.label,
+        "state": backup.state,
+        "consistency": backup.consistency,
+        "snapshots": len(backup.snapshots),
+        "completedSnapshots": sum(1 for s in backup.snapshots if s.state == "completed"),
+        "freezeWindowSeconds": backup.freeze_window_seconds,
+        "message": backup.failure or backup.message,
+    }
+
+
+@app.get("/arrays/<array_id>/backups/<backup_id>", summary="One backup set", tags=["backups"])
+def get_backup(array_id: ArrayIdPath, backup_id: BackupIdPath) -> dict[str, Any]:
+    backup = _service().get(array_id, backup_id)
+    reply = backup.model_dump(by_alias=True, mode="json")
+    reply["freezeWindowSeconds"] = backup.freeze_window_seconds
+    for host, model in zip(reply["hosts"], backup.hosts, strict=True):
+        host["windowSeconds"] = model.window_seconds
+    return reply
+
+
+@app.delete("/arrays/<array_id>/backups/<backup_id>", summary="Delete a backup set", tags=["backups"])
+def delete_backup(array_id: ArrayIdPath, backup_id: BackupIdPath) -> dict[str, Any]:
+    logger.append_keys(array_id=array_id, backup_id=backup_id)
+    return _service().delete(array_id, backup_id)
+
+
+@app.get("/arrays/<array_id>/retention", summary="What retention would delete (dry run)", tags=["backups"])
+def plan_retention(
+    array_id: ArrayIdPath,
+    keep: Annotated[int | None, Query(ge=1, le=1000, description="default: the policy's retention")] = None,
+) -> dict[str, Any]:
+    kept, plan = _service().retention(array_id, keep, get_settings().retention_max_deletions)
+    return {
+        "arrayId": array_id,
+        "keep": kept,
+        "dryRun": True,
+        "plan": [d.model_dump(by_alias=True, mode="json") for d in plan.decisions],
+    }
+
+
+@app.post("/arrays/<array_id>/retention", summary="Apply retention now", tags=["backups"])
+def apply_retention(
+    array_id: ArrayIdPath,
+    request: Annotated[RetentionRequest, Body(description="keep (default: the policy's), dryRun")],
+) -> dict[str, Any]:
+    if request.dry_run:
+        return plan_retention(array_id, request.keep)
+    reply = _service().apply_retention(array_id, request.keep, get_settings().retention_max_deletions)
+    return {"arrayId": array_id, "dryRun": False, **reply}
+
+
+@app.post("/arrays/<array_id>/restores", summary="Restore a backup set to new volumes", tags=["backups"])
+def create_restore(
+    array_id: ArrayIdPath,
+    request: Annotated[RestoreRequest, Body(description="the set, and a new array or volumes only")],
+    idempotency_key: IdempotencyKey = None,
+) -> Response[Any]:
+    logger.append_keys(array_id=array_id, backup_id=request.backup_id)
+    return _json(201, _post("restore", array_id, idempotency_key, request))

@@ -1,0 +1,60 @@
+"""Controller lifecycle events (pure: the models and the naming) → BootstrapController /
+DrainController, started once per event.
+
+- ``EC2 Instance-launch Lifecycle Action`` (a VSA controller group's bootstrap hook) →
+  BootstrapController, named after the instance and the lifecycle action token;
+- ``EC2 Instance-terminate Lifecycle Action`` (the drain hook) → DrainController, same naming;
+- ``EC2 Instance State-change Notification`` (stopped, shutting-down, terminated: a controller
+  lost without a lifecycle action) → DrainController, named after the instance and the state
+  (a controller that is not in any array ends at once in the workflow: "not a controller").
+
+EventBridge delivers at least once: the same event always maps to the same execution name, and
+Step Functions refuses a second execution of a name (``ExecutionAlreadyExists``), so a
+redelivered event starts nothing.
+"""
+
+import hashlib
+from typing import Any, Literal
+
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from pydantic import BaseModel, ConfigDict, Field
+
+from vsa_core.errors import InvalidEventError
+
+LAUNCH = "EC2 Instance-launch Lifecycle Action"
+TERMINATE = "EC2 Instance-terminate Lifecycle Action"
+STATE_CHANGE = "EC2 Instance State-change Notification"
+
+
+class LifecycleDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    instance_id: str = Field(alias="EC2InstanceId", pattern=r"^i-[0-9a-f]{8,17}$")
+    token: str = Field(alias="LifecycleActionToken", min_length=1)
+    hook: str = Field(alias="LifecycleHookName", min_length=1)
+    group: str = Field(alias="AutoScalingGroupName", min_length=1)
+
+
+class StateChangeDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    instance_id: str = Field(alias="instance-id", pattern=r"^i-[0-9a-f]{8,17}$")
+    state: str
+
+
+class ControllerEvent(EventBridgeModel):
+    detail: dict[str, Any]
+
+
+def execution(event: ControllerEvent) -> tuple[Literal["bootstrap", "drain"], str]:
+    """Which workflow and the execution name for ``event`` (same event, same name)."""
+    kind = event.detail_type
+    if kind in (LAUNCH, TERMINATE):
+        lifecycle = LifecycleDetail.model_validate(event.detail)
+        digest = hashlib.sha256(lifecycle.token.encode()).hexdigest()[:16]
+        workflow: Literal["bootstrap", "drain"] = "bootstrap" if kind == LAUNCH else "drain"
+        return workflow, f"{workflow}-{lifecycle.instance_id}-{digest}"
+    if kind == STATE_CHANGE:
+        change = StateChangeDetail.model_validate(event.detail)
+        return "drain", f"lost-{change.instance_id}-{change.state}"
+    raise InvalidEventError(f"not a controller event: detail-type {kind!r}")
