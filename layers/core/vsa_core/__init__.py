@@ -1,5 +1,15 @@
-"""VSA control-plane core: domain model, capacity planning, naming and repositories.
+"""VSA control-plane core, by capability (the Lambda layer; the handlers are thin adapters over it).
 
-Pure, typed Python. Only ``vsa_core.adapters`` touches boto3; everything else is tested
-without AWS.
+- ``arrays/``: an array's spec, what it should produce on AWS, applying it, its status, teardown,
+  and the arrays REST API's routes;
+- ``scaling/``: demand, the planner and its tuning, ScaleArray's rules and steps, the simulator;
+- ``controllers/``: slots, NVMe identities, host batches, the bootstrap / drain steps;
+- ``backups/``: backup sets and labels, the ConsistentBackup steps, retention, restore, the
+  backups REST API's routes;
+- the shared base here: errors, naming, settings, observability (pure); clients, registry,
+  waiters (AWS).
+
+In every package, a module whose name starts with ``aws_`` talks to AWS (clients injected);
+every other module is pure and imports no boto3 or botocore, not even through another module
+(``tests/unit/test_core_shape.py``).
 """
