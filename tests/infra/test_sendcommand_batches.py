@@ -38,7 +38,7 @@ BATCHED = {"hostBatches"}
 (``slots.Paths.host_batches``, answered by the ``prepare`` and ``locate`` steps)."""
 
 BATCHING_STEPS = {"prepare", "locate"}
-"""task_controller steps whose answer carries ``slots.paths(...).as_dict()``."""
+"""Controller steps (``vsa_core/controllers/aws_*.py``) answering ``slots.paths(...).as_dict()``."""
 
 SINGLE = re.compile(r"States\.Array\((\$[\w.\[\]-]+)\)")
 
@@ -166,8 +166,10 @@ def test_the_batches_the_controller_steps_answer_hold_at_most_50_hosts() -> None
 
 def test_both_controller_steps_answer_the_batches() -> None:
     # The steps BATCHING_STEPS names put the paths (and so hostBatches) into their answer
-    source = (ROOT / "functions" / "task_controller" / "handler.py").read_text()
-    tree = ast.parse(source)
+    steps = ROOT / "layers" / "core" / "vsa_core" / "controllers"
+    tree = ast.Module(
+        body=[ast.parse(p.read_text()) for p in sorted(steps.glob("aws_*.py"))], type_ignores=[]
+    )
     spreading = {
         node.name
         for node in ast.walk(tree)

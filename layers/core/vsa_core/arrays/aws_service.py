@@ -11,9 +11,8 @@ from typing import Any
 
 from vsa_core.arrays import aws_apply, aws_observe, aws_status, aws_teardown, aws_validate
 from vsa_core.arrays.aws_observe import SERVING_STATES, ArrayClients
-from vsa_core.arrays.plan import Change
-from vsa_core.arrays.spec import ArraySpec, RegisteredArray
 from vsa_core.clients import client
+from vsa_core.steps import on_context
 
 __all__ = ["SERVING_STATES", "ArrayClients", "ArrayService"]
 
@@ -35,7 +34,7 @@ class ArrayService:
     ) -> None:
         # wait_*: kept for the callers that pass them; nothing in an array's steps waits (the
         # DeleteArray workflow's Wait states do)
-        self.clients = ArrayClients(
+        self.ctx = ArrayClients(
             ec2=ec2 or client("ec2"),
             autoscaling=autoscaling or client("autoscaling"),
             cloudwatch=cloudwatch or client("cloudwatch"),
@@ -43,28 +42,13 @@ class ArrayService:
             ssm=ssm or client("ssm"),
             scheduler_role_arn=scheduler_role_arn,
         )
-        self._autoscaling = self.clients.autoscaling
+        self._autoscaling = self.ctx.autoscaling
 
-    def validate(self, spec: ArraySpec, current: RegisteredArray | None) -> None:
-        aws_validate.validate(self.clients, spec, current)
-
-    def apply(self, spec: ArraySpec, desired_controllers: int) -> list[Change]:
-        return aws_apply.apply(self.clients, spec, desired_controllers)
-
-    def set_alarm_thresholds(self, spec: ArraySpec, desired_controllers: int) -> list[Change]:
-        return aws_apply.set_alarm_thresholds(self.clients, spec, desired_controllers)
-
-    def volume_ids(self, spec: ArraySpec) -> tuple[str, ...]:
-        return aws_observe.volume_ids(self.clients, spec)
-
-    def status(self, spec: ArraySpec) -> dict[str, Any]:
-        return aws_status.status(self.clients, spec)
-
-    def busy_reason(self, spec: ArraySpec) -> str | None:
-        return aws_status.busy_reason(self.clients, spec)
-
-    def release(self, spec: ArraySpec) -> list[Change]:
-        return aws_teardown.release(self.clients, spec)
-
-    def finish(self, spec: ArraySpec, *, delete_volumes: bool) -> list[Change]:
-        return aws_teardown.finish(self.clients, spec, delete_volumes=delete_volumes)
+    validate = on_context(aws_validate.validate)
+    apply = on_context(aws_apply.apply)
+    set_alarm_thresholds = on_context(aws_apply.set_alarm_thresholds)
+    volume_ids = on_context(aws_observe.volume_ids)
+    status = on_context(aws_status.status)
+    busy_reason = on_context(aws_status.busy_reason)
+    release = on_context(aws_teardown.release)
+    finish = on_context(aws_teardown.finish)

@@ -25,17 +25,16 @@ The workflow, and which method does each step (``statemachines/consistent_backup
 """
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any
 
 from vsa_core.arrays.aws_service import ArrayService
-from vsa_core.arrays.spec import RegisteredArray
 from vsa_core.backups import aws_finish, aws_preflight, aws_restore, aws_retention, aws_sets, aws_snapshot
 from vsa_core.backups.aws_context import BackupContext
-from vsa_core.backups.sets import BackupMode, BackupSet, RetentionPlan
 from vsa_core.clients import client
 from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.settings import Settings
+from vsa_core.steps import on_context
 
 
 class BackupService:
@@ -62,100 +61,24 @@ class BackupService:
             clock=clock,
         )
 
-    # --- requests, reading, deleting (aws_sets), retention, restore --------------------------
-
-    def array(self, array_id: str) -> RegisteredArray:
-        return aws_sets.array(self.ctx, array_id)
-
-    def start(
-        self,
-        array_id: str,
-        *,
-        mode: BackupMode,
-        label: str | None = None,
-        trigger: Literal["api", "schedule"] = "api",
-        backup_id: str | None = None,
-    ) -> tuple[bool, BackupSet]:
-        return aws_sets.start(
-            self.ctx, array_id, mode=mode, label=label, trigger=trigger, backup_id=backup_id
-        )
-
-    def get(self, array_id: str, backup_id: str) -> BackupSet:
-        return aws_sets.get(self.ctx, array_id, backup_id)
-
-    def sets(self, array_id: str) -> list[BackupSet]:
-        return aws_sets.sets(self.ctx, array_id)
-
-    def delete(self, array_id: str, backup_id: str) -> dict[str, Any]:
-        return aws_sets.delete(self.ctx, array_id, backup_id)
-
-    def retention(self, array_id: str, keep: int | None, max_deletions: int) -> tuple[int, RetentionPlan]:
-        return aws_retention.retention(self.ctx, array_id, keep, max_deletions)
-
-    def apply_retention(self, array_id: str, keep: int | None, max_deletions: int) -> dict[str, Any]:
-        return aws_retention.apply_retention(self.ctx, array_id, keep, max_deletions)
-
-    def restore(self, array_id: str, backup_id: str, new_array_id: str | None) -> dict[str, Any]:
-        return aws_restore.restore(self.ctx, array_id, backup_id, new_array_id)
-
-    # --- the workflow's steps (aws_preflight, aws_snapshot, aws_finish) -----------------------
-
-    def preflight(self, array_id: str, backup_id: str) -> dict[str, Any]:
-        return aws_preflight.preflight(self.ctx, array_id, backup_id)
-
-    def hosts_ready(self, checks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        return aws_preflight.hosts_ready(self.ctx, checks)
-
-    def freeze(self, backup_id: str, hosts: Sequence[Mapping[str, Any]], document: str) -> dict[str, Any]:
-        return aws_snapshot.freeze(self.ctx, backup_id, hosts, document)
-
-    def snapshot(
-        self,
-        array_id: str,
-        backup_id: str,
-        controller: str,
-        excluded: Sequence[str],
-        volumes: Sequence[Mapping[str, Any]],
-        freezing: Mapping[str, Any] | None = None,
-        thaw_document: str = "",
-        freeze_timeout: float = 10,
-    ) -> dict[str, Any]:
-        return aws_snapshot.snapshot(
-            self.ctx,
-            array_id,
-            backup_id,
-            controller,
-            excluded,
-            volumes,
-            freezing,
-            thaw_document,
-            freeze_timeout,
-        )
-
-    def record_hosts(
-        self,
-        array_id: str,
-        backup_id: str,
-        freezes: Sequence[Mapping[str, Any]],
-        thaws: Sequence[Mapping[str, Any]],
-    ) -> dict[str, Any]:
-        return aws_finish.record_hosts(self.ctx, array_id, backup_id, freezes, thaws)
-
-    def progress(self, array_id: str, backup_id: str, last_wait: int | None) -> dict[str, Any]:
-        return aws_finish.progress(self.ctx, array_id, backup_id, last_wait)
-
-    def finish(self, array_id: str, backup_id: str) -> dict[str, Any]:
-        return aws_finish.finish(self.ctx, array_id, backup_id)
-
-    def fail(
-        self,
-        array_id: str,
-        backup_id: str,
-        error: Mapping[str, Any] | None,
-        freezes: Sequence[Mapping[str, Any]] = (),
-        thaws: Sequence[Mapping[str, Any]] = (),
-    ) -> dict[str, Any]:
-        return aws_finish.fail(self.ctx, array_id, backup_id, error, freezes, thaws)
+    # requests, reading, deleting, retention, restore
+    array = on_context(aws_sets.array)
+    start = on_context(aws_sets.start)
+    get = on_context(aws_sets.get)
+    sets = on_context(aws_sets.sets)
+    delete = on_context(aws_sets.delete)
+    retention = on_context(aws_retention.retention)
+    apply_retention = on_context(aws_retention.apply_retention)
+    restore = on_context(aws_restore.restore)
+    # the ConsistentBackup workflow's steps
+    preflight = on_context(aws_preflight.preflight)
+    hosts_ready = on_context(aws_preflight.hosts_ready)
+    freeze = on_context(aws_snapshot.freeze)
+    snapshot = on_context(aws_snapshot.snapshot)
+    record_hosts = on_context(aws_finish.record_hosts)
+    progress = on_context(aws_finish.progress)
+    finish = on_context(aws_finish.finish)
+    fail = on_context(aws_finish.fail)
 
 
 def from_settings(settings: Settings) -> BackupService:

@@ -31,6 +31,7 @@ from vsa_core.controllers import aws_bootstrap, aws_commands, aws_drain
 from vsa_core.controllers.aws_context import ControllerContext
 from vsa_core.controllers.steps import Attach, Attachment, Commands, Connect, Detach, Locate, Node, Prepare
 from vsa_core.registry import ArrayRegistry
+from vsa_core.steps import on_context
 
 StepRequest = Prepare | Attach | Attachment | Node | Connect | Commands | Detach | Locate
 
@@ -46,26 +47,11 @@ class Steps:
         result: dict[str, Any] = getattr(self, request.step)(request)
         return result
 
-    def prepare(self, request: Prepare) -> dict[str, Any]:
-        return aws_bootstrap.prepare(self.ctx, request)
-
-    def attach(self, request: Attach) -> dict[str, Any]:
-        return aws_bootstrap.attach(self.ctx, request)
-
-    def attachment(self, request: Attachment) -> dict[str, Any]:
-        return aws_bootstrap.attachment(self.ctx, request)
-
-    def node(self, request: Node) -> dict[str, Any]:
-        return aws_bootstrap.node(self.ctx, request)
-
-    def detach(self, request: Detach) -> dict[str, Any]:
-        return aws_bootstrap.detach(self.ctx, request)
-
-    def connect(self, request: Connect) -> dict[str, Any]:
-        return aws_commands.connect(self.ctx, request)
-
-    def commands(self, request: Commands) -> dict[str, Any]:
-        return aws_commands.commands(self.ctx, request)
-
-    def locate(self, request: Locate) -> dict[str, Any]:
-        return aws_drain.locate(self.ctx, request)
+    prepare = on_context(aws_bootstrap.prepare)
+    attach = on_context(aws_bootstrap.attach)
+    attachment = on_context(aws_bootstrap.attachment)
+    node = on_context(aws_bootstrap.node)
+    detach = on_context(aws_bootstrap.detach)
+    connect = on_context(aws_commands.connect)
+    commands = on_context(aws_commands.commands)
+    locate = on_context(aws_drain.locate)
