@@ -6,7 +6,7 @@
 - ``controllers/``: slots, NVMe identities, host batches, the bootstrap / drain steps;
 - ``backups/``: backup sets and labels, the ConsistentBackup steps, retention, restore, the
   backups REST API's routes;
-- the shared base here: errors, naming, settings, observability (pure); clients, registry,
+- the shared base here: errors, naming, settings, observability, steps (pure); clients, registry,
   waiters (AWS).
 
 In every package, a module whose name starts with ``aws_`` talks to AWS (clients injected);
