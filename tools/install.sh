@@ -84,6 +84,35 @@ if [[ "$(cat "$VSA_STATE/venv/.plugins-stamp" 2>/dev/null)" != "$plugin_digest" 
   rm -rf tools/localcloud/build tools/localcloud/*.egg-info
   echo "$plugin_digest" > "$VSA_STATE/venv/.plugins-stamp"
 fi
+# JSONata states: LocalStack evaluates JSONata in a JVM (JPype) with com.dashjoin:jsonata 0.9.7 and
+# jackson 2.16.2; left alone it downloads a Java 21 at first use, which is not reachable offline.
+# A JRE >= 11 from the distribution (jsonata 0.9.7 is Java 11 bytecode) and the four jars from
+# Maven Central, checked against pinned digests, in $VSA_STATE/jsonata (vsa_localcloud/jsonata.py).
+java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1; }
+if ! command -v java >/dev/null 2>&1 || (( $(java_major) < 11 )); then
+  if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing openjdk-17-jre-headless (apt; the local cloud's JSONata states)"
+    apt-get install -y -qq openjdk-17-jre-headless >/dev/null 2>&1 ||
+      { apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
+  else
+    echo "note: no Java >= 11 and none installable here (needs root and apt): the local cloud cannot run JSONata states" >&2
+  fi
+fi
+maven=https://repo1.maven.org/maven2
+while read -r digest path; do
+  jar="$VSA_STATE/jsonata/${path##*/}"
+  [[ -f "$jar" ]] && sha256sum --check --status <<<"$digest  $jar" && continue
+  echo "==> downloading ${path##*/} (Maven Central)"
+  mkdir -p "$VSA_STATE/jsonata"
+  curl -sSf --retry 3 -o "$jar.part" "$maven/$path"
+  sha256sum --check --status <<<"$digest  $jar.part" || { echo "error: $path: digest mismatch" >&2; exit 1; }
+  mv "$jar.part" "$jar"
+done <<'JARS'
+dc09011dee965e68d858e42a19608932eb8bbdcbe9035ab71c44a5b9d566b1bf com/dashjoin/jsonata/0.9.7/jsonata-0.9.7.jar
+4f43e2f1430b2d2413e8e5a3d79138e57e891d6a961b18c28ac90859639d8664 com/fasterxml/jackson/core/jackson-core/2.16.2/jackson-core-2.16.2.jar
+d1cdd269ebaa753d1842933194e17d61958f058952d63e03dbfb3d1d78a6926e com/fasterxml/jackson/core/jackson-annotations/2.16.2/jackson-annotations-2.16.2.jar
+53b6025d98c357068296e4b134242443a248c2c582800879f1c4ea93b54bafa6 com/fasterxml/jackson/core/jackson-databind/2.16.2/jackson-databind-2.16.2.jar
+JARS
 make_venv "$VSA_STATE/runtime-venv" requirements/lambda-runtime.txt -- -r requirements/lambda-runtime.txt
 # tests/dataplane: QEMU, nvme-cli, fio (apt, as root), the guest kernel, virtme-ng.
 bash tools/dataplane-install.sh "$(py313)"

@@ -45,7 +45,10 @@ start() {
     echo "error: 127.0.0.1:$VSA_LOCALCLOUD_PORT is in use by another process; set VSA_LOCALCLOUD_PORT to a free port" >&2
     exit 1
   fi
-  local data="$RUN/data"
+  local data="$RUN/data" java_home=""
+  if command -v java >/dev/null 2>&1; then
+    java_home="$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")"
+  fi
   rm -rf "$data" && mkdir -p "$data"/{fs,tmp,cache,config}
   : > "$LOG"
   (
@@ -59,6 +62,8 @@ start() {
     #   instead of a fake CREATE_COMPLETE (supported types: vsa_localcloud/cfn/catalog.py).
     # VSA_LOCALCLOUD_IAM: enforce (default) | record | off: every role-signed request is authorized
     #   against the role's policies as on AWS (vsa_localcloud/iam_enforcement.py).
+    # VSA_JAVA_HOME, VSA_JSONATA_LIBS: the JRE and jars JSONata states run on (tools/install.sh,
+    #   vsa_localcloud/jsonata.py); LocalStack would download a Java 21 instead.
     # VSA_LOCALCLOUD_PROFILE: fast (default) | realistic: how long AWS's transitions take
     #   (vsa_localcloud/timings.py); tests switch it at run time through /_localcloud/timings.
     exec env -i PATH="/usr/local/bin:/usr/bin:/bin" HOME="$data" LANG=C.UTF-8 \
@@ -77,6 +82,7 @@ start() {
       CFN_IGNORE_UNSUPPORTED_RESOURCE_TYPES=0 \
       VSA_LOCALCLOUD_IAM="${VSA_LOCALCLOUD_IAM:-enforce}" \
       VSA_LOCALCLOUD_PROFILE="${VSA_LOCALCLOUD_PROFILE:-fast}" \
+      VSA_JAVA_HOME="$java_home" VSA_JSONATA_LIBS="$VSA_STATE/jsonata" \
       "$VSA_STATE/venv/bin/python" -m localstack.runtime.main
   ) >>"$LOG" 2>&1 &
   echo $! > "$PIDFILE"

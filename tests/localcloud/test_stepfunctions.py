@@ -46,3 +46,73 @@ def test_describe_snapshots_error_has_aws_message(aws) -> None:
     error = raised.value.response["Error"]
     assert error["Code"] == "InvalidSnapshot.NotFound"
     assert error["Message"] == "The snapshot 'snap-0123456789abcdef0' does not exist."
+
+
+def test_a_jsonata_state_runs_offline(aws) -> None:
+    # The local cloud evaluates JSONata on the installed JRE with the jars tools/install.sh
+    # fetched (vsa_localcloud/jsonata.py). Stock LocalStack downloads a Java 21 at the first
+    # JSONata expression and, offline, fails with States.Runtime ("Installation of … failed").
+    definition = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Count",
+        "States": {
+            "Count": {
+                "Type": "Pass",
+                "Assign": {"polls": "{% 2 + 1 %}", "key": "{% 'ARRAY#' & 'a1' %}"},
+                "Next": "Enough",
+            },
+            "Enough": {
+                "Type": "Choice",
+                "Choices": [{"Condition": "{% $polls >= 3 %}", "Next": "Out"}],
+                "Default": "Out",
+            },
+            "Out": {
+                "Type": "Pass",
+                "Output": {"n": "{% $string($polls) %}", "key": "{% $key %}"},
+                "End": True,
+            },
+        },
+    }
+    execution = _run(aws, definition)
+    assert execution["status"] == "SUCCEEDED", execution.get("cause")
+    assert json.loads(execution["output"]) == {"n": "3", "key": "ARRAY#a1"}
+
+
+def test_variables_in_jsonpath_states(aws) -> None:
+    # The workflows carry context in variables (Assign) and read them as $name in JSONPath:
+    # in Parameters, intrinsic functions and Choice, and a Catch assigns from the error output.
+    definition = {
+        "StartAt": "Init",
+        "States": {
+            "Init": {"Type": "Pass", "Assign": {"polls": 0, "arrayId": "a1"}, "Next": "Count"},
+            "Count": {"Type": "Pass", "Assign": {"polls.$": "States.MathAdd($polls, 1)"}, "Next": "Enough"},
+            "Enough": {
+                "Type": "Choice",
+                "Choices": [{"Variable": "$polls", "NumericGreaterThanEquals": 3, "Next": "Fail"}],
+                "Default": "Count",
+            },
+            "Fail": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::aws-sdk:ec2:describeSnapshots",
+                "Parameters": {"SnapshotIds": ["snap-0123456789abcdef0"]},
+                "Catch": [{"ErrorEquals": ["States.ALL"], "Assign": {"error.$": "$.Error"}, "Next": "Out"}],
+                "End": True,
+            },
+            "Out": {
+                "Type": "Pass",
+                "Parameters": {
+                    "key.$": "States.Format('ARRAY#{}', $arrayId)",
+                    "polls.$": "$polls",
+                    "error.$": "$error",
+                },
+                "End": True,
+            },
+        },
+    }
+    execution = _run(aws, definition)
+    assert execution["status"] == "SUCCEEDED", execution.get("cause")
+    assert json.loads(execution["output"]) == {
+        "key": "ARRAY#a1",
+        "polls": 3,
+        "error": "Ec2.InvalidSnapshot.NotFoundException",
+    }

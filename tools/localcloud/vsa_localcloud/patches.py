@@ -58,6 +58,7 @@ def apply_localcloud_patches() -> None:
 
     iam_enforcement.install()
     __import__("vsa_localcloud.sfn_errors").sfn_errors.install()  # aws-sdk task errors named as on AWS
+    __import__("vsa_localcloud.jsonata").jsonata.install()  # JSONata on the installed JRE, no download
     LOG.info(
         "local-cloud patches applied: mocked DynamoDB task errors keep their names; EBS model; "
         "AWS_IAM authorization of REST API methods; IAM enforcement of role-signed requests"
