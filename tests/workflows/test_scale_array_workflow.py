@@ -20,8 +20,7 @@ SCALE_OUT_PATH = [
     "ShouldRearm",
     "WaitBeforeRearm",
     "Rearm",
-    "Finished",
-    "Decided",
+    "Done",
 ]
 RELEASED_THEN_FAILED = ["ReleaseLockOnFailure", "FailAfterRelease"]
 REQUEST = {
@@ -96,7 +95,7 @@ def test_a_lock_held_by_another_run_skips_without_scaling(
     assert len(lock_attempts) == 1 + 6 + 1 + 1
     rearm = json.loads(lock_attempts[-1]["taskScheduledEventDetails"]["parameters"])
     assert (rearm["AlarmName"], rearm["StateValue"]) == (REQUEST["alarmName"], "OK")
-    assert entered(run)[-4:] == ["WaitBeforeRearm", "Rearm", "Finished", "Skipped"]
+    assert entered(run)[-4:] == ["LockBusy", "WaitBeforeRearm", "Rearm", "Done"]
 
 
 def test_scale_in_unprotects_the_leaver_before_lowering_capacity(
@@ -113,7 +112,7 @@ def test_scale_in_unprotects_the_leaver_before_lowering_capacity(
         and e["taskScheduledEventDetails"]["resource"] == "setInstanceProtection"
     )
     assert "i-0a1b2c3d4e5f60009" in protection
-    assert path[-6:] == ["ReleaseLock", "ShouldRearm", "WaitBeforeRearm", "Rearm", "Finished", "Decided"]
+    assert path[-5:] == ["ReleaseLock", "ShouldRearm", "WaitBeforeRearm", "Rearm", "Done"]
 
 
 def test_capacity_refused_releases_the_lock_and_fails_with_the_cause(
@@ -162,5 +161,5 @@ def test_a_hold_with_nothing_to_wait_for_does_not_rearm(
     # (this case scales out, so it re-arms); a decision without rearm ends right after the lock
     held = run_case(sfn, workflow(NAME, "scale_array.asl.json"), "HoldNothingToWaitFor", REQUEST)
     assert held["status"] == "SUCCEEDED", held.get("cause")
-    assert entered(held)[-3:] == ["ReleaseLock", "ShouldRearm", "Decided"]
+    assert entered(held)[-3:] == ["ReleaseLock", "ShouldRearm", "Done"]
     assert "Rearm" not in entered(held)
