@@ -12,7 +12,8 @@ LOCAL := env PATH="$(VENV):$$PATH" VSA_LOCALCLOUD_PORT=$(PORT) AWS_ENDPOINT_URL=
 OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0
 
 .PHONY: demo test check install localcloud-start localcloud-stop localcloud-logs build deploy-local \
-	lint format typecheck validate unit documents dataplane integration bench bench-lifecycle bench-backups clean
+	lint format typecheck validate unit documents dataplane integration bench bench-lifecycle bench-backups \
+	bench-coldstart clean
 
 demo: install
 	@$(LOCAL) bash tools/demo.sh
@@ -84,6 +85,11 @@ bench-backups: install
 # against 16 vol x 8 hosts, on the local cloud (left running; make localcloud-stop).
 bench-lifecycle: deploy-local
 	@$(LOCAL) $(VENV)/python tools/bench_lifecycle.py
+
+# Every handler's cold import against a bare `import boto3`, fresh processes in the runtime venv
+# with the layer as sam build builds it and no bytecode writing (as on Lambda): figures.
+bench-coldstart: build
+	$(OFFLINE) $(VENV)/python tools/bench_coldstart.py
 
 clean:
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,191 @@
+"""Cold import of every handler against a bare ``import boto3``, in fresh processes.
+
+    make bench-coldstart   # sam build, then this; or: .venv/bin/python tools/bench_coldstart.py [--runs 5]
+
+What a Lambda cold start pays before its first invocation is the import of the handler module.
+This starts one fresh process per sample with the interpreter of the local cloud's runtime venv
+(``.localcloud/runtime-venv``: Python 3.13 with what the Lambda python3.13 runtime holds, i.e.
+boto3; tools/install.sh), in the runtime's environment:
+
+* the function's code and the core layer exactly as ``sam build`` builds them
+  (``.aws-sam/build/<Function>``, ``.aws-sam/build/CoreLayer/python``), in Lambda's order on
+  ``sys.path``: the function (``/var/task``), then the layer (``/opt/python``), then the
+  runtime's own packages (so a botocore in the layer shadows the runtime's, as on AWS);
+* ``PYTHONDONTWRITEBYTECODE=1``: ``/opt`` and ``/var/task`` are read-only on Lambda, so whatever
+  ships without bytecode is compiled from source on every cold start, and here too;
+* the variables Lambda sets (``LAMBDA_TASK_ROOT``, ``AWS_LAMBDA_FUNCTION_NAME``, …) and the
+  template's ``Globals`` ones (powertools' service, namespace, log level).
+
+Each process times ``import <handler module>`` with ``time.perf_counter`` (interpreter start-up
+excluded, the same for all). The baseline is ``import boto3`` in the same interpreter with the
+same environment and no function or layer. Samples are interleaved (one of every target per
+round) so a noisy neighbour spreads over all of them. A second figure per handler, "+tracer",
+is the same import followed by the first use of the tracer (what the first invocation pays when
+tracing is active, as on AWS: the X-Ray SDK's import and its patching of botocore).
+
+Prints, per function: median and worst cold import, and the median's and the worst's ratio to the
+baseline's median; the target is a median of at most 1.5x the bare ``import boto3``. Prints
+figures; nothing is asserted (the machines here are shared and noisy).
+"""
+
+import argparse
+import importlib.util
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / ".aws-sam" / "build"
+RUNTIME_PYTHON = ROOT / ".localcloud" / "runtime-venv" / "bin" / "python"
+TARGET_RATIO = 1.5
+# What the python3.13 runtime provides (requirements/lambda-runtime.txt), as import names.
+RUNTIME_PACKAGES = {"boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six.py"}
+
+# One sample: import the module, print the seconds it took (then, with a second argument, the
+# seconds the first use of the tracer took on top).
+PROBE = """
+import sys, time
+t0 = time.perf_counter()
+__import__(sys.argv[1])
+t1 = time.perf_counter()
+if len(sys.argv) > 2:
+    from vsa_core.observability import tracer
+    tracer.provider
+print(t1 - t0, time.perf_counter() - t1)
+"""
+
+
+class _CfnLoader(yaml.SafeLoader):
+    """Reads CloudFormation short-form tags (!Ref, !GetAtt, …) as plain values."""
+
+
+def _tag(loader: yaml.SafeLoader, _suffix: str, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        return loader.construct_scalar(node)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node)
+    return loader.construct_mapping(node)  # type: ignore[arg-type]
+
+
+_CfnLoader.add_multi_constructor("!", _tag)
+
+
+def built_functions(build: Path) -> list[tuple[str, Path, str]]:
+    """(logical id, built code directory, handler module) of every function in the built template."""
+    # _CfnLoader is a SafeLoader that only adds the CloudFormation tags
+    template = yaml.load((build / "template.yaml").read_text(), Loader=_CfnLoader)  # noqa: S506
+    found = []
+    for name, resource in template["Resources"].items():
+        if resource["Type"] != "AWS::Serverless::Function":
+            continue
+        props = resource["Properties"]
+        module = props["Handler"].rsplit(".", 1)[0]
+        found.append((name, build / props["CodeUri"], module))
+    return sorted(found)
+
+
+def layer_summary(build: Path) -> str:
+    """What the built layer holds that matters here: runtime packages shadowed, source without bytecode."""
+    layer = build / "CoreLayer" / "python"
+    shadowing = sorted(p.name for p in layer.iterdir() if p.name in RUNTIME_PACKAGES)
+    sources = list(layer.rglob("*.py"))
+    compiled = [p for p in sources if Path(importlib.util.cache_from_source(str(p))).is_file()]
+    return (
+        f"layer {layer}: {len(sources)} .py, {len(compiled)} with bytecode for this "
+        f"Python; runtime packages in it: {', '.join(shadowing) or 'none'}"
+    )
+
+
+def environment(build: Path, code: Path | None, function: str | None) -> dict[str, str]:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EXECUTION_ENV": "AWS_Lambda_python3.13",
+        "POWERTOOLS_SERVICE_NAME": "vsa-control-plane",
+        "POWERTOOLS_METRICS_NAMESPACE": "VSA",
+        "POWERTOOLS_LOG_LEVEL": "INFO",
+        "VSA_TABLE_NAME": "bench",
+    }
+    if code is not None and function is not None:
+        layer = build / "CoreLayer" / "python"
+        env |= {
+            "PYTHONPATH": f"{code}:{layer}",
+            "LAMBDA_TASK_ROOT": str(code),
+            "AWS_LAMBDA_FUNCTION_NAME": function,
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256",
+        }
+    return env
+
+
+def sample(module: str, env: dict[str, str], cwd: Path, tracer: bool) -> tuple[float, float]:
+    args = [str(RUNTIME_PYTHON), "-c", PROBE, module] + (["tracer"] if tracer else [])
+    done = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, check=False)  # noqa: S603
+    if done.returncode != 0:
+        sys.exit(f"{module}: the import failed:\n{done.stderr}")
+    imported, first_use = done.stdout.split()
+    return float(imported), float(first_use)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=5, help="fresh processes per target (default 5)")
+    parser.add_argument("--build", type=Path, default=BUILD, help="sam build output (.aws-sam/build)")
+    args = parser.parse_args(argv)
+    build = args.build.resolve()
+    if not (build / "template.yaml").is_file():
+        sys.exit(f"no {build}/template.yaml: run `sam build` (make build) first")
+    if not RUNTIME_PYTHON.is_file():
+        sys.exit(f"no {RUNTIME_PYTHON}: run `make install` first")
+
+    functions = built_functions(build)
+    baseline: list[float] = []
+    imports: dict[str, list[float]] = {name: [] for name, _, _ in functions}
+    traced: dict[str, list[float]] = {name: [] for name, _, _ in functions}
+    console = Console(stderr=True)
+    with console.status("sampling") as status:
+        for run in range(args.runs):
+            status.update(f"round {run + 1} of {args.runs}")
+            baseline.append(sample("boto3", environment(build, None, None), ROOT, tracer=False)[0])
+            for name, code, module in functions:
+                env = environment(build, code, name)
+                imports[name].append(sample(module, env, code, tracer=False)[0])
+                imported, first_use = sample(module, env, code, tracer=True)
+                traced[name].append(imported + first_use)
+
+    base = statistics.median(baseline)
+    table = Table(title=f"Cold import, {args.runs} fresh processes each (Python 3.13, no bytecode writing)")
+    for column in ("target", "median s", "worst s", "median / boto3", "worst / boto3", "+tracer median s"):
+        table.add_column(column, justify="left" if column == "target" else "right")
+    table.add_row("import boto3 (bare)", f"{base:.3f}", f"{max(baseline):.3f}", "1.00", "", "")
+    over = []
+    for name, _, module in functions:
+        median = statistics.median(imports[name])
+        ratio = median / base
+        if ratio > TARGET_RATIO:
+            over.append(name)
+        table.add_row(
+            f"{name} ({module})",
+            f"{median:.3f}",
+            f"{max(imports[name]):.3f}",
+            f"{ratio:.2f}",
+            f"{max(imports[name]) / base:.2f}",
+            f"{statistics.median(traced[name]):.3f}",
+        )
+    Console(width=150).print(table)
+    verdict = "every handler within" if not over else f"over the target: {', '.join(over)};"
+    print(layer_summary(build))
+    print(f"target: median <= {TARGET_RATIO}x bare import boto3: {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
