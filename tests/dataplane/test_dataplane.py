@@ -359,7 +359,7 @@ def test_freeze_nobody_thaws_watchdog_thaws_within_timeout(lab: Lab, figures: An
     # (a write blocks while frozen: it returns when the filesystem thaws)
     wrote = lab.host.sh(f"touch {MOUNTPOINT}/after-watchdog && date +%s.%N", timeout=60, name="writer").ok()
     resumed = float(wrote.stdout.split()[-1])
-    # Then the watchdog fired within timeout + 1 s of arming, and thaw-io afterwards says so
+    # Then the watchdog fired within timeout + 2 s of arming, and thaw-io afterwards says so
     thawed = lab.host.document("thaw-io", Mountpoints=MOUNTPOINT, BackupId="dp-2").ok().report
     assert thawed["watchdogFired"] is True
     assert [m["result"] for m in thawed["mountpoints"]] == ["not-frozen"]
@@ -372,7 +372,11 @@ def test_freeze_nobody_thaws_watchdog_thaws_within_timeout(lab: Lab, figures: An
             "writeResumedAfterArmedSeconds": round(resumed - frozen["armedAt"], 3),
         },
     )
-    assert fired <= timeout + 1
+    # The watchdog sleeps to an absolute deadline, then thaws: what it adds is the guest's wake-up
+    # latency. Under TCG emulation on a loaded 2-core machine that measured 1.2-1.3 s (twice, in
+    # full test runs; 0.3 s on a quiet machine), so the bound is timeout + 2 s: it still fails a
+    # watchdog that missed its deadline (a second sleep, a retry loop, a thaw left to thaw-io).
+    assert fired <= timeout + 2
     assert resumed >= thawed["watchdogFiredAt"] - 0.5  # the write waited for the watchdog's thaw
 
 
