@@ -101,6 +101,24 @@ def settle(array_id: str, timeout: float = 120) -> None:
 
 
 @pytest.fixture
+def scripted_alarms(world: "World") -> Iterator[Callable[[str], None]]:
+    """``scripted_alarms(array_id)``: the test plays the array's IOPS alarms itself (fire_alarm).
+    Its synthetic array carries no workload, so the real alarms, evaluated every minute as on
+    AWS, see no IO: the low alarm would fire on its own a few minutes in (missing data counts as
+    low) and scale in under the test's script whenever the machine is slow. Held alarms are left
+    out of the local cloud's periodic evaluation until the test ends (control cloudwatch/hold)."""
+    held: list[str] = []
+
+    def hold(array_id: str) -> None:
+        held.append(f"vsa-{array_id}-")
+        control(world.endpoint, "cloudwatch", "hold", AlarmNamePrefix=held[-1])
+
+    yield hold
+    for prefix in held:
+        control(world.endpoint, "cloudwatch", "release", AlarmNamePrefix=prefix)
+
+
+@pytest.fixture
 def arrays(api: Api) -> Iterator[Callable[[], str]]:
     """New array ids; each is deleted (with its owned volumes) after the test."""
     made: list[str] = []
@@ -110,14 +128,24 @@ def arrays(api: Api) -> Iterator[Callable[[], str]]:
         return made[-1]
 
     yield new
+    # DELETE is refused (409) while a controller bootstraps or drains, which a test that scaled
+    # often leaves behind: ask again until it is accepted, then wait for each DeleteArray to
+    # finish. An array left behind keeps launching and bootstrapping controllers under the next
+    # tests (the old teardown took the 409 silently and waited out 120 s for nothing).
+    deadline = time.monotonic() + 300
+    pending = list(made)
+    while pending:
+        for array_id in list(pending):
+            status, answer = api.call("DELETE", f"/arrays/{array_id}?deleteVolumes=true")
+            if status in (200, 202, 404):
+                pending.remove(array_id)
+            else:
+                assert status == 409, (array_id, status, answer)
+        if pending:
+            assert time.monotonic() < deadline, f"arrays {pending} still refuse deletion after 300 s"
+            time.sleep(2)
     for array_id in made:
-        api.call("DELETE", f"/arrays/{array_id}?deleteVolumes=true")
-    # wait for the DeleteArray workflows (bounded; a failure here is reported by its own test):
-    # an array left running keeps launching and bootstrapping controllers under the next tests
-    deadline = time.monotonic() + 120
-    for array_id in made:
-        while api.call("GET", f"/arrays/{array_id}")[0] == 200 and time.monotonic() < deadline:
-            time.sleep(1)
+        wait_until_gone(api, array_id, timeout=max(deadline - time.monotonic(), 60))
 
 
 def wait_until_gone(api: Api, array_id: str, timeout: float = 120) -> None:

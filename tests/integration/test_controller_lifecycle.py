@@ -92,9 +92,11 @@ class PathWatch:
 
 
 @pytest.fixture
-def lifecycle_array(stack_outputs, api, world, arrays) -> dict[str, Any]:
-    """An array of 3 volumes and 2 managed hosts with 2 serving controllers, cooldowns off."""
+def lifecycle_array(stack_outputs, api, world, arrays, scripted_alarms) -> dict[str, Any]:
+    """An array of 3 volumes and 2 managed hosts with 2 serving controllers, cooldowns off; the
+    tests play its alarms (scripted_alarms)."""
     array_id = arrays()
+    scripted_alarms(array_id)
     spec = spec_for(
         array_id,
         world,

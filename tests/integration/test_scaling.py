@@ -33,9 +33,12 @@ def _spec_item(stack_outputs: dict[str, str], array_id: str) -> dict[str, Any]:
     return dict(item)
 
 
-def test_high_alarm_sets_the_groups_capacity_and_moves_the_thresholds(stack_outputs, api, world, arrays):
+def test_high_alarm_sets_the_groups_capacity_and_moves_the_thresholds(
+    stack_outputs, api, world, arrays, scripted_alarms
+):
     # Given an array serving with its minimum of 2 controllers
     array_id = arrays()
+    scripted_alarms(array_id)  # the test plays the array's alarms
     _apply(api, array_id, spec_for(array_id, world, minControllers=2, maxControllers=8))
     # When its high alarm fires at 612,345 IOPS
     name = fire_alarm(array_id, 612_345.0, recent_stamp())
@@ -62,9 +65,12 @@ def test_high_alarm_sets_the_groups_capacity_and_moves_the_thresholds(stack_outp
     assert "scalingLock" not in item
 
 
-def test_a_burst_of_100_alarm_events_scales_once_one_operation_at_a_time(stack_outputs, api, world, arrays):
+def test_a_burst_of_100_alarm_events_scales_once_one_operation_at_a_time(
+    stack_outputs, api, world, arrays, scripted_alarms
+):
     # Given an array at 2 controllers
     array_id = arrays()
+    scripted_alarms(array_id)  # the test plays the array's alarms
     _apply(api, array_id, spec_for(array_id, world, minControllers=2, maxControllers=8))
     # When 100 distinct alarm state changes arrive at once (a storm)
     names = [fire_alarm(array_id, 612_345.0, recent_stamp(60 * m + s)) for m, s in (
@@ -119,9 +125,12 @@ def _executions_of(stack_outputs: dict[str, str], array_id: str) -> dict[str, di
     return found
 
 
-def test_low_alarm_removes_one_chosen_controller_never_below_demand_or_min(stack_outputs, api, world, arrays):
+def test_low_alarm_removes_one_chosen_controller_never_below_demand_or_min(
+    stack_outputs, api, world, arrays, scripted_alarms
+):
     # Given an array scaled to 3 serving controllers, cooldowns off
     array_id = arrays()
+    scripted_alarms(array_id)  # the test plays the array's alarms
     spec = spec_for(
         array_id,
         world,
@@ -179,8 +188,9 @@ def settle_drains(array_id: str) -> None:
         time.sleep(0.5)
 
 
-def test_capacity_never_goes_above_16(stack_outputs, api, world, arrays):
+def test_capacity_never_goes_above_16(stack_outputs, api, world, arrays, scripted_alarms):
     array_id = arrays()
+    scripted_alarms(array_id)  # the test plays the array's alarms
     _apply(api, array_id, spec_for(array_id, world, minControllers=2, maxControllers=16))
     execution = wait_for_execution(
         stack_outputs["ScaleArrayStateMachineArn"],
@@ -192,8 +202,9 @@ def test_capacity_never_goes_above_16(stack_outputs, api, world, arrays):
     assert group_of(array_id)["DesiredCapacity"] == 16  # type: ignore[index]
 
 
-def test_repeated_alarm_event_starts_one_workflow(stack_outputs, api, world, arrays):
+def test_repeated_alarm_event_starts_one_workflow(stack_outputs, api, world, arrays, scripted_alarms):
     array_id = arrays()
+    scripted_alarms(array_id)  # the test plays the array's alarms
     _apply(api, array_id, spec_for(array_id, world))
     stamp = recent_stamp()
     name = fire_alarm(array_id, 300_000.0, stamp)

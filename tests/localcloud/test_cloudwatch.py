@@ -13,6 +13,7 @@ alarms are evaluated through it (``evaluate``, optionally as of a past time) ins
 
 import json
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -480,3 +481,38 @@ def test_the_iops_rule_matches_only_the_arrays_iops_alarms(aws) -> None:
     assert not matches(alarm_state_change("vsa-demo-backup-failed"))
     assert not matches(json.loads((EVENTS / "backup_failed_alarm.json").read_text()))
     assert not matches(alarm_state_change("vsa-demo-iops-high", state="OK"))
+
+
+def test_a_held_alarm_is_left_out_of_the_periodic_evaluation_until_released(aws, control, alarms) -> None:
+    # Given a high-resolution alarm (evaluated every 10 s) that missing data sends to ALARM,
+    # held by a test that plays its state changes itself (control hold; AWS has no such thing)
+    name = _name("held")
+    alarms.append(name)
+    prefix = name.rsplit("-", 1)[0] + "-"  # as a test holds its array's alarms: vsa-<array>-
+    assert control("cloudwatch", "hold", AlarmNamePrefix=prefix)["Held"] == [prefix]
+    try:
+        aws("cloudwatch").put_metric_alarm(
+            AlarmName=name,
+            Namespace="VsaTest",
+            MetricName="Held",
+            Statistic="Sum",
+            Period=10,
+            EvaluationPeriods=1,
+            Threshold=1.0,
+            ComparisonOperator="GreaterThanThreshold",
+            TreatMissingData="breaching",
+        )
+        # When two periodic evaluations pass, it is not evaluated
+        time.sleep(25)
+        alarm = aws("cloudwatch").describe_alarms(AlarmNames=[name])["MetricAlarms"][0]
+        assert alarm["StateValue"] == "INSUFFICIENT_DATA"
+        # (an explicit evaluation still evaluates it)
+        assert control("cloudwatch", "evaluate", AlarmName=name)["States"] == {name: "ALARM"}
+        aws("cloudwatch").set_alarm_state(AlarmName=name, StateValue="OK", StateReason="reset by the test")
+    finally:
+        assert prefix not in control("cloudwatch", "release", AlarmNamePrefix=prefix)["Held"]
+    # Then once released, the next periodic evaluation finds the missing data breaching
+    deadline = time.monotonic() + 30
+    while aws("cloudwatch").describe_alarms(AlarmNames=[name])["MetricAlarms"][0]["StateValue"] != "ALARM":
+        assert time.monotonic() < deadline, "the released alarm was not evaluated within 30 s"
+        time.sleep(1)

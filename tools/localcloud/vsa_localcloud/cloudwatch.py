@@ -13,7 +13,11 @@ product relies on it:
 Control actions (``POST /_localcloud/cloudwatch/<action>``), for what AWS has no API for:
 ``publish`` puts datapoints as an AWS service would (any namespace, ``AWS/EBS`` included);
 ``evaluate`` evaluates one metric alarm (``AlarmName``) or all of them now, optionally as of a
-time (``At``, ISO 8601), instead of waiting for the next minute.
+time (``At``, ISO 8601), instead of waiting for the next minute; ``hold`` / ``release`` take the
+alarms whose names start with ``AlarmNamePrefix`` out of (back into) the periodic evaluation, for
+a test that plays those alarms' state changes itself: a test's synthetic array carries no
+workload, so its alarms, evaluated on the minute as on AWS, would see no IO and fire on their own
+schedule in the middle of the scripted demand (``evaluate`` still evaluates a held alarm).
 """
 
 import logging
@@ -194,13 +198,19 @@ class VsaCloudwatchProvider(CloudwatchProvider):
             LOG.warning("evaluating alarm %s failed: %s", arn, exc)
 
         task = self.alarm_scheduler.scheduler.schedule(
-            func=self.evaluate_alarm,
+            func=self.evaluate_scheduled,
             period=interval,
             start=time.time() + interval,
             args=[account_id, region, alarm.alarm["AlarmName"]],
             on_error=on_error,
         )
         self.alarm_scheduler.scheduled_alarms[arn] = task
+
+    def evaluate_scheduled(self, account_id: str, region: str, name: str) -> str | None:
+        """The periodic evaluation: skips a held alarm (control ``hold``)."""
+        if any(name.startswith(prefix) for prefix in HELD):
+            return None
+        return self.evaluate_alarm(account_id, region, name)
 
     def evaluate_alarm(self, account_id: str, region: str, name: str, at: datetime | None = None) -> str:
         """Evaluate one metric alarm now (or as of ``at``); answers its resulting state."""
@@ -461,4 +471,23 @@ def evaluate(body: dict[str, Any]) -> dict[str, Any]:
     return {"States": {name: provider.evaluate_alarm(account, region, name, at) for name in names}}
 
 
-CONTROL = {"publish": publish, "evaluate": evaluate}
+HELD: set[str] = set()
+"""Alarm name prefixes the periodic evaluation skips (control ``hold``)."""
+
+
+def hold(body: dict[str, Any]) -> dict[str, Any]:
+    """Take the alarms named ``AlarmNamePrefix``... out of the periodic evaluation."""
+    prefix = str(body["AlarmNamePrefix"])
+    if not prefix:
+        raise ValueError("AlarmNamePrefix must not be empty: holding every alarm is not a test's business")
+    HELD.add(prefix)
+    return {"Held": sorted(HELD)}
+
+
+def release(body: dict[str, Any]) -> dict[str, Any]:
+    """Put the alarms named ``AlarmNamePrefix``... back into the periodic evaluation."""
+    HELD.discard(str(body["AlarmNamePrefix"]))
+    return {"Held": sorted(HELD)}
+
+
+CONTROL = {"publish": publish, "evaluate": evaluate, "hold": hold, "release": release}
