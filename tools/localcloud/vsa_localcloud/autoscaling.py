@@ -37,6 +37,7 @@ from localstack.services.moto import _proxy_moto, call_moto
 from localstack.services.plugins import Service
 
 from vsa_localcloud import autoscaling_lifecycle as lc
+from vsa_localcloud import ec2_instances
 from vsa_localcloud.autoscaling_lifecycle import LOCK, Hook, ValidationError
 
 Request = dict[str, Any]
@@ -324,6 +325,7 @@ class AutoscalingProvider:
 
 def service() -> Service:
     lc.install()
+    ec2_instances.apply_patches()  # its instances announce their state changes
     provider = AutoscalingProvider()
     model = load_service("autoscaling")
     table = {op: OVERRIDES.get(op, _proxy_moto) for op in model.operation_names}

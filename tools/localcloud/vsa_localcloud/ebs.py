@@ -5,6 +5,7 @@
   TerminateInstances respect every attachment.
 * Snapshots stay ``pending`` with a growing ``Progress`` before ``completed``, with AWS's
   per-volume limits and the EventBridge events EBS emits; CreateSnapshots honours its options.
+* Every instance state change is an ``EC2 Instance State-change Notification`` (``ec2_instances``).
 
 The model changes live in ``ebs_model`` (patches of moto's EC2 backend, so RunInstances and
 TerminateInstances agree); this module holds the API handlers that moto cannot express and the
@@ -23,7 +24,7 @@ from localstack.services.moto import MotoFallbackDispatcher, call_moto
 from localstack.services.plugins import Service
 from moto.core.exceptions import RESTError
 
-from vsa_localcloud import ebs_model
+from vsa_localcloud import ebs_model, ec2_instances
 
 
 @contextmanager
@@ -91,6 +92,7 @@ def _snapshot_info(snapshot: Any) -> dict[str, Any]:
 
 def service() -> Service:
     ebs_model.apply_patches()
+    ec2_instances.apply_patches()
     return Service.for_provider(VsaEc2Provider(), dispatch_table_factory=MotoFallbackDispatcher)
 
 

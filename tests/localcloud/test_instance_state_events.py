@@ -1,0 +1,132 @@
+"""EC2 instance state changes reach the default event bus as AWS sends them.
+
+AWS, "State change events for Amazon EC2 instances"
+(https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/monitoring-instance-state-changes.html):
+"Amazon EC2 sends an EC2 Instance State-change Notification event to Amazon EventBridge when the
+state of an instance changes", ``detail`` ``{"instance-id", "state"}``, the instance's ARN in
+``resources``; a launch or start goes pending → running, a stop stopping → stopped, a
+termination shutting-down → terminated. Instances an Auto Scaling group launches and terminates
+are EC2 instances like any other, and announce the same transitions.
+
+Stock LocalStack (moto) emits none of these events; every test here fails there.
+"""
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.localcloud.conftest import EventCapture, assert_matches_sample
+
+AMI = "ami-12c6146b"  # known to moto
+DETAIL_TYPE = "EC2 Instance State-change Notification"
+SAMPLE = "ec2/instance_state_change.json"
+
+
+@pytest.fixture
+def ec2(aws: Callable[[str], Any]) -> Any:
+    return aws("ec2")
+
+
+@pytest.fixture
+def capture(event_capture: Callable[[dict[str, Any]], EventCapture]) -> EventCapture:
+    return event_capture({"source": ["aws.ec2"], "detail-type": [DETAIL_TYPE]})
+
+
+def states_of(capture: EventCapture, instance_id: str, count: int, timeout: float = 30) -> list[str]:
+    """The first ``count`` states announced for ``instance_id``, in order of arrival."""
+    mine = capture.wait_for(lambda e: e["detail"]["instance-id"] == instance_id, count=count, timeout=timeout)
+    return [e["detail"]["state"] for e in mine]
+
+
+def announced(capture: EventCapture, instance_id: str) -> list[dict[str, Any]]:
+    return [e for e in capture.settle(2) if e["detail"]["instance-id"] == instance_id]
+
+
+def test_a_launched_instance_announces_pending_then_running_in_aws_shape(ec2, capture):
+    # Given / When: an instance launched through RunInstances
+    instance_id = ec2.run_instances(ImageId=AMI, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    try:
+        # Then: pending, then running, each exactly in AWS's shape, naming the instance's ARN
+        assert states_of(capture, instance_id, 2) == ["pending", "running"]
+        events = announced(capture, instance_id)
+        assert len(events) == 2
+        for event in events:
+            assert_matches_sample(event, SAMPLE)
+            assert event["source"] == "aws.ec2"
+            assert event["detail-type"] == DETAIL_TYPE
+            assert set(event["detail"]) == {"instance-id", "state"}
+            assert event["resources"] == [f"arn:aws:ec2:us-east-1:{event['account']}:instance/{instance_id}"]
+    finally:
+        ec2.terminate_instances(InstanceIds=[instance_id])
+
+
+def test_stop_start_and_terminate_each_announce_both_of_their_states(ec2, capture):
+    # Given: a running instance
+    instance_id = ec2.run_instances(ImageId=AMI, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    assert states_of(capture, instance_id, 2) == ["pending", "running"]
+
+    # When: it is stopped, started again, then terminated
+    ec2.stop_instances(InstanceIds=[instance_id])
+    assert states_of(capture, instance_id, 4)[2:] == ["stopping", "stopped"]
+    ec2.start_instances(InstanceIds=[instance_id])
+    assert states_of(capture, instance_id, 6)[4:] == ["pending", "running"]
+    ec2.terminate_instances(InstanceIds=[instance_id])
+
+    # Then: shutting-down, then terminated; terminating it again changes nothing and announces nothing
+    assert states_of(capture, instance_id, 8)[6:] == ["shutting-down", "terminated"]
+    ec2.terminate_instances(InstanceIds=[instance_id])
+    assert len(announced(capture, instance_id)) == 8
+
+
+def test_stopping_a_stopped_instance_or_starting_a_running_one_announces_nothing(ec2, capture):
+    # Given: a running instance
+    instance_id = ec2.run_instances(ImageId=AMI, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    try:
+        states_of(capture, instance_id, 2)
+        # When: started while running
+        ec2.start_instances(InstanceIds=[instance_id])
+        # Then: no state changed, no event
+        assert len(announced(capture, instance_id)) == 2
+    finally:
+        ec2.terminate_instances(InstanceIds=[instance_id])
+
+
+@pytest.fixture
+def group(aws: Callable[[str], Any]) -> Iterator[tuple[str, str]]:
+    """(group name, launch template name): the group is created by the test."""
+    template, name = f"lt-{uuid.uuid4().hex[:8]}", f"asg-{uuid.uuid4().hex[:8]}"
+    aws("ec2").create_launch_template(
+        LaunchTemplateName=template, LaunchTemplateData={"ImageId": AMI, "InstanceType": "t3.micro"}
+    )
+    yield name, template
+    with contextlib.suppress(ClientError):
+        aws("autoscaling").delete_auto_scaling_group(AutoScalingGroupName=name, ForceDelete=True)
+    aws("ec2").delete_launch_template(LaunchTemplateName=template)
+
+
+def test_instances_an_auto_scaling_group_launches_and_scales_in_announce_their_states(aws, capture, group):
+    asg, (name, template) = aws("autoscaling"), group
+    # Given: a group without hooks launching one instance
+    asg.create_auto_scaling_group(
+        AutoScalingGroupName=name,
+        MinSize=0,
+        MaxSize=2,
+        DesiredCapacity=1,
+        LaunchTemplate={"LaunchTemplateName": template},
+        AvailabilityZones=["us-east-1a"],
+    )
+    instance_id = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0][
+        "Instances"
+    ][0]["InstanceId"]
+    # Then: its launch is announced as any EC2 launch
+    assert states_of(capture, instance_id, 2) == ["pending", "running"]
+
+    # When: the group scales in to zero
+    asg.set_desired_capacity(AutoScalingGroupName=name, DesiredCapacity=0)
+
+    # Then: the termination is announced too
+    assert states_of(capture, instance_id, 4)[2:] == ["shutting-down", "terminated"]
