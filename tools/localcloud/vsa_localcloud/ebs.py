@@ -5,6 +5,8 @@
   TerminateInstances respect every attachment.
 * Snapshots stay ``pending`` with a growing ``Progress`` before ``completed``, with AWS's
   per-volume limits and the EventBridge events EBS emits; CreateSnapshots honours its options.
+* ModifyVolume goes modifying → optimizing → completed, one at a time, at most four per volume
+  in a rolling 24 hours (``ebs_modify``).
 * Every instance state change is an ``EC2 Instance State-change Notification`` (``ec2_instances``).
 
 The model changes live in ``ebs_model`` (patches of moto's EC2 backend, so RunInstances and
@@ -24,7 +26,7 @@ from localstack.services.moto import MotoFallbackDispatcher, call_moto
 from localstack.services.plugins import Service
 from moto.core.exceptions import RESTError
 
-from vsa_localcloud import ebs_model, ec2_instances
+from vsa_localcloud import ebs_model, ebs_modify, ec2_instances
 
 
 @contextmanager
@@ -92,6 +94,7 @@ def _snapshot_info(snapshot: Any) -> dict[str, Any]:
 
 def service() -> Service:
     ebs_model.apply_patches()
+    ebs_modify.apply_patches()
     ec2_instances.apply_patches()
     return Service.for_provider(VsaEc2Provider(), dispatch_table_factory=MotoFallbackDispatcher)
 
