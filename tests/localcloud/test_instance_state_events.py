@@ -37,7 +37,9 @@ def capture(event_capture: Callable[[dict[str, Any]], EventCapture]) -> EventCap
 
 
 def states_of(capture: EventCapture, instance_id: str, count: int, timeout: float = 30) -> list[str]:
-    """The first ``count`` states announced for ``instance_id``, in order of arrival."""
+    """The first ``count`` states announced for ``instance_id``, in order of arrival. (EventBridge
+    does not promise to deliver in order, so the two states of one transition are compared as a
+    set; a test acts only once the previous transition's events have arrived.)"""
     mine = capture.wait_for(lambda e: e["detail"]["instance-id"] == instance_id, count=count, timeout=timeout)
     return [e["detail"]["state"] for e in mine]
 
@@ -51,7 +53,7 @@ def test_a_launched_instance_announces_pending_then_running_in_aws_shape(ec2, ca
     instance_id = ec2.run_instances(ImageId=AMI, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
     try:
         # Then: pending, then running, each exactly in AWS's shape, naming the instance's ARN
-        assert states_of(capture, instance_id, 2) == ["pending", "running"]
+        assert set(states_of(capture, instance_id, 2)) == {"pending", "running"}
         events = announced(capture, instance_id)
         assert len(events) == 2
         for event in events:
@@ -67,17 +69,17 @@ def test_a_launched_instance_announces_pending_then_running_in_aws_shape(ec2, ca
 def test_stop_start_and_terminate_each_announce_both_of_their_states(ec2, capture):
     # Given: a running instance
     instance_id = ec2.run_instances(ImageId=AMI, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
-    assert states_of(capture, instance_id, 2) == ["pending", "running"]
+    assert set(states_of(capture, instance_id, 2)) == {"pending", "running"}
 
     # When: it is stopped, started again, then terminated
     ec2.stop_instances(InstanceIds=[instance_id])
-    assert states_of(capture, instance_id, 4)[2:] == ["stopping", "stopped"]
+    assert set(states_of(capture, instance_id, 4)[2:]) == {"stopping", "stopped"}
     ec2.start_instances(InstanceIds=[instance_id])
-    assert states_of(capture, instance_id, 6)[4:] == ["pending", "running"]
+    assert set(states_of(capture, instance_id, 6)[4:]) == {"pending", "running"}
     ec2.terminate_instances(InstanceIds=[instance_id])
 
     # Then: shutting-down, then terminated; terminating it again changes nothing and announces nothing
-    assert states_of(capture, instance_id, 8)[6:] == ["shutting-down", "terminated"]
+    assert set(states_of(capture, instance_id, 8)[6:]) == {"shutting-down", "terminated"}
     ec2.terminate_instances(InstanceIds=[instance_id])
     assert len(announced(capture, instance_id)) == 8
 
@@ -123,10 +125,10 @@ def test_instances_an_auto_scaling_group_launches_and_scales_in_announce_their_s
         "Instances"
     ][0]["InstanceId"]
     # Then: its launch is announced as any EC2 launch
-    assert states_of(capture, instance_id, 2) == ["pending", "running"]
+    assert set(states_of(capture, instance_id, 2)) == {"pending", "running"}
 
     # When: the group scales in to zero
     asg.set_desired_capacity(AutoScalingGroupName=name, DesiredCapacity=0)
 
     # Then: the termination is announced too
-    assert states_of(capture, instance_id, 4)[2:] == ["shutting-down", "terminated"]
+    assert set(states_of(capture, instance_id, 4)[2:]) == {"shutting-down", "terminated"}
