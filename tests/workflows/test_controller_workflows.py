@@ -215,3 +215,31 @@ def test_a_lost_instance_that_is_no_controller_ends_without_touching_anything(
     run = run_case(sfn, workflow("vsa-wf-drain", "drain_controller.asl.json"), "LostUnknownInstance", LOST)
     assert run["status"] == "SUCCEEDED", run.get("cause")
     assert entered(run) == ["Cause?", "FromInstanceLoss", "Locate", "IsController?", "NotAController"]
+
+
+def test_a_lost_controller_whose_slot_goes_before_it_is_marked_draining_ends_drained(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    # Given a lost controller located with its slot, whose slot is released before MarkDraining
+    # (EC2 announces shutting-down and terminated: two drains of one instance; the first one
+    # releases the slot while the second has just located it; or the array was deleted)
+    run = run_case(
+        sfn, workflow("vsa-wf-drain", "drain_controller.asl.json"), "LostSlotReleasedMeanwhile", LOST
+    )
+    # Then there is nothing left to drain: it ends without touching any host, never failed
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    path = entered(run)
+    assert path[-3:] == ["MarkDraining", "SlotGone?", "NotAController"], path
+    assert "DisconnectPaths" not in path
+
+
+def test_a_planned_drain_whose_slot_is_gone_still_completes_its_lifecycle_action(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(
+        sfn, workflow("vsa-wf-drain", "drain_controller.asl.json"), "PlannedSlotReleasedMeanwhile", TERMINATE
+    )
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    path = entered(run)
+    assert path.index("SlotGone?") < path.index("Continue")
+    assert "DisconnectPaths" not in path
