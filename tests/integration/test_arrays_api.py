@@ -234,3 +234,73 @@ def test_bad_requests_get_4xx_never_5xx(api: Api, world: World, arrays: Callable
     assert api.call("GET", f"/arrays/{array_id}")[0] == 404
     assert api.call("DELETE", f"/arrays/{array_id}")[0] == 404
     no_trace(array_id)
+
+
+# --- growing an owned volume: EBS's modification rules (ModifyVolume, EC2 API reference) ----------
+
+
+def _grow(spec: dict[str, Any], size: int) -> dict[str, Any]:
+    volumes = [dict(v, sizeGiB=size) if v.get("name") == "scratch" else v for v in spec["volumes"]]
+    return {**spec, "volumes": volumes}
+
+
+def _latest_modification(volume_id: str) -> dict[str, Any]:
+    found = boto3.client("ec2").describe_volumes_modifications(
+        Filters=[{"Name": "volume-id", "Values": [volume_id]}]
+    )["VolumesModifications"]
+    return dict(found[-1]) if found else {}
+
+
+@pytest.mark.usefixtures("realistic_timings")
+def test_a_volume_still_being_modified_converges_on_reapply_and_refuses_another_size_with_409(
+    api: Api, world: World, arrays: Callable[[], str]
+) -> None:
+    # Given an array whose owned volume scratch (50 GiB) is available
+    array_id = arrays()
+    spec = spec_for(array_id, world)
+    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    volume_id = owned_volumes(array_id)[0]["VolumeId"]
+    boto3.client("ec2").get_waiter("volume_available").wait(VolumeIds=[volume_id], WaiterConfig={"Delay": 1})
+    # When it is grown to 60 GiB: 200, the volume's modification starts (modifying: EBS shows
+    # the new size only from optimizing on)
+    status, grown = api.call("PUT", f"/arrays/{array_id}", _grow(spec, 60))
+    assert status == 200, grown
+    assert {c["resource"]: c["action"] for c in grown["changes"]}["volume/scratch"] == "update"
+    assert _latest_modification(volume_id)["ModificationState"] == "modifying"
+    # Then the same spec applied again while it is modifying changes nothing (no second ModifyVolume)
+    status, again = api.call("PUT", f"/arrays/{array_id}", _grow(spec, 60))
+    assert status == 200, again
+    assert [c for c in again["changes"] if c["action"] != "unchanged"] == [], again
+    # And another size while the modification has not completed is a 409 saying what to wait
+    # for, with nothing stored
+    status, refused = api.call("PUT", f"/arrays/{array_id}", _grow(spec, 70))
+    assert status == 409, refused
+    assert f"volume scratch ({volume_id}) is still being modified to 60 GiB" in refused["message"]
+    assert "apply again once it has completed" in refused["message"]
+    described = api.call("GET", f"/arrays/{array_id}")[1]
+    assert described["version"] == 2
+    assert [v.get("sizeGiB") for v in described["spec"]["volumes"]] == [None, 60]
+
+
+def test_a_fifth_modification_within_24_hours_is_a_409_saying_when_and_stores_nothing(
+    api: Api, world: World, arrays: Callable[[], str]
+) -> None:
+    # Given an array whose owned volume was grown four times (the fast profile completes each at once)
+    array_id = arrays()
+    spec = spec_for(array_id, world)
+    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    for size in (51, 52, 53, 54):
+        status, reply = api.call("PUT", f"/arrays/{array_id}", _grow(spec, size))
+        assert status == 200, reply
+    # When it is grown a fifth time within 24 hours
+    status, refused = api.call("PUT", f"/arrays/{array_id}", _grow(spec, 55))
+    # Then 409 names the volume, EBS's rule and when it can be modified again, never a 5xx
+    assert status == 409, refused
+    volume_id = owned_volumes(array_id)[0]["VolumeId"]
+    assert f"volume scratch ({volume_id}) was modified too often" in refused["message"]
+    assert "within a rolling 24-hour period" in refused["message"]
+    assert "at the latest" in refused["message"]
+    # and nothing was written: the stored spec is the fourth, the volume 54 GiB
+    described = api.call("GET", f"/arrays/{array_id}")[1]
+    assert (described["version"], described["spec"]["volumes"][1]["sizeGiB"]) == (5, 54)
+    assert owned_volumes(array_id)[0]["Size"] == 54

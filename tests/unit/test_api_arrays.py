@@ -1,6 +1,8 @@
 """api_arrays: the REST resolver over moto, fed the AWS-shaped proxy events from events/apigateway."""
 
 import json
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -166,3 +168,117 @@ def test_aws_refusing_a_step_is_502_and_the_spec_is_kept_for_a_retry(api_env: di
     status, again = call(put_event(api_env))
     assert status == 200, again
     assert {c["resource"]: c["action"] for c in again["changes"]}["schedule/vsa-demo-backup"] == "create"
+
+
+class Ebs:
+    """What moto's EBS never does and AWS's does (ModifyVolume, EC2 API reference): refuse a
+    modification while the volume's previous one has not completed (IncorrectModificationState)
+    or past four in a rolling 24 hours (VolumeModificationRateExceeded). The handler's EC2 client
+    answers ModifyVolume with ``refusal`` and DescribeVolumesModifications with ``latest``."""
+
+    def __init__(self, refusal: tuple[str, str], latest: dict[str, Any]) -> None:
+        self.refusal, self.latest, self.modified = refusal, latest, 0
+        events = client("ec2").meta.events
+        events.register("before-call.ec2.ModifyVolume", self._modify)
+        events.register("before-parameter-build.ec2.DescribeVolumesModifications", self._asked)
+        events.register("before-call.ec2.DescribeVolumesModifications", self._describe)
+
+    def _modify(self, **_: Any) -> tuple[Any, dict[str, Any]]:
+        self.modified += 1
+        code, message = self.refusal
+        error = {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": 400}}
+        return type("Response", (), {"status_code": 400})(), error
+
+    @staticmethod
+    def _asked(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["volume_ids"] = params["Filters"][0]["Values"]
+
+    def _describe(self, context: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]]:
+        ids = context["volume_ids"]
+        found = [{**self.latest, "VolumeId": i} for i in ids]
+        return type("Response", (), {"status_code": 200})(), {"VolumesModifications": found}
+
+    def close(self) -> None:
+        events = client("ec2").meta.events
+        events.unregister("before-call.ec2.ModifyVolume", self._modify)
+        events.unregister("before-parameter-build.ec2.DescribeVolumesModifications", self._asked)
+        events.unregister("before-call.ec2.DescribeVolumesModifications", self._describe)
+
+
+@pytest.fixture
+def ebs() -> Iterator[Callable[..., Ebs]]:
+    made: list[Ebs] = []
+
+    def make(refusal: tuple[str, str], **latest: Any) -> Ebs:
+        made.append(Ebs(refusal, latest))
+        return made[-1]
+
+    yield make
+    for fake in made:
+        fake.close()
+
+
+def _grown(env: dict[str, Any], size: int) -> dict[str, Any]:
+    event = put_event(env)
+    spec = json.loads(event["body"])
+    spec["volumes"][1]["sizeGiB"] = size
+    event["body"] = json.dumps(spec)
+    return event
+
+
+def test_growing_a_volume_ebs_cannot_modify_again_yet_is_409_saying_when_and_stores_nothing(
+    api_env: dict[str, Any], ebs: Callable[..., Ebs]
+) -> None:
+    # Given an applied array whose owned volume data2 EBS modified four times within 24 hours
+    assert call(put_event(api_env))[0] == 201
+    started = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
+    fake = ebs(
+        ("VolumeModificationRateExceeded", "You've reached the maximum modification rate per volume limit."),
+        ModificationState="completed",
+        StartTime=started,
+        TargetSize=500,
+        TargetIops=16000,
+    )
+    # When data2 is grown from 500 to 600 GiB
+    status, reply = call(_grown(api_env, 600))
+    # Then 409 names the volume, the rule and when it can be modified again
+    assert status == 409, reply
+    message = reply["message"]
+    assert "volume data2 (vol-" in message
+    assert "four modifications of a volume within a rolling 24-hour period" in message
+    assert "by 2026-11-25T08:00:00+00:00 at the latest" in message
+    assert "nothing was stored" in message
+    assert fake.modified == 1
+    # and nothing was written: the stored spec is still version 1 with 500 GiB
+    described = call(load_event("apigateway/get_array.json"))[1]
+    assert described["version"] == 1
+    assert described["spec"]["volumes"][1]["sizeGiB"] == 500
+
+
+def test_growing_a_volume_whose_previous_modification_is_unfinished_is_409_and_stores_nothing(
+    api_env: dict[str, Any], ebs: Callable[..., Ebs]
+) -> None:
+    # Given an applied array whose volume data2 is still optimizing towards 550 GiB
+    assert call(put_event(api_env))[0] == 201
+    fake = ebs(
+        ("IncorrectModificationState", "Volume cannot be modified in modification state OPTIMIZING"),
+        ModificationState="optimizing",
+        Progress=40,
+        StartTime=datetime(2026, 11, 24, 8, 0, tzinfo=UTC),
+        TargetSize=550,
+        TargetIops=16000,
+    )
+    # When data2 is declared at 600 GiB
+    status, reply = call(_grown(api_env, 600))
+    # Then 409 says it is still being modified and to apply again once that completed; no
+    # ModifyVolume was even tried, nothing stored
+    assert status == 409, reply
+    assert "volume data2 (vol-" in reply["message"]
+    assert "still being modified to 550 GiB / 16000 IOPS (optimizing, 40%" in reply["message"]
+    assert "apply again once it has completed" in reply["message"]
+    assert fake.modified == 0
+    assert call(load_event("apigateway/get_array.json"))[1]["version"] == 1
+    # And declaring what the modification is already making (550 GiB) converges without a new one
+    status, reply = call(_grown(api_env, 550))
+    assert status == 200, reply
+    assert fake.modified == 0

@@ -7,7 +7,7 @@ module sends the calls its diff asks for. It never waits: new owned volumes are 
 import functools
 from collections.abc import Callable
 
-from vsa_core.arrays import aws_observe, plan
+from vsa_core.arrays import aws_observe, aws_volumes, plan
 from vsa_core.arrays.aws_observe import ArrayClients, project
 from vsa_core.arrays.plan import Change, Params, Resources
 from vsa_core.arrays.spec import ArraySpec
@@ -57,7 +57,7 @@ def _desired(
 
 def _apply_volumes(clients: ArrayClients, spec: ArraySpec) -> tuple[tuple[str, ...], list[Change]]:
     """Create missing owned volumes (found again by their tags), grow changed ones."""
-    observed = aws_observe.owned_volumes(clients, spec.array_id)
+    observed = aws_volumes.converging_volumes(clients, spec.array_id)
     changes: list[Change] = []
     ids: list[str] = []
     for volume in spec.new_volumes:
@@ -77,8 +77,8 @@ def _apply_volumes(clients: ArrayClients, spec: ArraySpec) -> tuple[tuple[str, .
             )
         else:
             volume_id = str(have["VolumeId"])
-            if change.action == "update":
-                clients.ec2.modify_volume(VolumeId=volume_id, Size=params["Size"], Iops=params["Iops"])
+            if aws_volumes.resizes(change):  # started by grow_volumes unless another apply raced
+                aws_volumes.modify_volume(clients, volume.name, volume_id, params, [], stored=True)
         ids.append(volume_id)
         changes.append(change)
     return tuple(ids), changes

@@ -77,12 +77,23 @@ def apply_array(
             "apply again once it is gone"
         )
     service.validate(spec, current)
+    try:
+        # Volume modifications first: EBS may refuse one for a while (ConflictError, 409), and
+        # then nothing is stored.
+        grown = service.grow_volumes(spec)
+    except ClientError as error:
+        code, message = error.response["Error"].get("Code", "?"), error.response["Error"].get("Message", "")
+        raise ReconcileError(
+            f"array {array_id!r}: AWS refused to modify a volume ({error.operation_name}: {code}: "
+            f"{message}); nothing was stored: fix the cause and apply again"
+        ) from error
     if current is not None and current.spec == spec:
         stored = current  # nothing new to store; still converge (repairs drift)
     else:
         stored = registry.put(spec, expected_version=current.version if current else None)
     try:
-        changes = service.apply(spec, stored.desired_controllers)
+        applied = service.apply(spec, stored.desired_controllers)
+        changes = grown + [c for c in applied if c.resource not in {g.resource for g in grown}]
     except ClientError as error:
         code, message = error.response["Error"].get("Code", "?"), error.response["Error"].get("Message", "")
         raise ReconcileError(

@@ -2,14 +2,14 @@
 status, set alarm thresholds, tear it down.
 
 A facade: each call is one function of the ``aws_*`` module that owns it (``aws_validate``,
-``aws_apply``, ``aws_observe``, ``aws_status``, ``aws_teardown``), given the clients this object
-was built with. Every decision (names, parameters, thresholds, what changed) is in
+``aws_volumes``, ``aws_apply``, ``aws_observe``, ``aws_status``, ``aws_teardown``), given the
+clients this object was built with. Every decision (names, parameters, thresholds, what changed) is in
 ``vsa_core.arrays.plan``. Clients are injected (or come from ``vsa_core.clients``).
 """
 
 from typing import Any
 
-from vsa_core.arrays import aws_apply, aws_observe, aws_status, aws_teardown, aws_validate
+from vsa_core.arrays import aws_apply, aws_observe, aws_status, aws_teardown, aws_validate, aws_volumes
 from vsa_core.arrays.aws_observe import SERVING_STATES, ArrayClients
 from vsa_core.clients import client
 from vsa_core.steps import on_context
@@ -45,6 +45,7 @@ class ArrayService:
         self._autoscaling = self.ctx.autoscaling
 
     validate = on_context(aws_validate.validate)
+    grow_volumes = on_context(aws_volumes.grow_volumes)
     apply = on_context(aws_apply.apply)
     set_alarm_thresholds = on_context(aws_apply.set_alarm_thresholds)
     volume_ids = on_context(aws_observe.volume_ids)

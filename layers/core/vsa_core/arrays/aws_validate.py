@@ -7,7 +7,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from vsa_core.arrays import aws_observe
+from vsa_core.arrays import aws_observe, aws_volumes
 from vsa_core.arrays.aws_observe import SERVING_STATES, ArrayClients, error_code, tag_dict
 from vsa_core.arrays.spec import ARRAY_TAG, MULTI_ATTACH_LIMIT, ArraySpec, RegisteredArray
 from vsa_core.errors import ConflictError, InvalidSpecError
@@ -29,6 +29,7 @@ def validate(clients: ArrayClients, spec: ArraySpec, current: RegisteredArray | 
         )
     instances = aws_observe.group_instances(clients, spec.array_id)
     problems += _volume_problems(clients, spec, {i["InstanceId"] for i in instances})
+    conflicts += aws_volumes.modification_conflicts(clients, spec)
     problems += _controller_problems(clients, spec)
     problems += _host_problems(clients, spec)
     serving = [i["InstanceId"] for i in instances if i["LifecycleState"] in SERVING_STATES]
