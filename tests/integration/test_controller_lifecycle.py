@@ -205,6 +205,48 @@ def test_scale_out_to_5_and_back_to_3_never_leaves_a_host_without_a_path(
     assert watch.samples > 5
     assert watch.fewest[0] >= 3, watch.fewest
     assert watch.not_live == set()
+    # And the leavers' own EC2 state changes (shutting-down, terminated: EC2 announces every
+    # one) found them drained already: each DrainController they started succeeded at once
+    for instance in gone:
+        for drain in lost_drains(stack_outputs, instance):
+            assert drain["status"] == "SUCCEEDED", drain
+            assert "not a controller" in drain["output"], drain["output"]
+        assert dead_letters(stack_outputs, instance) == []
+
+
+def lost_drains(
+    stack_outputs: dict[str, str], instance_id: str, timeout: float = 120
+) -> list[dict[str, Any]]:
+    """The DrainController executions the instance's ``shutting-down`` and ``terminated`` state
+    changes started (``lost-<instance>-<state>``, EC2 Instance State-change Notification), once
+    both have finished, described."""
+    sfn = boto3.client("stepfunctions")
+    machine = stack_outputs["DrainControllerStateMachineArn"]
+    names = {f"lost-{instance_id}-shutting-down", f"lost-{instance_id}-terminated"}
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [
+            e
+            for e in sfn.list_executions(stateMachineArn=machine)["executions"]
+            if e["name"] in names and e["status"] != "RUNNING"
+        ]
+        if len(found) == len(names):
+            return [dict(sfn.describe_execution(executionArn=e["executionArn"])) for e in found]
+        assert time.monotonic() < deadline, f"lost drains of {instance_id} unfinished after {timeout} s"
+        time.sleep(1)
+
+
+def dead_letters(stack_outputs: dict[str, str], term: str) -> list[str]:
+    """Messages in the triggers' dead-letter queue that mention ``term`` (left in the queue)."""
+    sqs = boto3.client("sqs")
+    url = stack_outputs["TriggerDeadLetterQueueUrl"]
+    bodies = [
+        m["Body"]
+        for m in sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=0
+        ).get("Messages", [])
+    ]
+    return [b for b in bodies if term in b]
 
 
 # --- failures --------------------------------------------------------------------------------------
@@ -357,3 +399,30 @@ def test_a_redelivered_launch_event_starts_no_second_bootstrap(stack_outputs, wo
         function_logs(stack_outputs["OnControllerEventFunctionName"], "duplicate controller event")
     )
     check_serving(stack_outputs, world, array, 2)
+
+
+def test_a_serving_controller_terminated_through_ec2_is_drained_as_lost_and_replaced(
+    stack_outputs, world, lifecycle_array
+):
+    array, array_id = lifecycle_array, lifecycle_array["arrayId"]
+    check_serving(stack_outputs, world, array, 2)
+    slots = serving(array_id, stack_outputs)
+    lost = slots[1]["instanceId"]
+    lost_address = slots[1]["address"]
+    # When EC2 terminates a serving controller (no lifecycle action: an operator, a failure)
+    boto3.client("ec2").terminate_instances(InstanceIds=[lost])
+    # Then its state changes (shutting-down, terminated) drain it as a lost controller: both
+    # DrainController executions succeed, the hosts let go of its paths and its slot is free
+    drains = lost_drains(stack_outputs, lost, timeout=180)
+    assert [d["status"] for d in drains] == ["SUCCEEDED", "SUCCEEDED"], drains
+    assert lost not in {s["instanceId"] for s in serving(array_id, stack_outputs).values()}
+    assert dead_letters(stack_outputs, lost) == []
+    # And the group replaces it with a controller that bootstraps and serves; no host keeps a
+    # path to the lost one
+    settle(array_id, timeout=180)
+    two = check_serving(stack_outputs, world, array, 2, packed=False)
+    assert lost not in two
+    assert slots[0]["instanceId"] in two  # the other controller served on
+    for host, root in array["hosts"].items():
+        for nqn in array["nqns"]:
+            assert lost_address not in host_paths(root).get(nqn, {}), (host, nqn)
