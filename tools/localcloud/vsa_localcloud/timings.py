@@ -17,10 +17,10 @@ A test switches profile through the control endpoint: ``POST /_localcloud/timing
 ``{"profile": "realistic"}`` (optionally with single overrides, e.g. ``{"ssm_agent_online": 5}``);
 ``{"profile": "fast"}`` goes back. The start-up profile comes from ``VSA_LOCALCLOUD_PROFILE``.
 
-The models that own a resource (``ebs_model`` for volumes, ``ssm_nodes`` and ``ssm_commands``
-for Run Command; not yet applied: ``instance_*`` (instances are ``running`` at launch) and
-``volume_modifying``/``volume_optimizing`` (ModifyVolume is moto's)) read ``current()`` when a
-transition starts and hand the end of it to ``after`` (run at once when the delay is 0).
+The models that own a resource (``ebs_model`` for volumes, ``ebs_modify`` for volume
+modifications, ``ssm_nodes`` and ``ssm_commands`` for Run Command; not yet applied:
+``instance_*``, instances are ``running`` at launch) read ``current()`` when a transition starts
+and hand the end of it to ``after`` (run at once when the delay is 0).
 """
 
 from __future__ import annotations
