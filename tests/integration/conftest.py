@@ -60,7 +60,8 @@ def stack_outputs(local_env: dict[str, str]) -> dict[str, str]:
 def realistic_timings(local_env: dict[str, str]) -> Iterator[dict[str, Any]]:
     """AWS-like latencies for the test (the local cloud's ``realistic`` profile: volumes
     creating and attaching for seconds, SSM agents registering tens of seconds after boot,
-    snapshots taking half a minute; instances are not yet held pending); back to ``fast`` afterwards."""
+    snapshots taking half a minute; instances pending 15 s after launch and shutting down 10 s);
+    back to ``fast`` afterwards."""
     url = f"{local_env['AWS_ENDPOINT_URL']}/_localcloud/timings/configure"
     http = urllib3.PoolManager()
 

@@ -361,6 +361,15 @@ def test_a_lifecycle_action_that_times_out_while_the_bootstrap_waits_ends_it_und
     with Offline(world.endpoint, array_id, first) as offline:
         fire_alarm(array_id, 3 * PER_CONTROLLER, recent_stamp(), "high")
     assert offline.instance is not None
+    # (its lifecycle action exists once the instance runs: AWS starts the hooks after the
+    # instance's startup sequence, and the realistic profile holds it pending a while first)
+    deadline = time.monotonic() + 60
+    while not any(
+        i["InstanceId"] == offline.instance and i["LifecycleState"] == "Pending:Wait"
+        for i in (group_of(array_id) or {"Instances": []})["Instances"]
+    ):
+        assert time.monotonic() < deadline, f"{offline.instance} never waited on the launch hook"
+        time.sleep(0.5)
     # When its lifecycle action times out (the hook's default result, ABANDON, terminates it)
     control(world.endpoint, "autoscaling", "advance", seconds=3600)
     # Then the bootstrap stops waiting for an instance that is gone, undoes what it did and fails

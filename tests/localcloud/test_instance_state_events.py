@@ -132,3 +132,84 @@ def test_instances_an_auto_scaling_group_launches_and_scales_in_announce_their_s
 
     # Then: the termination is announced too
     assert set(states_of(capture, instance_id, 4)[2:]) == {"shutting-down", "terminated"}
+
+
+# --- the latency profile: pending and shutting-down take a while ---------------------------------
+
+
+@pytest.fixture
+def profile(control: Callable[..., dict[str, Any]]) -> Iterator[Callable[..., dict[str, Any]]]:
+    """``profile(**overrides)`` on top of ``fast``; back to ``fast`` after the test."""
+    yield lambda **overrides: control("timings", "configure", profile="fast", **overrides)
+    control("timings", "configure", profile="fast")
+
+
+def _state(ec2: Any, instance_id: str) -> str:
+    reservations = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+    state: str = reservations[0]["Instances"][0]["State"]["Name"]
+    return state
+
+
+def test_an_instance_is_pending_before_running_and_shutting_down_before_terminated(ec2, capture, profile):
+    # Given launches take 2 s and terminations 2 s ("Instance lifecycle")
+    profile(instance_pending=2, instance_shutting_down=2)
+    # When an instance is launched
+    launched = ec2.run_instances(
+        ImageId=AMI, MinCount=1, MaxCount=1, Placement={"AvailabilityZone": "us-east-1a"}
+    )
+    instance_id = launched["Instances"][0]["InstanceId"]
+    # Then RunInstances answers it pending, and it is pending until it runs (a volume cannot be
+    # attached meanwhile), announcing each state as it enters it
+    assert launched["Instances"][0]["State"] == {"Code": 0, "Name": "pending"}
+    assert _state(ec2, instance_id) == "pending"
+    volume_id = ec2.create_volume(AvailabilityZone="us-east-1a", Size=10)["VolumeId"]
+    try:
+        with pytest.raises(ClientError) as refused:
+            ec2.attach_volume(VolumeId=volume_id, InstanceId=instance_id, Device="/dev/sdf")
+        assert refused.value.response["Error"]["Code"] == "IncorrectState"
+    finally:
+        ec2.delete_volume(VolumeId=volume_id)
+    assert states_of(capture, instance_id, 1) == ["pending"]
+    ec2.get_waiter("instance_running").wait(InstanceIds=[instance_id], WaiterConfig={"Delay": 1})
+    assert states_of(capture, instance_id, 2)[1] == "running"
+    # When it is terminated: shutting-down first, terminated after
+    ec2.terminate_instances(InstanceIds=[instance_id])
+    assert _state(ec2, instance_id) == "shutting-down"
+    assert states_of(capture, instance_id, 3)[2] == "shutting-down"
+    ec2.terminate_instances(InstanceIds=[instance_id])  # again: nothing changes
+    ec2.get_waiter("instance_terminated").wait(InstanceIds=[instance_id], WaiterConfig={"Delay": 1})
+    assert states_of(capture, instance_id, 4)[3] == "terminated"
+    assert len(announced(capture, instance_id)) == 4
+
+
+def test_a_group_starts_an_instances_launch_lifecycle_only_once_it_runs(aws, group, profile, event_capture):
+    # Given launches take 2 s and a group with a launch hook
+    profile(instance_pending=2)
+    asg, (name, template) = aws("autoscaling"), group
+    lifecycle = event_capture(
+        {"source": ["aws.autoscaling"], "detail-type": ["EC2 Instance-launch Lifecycle Action"]}
+    )
+    asg.create_auto_scaling_group(
+        AutoScalingGroupName=name,
+        MinSize=0,
+        MaxSize=2,
+        DesiredCapacity=1,
+        LaunchTemplate={"LaunchTemplateName": template},
+        AvailabilityZones=["us-east-1a"],
+        LifecycleHookSpecificationList=[
+            {"LifecycleHookName": "boot", "LifecycleTransition": "autoscaling:EC2_INSTANCE_LAUNCHING"}
+        ],
+    )
+    instance = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0][
+        "Instances"
+    ][0]
+    # Then the instance is Pending (not yet waiting on the hook) while EC2 has it pending
+    assert instance["LifecycleState"] == "Pending"
+    # and the lifecycle action comes once it runs ("completes its startup sequence and
+    # transitions to a wait state")
+    lifecycle.wait_for(lambda e: e["detail"]["EC2InstanceId"] == instance["InstanceId"])
+    assert _state(aws("ec2"), instance["InstanceId"]) == "running"
+    states = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0][
+        "Instances"
+    ]
+    assert states[0]["LifecycleState"] == "Pending:Wait"

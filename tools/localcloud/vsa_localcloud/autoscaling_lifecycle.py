@@ -31,7 +31,7 @@ from moto.autoscaling.models import (
 )
 from moto.ec2.exceptions import InvalidInstanceIdError
 
-from vsa_localcloud import eventbus
+from vsa_localcloud import ec2_instances, eventbus
 
 LOG = logging.getLogger(__name__)
 LAUNCHING, TERMINATING = "autoscaling:EC2_INSTANCE_LAUNCHING", "autoscaling:EC2_INSTANCE_TERMINATING"
@@ -334,11 +334,21 @@ def begin_launch(group: FakeAutoScalingGroup, state: InstanceState, before: int)
         f"actual capacity, increasing the capacity from {before} to {before + 1}.",
     )
     state.lifecycle_state = "Pending"
-    hooks = hooks_of(group, LAUNCHING)
-    if hooks:
-        _start_actions(group, state, hooks)
-    else:
-        _finish_launch(group, state)
+    # "your newly launched instance completes its startup sequence and transitions to a wait
+    # state" (Amazon EC2 Auto Scaling lifecycle hooks): the hooks start once the EC2 instance runs
+    # (under the realistic profile it is pending a while first).
+    ec2_instances.when_running(state.instance, lambda: _launched(group, state))
+
+
+def _launched(group: FakeAutoScalingGroup, state: InstanceState) -> None:
+    with LOCK:
+        if state not in group.instance_states or state.lifecycle_state != "Pending":
+            return  # scaled in, terminated or the group deleted before it ran
+        hooks = hooks_of(group, LAUNCHING)
+        if hooks:
+            _start_actions(group, state, hooks)
+        else:
+            _finish_launch(group, state)
 
 
 def _finish_launch(group: FakeAutoScalingGroup, state: InstanceState) -> None:

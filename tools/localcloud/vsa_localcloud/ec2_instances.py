@@ -20,9 +20,15 @@ launches and terminations, CloudFormation), so every transition is announced, in
 * ``Instance.terminate`` of an instance not yet terminated: ``shutting-down`` then
   ``terminated`` (a second TerminateInstances changes nothing and announces nothing, as on AWS).
 
-The states themselves still change at once (the latency profile's ``instance_pending`` and
-``instance_shutting_down`` are not applied here). Events go out through one queue in the
-order the transitions happened, never from inside a model lock.
+A launch and a termination take the latency profile's time ("Instance lifecycle": an
+instance is ``pending`` until it is ready, ``shutting-down`` before ``terminated``): a launched
+instance stays ``pending`` for ``instance_pending`` seconds (RunInstances answers it pending, as
+AWS does; AttachVolume is refused meanwhile), a terminated one ``shutting-down`` for
+``instance_shutting_down`` seconds (its volumes are let go at once). The fast profile (0 s)
+keeps both instant. ``when_running`` lets Auto Scaling start a launch's lifecycle only once the
+instance runs ("your newly launched instance completes its startup sequence and transitions to
+a wait state"). Events go out through one queue in the order the transitions happened, never
+from inside a model lock. Stopping and starting stay instant.
 
 The patches are applied by both the EC2 and the Auto Scaling providers (whichever loads first),
 so a group's instances are announced even before any EC2 call loaded the EC2 provider.
@@ -31,16 +37,19 @@ so a group's instances are announced even before any EC2 call loaded the EC2 pro
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from moto.ec2.models.instances import Instance, InstanceBackend, InstanceState
 
-from vsa_localcloud import eventbus
+from vsa_localcloud import eventbus, timings
 
 LOG = logging.getLogger(__name__)
 DETAIL_TYPE = "EC2 Instance State-change Notification"
+CODES = {"pending": 0, "running": 16, "shutting-down": 32, "terminated": 48, "stopping": 64, "stopped": 80}
+_LOCK = threading.RLock()  # the delayed transitions and the callbacks waiting for them
 
 _outbox: "queue.Queue[Callable[[], None]]" = queue.Queue()
 _worker_lock = threading.Lock()
@@ -84,15 +93,80 @@ def announce(instance: Instance, state: str) -> None:
     )
 
 
+def _set(instance: Instance, state: str) -> None:
+    instance._state.name, instance._state.code = state, CODES[state]
+
+
+def when_running(instance: Instance, fn: Callable[[], None]) -> None:
+    """Call ``fn`` once ``instance`` runs: now if it does, when it leaves ``pending`` if it is
+    pending, never if it is gone (it ended before it ran)."""
+    with _LOCK:
+        if instance.state == "pending":
+            instance.__dict__.setdefault("vsa_when_running", []).append(fn)
+            return
+        if instance.state != "running":
+            return
+    fn()
+
+
+def _running(instance: Instance) -> None:
+    """pending → running (unless it was terminated meanwhile)."""
+    with _LOCK:
+        if instance.state not in ("pending", "running"):
+            return
+        _set(instance, "running")
+        instance.__dict__["vsa_running_since"] = time.time()  # the SSM agent's clock starts here
+        waiting = instance.__dict__.pop("vsa_when_running", [])
+    announce(instance, "running")
+    for fn in waiting:
+        fn()
+
+
 def _run_instances(original: Callable[..., Any]) -> Callable[..., Any]:
     def run_instances(self: InstanceBackend, *args: Any, **kwargs: Any) -> Any:
         reservation = original(self, *args, **kwargs)
+        delay = timings.current().instance_pending
         for instance in reservation.instances:
             announce(instance, "pending")
-            announce(instance, instance.state)  # running (moto launches straight into it)
+            if delay > 0:
+                _set(instance, "pending")  # moto launches straight into running
+                timings.after(delay, lambda i=instance: _running(i), f"launch {instance.id}")
+            else:
+                _running(instance)
         return reservation
 
     return run_instances
+
+
+def _terminated(instance: Instance) -> None:
+    with _LOCK:
+        if instance.state != "shutting-down":
+            return
+        _set(instance, "terminated")
+    announce(instance, "terminated")
+
+
+def _terminate(original: Callable[[Instance], InstanceState]) -> Callable[..., Any]:
+    """moto terminates at once (volumes let go, state terminated); the instance is shutting-down
+    for the profile's ``instance_shutting_down`` first. Terminating it again changes nothing."""
+
+    def terminate(self: Instance) -> InstanceState:
+        with _LOCK:
+            previous = original(self)
+            if previous.name in ("shutting-down", "terminated"):
+                _set(self, previous.name)  # moto set terminated again
+                return previous
+            delay = timings.current().instance_shutting_down
+            if delay > 0:
+                _set(self, "shutting-down")
+        announce(self, "shutting-down")
+        if delay > 0:
+            timings.after(delay, lambda: _terminated(self), f"terminate {self.id}")
+        else:
+            announce(self, "terminated")
+        return previous
+
+    return terminate
 
 
 def _changing(original: Callable[[Instance], InstanceState], unchanged: str, via: str) -> Callable[..., Any]:
@@ -122,5 +196,5 @@ def apply_patches() -> None:
         InstanceBackend.run_instances = _run_instances(InstanceBackend.run_instances)  # type: ignore[method-assign]
         Instance.start = _changing(Instance.start, "running", "pending")  # type: ignore[method-assign]
         Instance.stop = _changing(Instance.stop, "stopped", "stopping")  # type: ignore[method-assign]
-        Instance.terminate = _changing(Instance.terminate, "terminated", "shutting-down")  # type: ignore[method-assign]
+        Instance.terminate = _terminate(Instance.terminate)  # type: ignore[method-assign]
         _applied = True

@@ -18,9 +18,9 @@ A test switches profile through the control endpoint: ``POST /_localcloud/timing
 ``{"profile": "fast"}`` goes back. The start-up profile comes from ``VSA_LOCALCLOUD_PROFILE``.
 
 The models that own a resource (``ebs_model`` for volumes, ``ebs_modify`` for volume
-modifications, ``ssm_nodes`` and ``ssm_commands`` for Run Command; not yet applied:
-``instance_*``, instances are ``running`` at launch) read ``current()`` when a transition starts
-and hand the end of it to ``after`` (run at once when the delay is 0).
+modifications, ``ec2_instances`` for instances, ``ssm_nodes`` and ``ssm_commands`` for Run
+Command) read ``current()`` when a transition starts and hand the end of it to ``after`` (run
+at once when the delay is 0).
 """
 
 from __future__ import annotations
