@@ -526,6 +526,16 @@ def test_no_change_while_in_flight(
     assert decision.desired_controllers == current
 
 
+def test_a_rising_trend_that_holds_a_scale_in_says_so() -> None:
+    # (found by the property below: the trend kept 2 controllers the current demand would not
+    # need, and the reason did not say which rule held the scale-in)
+    array = spec(min_controllers=1, max_controllers=2, per_controller_iops=1000, target_utilisation=0.25)
+    decision = plan(array, 0.0, 2, recent_demand=[0.0, 9.0, 93.0], lead_minutes=30.0)
+    assert plan(array, 0.0, 2).action == "scale-in"
+    assert decision.action == "hold"
+    assert "no scale-in: the rising demand needs 2 within 30 min" in decision.reason
+
+
 @given(array=specs(), demand=demands, current=running, context=contexts())
 def test_every_rule_that_held_a_change_is_in_the_reason(
     array: ArraySpec, demand: float, current: int, context: dict[str, Any]
@@ -535,5 +545,11 @@ def test_every_rule_that_held_a_change_is_in_the_reason(
     if decision.action == "hold" and plain.action != "hold":
         assert any(
             word in decision.reason
-            for word in ("cooldown", "bootstrapping or draining", "recent peak", "targetUtilisation x")
+            for word in (
+                "cooldown",
+                "bootstrapping or draining",
+                "recent peak",
+                "targetUtilisation x",
+                "rising demand",
+            )
         )

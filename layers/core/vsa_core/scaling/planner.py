@@ -255,6 +255,9 @@ def plan(
                 f"no scale-in: {current_controllers - 1} would run above "
                 f"targetUtilisation x {scale_in_headroom:g}"
             )
+    elif needed_out > needed and max(floor, min(needed, ceiling)) < current_controllers:
+        # the current demand alone would scale in; its rising trend keeps what it will need
+        notes.append(f"no scale-in: the rising demand needs {needed_out} within {lead_minutes:g} min")
     if action == "hold" and not notes:
         shown = f"demand {demand_iops:,.0f} IOPS is served by {current_controllers} controller(s)"
     if under and action != "scale-out":
