@@ -36,9 +36,70 @@ def _mocked_dynamodb_throw_keeps_its_error_name() -> None:
         return fn(self, env, ex)
 
 
+def _jsonpath_parsed_once() -> None:
+    """Step Functions' JSONPath: LocalStack parses every path (``InputPath``, each
+    ``Parameters`` ``.$`` field, ``ResultSelector``, ``ResultPath``, Choice variables) at every
+    evaluation with jsonpath-ng, whose ``parse`` builds its LALR parser (``ply.yacc``) anew each
+    time. Sampled with py-spy during the integration tests, that was about half of the local
+    cloud's CPU, and the local cloud is the bottleneck when tests run side by side. A parsed path
+    is an immutable expression tree (``find`` reads it, never changes it), so parsing each path
+    text once and reusing the tree changes no result. Speed only: the workflow tests (every
+    state's paths) pin the behaviour."""
+    import functools
+
+    from localstack.services.stepfunctions.asl.component.common.path import result_path
+    from localstack.services.stepfunctions.asl.utils import json_path
+
+    for module in (json_path, result_path):
+        if not hasattr(module.parse, "cache_info"):
+            module.parse = functools.lru_cache(maxsize=4096)(module.parse)
+
+
+def _assumed_roles_reused() -> None:
+    """Service-to-service calls: LocalStack assumes the caller's role anew for every Step
+    Functions task, every Lambda invocation's log upload, every EventBridge target and every API
+    Gateway integration (``connect_to.with_assumed_role``: an internal STS AssumeRole request),
+    and the fresh credentials then miss its boto client cache, so each call also builds a new
+    boto client. Sampled with py-spy while integration tests ran side by side, client creation
+    was the largest cost left after JSONPath parsing. AWS's services reuse a role session while
+    its credentials are valid (an hour by default); here a session is reused for 10 minutes. The
+    role, its service principal and so IAM enforcement (which evaluates the role's policies at
+    each request) are unchanged; only an explicitly named session is never reused."""
+    import threading
+    import time
+
+    from localstack.aws.connect import ClientFactory
+
+    if getattr(ClientFactory.with_assumed_role, "_vsa_reused", False):
+        return
+    original = ClientFactory.with_assumed_role
+    sessions: dict[tuple[Any, ...], tuple[float, Any]] = {}
+    lock = threading.Lock()
+    reuse_seconds = 600.0
+
+    def with_assumed_role(self: Any, *, role_arn: str, session_name: str | None = None, **kw: Any) -> Any:
+        if session_name is not None:
+            return original(self, role_arn=role_arn, session_name=session_name, **kw)
+        key = (id(self), role_arn, *sorted((k, id(v) if k == "config" else v) for k, v in kw.items()))
+        now = time.monotonic()
+        with lock:
+            cached = sessions.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        factory = original(self, role_arn=role_arn, **kw)
+        with lock:
+            sessions[key] = (now + reuse_seconds, factory)
+        return factory
+
+    with_assumed_role._vsa_reused = True  # type: ignore[attr-defined]
+    ClientFactory.with_assumed_role = with_assumed_role  # type: ignore[method-assign]
+
+
 @hooks.on_infra_start()
 def apply_localcloud_patches() -> None:
     _mocked_dynamodb_throw_keeps_its_error_name()
+    _jsonpath_parsed_once()
+    _assumed_roles_reused()
     # moto's EC2 model is shared by EC2, Auto Scaling and CloudFormation; patch it before any
     # of them runs (the EC2 provider also applies it, idempotently, when it loads).
     from vsa_localcloud import ebs_model
@@ -60,6 +121,7 @@ def apply_localcloud_patches() -> None:
     __import__("vsa_localcloud.sfn_errors").sfn_errors.install()  # aws-sdk task errors named as on AWS
     __import__("vsa_localcloud.jsonata").jsonata.install()  # JSONata on the installed JRE, no download
     LOG.info(
-        "local-cloud patches applied: mocked DynamoDB task errors keep their names; EBS model; "
+        "local-cloud patches applied: mocked DynamoDB task errors keep their names; JSONPath "
+        "parsed once; role sessions reused; EBS model; "
         "AWS_IAM authorization of REST API methods; IAM enforcement of role-signed requests"
     )
