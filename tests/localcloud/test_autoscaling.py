@@ -250,6 +250,22 @@ def test_a_heartbeat_extends_the_timeout_and_expiry_applies_the_default_result(
     assert group.states() == {instance_id: "InService"}
 
 
+def test_advancing_one_groups_clock_times_out_its_actions_only(
+    make_group: Callable[..., Group], event_capture: Any, control: Callable[..., dict[str, Any]]
+) -> None:
+    # (a control of the local cloud's, not an AWS API: tests that run side by side each move
+    # only their own group's lifecycle clock)
+    capture = event_capture(ASG)
+    hook = {"HeartbeatTimeout": 600, "DefaultResult": "CONTINUE"}
+    mine = make_group(hooks=(("ready", LAUNCHING),), ready=hook)
+    other = make_group(hooks=(("ready", LAUNCHING),), ready=hook)
+    (mine_event,) = lifecycle_events(capture, mine, "launch")
+    (other_event,) = lifecycle_events(capture, other, "launch")
+    control("autoscaling", "advance", seconds=620, AutoScalingGroupName=mine.name)
+    assert mine.states() == {mine_event["detail"]["EC2InstanceId"]: "InService"}
+    assert other.states() == {other_event["detail"]["EC2InstanceId"]: "Pending:Wait"}
+
+
 def test_heartbeats_cannot_extend_past_the_global_timeout(
     make_group: Callable[..., Group], event_capture: Any, control: Callable[..., dict[str, Any]]
 ) -> None:

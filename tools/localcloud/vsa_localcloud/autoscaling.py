@@ -295,7 +295,9 @@ def _configure(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _advance(body: dict[str, Any]) -> dict[str, Any]:
-    lc.advance(float(body["seconds"]))
+    """``{"seconds": s}`` moves the lifecycle clock; ``{"seconds": s, "AutoScalingGroupName": g}``
+    only g's pending actions' deadlines."""
+    lc.advance(float(body["seconds"]), body.get("AutoScalingGroupName"))
     return _actions({})
 
 

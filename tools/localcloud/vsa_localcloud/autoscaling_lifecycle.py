@@ -477,10 +477,20 @@ def _ensure_threads() -> None:
     threading.Thread(target=tick, name="asg-lifecycle-timers", daemon=True).start()
 
 
-def advance(seconds: float) -> None:
-    """Move the emulated clock ``seconds`` (AWS seconds, scaled by time_scale) forward."""
+def advance(seconds: float, group: str | None = None) -> None:
+    """Move the emulated clock ``seconds`` (AWS seconds, scaled by time_scale) forward; with
+    ``group``, only for that group's pending actions (their deadlines come ``seconds`` closer),
+    so a test can time out its own group's hooks while tests beside it keep theirs."""
     global _offset
-    _offset += seconds * CONFIG["time_scale"]
+    delta = seconds * CONFIG["time_scale"]
+    with LOCK:
+        if group is None:
+            _offset += delta
+        else:
+            for action in ACTIONS.values():
+                if action.group.name == group:
+                    action.deadline -= delta
+                    action.global_deadline -= delta
     expire()
 
 
