@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The inner loop (make check; a few minutes): ruff, mypy, the unit and infra tests (no network),
-# then the workflow tests (the deployed ASL files, tasks mocked) against the local cloud. It
+# The inner loop (make check; under 3 minutes): ruff, mypy, then the unit and infra tests (no
+# network) beside the workflow tests (the deployed ASL files, tasks mocked) on the local cloud
+# (pytest-xdist; the workflow tests stay on one worker: tests/conftest.py). It
 # starts the local cloud when none runs on $VSA_LOCALCLOUD_PORT and leaves it running, so the
 # next round skips the start (make localcloud-stop stops it). The full gate is make test.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-cd "$ROOT"
+cd "$ROOT" || exit 1
 VENV="$ROOT/.venv/bin"
 SECONDS=0
 step() { echo; echo "=== $* (at ${SECONDS} s)"; }
@@ -13,9 +14,7 @@ step "ruff (lint + format)"
 "$VENV/ruff" check . && "$VENV/ruff" format --check . || exit 1
 step "mypy"
 "$VENV/mypy" layers/core functions cli || exit 1
-step "tests: unit + infra (no network)"
-env -u AWS_ENDPOINT_URL "$VENV/python" -m pytest -q tests/unit tests/infra || exit 1
-step "tests: workflows (the deployed ASL, tasks mocked, on the local cloud)"
+step "tests: unit + infra (no network) and workflows (the deployed ASL, tasks mocked, on the local cloud), side by side"
 tools/localcloud.sh status >/dev/null 2>&1 || tools/localcloud.sh start || exit 1
-"$VENV/python" -m pytest -q tests/workflows || exit 1
+"$VENV/python" -m pytest -q -n 3 --dist loadgroup tests/unit tests/infra tests/workflows || exit 1
 echo; echo "=== make check passed in ${SECONDS} s"

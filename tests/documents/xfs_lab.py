@@ -70,7 +70,11 @@ class Lab:
         mountpoint = self.root / "mnt" / name
         mountpoint.mkdir(parents=True)
         sh("truncate", "-s", "300M", str(image))  # XFS's minimum size
-        device = sh("losetup", "-f", "--show", str(image)).stdout.strip()
+        # (one losetup at a time on the machine: -f finds a free device, then takes it, and two
+        # labs side by side could both find the same one)
+        device = sh(
+            "flock", "/run/vsa-lab-losetup.lock", "losetup", "-f", "--show", str(image)
+        ).stdout.strip()
         fs = Fs(image, device, mountpoint)
         self.filesystems.append(fs)
         sh("mkfs.xfs", "-q", device)
@@ -95,8 +99,18 @@ class Lab:
         return self.spawn("bash", "-c", f"echo data > {target} && sync -f {target}", start_new_session=True)
 
     def watchdog_pids(self) -> list[int]:
+        """The freeze watchdogs guarding this lab's filesystems. A state dir shared with tests
+        running beside this one (/run/vsa-freeze) holds theirs too: a watchdog is this lab's when
+        the mountpoints of its backup (``<backup>.mounts``) are under the lab's root."""
         pids = []
         for pid_file in self.state_dir.glob("*.watchdog.pid"):
+            mounts = pid_file.with_name(pid_file.name.removesuffix(".watchdog.pid") + ".mounts")
+            try:
+                listed = mounts.read_text().split() if mounts.exists() else []
+            except OSError:
+                listed = []
+            if listed and not any(Path(m).is_relative_to(self.root) for m in listed):
+                continue
             try:
                 pid = int(pid_file.read_text().split()[0])
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")

@@ -6,6 +6,7 @@ parameters, the controller lifecycle on), against the local cloud that
 ``tools/localcloud.sh`` started (``make test`` starts and stops it).
 """
 
+import fcntl
 import json
 import os
 import subprocess
@@ -40,9 +41,7 @@ def local_env() -> dict[str, str]:
     return {"AWS_ENDPOINT_URL": endpoint}
 
 
-@pytest.fixture(scope="session")
-def stack_outputs(local_env: dict[str, str]) -> dict[str, str]:
-    """Build and deploy the real template; the outputs of the deployed stack."""
+def _deploy() -> None:
     for command in (
         ["sam", "build", "--config-env", "local"],
         ["bash", "tools/deploy-local.sh"],
@@ -51,9 +50,37 @@ def stack_outputs(local_env: dict[str, str]) -> dict[str, str]:
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
         print(f"{' '.join(command[:2])}: {time.monotonic() - started:.1f} s")
         assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}"
+
+
+@pytest.fixture(scope="session")
+def stack_outputs(local_env: dict[str, str]) -> dict[str, str]:
+    """Build and deploy the real template; the outputs of the deployed stack.
+
+    One deployment per run, however many pytest-xdist workers share it: the first worker to take
+    the lock deploys and records the run's id (``PYTEST_XDIST_TESTRUNUID``); the others find the
+    record and only read the outputs. ``VSA_STACK_DEPLOYED=1`` says the caller (tools/test.sh)
+    has built and deployed this checkout already."""
+    if os.environ.get("VSA_STACK_DEPLOYED") != "1":
+        run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"single-{os.getpid()}"
+        marker = ROOT / ".localcloud" / f"deployed-{local_env['AWS_ENDPOINT_URL'].rsplit(':', 1)[-1]}"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        with (ROOT / ".localcloud" / "deploy.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the others wait here while one deploys
+            if not marker.exists() or marker.read_text() != run:
+                _deploy()
+                marker.write_text(run)
     stack = boto3.client("cloudformation").describe_stacks(StackName=STACK)["Stacks"][0]
     assert stack["StackStatus"] in {"CREATE_COMPLETE", "UPDATE_COMPLETE"}, stack["StackStatus"]
     return {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects on the marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that use ``realistic_timings`` are marked ``realistic``: tools/test.sh runs them in
+    a phase of their own, concurrently, under a profile set once for the phase."""
+    for item in items:
+        if "realistic_timings" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.realistic)
 
 
 @pytest.fixture
@@ -61,15 +88,33 @@ def realistic_timings(local_env: dict[str, str]) -> Iterator[dict[str, Any]]:
     """AWS-like latencies for the test (the local cloud's ``realistic`` profile: volumes
     creating and attaching for seconds, SSM agents registering tens of seconds after boot,
     snapshots taking half a minute; instances pending 15 s after launch and shutting down 10 s);
-    back to ``fast`` afterwards."""
-    url = f"{local_env['AWS_ENDPOINT_URL']}/_localcloud/timings/configure"
+    back to ``fast`` afterwards.
+
+    The profile is the local cloud's, not the test's: tests running side by side (pytest-xdist)
+    share it. When the caller has set it for a whole phase (``VSA_TIMINGS_PROFILE=realistic``,
+    tools/test.sh), the fixture only checks it is in force and leaves it alone."""
+    url = f"{local_env['AWS_ENDPOINT_URL']}/_localcloud/timings"
     http = urllib3.PoolManager()
 
-    def switch(profile: str) -> dict[str, Any]:
-        reply = http.request("POST", url, body=json.dumps({"profile": profile}).encode())
+    def call(action: str, **body: str) -> dict[str, Any]:
+        reply = http.request("POST", f"{url}/{action}", body=json.dumps(body).encode())
         assert reply.status == 200, reply.data
         return dict(json.loads(reply.data))
 
+    def switch(profile: str) -> dict[str, Any]:
+        return call("configure", profile=profile)
+
+    if os.environ.get("VSA_TIMINGS_PROFILE") == "realistic":
+        shown = call("show")
+        assert shown["profile"] == "realistic", f"the phase's profile is not in force: {shown}"
+        yield shown
+        return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.fail(
+            "realistic_timings under pytest-xdist needs the phase's profile (VSA_TIMINGS_PROFILE="
+            "realistic, set by tools/test.sh): switching the shared profile per test would change "
+            "it under the tests running beside this one"
+        )
     shown = switch("realistic")
     try:
         yield shown
@@ -165,6 +210,17 @@ def wait_for_execution(state_machine_arn: str, name: str) -> dict[str, Any]:
     arn = execution_arn(state_machine_arn, name)
     execution_finished(sfn).wait(executionArn=arn)
     return dict(sfn.describe_execution(executionArn=arn))
+
+
+def executions_of(state_machine_arn: str) -> list[dict[str, Any]]:
+    """Every execution of the state machine, all pages (tests run side by side and the burst
+    test alone starts 100: one page would miss some)."""
+    pages = (
+        boto3.client("stepfunctions")
+        .get_paginator("list_executions")
+        .paginate(stateMachineArn=state_machine_arn)
+    )
+    return [e for page in pages for e in page["executions"]]
 
 
 def execution_history(execution_arn: str) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from tests.integration.arrays_world import (
     spec_for,
 )
 from tests.integration.conftest import (
+    executions_of,
     fire_alarm,
     function_logs,
     put_event,
@@ -225,11 +226,7 @@ def lost_drains(
     names = {f"lost-{instance_id}-shutting-down", f"lost-{instance_id}-terminated"}
     deadline = time.monotonic() + timeout
     while True:
-        found = [
-            e
-            for e in sfn.list_executions(stateMachineArn=machine)["executions"]
-            if e["name"] in names and e["status"] != "RUNNING"
-        ]
+        found = [e for e in executions_of(machine) if e["name"] in names and e["status"] != "RUNNING"]
         if len(found) == len(names):
             return [dict(sfn.describe_execution(executionArn=e["executionArn"])) for e in found]
         assert time.monotonic() < deadline, f"lost drains of {instance_id} unfinished after {timeout} s"
@@ -259,7 +256,7 @@ def bootstrap_of(state_machine_arn: str, instance_id: str, timeout: float = 120)
     while True:
         found = [
             e
-            for e in sfn.list_executions(stateMachineArn=state_machine_arn)["executions"]
+            for e in executions_of(state_machine_arn)
             if e["name"].startswith(f"bootstrap-{instance_id}-") and e["status"] != "RUNNING"
         ]
         if found:
@@ -371,7 +368,14 @@ def test_a_lifecycle_action_that_times_out_while_the_bootstrap_waits_ends_it_und
         assert time.monotonic() < deadline, f"{offline.instance} never waited on the launch hook"
         time.sleep(0.5)
     # When its lifecycle action times out (the hook's default result, ABANDON, terminates it)
-    control(world.endpoint, "autoscaling", "advance", seconds=3600)
+    # (only this array's group: the tests beside this one keep their own lifecycle clocks)
+    control(
+        world.endpoint,
+        "autoscaling",
+        "advance",
+        seconds=3600,
+        AutoScalingGroupName=f"vsa-{array_id}-controllers",
+    )
     # Then the bootstrap stops waiting for an instance that is gone, undoes what it did and fails
     execution = bootstrap_of(stack_outputs["BootstrapControllerStateMachineArn"], offline.instance)
     assert (execution["status"], execution["error"]) == ("FAILED", "BootstrapFailed"), execution
@@ -388,7 +392,6 @@ def test_a_lifecycle_action_that_times_out_while_the_bootstrap_waits_ends_it_und
 def test_a_redelivered_launch_event_starts_no_second_bootstrap(stack_outputs, world, lifecycle_array):
     array = lifecycle_array
     instance = check_serving(stack_outputs, world, array, 2)[0]
-    sfn = boto3.client("stepfunctions")
     machine = stack_outputs["BootstrapControllerStateMachineArn"]
     first = bootstrap_of(machine, instance)
     assert first["status"] == "SUCCEEDED"
@@ -397,11 +400,7 @@ def test_a_redelivered_launch_event_starts_no_second_bootstrap(stack_outputs, wo
     # Then no second bootstrap runs (the execution name is the event's), the controller serves on
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        mine = [
-            e
-            for e in sfn.list_executions(stateMachineArn=machine)["executions"]
-            if e["name"].startswith(f"bootstrap-{instance}-")
-        ]
+        mine = [e for e in executions_of(machine) if e["name"].startswith(f"bootstrap-{instance}-")]
         assert [e["executionArn"] for e in mine] == [first["executionArn"]]
         time.sleep(1)
     assert "duplicate controller event" in "".join(

@@ -14,7 +14,14 @@ from typing import Any
 import boto3
 
 from tests.integration.arrays_world import alarms_of, control, group_of, owned_volumes, settle, spec_for
-from tests.integration.conftest import Api, fire_alarm, function_logs, recent_stamp, wait_for_execution
+from tests.integration.conftest import (
+    Api,
+    executions_of,
+    fire_alarm,
+    function_logs,
+    recent_stamp,
+    wait_for_execution,
+)
 from vsa_core.arrays.plan import SCALE_IN_HYSTERESIS
 
 
@@ -213,9 +220,7 @@ def test_repeated_alarm_event_starts_one_workflow(stack_outputs, api, world, arr
     assert execution["status"] == "SUCCEEDED"
     duplicates = function_logs(stack_outputs["OnIopsAlarmFunctionName"], "duplicate alarm event")
     assert any(name in line for line in duplicates), duplicates
-    executions = boto3.client("stepfunctions").list_executions(
-        stateMachineArn=stack_outputs["ScaleArrayStateMachineArn"]
-    )["executions"]
+    executions = executions_of(stack_outputs["ScaleArrayStateMachineArn"])
     assert [e["name"] for e in executions].count(name) == 1
 
 

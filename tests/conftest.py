@@ -1,0 +1,67 @@
+"""Which tests may run side by side (pytest-xdist, ``-n N --dist loadgroup``; tools/test.sh).
+
+A test belongs to a group when it shares state it cannot share with a test running beside it,
+and each group runs on one worker, in order:
+
+* ``localcloud``: the local-cloud fidelity tests switch its global controls (the latency profile,
+  the lifecycle clock's time scale, SSM's configuration), and the documents' Run Command tests
+  register nodes under that configuration;
+* ``workflows``: the workflow tests create state machines under the fixed names the mock
+  configuration keys on, and delete them afterwards;
+* ``documents``: the host-document tests take loop devices, freeze real filesystems and print the
+  freeze window, which a neighbour's load would distort.
+
+Everything else (unit, infra, integration: each integration test makes its own arrays, volumes
+and hosts) spreads over the workers, one test at a time.
+
+Not xdist's own ``loadgroup``: it groups by renaming each test's node id (``<id>@<group>``),
+which pytest 9 no longer allows (``Node.nodeid`` is derived from ``Node._id``), so every test ran
+wherever it landed. The scheduler here is xdist's ``LoadScopeScheduling`` with the scope of a
+test taken from its path (``pytest_xdist_make_scheduler``, xdist's documented hook). Grouped
+tests are collected first, so the long groups start at once instead of after the short tests.
+"""
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+GROUPS = {
+    "localcloud": "localcloud",
+    "documents/test_run_command.py": "localcloud",
+    "workflows": "workflows",
+    "documents": "documents",
+}
+
+
+def group_of(path: Path) -> str | None:
+    relative = path.resolve().relative_to(TESTS).as_posix()
+    for prefix, group in GROUPS.items():  # the first match: files before their directories
+        if relative == prefix or relative.startswith(f"{prefix}/"):
+            return group
+    return None
+
+
+def scope_of(nodeid: str) -> str:
+    """A test's scheduling scope: its group, or the test itself."""
+    return group_of(TESTS.parent / nodeid.split("::", 1)[0]) or nodeid
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's DSession makes its own
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class PathGroups(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return PathGroups(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker sorts alike: the same order
+        items.sort(key=lambda item: group_of(Path(item.path)) is None)
