@@ -5,11 +5,15 @@ fix. Field names are camelCase on the wire (YAML, JSON, the API) and snake_case 
 """
 
 import re
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from vsa_core.naming import ARRAY_ID_PATTERN
+# re-exported: the id types are the spec's too (vsa_core.arrays.ids says why they live apart)
+from vsa_core.arrays.ids import ArrayId as ArrayId
+from vsa_core.arrays.ids import InstanceId as InstanceId
+from vsa_core.arrays.ids import Nqn as Nqn
+from vsa_core.arrays.ids import VolumeId as VolumeId
 
 MULTI_ATTACH_LIMIT = 16
 """io2 Multi-Attach attaches one volume to at most 16 instances: the controller ceiling."""
@@ -22,20 +26,6 @@ ARRAY_TAG = "vsa:array"
 
 OWNED_TAG = "vsa:owned"
 """Volumes the control plane created (and may delete, on request) carry ``vsa:owned=true``."""
-
-ArrayId = Annotated[
-    str, Field(pattern=ARRAY_ID_PATTERN, description="lower-case letters, digits and '-', 3-32 chars")
-]
-VolumeId = Annotated[str, Field(pattern=r"^vol-[0-9a-f]{8,17}$", description="an EBS volume id")]
-InstanceId = Annotated[str, Field(pattern=r"^i-[0-9a-f]{8,17}$", description="an EC2 instance id")]
-Nqn = Annotated[
-    str,
-    Field(
-        pattern=r"^nqn\.\d{4}-\d{2}\.[a-z0-9][a-z0-9.-]*(:[A-Za-z0-9._:-]+)?$",
-        max_length=223,
-        description="an NVMe Qualified Name, e.g. nqn.2014-08.org.nvmexpress:uuid:<uuid>",
-    ),
-]
 
 _SCHEDULE = re.compile(r"^(rate\(\d+ (minute|minutes|hour|hours|day|days)\)|cron\(.+\))$")
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field
 
-from vsa_core.arrays.spec import ArrayId
+from vsa_core.arrays.ids import ArrayId
 from vsa_core.errors import InvalidEventError
 
 AlarmStateValue = Literal["OK", "ALARM", "INSUFFICIENT_DATA"]
