@@ -65,7 +65,8 @@ IdempotencyKey = Annotated[
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    # a route's body model is built when that route first validates one (defer_build), not at import
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, defer_build=True)
 
 
 class BackupRequest(_Strict):

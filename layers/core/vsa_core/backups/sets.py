@@ -68,7 +68,8 @@ Label = Annotated[
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    # built at first use, not at import (defer_build): a handler builds only the models it validates
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, defer_build=True)
 
 
 # ---------------------------------------------------------------- ids and tags

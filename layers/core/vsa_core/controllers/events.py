@@ -27,7 +27,8 @@ STATE_CHANGE = "EC2 Instance State-change Notification"
 
 
 class LifecycleDetail(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # each event validates one of the two details: built at first use (defer_build), not at import
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     instance_id: str = Field(alias="EC2InstanceId", pattern=r"^i-[0-9a-f]{8,17}$")
     token: str = Field(alias="LifecycleActionToken", min_length=1)
@@ -36,7 +37,7 @@ class LifecycleDetail(BaseModel):
 
 
 class StateChangeDetail(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     instance_id: str = Field(alias="instance-id", pattern=r"^i-[0-9a-f]{8,17}$")
     state: str

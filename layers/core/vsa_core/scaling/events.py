@@ -1,4 +1,8 @@
-"""Models of the events and workflow payloads the control plane consumes."""
+"""Models of the events and workflow payloads the control plane consumes.
+
+Three handlers import this module and each parses one of its payloads (on_iops_alarm the alarm
+event, task_plan_scale the ScaleRequest, task_read_demand the ReadDemandRequest): every model is
+built at its first use (``defer_build``), not at import, so none builds the others'."""
 
 import json
 import math
@@ -13,7 +17,12 @@ from vsa_core.errors import InvalidEventError
 AlarmStateValue = Literal["OK", "ALARM", "INSUFFICIENT_DATA"]
 
 
+_DEFERRED = ConfigDict(defer_build=True)
+
+
 class AlarmState(BaseModel):
+    model_config = _DEFERRED
+
     value: AlarmStateValue
     reason: str = ""
     reason_data: str | None = Field(default=None, alias="reasonData")
@@ -37,6 +46,8 @@ class AlarmState(BaseModel):
 
 
 class AlarmStateChangeDetail(BaseModel):
+    model_config = _DEFERRED
+
     alarm_name: str = Field(alias="alarmName")
     state: AlarmState
     previous_state: AlarmState | None = Field(default=None, alias="previousState")
@@ -46,13 +57,15 @@ class AlarmStateChangeDetail(BaseModel):
 class AlarmStateChangeEvent(EventBridgeModel):
     """EventBridge ``CloudWatch Alarm State Change`` (source ``aws.cloudwatch``)."""
 
+    model_config = _DEFERRED  # merged with EventBridgeModel's
+
     detail: AlarmStateChangeDetail
 
 
 class ReadDemand(BaseModel):
     """The ReadDemand step's result: the array's demand minute by minute (GetMetricData)."""
 
-    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", defer_build=True)
 
     demand_iops: float = Field(alias="demandIops", ge=0, allow_inf_nan=False)
     recent_demand: list[float] = Field(alias="recentDemand", default_factory=list, max_length=60)
@@ -63,7 +76,7 @@ class ReadDemand(BaseModel):
 class ScaleRequest(BaseModel):
     """Input of the ScaleArray workflow, as ``on_iops_alarm`` starts it."""
 
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True, defer_build=True)
 
     array_id: str = Field(alias="arrayId")
     alarm_name: str = Field(alias="alarmName")
@@ -82,6 +95,6 @@ class ScaleRequest(BaseModel):
 
 
 class ReadDemandRequest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True, defer_build=True)
 
     array_id: ArrayId = Field(alias="arrayId")
