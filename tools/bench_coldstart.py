@@ -25,6 +25,11 @@ per round) so a noisy neighbour spreads over all of them. A last figure per hand
 is the same import followed by the first use of the tracer (what the first invocation pays when
 tracing is active, as on AWS: the X-Ray SDK's import and its patching of botocore).
 
+With ``--against <other build>`` (e.g. ``sam build --build-dir`` of the commit before a change)
+the other build's functions are sampled in the same rounds, each next to its counterpart, and
+reported first: on a shared machine, a before and an after taken one after the other differ by
+the neighbours' load more than by the change.
+
 Prints, per function: median and worst cold import, the median's and the worst's ratio to the
 baseline's median, and the median CPU time's ratio to the baseline's; the target is a median of
 at most 1.5x the bare ``import boto3``. Prints figures; nothing is asserted (the machines here
@@ -139,69 +144,102 @@ def sample(module: str, env: dict[str, str], cwd: Path, tracer: bool) -> tuple[f
     return float(imported), float(cpu), float(first_use)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--runs", type=int, default=5, help="fresh processes per target (default 5)")
-    parser.add_argument("--build", type=Path, default=BUILD, help="sam build output (.aws-sam/build)")
-    args = parser.parse_args(argv)
-    build = args.build.resolve()
-    if not (build / "template.yaml").is_file():
-        sys.exit(f"no {build}/template.yaml: run `sam build` (make build) first")
-    if not RUNTIME_PYTHON.is_file():
-        sys.exit(f"no {RUNTIME_PYTHON}: run `make install` first")
+class Samples:
+    """One build's samples: per function, the import's wall and CPU seconds and the traced total."""
 
-    functions = built_functions(build)
-    baseline: list[float] = []
-    baseline_cpu: list[float] = []
-    imports: dict[str, list[float]] = {name: [] for name, _, _ in functions}
-    cpus: dict[str, list[float]] = {name: [] for name, _, _ in functions}
-    traced: dict[str, list[float]] = {name: [] for name, _, _ in functions}
-    console = Console(stderr=True)
-    with console.status("sampling") as status:
-        for run in range(args.runs):
-            status.update(f"round {run + 1} of {args.runs}")
-            wall, cpu, _ = sample("boto3", environment(build, None, None), ROOT, tracer=False)
-            baseline.append(wall)
-            baseline_cpu.append(cpu)
-            for name, code, module in functions:
-                env = environment(build, code, name)
-                wall, cpu, _ = sample(module, env, code, tracer=False)
-                imports[name].append(wall)
-                cpus[name].append(cpu)
-                imported, _, first_use = sample(module, env, code, tracer=True)
-                traced[name].append(imported + first_use)
+    def __init__(self, build: Path) -> None:
+        self.build = build
+        self.functions = built_functions(build)
+        self.imports: dict[str, list[float]] = {name: [] for name, _, _ in self.functions}
+        self.cpus: dict[str, list[float]] = {name: [] for name, _, _ in self.functions}
+        self.traced: dict[str, list[float]] = {name: [] for name, _, _ in self.functions}
 
+    def take(self, name: str, code: Path, module: str) -> None:
+        env = environment(self.build, code, name)
+        wall, cpu, _ = sample(module, env, code, tracer=False)
+        self.imports[name].append(wall)
+        self.cpus[name].append(cpu)
+        imported, _, first_use = sample(module, env, code, tracer=True)
+        self.traced[name].append(imported + first_use)
+
+
+def report(
+    samples: Samples, title: str, baseline: list[float], baseline_cpu: list[float]
+) -> dict[str, list[str]]:
+    """Prints the table of one build; answers which functions are over the target, by figure."""
     base = statistics.median(baseline)
     base_cpu = statistics.median(baseline_cpu)
-    table = Table(title=f"Cold import, {args.runs} fresh processes each (Python 3.13, no bytecode writing)")
+    table = Table(title=title)
     columns = ["target", "median s", "worst s", "median / boto3", "worst / boto3", "CPU / boto3's"]
     columns.append("+tracer median s")
     for column in columns:
         table.add_column(column, justify="left" if column == "target" else "right")
     cpu_cell = f"1.00 ({base_cpu:.3f} s)"
     table.add_row("import boto3 (bare)", f"{base:.3f}", f"{max(baseline):.3f}", "1.00", "", cpu_cell, "")
-    over = []
-    over_cpu = []
-    for name, _, module in functions:
-        median = statistics.median(imports[name])
-        ratio = median / base
+    over: dict[str, list[str]] = {"median": [], "median CPU time": []}
+    for name, _, module in samples.functions:
+        imports = samples.imports[name]
+        ratio = statistics.median(imports) / base
+        cpu_ratio = statistics.median(samples.cpus[name]) / base_cpu
         if ratio > TARGET_RATIO:
-            over.append(name)
-        cpu_ratio = statistics.median(cpus[name]) / base_cpu
+            over["median"].append(name)
         if cpu_ratio > TARGET_RATIO:
-            over_cpu.append(name)
+            over["median CPU time"].append(name)
         table.add_row(
             f"{name} ({module})",
-            f"{median:.3f}",
-            f"{max(imports[name]):.3f}",
+            f"{statistics.median(imports):.3f}",
+            f"{max(imports):.3f}",
             f"{ratio:.2f}",
-            f"{max(imports[name]) / base:.2f}",
+            f"{max(imports) / base:.2f}",
             f"{cpu_ratio:.2f}",
-            f"{statistics.median(traced[name]):.3f}",
+            f"{statistics.median(samples.traced[name]):.3f}",
         )
     Console(width=170).print(table)
-    print(layer_summary(build))
-    for figure, names in (("median", over), ("median CPU time", over_cpu)):
+    print(layer_summary(samples.build))
+    return over
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=5, help="fresh processes per target (default 5)")
+    parser.add_argument("--build", type=Path, default=BUILD, help="sam build output (.aws-sam/build)")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="another sam build output (e.g. of the commit before a change), sampled in the same rounds",
+    )
+    args = parser.parse_args(argv)
+    builds = [args.build.resolve()] + ([args.against.resolve()] if args.against else [])
+    for build in builds:
+        if not (build / "template.yaml").is_file():
+            sys.exit(f"no {build}/template.yaml: run `sam build` (make build) first")
+    if not RUNTIME_PYTHON.is_file():
+        sys.exit(f"no {RUNTIME_PYTHON}: run `make install` first")
+
+    every = [Samples(build) for build in builds]
+    baseline: list[float] = []
+    baseline_cpu: list[float] = []
+    console = Console(stderr=True)
+    with console.status("sampling") as status:
+        for run in range(args.runs):
+            status.update(f"round {run + 1} of {args.runs}")
+            wall, cpu, _ = sample("boto3", environment(builds[0], None, None), ROOT, tracer=False)
+            baseline.append(wall)
+            baseline_cpu.append(cpu)
+            # one of every target per round, the two builds' samples of a function side by side
+            for name, code, module in every[0].functions:
+                every[0].take(name, code, module)
+                for other in every[1:]:
+                    found = [(c, m) for n, c, m in other.functions if n == name]
+                    if found:
+                        other.take(name, *found[0])
+
+    title = f"Cold import, {args.runs} fresh processes each (Python 3.13, no bytecode writing)"
+    if args.against:
+        report(every[1], f"{title}: {builds[1]} (--against)", baseline, baseline_cpu)
+        title += f": {builds[0]}"
+    over = report(every[0], title, baseline, baseline_cpu)
+    for figure, names in over.items():
         verdict = "every handler within" if not names else f"over the target: {', '.join(names)}"
         print(f"target: {figure} <= {TARGET_RATIO}x bare import boto3's: {verdict}")
     return 0
