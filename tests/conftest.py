@@ -6,8 +6,6 @@ and each group runs on one worker, in order:
 * ``localcloud``: the local-cloud fidelity tests switch its global controls (the latency profile,
   the lifecycle clock's time scale, SSM's configuration), and the documents' Run Command tests
   register nodes under that configuration;
-* ``workflows``: the workflow tests create state machines under the fixed names the mock
-  configuration keys on, and delete them afterwards;
 * ``documents``: the host-document tests take loop devices, freeze real filesystems and print the
   freeze window, which a neighbour's load would distort.
 
@@ -31,7 +29,6 @@ TESTS = Path(__file__).resolve().parent
 GROUPS = {
     "localcloud": "localcloud",
     "documents/test_run_command.py": "localcloud",
-    "workflows": "workflows",
     "documents": "documents",
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The inner loop (make check; under 3 minutes): ruff, mypy, then the unit and infra tests (no
 # network) beside the workflow tests (the deployed ASL files, tasks mocked) on the local cloud
-# (pytest-xdist; the workflow tests stay on one worker: tests/conftest.py). It
+# (pytest-xdist). It
 # starts the local cloud when none runs on $VSA_LOCALCLOUD_PORT and leaves it running, so the
 # next round skips the start (make localcloud-stop stops it). The full gate is make test.
 set -uo pipefail

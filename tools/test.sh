@@ -34,10 +34,9 @@ trap stop_cloud EXIT
 
 # Tests run side by side (pytest-xdist) where they do not share state: with --dist loadgroup,
 # tests/conftest.py keeps each group on one worker (the local-cloud fidelity tests switch its
-# global controls, the workflow tests create state machines under fixed names, the documents
-# tests take loop devices and time freezes); everything else spreads over the workers. The
-# integration tests each make their own arrays, volumes and hosts; the latency profile is the
-# local cloud's, so it is set once for each phase.
+# global controls, the documents tests take loop devices and time freezes); everything else
+# spreads over the workers. The integration tests each make their own arrays, volumes and
+# hosts; the latency profile is the local cloud's, so it is set once for each phase.
 if ! tools/localcloud.sh status >/dev/null 2>&1; then
   tools/localcloud.sh start || exit 1
   started_here=1

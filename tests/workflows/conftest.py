@@ -12,7 +12,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,22 +60,26 @@ def sfn() -> Any:
 
 
 @pytest.fixture
-def workflow(sfn: Any) -> Iterator[Callable[[str, str], str]]:
-    """``workflow(name, file)`` creates the state machine; deleted after the test."""
-    created: list[str] = []
+def workflow(sfn: Any) -> Callable[[str, str], str]:
+    """``workflow(name, file)``: the state machine ``name`` with the file's current definition.
+
+    Tests run side by side (pytest-xdist) and several use the same name (the mock config keys on
+    it), so a state machine is never deleted under a running test: creating it again with the
+    same definition returns it (CreateStateMachine is idempotent, as on AWS), and one left by an
+    earlier run with another definition is updated to the current one."""
 
     def create(name: str, definition_file: str) -> str:
-        arn: str = sfn.create_state_machine(
-            name=name,
-            definition=render(definition_file),
-            roleArn=f"arn:aws:iam::{ACCOUNT}:role/vsa-wf-test",
-        )["stateMachineArn"]
-        created.append(arn)
-        return arn
+        definition, role = render(definition_file), f"arn:aws:iam::{ACCOUNT}:role/vsa-wf-test"
+        try:
+            return str(
+                sfn.create_state_machine(name=name, definition=definition, roleArn=role)["stateMachineArn"]
+            )
+        except sfn.exceptions.StateMachineAlreadyExists:
+            arn = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{name}"
+            sfn.update_state_machine(stateMachineArn=arn, definition=definition, roleArn=role)
+            return arn
 
-    yield create
-    for arn in created:
-        sfn.delete_state_machine(stateMachineArn=arn)
+    return create
 
 
 def run_case(sfn: Any, state_machine_arn: str, case: str, payload: dict[str, Any]) -> dict[str, Any]:
