@@ -153,3 +153,15 @@ def test_render_script_checks_values_as_send_command_does():
         documents.render_script("connect-path", {"ArrayId": "x'; reboot #"})
     with pytest.raises(ValueError, match="required"):
         documents.render_script("connect-path", {})
+
+
+def test_the_spec_takes_each_mountpoint_exactly_as_freeze_io_does():
+    # The API validates mountpoints with vsa_core's pattern; freeze-io's Mountpoints parameter is
+    # a comma-joined list of items of the same pattern, at most 64. A spec stored by the API must
+    # never fail freeze-io's pattern at backup time, nor be refused by the API when freeze-io
+    # would take it.
+    from vsa_core.arrays.spec import MAX_MOUNTPOINTS, MOUNTPOINT_PATTERN
+
+    declared = documents.load("freeze-io").parameters["Mountpoints"]["allowedPattern"]
+    item = MOUNTPOINT_PATTERN.pattern
+    assert declared == f"^$|^({item})(,{item}){{0,{MAX_MOUNTPOINTS - 1}}}$"

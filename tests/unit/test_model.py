@@ -202,3 +202,42 @@ def test_invalid_array_parts_say_what_to_fix(overrides: dict[str, Any], message:
     with pytest.raises(ValidationError) as raised:
         ArraySpec.model_validate(spec_fields(**overrides))
     assert message in str(raised.value)
+
+
+HOST = "i-0a1b2c3d4e5f60101"
+
+
+@pytest.mark.parametrize(
+    "mountpoint",
+    [
+        "/data;reboot",
+        "/data$(id)",
+        "/data`id`",
+        "/data\nx",
+        "/da\x00ta",
+        "/a,/b",
+        "/da ta",
+        "/",
+        "data",
+        "/" + "a" * 256,
+    ],
+)
+def test_a_mountpoint_freeze_io_would_refuse_is_refused_and_named(mountpoint: str):
+    # (before, the API stored these and only freeze-io's own pattern refused them, at backup time;
+    # a comma split one mountpoint into two)
+    with pytest.raises(ValidationError) as raised:
+        ArraySpec.model_validate(spec_fields(hosts=[{"instanceId": HOST, "mountpoints": [mountpoint]}]))
+    assert "mountpoints must be absolute paths" in str(raised.value)
+    assert repr(mountpoint)[:40] in str(raised.value)
+
+
+def test_mountpoints_freeze_io_takes_are_accepted_once_each_and_at_most_64():
+    good = ["/data", "/var/lib/pg-13", "/mnt/a_b.c+d@e:f=g", "/" + "a" * 255]
+    spec = ArraySpec.model_validate(spec_fields(hosts=[{"instanceId": HOST, "mountpoints": good}]))
+    assert spec.hosts[0].mountpoints == tuple(good)
+    with pytest.raises(ValidationError, match="more than once: /data"):
+        ArraySpec.model_validate(spec_fields(hosts=[{"instanceId": HOST, "mountpoints": ["/data", "/data"]}]))
+    many = [f"/m{i}" for i in range(65)]
+    with pytest.raises(ValidationError, match="at most 64"):
+        ArraySpec.model_validate(spec_fields(hosts=[{"instanceId": HOST, "mountpoints": many}]))
+    ArraySpec.model_validate(spec_fields(hosts=[{"instanceId": HOST, "mountpoints": many[:64]}]))

@@ -111,6 +111,13 @@ class ControllerSettings(_Strict):
         return self
 
 
+MOUNTPOINT_PATTERN = re.compile(r"/[A-Za-z0-9._+@:=-][A-Za-z0-9._/+@:=-]{0,254}")
+"""One mountpoint, as documents/freeze-io.yaml's Mountpoints allowedPattern takes each item
+(tests/infra/test_documents.py holds the two to each other)."""
+MAX_MOUNTPOINTS = 64
+"""The most mountpoints freeze-io takes in one call (its pattern: one, then up to 63 more)."""
+
+
 class Host(_Strict):
     """A client host: it connects a path to every controller and, for application-consistent
     backups, has its listed mountpoints frozen."""
@@ -122,14 +129,28 @@ class Host(_Strict):
         description="the NQN the host connects with; default: one derived from the instance id "
         "(connect-path passes it explicitly, so the controllers' allowed-host list always matches)",
     )
-    mountpoints: tuple[str, ...] = Field(default=())
+    mountpoints: tuple[str, ...] = Field(
+        default=(),
+        max_length=MAX_MOUNTPOINTS,
+        description="absolute paths of the host's mountpoints to freeze: letters, digits and "
+        "._+@:=-/, at most 255 characters each, at most 64 (freeze-io's own Mountpoints pattern)",
+    )
 
     @field_validator("mountpoints")
     @classmethod
-    def _absolute(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [m for m in value if not m.startswith("/") or m == "/"]
+    def _as_freeze_io_takes_them(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        # Accepted here exactly as freeze-io's Mountpoints parameter accepts each of them, so a
+        # spec the API stores never fails at backup time: no shell metacharacters, newlines or
+        # commas (the document joins the list with commas).
+        bad = [m for m in value if m == "/" or not MOUNTPOINT_PATTERN.fullmatch(m)]
         if bad:
-            raise ValueError(f"mountpoints must be absolute and not '/': {', '.join(bad) or repr(bad)}")
+            raise ValueError(
+                "mountpoints must be absolute paths other than '/', of letters, digits and ._+@:=-/ "
+                f"(at most 255 characters each): not {', '.join(repr(m) for m in bad)}"
+            )
+        twice = sorted({m for m in value if value.count(m) > 1})
+        if twice:
+            raise ValueError(f"mountpoints listed more than once: {', '.join(twice)}")
         return value
 
 
