@@ -16,11 +16,16 @@ time of every state (Wait seconds; a Task's attempts at its TimeoutSeconds plus 
 and fails when the time between two heartbeats (or from the start to the first one, or from the
 last one to the action's completion) can exceed the hook's HeartbeatTimeout as the core computes it
 for that array. Loop bounds are read from the ASL, never written here:
-- counters kept by Pass states (``States.MathAdd``) and tested by Choice rules;
+- counters kept in workflow variables (``Assign``, ``States.MathAdd``, on any state or Catch) or
+  by Pass states, and tested by Choice rules;
 - an SSM command's status loop: a command cannot be Pending/InProgress past its SendCommand
   TimeoutSeconds (delivery) plus its document's execution timeout (``timeoutSeconds`` of the
   document's steps, in template.yaml);
 - wall-clock values a Lambda step reports (WALL_CLOCK below: the value and the state it counts from).
+
+Values live where the ASL puts them: the state data (``$.a.b``) or a variable (``$name.b``), written
+by a ResultPath, a Pass state's Parameters or an ``Assign`` (whose ``$`` is the state's input for a
+Pass, Wait or Choice, and an unknown result for a Task, a Map or a Catch).
 
 A Map state (a host fan-out in batches of at most 50, SendCommand's limit) is walked as its
 iterations one after another, any number of them: after each iteration the walk goes on both to
@@ -208,15 +213,25 @@ def _forget(env: dict[str, Any], path: str) -> None:
         del env[key]
 
 
-def _value(expr: Any, env: dict[str, Any]) -> Any:
-    """A Parameters value: literals, a copied path, States.MathAdd of a known number, StringToJson."""
+PATH = r"\$[.\w]+"
+"""A reference: ``$.a.b`` (the state data) or ``$name.b`` (a variable)."""
+
+
+def _ref(path: str, env: dict[str, Any], data: bool) -> Any:
+    """A path's known value; the state data's only when ``$`` is known (``data``)."""
+    return UNKNOWN if path.startswith("$.") and not data else _get(env, path)
+
+
+def _value(expr: Any, env: dict[str, Any], data: bool = True) -> Any:
+    """A Parameters or Assign value: literals, a copied path, States.MathAdd of a known number,
+    StringToJson of a literal."""
     if not isinstance(expr, str):
         return expr
-    if expr.startswith("$.") and expr.count("$") == 1 and "(" not in expr:
-        return _get(env, expr)
-    add = re.fullmatch(r"States\.MathAdd\((\$[.\w]+),\s*(-?\d+)\)", expr)
+    if re.fullmatch(PATH, expr):
+        return _ref(expr, env, data)
+    add = re.fullmatch(rf"States\.MathAdd\(({PATH}),\s*(-?\d+)\)", expr)
     if add:
-        base = _get(env, add.group(1))
+        base = _ref(add.group(1), env, data)
         return UNKNOWN if base is UNKNOWN else base + int(add.group(2))
     to_json = re.fullmatch(r"States\.StringToJson\('([^']*)'\)", expr)
     if to_json:
@@ -247,6 +262,31 @@ def _assign(env: dict[str, Any], result_path: str | None, parameters: Any) -> di
 
     put(target, parameters)
     return new
+
+
+def _put_variables(
+    env: dict[str, Any], assign: dict[str, Any] | None, before: dict[str, Any], data: bool
+) -> None:
+    """``env`` after an ``Assign``: every value is computed from the variables as they were before
+    the state (``before``), and from the state data when its ``$`` is the state's input (``data``)."""
+    for key, value in (assign or {}).items():
+        name = "$" + key.removesuffix(".$")
+        _forget(env, name)
+        _put(env, name, key.endswith(".$"), value, before, data)
+
+
+def _put(
+    env: dict[str, Any], path: str, expression: bool, node: Any, before: dict[str, Any], data: bool
+) -> None:
+    if expression:
+        known = _value(node, before, data)
+        if known is not UNKNOWN:
+            env[path] = known
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            _put(env, f"{path}.{key.removesuffix('.$')}", key.endswith(".$"), value, before, data)
+    elif isinstance(node, (int, float, str, bool)):
+        env[path] = node
 
 
 def _truth(rule: dict[str, Any], env: dict[str, Any], now: int) -> set[bool]:
@@ -307,51 +347,107 @@ def _reads(rule: dict[str, Any]) -> set[str]:
 
 
 def _sources(expr: Any) -> set[str]:
-    return set(re.findall(r"\$\.[\w.\-@]+", expr)) if isinstance(expr, str) else set()
+    return set(re.findall(r"(?<!\$)\$[.\w][\w.\-@]*", expr)) if isinstance(expr, str) else set()
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith((root + ".", root + "[", root + "@"))
 
 
 def _successors(state: dict[str, Any]) -> list[str]:
-    found = [state[k] for k in ("Next", "Default") if k in state]
+    return [n for n, _ in _transitions(state)]
+
+
+def _transitions(state: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
+    """(next state, the Assign taken on the way) of every way out of a state."""
+    found: list[tuple[str, dict[str, Any] | None]] = []
+    if "Next" in state:
+        found.append((state["Next"], state.get("Assign")))
+    if "Default" in state:
+        found.append((state["Default"], state.get("Assign")))
     if state.get("Type") == "Map":
-        found.append(_processor(state)["StartAt"])
-    found += [r["Next"] for r in state.get("Choices", [])] + [c["Next"] for c in state.get("Catch", [])]
+        found.append((_processor(state)["StartAt"], None))
+    found += [(r["Next"], r.get("Assign")) for r in state.get("Choices", [])]
+    found += [(c["Next"], c.get("Assign")) for c in state.get("Catch", [])]
     return found
 
 
+def _through(after: set[str], assign: dict[str, Any] | None) -> set[str]:
+    """What must be known before an ``Assign`` for ``after`` to be known after it."""
+    kept, uses = set(after), set()
+    for key, value in (assign or {}).items():
+        name = "$" + key.removesuffix(".$")
+        hit = {v for v in after if _under(v, name)}
+        kept -= hit
+        if hit:
+            uses |= set().union(set(), *(_sources(v) for _, v in _flatten("", {key: value})))
+    return kept | uses
+
+
 def live_values(states: dict[str, Any]) -> dict[str, set[str]]:
-    """Per state, the known values a later Choice (or a Pass feeding one) can still read: a path's
-    position is the same whatever dead counters it carries, which keeps the walk small."""
+    """Per state, the known values a later Choice (or a Pass or Assign feeding one) can still read:
+    a path's position is the same whatever dead counters it carries, which keeps the walk small."""
     live: dict[str, set[str]] = {name: set() for name in states}
     changed = True
     while changed:
         changed = False
         for name, state in states.items():
-            out: set[str] = set().union(*(live.get(n, set()) for n in _successors(state)))
             kind = state.get("Type")
+            # a Pass or Wait assigns from its input on its one way out: handled with its ResultPath below
+            assigns_here = kind in ("Pass", "Wait")
+            out: set[str] = set().union(
+                set(),
+                *(
+                    live.get(n, set()) if assigns_here else _through(live.get(n, set()), assign)
+                    for n, assign in _transitions(state)
+                ),
+            )
             if kind == "Choice":
                 new = out | set().union(*(_reads(r) for r in state["Choices"]))
-            elif kind == "Pass":
-                target = state.get("ResultPath", "$")
-                kept = {v for v in out if not (target == "$" or v == target or v.startswith(target + "."))}
+            elif kind in ("Pass", "Wait"):
+                target = state.get("ResultPath", "$") if kind == "Pass" else None
+                if target == "$":
+                    written = {v for v in out if v.startswith("$.")}
+                else:
+                    written = {v for v in out if target is not None and _under(v, target)}
                 uses: set[str] = set()
-                for key, value in _flatten(target, state.get("Parameters", {})):
+                for key, value in _flatten(target or "$", state.get("Parameters", {})):
                     if key in out:
                         uses |= _sources(value)
-                new = kept | uses
+                new = _through(out - written, state.get("Assign")) | uses
             elif kind == "Map":
-                new = out | set().union(*(_sources(v) for _, v in _flatten("$", _selector(state))))
+                new = out | set().union(set(), *(_sources(v) for _, v in _flatten("$", _selector(state))))
             else:
                 new = set(out)
                 if kind == "Task":
                     command = state.get("Parameters", {}).get("CommandId.$")
                     if isinstance(command, str):
-                        new.add(command.rsplit(".", 1)[0] + ".@sent")
+                        new.add(command + "@sent")
                     for variable, origin in WALL_CLOCK.items():
-                        if variable.startswith(f"{state.get('ResultPath')}."):
+                        if any(_under(variable, w) for w in _written(state)):
                             new.add(f"@since.{origin}")
             if new != live[name]:
                 live[name], changed = new, True
     return live
+
+
+def _written(state: dict[str, Any]) -> list[str]:
+    """Where a Task's whole result lands: its ResultPath, and the variables assigned ``$``."""
+    found = [] if state.get("ResultPath", "$") is None else [state.get("ResultPath", "$")]
+    found += ["$" + k.removesuffix(".$") for k, v in (state.get("Assign") or {}).items() if v == "$"]
+    return found
+
+
+def _locations(state: dict[str, Any], selected: str) -> list[str]:
+    """Where a Task puts the field ``selected`` of its result (e.g. ``$.Command.CommandId``): a
+    ResultSelector entry at its ResultPath, or a variable (or a variable's field) of its Assign."""
+    found = []
+    result_path = state.get("ResultPath", "$")
+    for key, value in state.get("ResultSelector", {}).items():
+        if value == selected and result_path is not None:
+            found.append(f"{result_path}.{key.removesuffix('.$')}")
+    found += [path for path, value in _flatten("", state.get("Assign") or {}) if value == selected]
+    return [path if path.startswith("$") else "$" + path.lstrip(".") for path in found]
 
 
 def _flatten(prefix: str, node: Any) -> list[tuple[str, Any]]:
@@ -393,13 +489,6 @@ def longest_gap(workflow: Workflow, event: dict[str, Any]) -> Gap:
     """The longest time between two heartbeats (or the start, or the action's completion) on any
     path; paths where the ASL's own counters or SSM command lifetimes end a loop are cut there."""
     states = workflow.states
-    sends: dict[str, int] = {}  # ResultPath of a sendCommand -> the command's lifetime
-    for state in states.values():
-        if state.get("Type") == "Task" and state["Resource"].endswith(SEND):
-            lifetime = int(state["Parameters"].get("TimeoutSeconds", 3600))
-            lifetime += workflow.document_seconds[state["Parameters"]["DocumentName"]]
-            # the longest, should two commands land at one ResultPath (in and out of a Map)
-            sends[state["ResultPath"]] = max(lifetime, sends.get(state["ResultPath"], 0))
     live = live_values(states)
     worst = Gap(0, ())
     best: dict[tuple[Any, ...], int] = {}
@@ -423,7 +512,7 @@ def longest_gap(workflow: Workflow, event: dict[str, Any]) -> Gap:
             continue
         best[key] = gap
         state = states.get(walk.state, {})  # "(action completed)", "(action ended)": the window has ended
-        todo.extend(_steps(workflow, walk, state, sends))
+        todo.extend(_steps(workflow, walk, state))
     return worst
 
 
@@ -463,17 +552,26 @@ def _out_of_map(
         env = dict(outer)
         if state.get("ResultPath", "$") is not None:
             _forget(env, state.get("ResultPath", "$"))
+        _put_variables(env, state.get("Assign"), outer, data=False)
         steps.append(_next(walk, state.get("Next", END), walk.now, env, frames=rest))
         steps.append(_iteration(_next(walk, map_name, walk.now, outer, frames=rest), map_name, state, outer))
-    for catch in state.get("Catch", []):
-        caught = dict(outer)
-        if catch.get("ResultPath", "$") is not None:
-            _forget(caught, catch.get("ResultPath", "$"))
-        steps.append(_next(walk, catch["Next"], walk.now, caught, frames=rest))
+    steps += [_next(walk, n, walk.now, env, frames=rest) for n, env in _caught(state, outer)]
     return steps
 
 
-def _steps(workflow: Workflow, walk: Walk, state: dict[str, Any], sends: dict[str, int]) -> list[Walk]:
+def _caught(state: dict[str, Any], before: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(catcher's next state, the values known there) of every Catch of a state."""
+    found = []
+    for catch in state.get("Catch", []):
+        caught = dict(before)
+        if catch.get("ResultPath", "$") is not None:
+            _forget(caught, catch.get("ResultPath", "$"))
+        _put_variables(caught, catch.get("Assign"), before, data=False)
+        found.append((catch["Next"], caught))
+    return found
+
+
+def _steps(workflow: Workflow, walk: Walk, state: dict[str, Any]) -> list[Walk]:
     kind = state.get("Type")
     if walk.state == END or kind in ("Succeed", "Fail"):
         if not walk.frames:
@@ -485,27 +583,30 @@ def _steps(workflow: Workflow, walk: Walk, state: dict[str, Any], sends: dict[st
     if state.get("OutputPath", "$") != "$" and not state.get("End"):
         raise AssertionError(f"{workflow.name}.{walk.state}: an OutputPath is not modelled here")
     if kind == "Map":
-        steps = [_iteration(walk, walk.state, state, walk.env)]
-        for catch in state.get("Catch", []):  # e.g. ItemsPath is not a list
-            caught = dict(walk.env)
-            if catch.get("ResultPath", "$") is not None:
-                _forget(caught, catch.get("ResultPath", "$"))
-            steps.append(_next(walk, catch["Next"], walk.now, caught))
-        return steps
+        caught = [_next(walk, n, walk.now, env) for n, env in _caught(state, walk.env)]  # e.g. no list
+        return [_iteration(walk, walk.state, state, walk.env), *caught]
     if kind == "Pass":
-        env = _assign(walk.env, state.get("ResultPath", "$"), state.get("Parameters", state.get("Result")))
+        result = state.get("Parameters", state.get("Result"))
+        env = _assign(walk.env, state.get("ResultPath", "$"), result)
+        _put_variables(env, state.get("Assign"), walk.env, data=result is None)
         return [_next(walk, state.get("Next", END), walk.now, env)]
     if kind == "Wait":
-        return [_next(walk, state.get("Next", END), walk.now + int(state["Seconds"]), walk.env)]
+        env = dict(walk.env)
+        _put_variables(env, state.get("Assign"), walk.env, data=True)
+        return [_next(walk, state.get("Next", END), walk.now + int(state["Seconds"]), env)]
     if kind == "Choice":
         taken: list[Walk] = []
         for rule in state["Choices"]:
             values = _truth(rule, walk.env, walk.now)
             if True in values:
-                taken.append(_next(walk, rule["Next"], walk.now, walk.env))
+                env = dict(walk.env)
+                _put_variables(env, rule.get("Assign"), walk.env, data=True)
+                taken.append(_next(walk, rule["Next"], walk.now, env))
             if False not in values:
                 return taken
-        return [*taken, _next(walk, state["Default"], walk.now, walk.env)]
+        env = dict(walk.env)
+        _put_variables(env, state.get("Assign"), walk.env, data=True)
+        return [*taken, _next(walk, state["Default"], walk.now, env)]
     if kind == "Task":
         end = walk.now + task_seconds(state)
         resource = state["Resource"]
@@ -513,19 +614,23 @@ def _steps(workflow: Workflow, walk: Walk, state: dict[str, Any], sends: dict[st
         result_path = state.get("ResultPath", "$")
         if result_path is not None:
             _forget(env, result_path)
-            if resource.endswith(SEND) and result_path in sends:
-                env[f"{result_path}.@sent"] = Sent(end, sends[result_path])
-            if resource.endswith(LIST):
-                command = state["Parameters"]["CommandId.$"].rsplit(".", 1)[0]
-                sent = walk.env.get(f"{command}.@sent")
-                for key, selector in state.get("ResultSelector", {}).items():
-                    if selector == "$.Commands[0].Status" and sent is not None:
-                        env[f"{result_path}.{key[:-2]}"] = sent
-                env[f"{command}.@sent"] = sent
-            for variable, origin in WALL_CLOCK.items():
-                started = walk.env.get(f"@since.{origin}")
-                if variable.startswith(result_path + ".") and started is not None:
-                    env[variable] = started
+        _put_variables(env, state.get("Assign"), walk.env, data=False)
+        if resource.endswith(SEND):
+            lifetime = int(state["Parameters"].get("TimeoutSeconds", 3600))
+            lifetime += workflow.document_seconds[state["Parameters"]["DocumentName"]]
+            for location in _locations(state, "$.Command.CommandId"):
+                env[f"{location}@sent"] = Sent(end, lifetime)
+        if resource.endswith(LIST):
+            command = state["Parameters"]["CommandId.$"]
+            sent = walk.env.get(f"{command}@sent")
+            if sent is not None:
+                for location in _locations(state, "$.Commands[0].Status"):
+                    env[location] = sent
+                env[f"{command}@sent"] = sent
+        for variable, origin in WALL_CLOCK.items():
+            started = walk.env.get(f"@since.{origin}")
+            if started is not None and any(_under(variable, w) for w in _written(state)):
+                env[variable] = started
         if walk.state in WALL_CLOCK.values():
             env[f"@since.{walk.state}"] = Since(end)
         steps: list[Walk] = []
@@ -535,17 +640,16 @@ def _steps(workflow: Workflow, walk: Walk, state: dict[str, Any], sends: dict[st
             steps.append(_next(walk, state.get("Next", END), end, env, beat=True))
         else:
             steps.append(_next(walk, state.get("Next", END), end, env))
-        for catch in state.get("Catch", []):
-            if resource.endswith((HEARTBEAT, COMPLETE)):
-                # a heartbeat or completion that fails past its retries: AWS answers ValidationError
-                # ("No active Lifecycle Action found") once the action has ended; nothing is left
-                # to keep alive
-                steps.append(_next(walk, "(action ended)", end, env))
-                break
-            caught = dict(env)
-            if catch.get("ResultPath", "$") is not None:
-                _forget(caught, catch.get("ResultPath", "$"))
-            steps.append(_next(walk, catch["Next"], end, caught))
+        if resource.endswith((HEARTBEAT, COMPLETE)) and state.get("Catch"):
+            # a heartbeat or completion that fails past its retries: AWS answers ValidationError
+            # ("No active Lifecycle Action found") once the action has ended; nothing is left
+            # to keep alive
+            steps.append(_next(walk, "(action ended)", end, env))
+            return steps
+        failed = dict(walk.env)  # the attempt's result is unknown: nothing assigned from it
+        if result_path is not None:
+            _forget(failed, result_path)
+        steps += [_next(walk, n, end, caught) for n, caught in _caught(state, failed)]
         return steps
     raise AssertionError(f"{workflow.name}.{walk.state}: {kind} states are not modelled here")
 
@@ -624,6 +728,35 @@ def test_a_wait_loop_without_heartbeat_is_caught() -> None:
     assert gap.trail[0] == "Done?"
 
 
+def test_a_wait_loop_counted_in_a_variable_is_caught() -> None:
+    # Given the same loop with its count in a variable: assigned by the Wait, bounded by the Choice
+    workflow = Workflow(
+        "toy",
+        {
+            "Init": {"Type": "Pass", "Assign": {"polls": 0}, "Next": "Beat"},
+            "Beat": {"Type": "Task", "Resource": f"arn{HEARTBEAT}", "ResultPath": None, "Next": "Done?"},
+            "Done?": {
+                "Type": "Choice",
+                "Choices": [{"Variable": "$polls", "NumericGreaterThanEquals": 100, "Next": "End"}],
+                "Default": "Wait",
+            },
+            "Wait": {
+                "Type": "Wait",
+                "Seconds": 10,
+                "Assign": {"polls.$": "States.MathAdd($polls, 1)"},
+                "Next": "Done?",
+            },
+            "End": {"Type": "Succeed"},
+        },
+        "Init",
+        {},
+    )
+    # When its longest gap is computed / Then it is the loop's bound times its wait, as above
+    gap = longest_gap(workflow, {"detail-type": "test"})
+    assert gap.seconds == 1000
+    assert gap.trail[0] == "Done?"
+
+
 def test_a_command_status_loop_is_bounded_by_the_commands_lifetime() -> None:
     # Given a SendCommand (delivery 100 s, a 50 s document) polled every 10 s until it finishes
     workflow = Workflow(
@@ -651,6 +784,45 @@ def test_a_command_status_loop_is_bounded_by_the_commands_lifetime() -> None:
             "Done?": {
                 "Type": "Choice",
                 "Choices": [{"Variable": "$.cmd.poll.status", "StringEquals": "InProgress", "Next": "Wait"}],
+                "Default": "End",
+            },
+            "End": {"Type": "Succeed"},
+        },
+        "Send",
+        {"doc": 50},
+    )
+    # When its longest gap is computed / Then the loop ends once the command's 150 s have passed
+    gap = longest_gap(workflow, {"detail-type": "test"})
+    assert 150 < gap.seconds <= 1 + 150 + 11
+
+
+def test_a_command_followed_in_variables_is_bounded_by_the_commands_lifetime() -> None:
+    # Given the same command, its id and status kept in variables (Assign) instead of ResultPaths
+    workflow = Workflow(
+        "toy",
+        {
+            "Send": {
+                "Type": "Task",
+                "Resource": f"arn:aws:states:::aws-sdk{SEND}",
+                "Parameters": {"DocumentName": "doc", "TimeoutSeconds": 100},
+                "ResultPath": None,
+                "Assign": {"commandId.$": "$.Command.CommandId"},
+                "TimeoutSeconds": 1,
+                "Next": "Wait",
+            },
+            "Wait": {"Type": "Wait", "Seconds": 10, "Next": "Poll"},
+            "Poll": {
+                "Type": "Task",
+                "Resource": f"arn:aws:states:::aws-sdk{LIST}",
+                "Parameters": {"CommandId.$": "$commandId"},
+                "ResultPath": None,
+                "Assign": {"command": {"status.$": "$.Commands[0].Status"}},
+                "TimeoutSeconds": 1,
+                "Next": "Done?",
+            },
+            "Done?": {
+                "Type": "Choice",
+                "Choices": [{"Variable": "$command.status", "StringEquals": "InProgress", "Next": "Wait"}],
                 "Default": "End",
             },
             "End": {"Type": "Succeed"},

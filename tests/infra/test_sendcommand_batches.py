@@ -11,7 +11,9 @@ Static rules, on the workflows as deployed and on the Lambda code:
 - an ``ssm:sendCommand`` task's ``InstanceIds`` is either one instance (``States.Array`` of one
   path, or a literal list of at most 50), or the item of a Map whose items are a batch list the
   core produces (``BATCHED``: a field the controller steps fill from
-  ``vsa_core.controllers.slots.paths``, whose batches are checked here to hold at most 50);
+  ``vsa_core.controllers.slots.paths``, whose batches are checked here to hold at most 50), read
+  where the step's answer lands: its ResultPath, or a variable its ``Assign`` gives the whole answer
+  (``"ctx.$": "$"``: ``$ctx.hostBatches``);
 - a ``send_command`` call in ``functions/`` or ``layers/`` passes ``InstanceIds=[one]``.
 """
 
@@ -65,12 +67,19 @@ def sends(states: dict[str, Any], maps: tuple[tuple[str, dict[str, Any]], ...] =
 
 
 def producers(states: dict[str, Any]) -> dict[str, set[str]]:
-    """ResultPath -> the task_controller steps whose answer lands there (anywhere in the machine)."""
+    """Where a task_controller step's answer lands (its ResultPath, or ``$name`` for a variable
+    assigned the whole answer) -> the steps whose answer lands there (anywhere in the machine)."""
     found: dict[str, set[str]] = {}
     for state in states.values():
         step = state.get("Parameters", {}).get("step") if isinstance(state.get("Parameters"), dict) else None
         if state.get("Type") == "Task" and "TaskControllerFunctionArn" in state.get("Resource", "") and step:
-            found.setdefault(state.get("ResultPath", "$"), set()).add(step)
+            landing = [state.get("ResultPath", "$")]
+            landing += [
+                "$" + k.removesuffix(".$") for k, v in (state.get("Assign") or {}).items() if v == "$"
+            ]
+            for path in landing:
+                if path is not None:
+                    found.setdefault(path, set()).add(step)
         for inner in _inner(state):
             for path, steps in producers(inner).items():
                 found.setdefault(path, set()).update(steps)
@@ -101,7 +110,7 @@ def refusals(definition: dict[str, Any]) -> list[str]:
 
 def _from_batch(source: str, maps: tuple[tuple[str, dict[str, Any]], ...], made: dict[str, set[str]]) -> bool:
     """Whether ``source`` is the current item of the innermost Map, and that Map iterates a batch
-    list a controller step produces (``$.<its ResultPath>.<a BATCHED field>``)."""
+    list a controller step produces (``<where its answer lands>.<a BATCHED field>``)."""
     if not maps or not source.startswith("$.") or "." in source[2:]:
         return False
     _, the_map = maps[-1]
@@ -227,6 +236,44 @@ def test_a_whole_host_list_is_refused() -> None:
         }
     }
     assert refusals(unbatched) == ["Send: $.hosts"]
+
+
+def test_a_batch_list_held_in_a_variable_is_followed() -> None:
+    # Given a Map over the batches of a controller step's answer kept in a variable ($ctx)
+    def machine(items: str) -> dict[str, Any]:
+        return {
+            "States": {
+                "Locate": {
+                    "Type": "Task",
+                    "Resource": "resolved-TaskControllerFunctionArn",
+                    "Parameters": {"step": "locate"},
+                    "ResultPath": None,
+                    "Assign": {"ctx.$": "$"},
+                    "Next": "PerBatch",
+                },
+                "PerBatch": {
+                    "Type": "Map",
+                    "ItemsPath": items,
+                    "ItemSelector": {"hosts.$": "$$.Map.Item.Value"},
+                    "ItemProcessor": {
+                        "StartAt": "Send",
+                        "States": {
+                            "Send": {
+                                "Type": "Task",
+                                "Resource": f"arn:aws:states:::aws-sdk{SEND}",
+                                "Parameters": {"DocumentName": "d", "InstanceIds.$": "$.hosts"},
+                                "End": True,
+                            }
+                        },
+                    },
+                    "End": True,
+                },
+            }
+        }
+
+    # Then its batches are the step's; a variable no controller step filled is refused
+    assert refusals(machine("$ctx.hostBatches")) == []
+    assert refusals(machine("$other.hostBatches")) == ["Send: $.hosts"]
 
 
 def _send_command_calls() -> Iterator[tuple[str, ast.Call]]:
