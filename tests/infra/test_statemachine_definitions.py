@@ -134,3 +134,85 @@ def test_jsonpath_only(name: str, props: dict[str, Any]) -> None:
     # together with teaching them JSONata.
     text = (ROOT / props["DefinitionUri"]).read_text()
     assert "JSONata" not in text, f"{name}: use JSONPath (the infra tests do not check JSONata Arguments yet)"
+
+
+VARIABLE = re.compile(r"\$[A-Za-z_]")
+"""A workflow variable's reference (``$name``, ``$name.field``), not the state input (``$.``) or
+the context object (``$$.``)."""
+
+
+def _choice_rules(node: Any) -> list[dict[str, Any]]:
+    """Every Choice state's rules in a definition, in Maps too."""
+    found: list[dict[str, Any]] = []
+    if isinstance(node, dict):
+        if node.get("Type") == "Choice":
+            found.extend(node.get("Choices", []))
+        for value in node.values():
+            found.extend(_choice_rules(value))
+    elif isinstance(node, list):
+        for item in node:
+            found.extend(_choice_rules(item))
+    return found
+
+
+def _rule_problems(rule: dict[str, Any], guarded: frozenset[str] = frozenset()) -> list[str]:
+    problems = []
+    if "And" in rule:
+        compared = frozenset(r["Variable"] for r in rule["And"] if "Variable" in r and "IsPresent" not in r)
+        for operand in rule["And"]:
+            problems += _rule_problems(operand, guarded | compared)
+    for operand in rule.get("Or", []) + ([rule["Not"]] if "Not" in rule else []):
+        problems += _rule_problems(operand)
+    variable = rule.get("Variable", "")
+    if "IsPresent" in rule and VARIABLE.match(variable) and variable not in guarded:
+        problems.append(f"IsPresent on {variable}")
+    for key, value in rule.items():
+        if key.endswith("Path") and isinstance(value, str) and VARIABLE.match(value):
+            problems.append(f"{key} {value}")
+    return problems
+
+
+def variable_rule_problems(definition: dict[str, Any]) -> list[str]:
+    """Choice rules the local cloud evaluates differently from AWS when they read variables."""
+    return sorted({p for rule in _choice_rules(definition) for p in _rule_problems(rule)})
+
+
+@pytest.mark.parametrize(("name", "props"), state_machines(), ids=[n for n, _ in state_machines()])
+def test_choices_read_variables_as_the_local_cloud_can(name: str, props: dict[str, Any]) -> None:
+    # Design rule (README, "Step Functions on the local cloud"): the local cloud reads a variable
+    # reference through JSONata, where a missing field is undefined, not an error, so `IsPresent`
+    # on `$name.field` is always true there (AWS answers false); and a `...Path` comparator reads
+    # the state input only. So a workflow tests presence by a count it assigns
+    # (`States.ArrayLength`) or on the state input, uses `IsPresent` on a variable only as the
+    # guard of a comparison of the same variable in an And (both engines then agree), and keeps a
+    # Path comparator's operand in the state input; a bound is a literal or the input's.
+    definition = json.loads((ROOT / props["DefinitionUri"]).read_text())
+    assert variable_rule_problems(definition) == [], name
+
+
+def test_variable_rules_catch_what_the_local_cloud_gets_wrong() -> None:
+    # The rule above must be able to fail
+    definition = {
+        "States": {
+            "C": {
+                "Type": "Choice",
+                "Choices": [
+                    {"Variable": "$ctx.hosts[0]", "IsPresent": True, "Next": "X"},
+                    {"Variable": "$polls", "NumericLessThanPath": "$maxPolls", "Next": "X"},
+                    {"Variable": "$.hosts[0]", "IsPresent": True, "Next": "X"},
+                    {"Variable": "$polls", "NumericLessThanPath": "$.maxPolls", "Next": "X"},
+                    {
+                        "And": [
+                            {"Variable": "$outcome.rearm", "IsPresent": True},
+                            {"Variable": "$outcome.rearm", "BooleanEquals": True},
+                        ],
+                        "Next": "X",
+                    },
+                ],
+            }
+        }
+    }
+    assert variable_rule_problems(definition) == [
+        "IsPresent on $ctx.hosts[0]",
+        "NumericLessThanPath $maxPolls",
+    ]

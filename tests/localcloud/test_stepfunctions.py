@@ -116,3 +116,53 @@ def test_variables_in_jsonpath_states(aws) -> None:
         "polls": 3,
         "error": "Ec2.InvalidSnapshot.NotFoundException",
     }
+
+
+def test_what_the_local_cloud_answers_for_variables_in_choices(aws) -> None:
+    # Pinned divergences from AWS (README, "Step Functions on the local cloud"), which
+    # tests/infra/test_statemachine_definitions.py::test_choices_read_variables_as_the_local_cloud_can
+    # keeps out of the workflows: the local cloud reads `$name.field` through JSONata, where a
+    # missing field is undefined, not an error, so IsPresent is true (AWS: false); and a `...Path`
+    # comparator reads the state input only, so `$limit` compares against nothing and matches
+    # (AWS: 7 < 5 is false). A count assigned with States.ArrayLength answers as AWS does.
+    # Should either divergence go, this test says so.
+    def flag(name: str, value: bool, then: str) -> dict[str, Any]:
+        return {"Type": "Pass", "Assign": {name: value}, "Next": then}
+
+    definition = {
+        "StartAt": "Init",
+        "States": {
+            "Init": {
+                "Type": "Pass",
+                "Assign": {"ctx": {"hosts": []}, "polls": 7, "limit": 5},
+                "Next": "Count",
+            },
+            "Count": {
+                "Type": "Pass",
+                "Assign": {"hostCount.$": "States.ArrayLength($ctx.hosts)"},
+                "Next": "Present?",
+            },
+            "Present?": {
+                "Type": "Choice",
+                "Choices": [{"Variable": "$ctx.hosts[0]", "IsPresent": True, "Next": "Present"}],
+                "Default": "Absent",
+            },
+            "Present": flag("present", True, "Below?"),
+            "Absent": flag("present", False, "Below?"),
+            "Below?": {
+                "Type": "Choice",
+                "Choices": [{"Variable": "$polls", "NumericLessThanPath": "$limit", "Next": "Below"}],
+                "Default": "NotBelow",
+            },
+            "Below": flag("below", True, "Answer"),
+            "NotBelow": flag("below", False, "Answer"),
+            "Answer": {
+                "Type": "Pass",
+                "Parameters": {"present.$": "$present", "below.$": "$below", "hostCount.$": "$hostCount"},
+                "End": True,
+            },
+        },
+    }
+    execution = _run(aws, definition)
+    assert execution["status"] == "SUCCEEDED", execution.get("cause")
+    assert json.loads(execution["output"]) == {"present": True, "below": True, "hostCount": 0}
