@@ -190,7 +190,7 @@ def test_sixty_hosts_are_disconnected_in_batches_of_50_and_one_failing_batch_sto
     assert path.count("BatchDisconnected") == 1
     assert path.index("DisconnectFailed") < path.index("TeardownTarget") < path.index("Continue")
     (kept,) = [
-        json.loads(e["stateExitedEventDetails"]["output"])["pathsKept"]
+        json.loads(e["stateExitedEventDetails"]["assignedVariables"]["pathsKept"])
         for e in run["events"]
         if e["type"] == "PassStateExited" and e["stateExitedEventDetails"]["name"] == "DisconnectFailed"
     ]

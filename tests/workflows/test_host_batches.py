@@ -31,7 +31,7 @@ from vsa_core.arrays.spec import ArraySpec
 from vsa_core.controllers import slots
 
 HOSTS = 60
-DISCONNECT_STATES = ("DisconnectPaths", "Disconnected", "AllDisconnected?", "DisconnectFailed", "PathsKept")
+DISCONNECT_STATES = ("DisconnectPaths", "AllDisconnected?", "DisconnectFailed")
 STAND_IN = {
     "schemaVersion": "2.2",
     "description": "disconnect-path's parameters; prints what it was asked",
@@ -116,8 +116,9 @@ def role() -> Iterator[str]:
 
 
 def disconnect_only(document: str, ctx: dict[str, Any]) -> dict[str, Any]:
-    """The drain's disconnect states as deployed, started with ``ctx`` (a lost instance: no
-    lifecycle action to keep alive) and ended where the teardown would begin."""
+    """The drain's disconnect states as deployed, started with the variables Locate would leave
+    (``ctx``; a lost instance: no lifecycle action to keep alive) and ended where the teardown
+    would begin, answering what the disconnect left in ``$outcomes`` and ``$pathsKept``."""
     drain = json.loads(render("drain_controller.asl.json"))
     states = {name: drain["States"][name] for name in DISCONNECT_STATES}
     send = states["DisconnectPaths"]["ItemProcessor"]["States"]["SendDisconnect"]
@@ -128,11 +129,21 @@ def disconnect_only(document: str, ctx: dict[str, Any]) -> dict[str, Any]:
         "States": {
             "Given": {
                 "Type": "Pass",
-                "Result": {"ctx": ctx, "planned": False, "lifecycle": {}},
+                "Assign": {
+                    "ctx": ctx,
+                    "planned": False,
+                    "lifecycle": {},
+                    "instanceId": "i-0a1b2c3d4e5f69999",
+                    "pathsKept": None,
+                },
                 "Next": "DisconnectPaths",
             },
             **states,
-            "Teardown?": {"Type": "Succeed"},
+            "Teardown?": {
+                "Type": "Pass",
+                "Parameters": {"outcomes.$": "$outcomes", "pathsKept.$": "$pathsKept"},
+                "End": True,
+            },
         },
     }
 
@@ -178,8 +189,8 @@ def test_a_drain_disconnects_sixty_hosts_with_one_command_per_batch_of_50(
     # Then it succeeded with every batch disconnected (SSM took every command: none over 50)
     assert described["status"] == "SUCCEEDED", described.get("cause")
     output = json.loads(described["output"])
-    assert output["disconnectOutcome"]["outcomes"] == ["Success"], output.get("disconnected")
-    assert "pathsKept" not in output
+    assert output["outcomes"] == ["Success"], output
+    assert output["pathsKept"] is None
     # And SSM received one command per batch: 50 hosts and 10, each host once
     commands = [
         c
