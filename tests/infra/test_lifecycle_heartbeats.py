@@ -64,7 +64,7 @@ SDK_ATTEMPT_SECONDS = 60
 DEFAULT_DOCUMENT_TIMEOUT = 3600
 """aws:runShellScript's timeoutSeconds when a document step gives none (SSM documents reference)."""
 
-WALL_CLOCK = {"$.paths.poll.waitedSeconds": "ConnectPaths"}
+WALL_CLOCK = {"$connect.waitedSeconds": "ConnectPaths"}
 """Values a Lambda step reports as wall-clock seconds since a state ran: task_controller's
 ``commands`` step reports ``waitedSeconds`` since the connect step sent its commands."""
 

@@ -47,7 +47,7 @@ def test_a_controller_is_attached_exported_connected_then_continued(
     assert path.count("ConnectPaths") == 1
     assert path.count("PollConnect") == 2
     assert path[-3:] == ["MarkServing", "Continue", "Serving"]
-    assert "Undo" not in path
+    assert "UndoPaths" not in path
     (attach,) = lambda_inputs(run, "attach")
     assert [v["VolumeId"] for v in attach["volumes"]] == ["vol-0a1b2c3d4e5f60001", "vol-0a1b2c3d4e5f60002"]
     # configure-target gets the slot, the address and the hosts' NQNs
@@ -93,7 +93,7 @@ def test_a_failed_configure_is_undone_abandoned_and_alerted_with_the_scripts_err
     path = entered(run)
     assert "ConnectPaths" not in path
     assert "MarkServing" not in path
-    undo = ["Undo", "UndoPaths?", "UndoPaths", "UndoTarget", "Detach", "ReleaseSlot", "Abandon", "Alert"]
+    undo = ["UndoPaths", "UndoTarget", "Detach", "ReleaseSlot", "Abandon", "Alert"]
     assert [s for s in path if s in undo] == undo
     teardown = [c for c in scheduled(run, "sendCommand") if c["Parameters"].get("Mode") == ["teardown"]]
     assert len(teardown) == 1
@@ -114,7 +114,7 @@ def test_a_host_that_gets_no_live_path_undoes_the_controller_and_names_the_host(
     assert "no live path to 10.0.1.9" in run["cause"]
     path = entered(run)
     assert "MarkServing" not in path
-    undo = ["Undo", "UndoPaths?", "UndoPaths", "UndoTarget", "Detach", "ReleaseSlot", "Abandon", "Alert"]
+    undo = ["UndoPaths", "UndoTarget", "Detach", "ReleaseSlot", "Abandon", "Alert"]
     assert [s for s in path if s in undo] == undo
     # every host is told to drop the path, the one that connected too
     (undo_paths,) = [
@@ -135,7 +135,7 @@ def test_a_connect_that_is_never_listed_as_finished_gives_up_and_undoes(
     path = entered(run)
     assert path.count("PollConnect") == 1
     assert "MarkServing" not in path
-    assert path.index("ConnectTimedOut") < path.index("Undo") < path.index("Abandon")
+    assert path.index("ConnectTimedOut") < path.index("UndoPaths") < path.index("Abandon")
 
 
 def test_a_lifecycle_action_that_already_timed_out_is_undone_not_left_half_serving(
@@ -147,7 +147,7 @@ def test_a_lifecycle_action_that_already_timed_out_is_undone_not_left_half_servi
     assert run["status"] == "FAILED"
     assert "No active Lifecycle Action found" in run["cause"]
     path = entered(run)
-    assert path.index("Continue") < path.index("Undo") < path.index("ReleaseSlot") < path.index("Alert")
+    assert path.index("Continue") < path.index("UndoPaths") < path.index("ReleaseSlot") < path.index("Alert")
 
 
 def test_a_planned_drain_disconnects_hosts_before_removing_the_target(
