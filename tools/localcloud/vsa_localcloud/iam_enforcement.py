@@ -440,6 +440,13 @@ def _special_arns(
 ) -> dict[str, list[str]]:
     """Resources a request implies without naming them (found in the local cloud's state)."""
     account, region = base["Account"], base["Region"]
+    if prefix == "dynamodb" and request.get("IndexName"):
+        # A Query or Scan of a secondary index is authorized against the index's ARN
+        # (table/<name>/index/<index>) alone: AWS's policy examples grant Query on index/* apart
+        # from the table (DynamoDB developer guide, "IAM policy to read, write, update, and delete
+        # access on a DynamoDB table"). The Service Authorization Reference lists the table as
+        # required for Query and Scan, which holds for a request without IndexName.
+        return {"table": []}
     if prefix == "ec2" and operation == "CreateSnapshots":
         spec = request.get("InstanceSpecification") or {}
         instance_id = spec.get("InstanceId", "")
