@@ -1,5 +1,6 @@
 """Controller lifecycle events -> BootstrapController / DrainController, started once per event
-(``vsa_core.controllers.events`` names the execution, ``aws_lifecycle.start`` starts it)."""
+(``vsa_core.controllers.events`` names the execution, ``aws_lifecycle.start`` starts it, and
+nothing for an instance that holds no slot)."""
 
 from typing import Any
 
@@ -19,4 +20,4 @@ __all__ = ["ControllerEvent", "execution", "lambda_handler", "start"]
 @event_parser(model=ControllerEvent)
 def lambda_handler(event: ControllerEvent, context: LambdaContext) -> dict[str, Any]:
     raw = event.model_dump_json(by_alias=True)
-    return start(event, raw, client("stepfunctions"))
+    return start(event, raw, client("stepfunctions"), client("dynamodb"))

@@ -25,8 +25,10 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from tests.infra.test_registry_table import create_table_arguments
 from tests.infra.test_statemachine_definitions import load_template
 from tests.localcloud.conftest import run_execution
+from vsa_core.naming import INSTANCE_INDEX
 
 ZONE = "us-east-1a"
 AMI = "ami-12c6146b"  # known to moto
@@ -332,11 +334,18 @@ def test_step_functions_tasks_run_with_the_state_machine_role(aws, make_role):
 # --- the template's own statements ---------------------------------------------------------------
 
 
+STACK_ARNS = {"RegistryTable.Arn": "arn:aws:dynamodb:us-east-1:000000000000:table/*"}
+"""Attributes of the stack's own resources inside a ``!Sub``, as deployed here (a wildcard for
+the name: the ARN keeps its form, so ``${RegistryTable.Arn}/index/…`` stays an index ARN)."""
+
+
 def _render(value: Any) -> Any:
     """A policy value of template.yaml as deployed here (``!Sub`` with the local account; other
     intrinsics, which name the stack's own resources, become wildcards)."""
     if isinstance(value, dict) and "Sub" in value:
         text = value["Sub"] if isinstance(value["Sub"], str) else value["Sub"][0]
+        for attribute, arn in STACK_ARNS.items():
+            text = text.replace(f"${{{attribute}}}", arn)
         text = text.replace("${AWS::Partition}", "aws").replace("${AWS::Region}", "us-east-1")
         text = text.replace("${AWS::AccountId}", "000000000000")
         return re.sub(r"\$\{[^}]+\}", "*", text)
@@ -491,3 +500,42 @@ def test_auto_scaling_group_tags_condition_its_actions(role_session, aws):
         for group in (name, untagged):
             autoscaling.delete_auto_scaling_group(AutoScalingGroupName=group, ForceDelete=True)
         autoscaling.delete_launch_configuration(LaunchConfigurationName=name)
+
+
+@pytest.fixture
+def registry_table(aws: Callable[[str], Any]) -> Iterator[str]:
+    """A registry table as template.yaml declares it (with its instances index); deleted after."""
+    name = f"iamtest-registry-{uuid.uuid4().hex[:8]}"
+    aws("dynamodb").create_table(**create_table_arguments(name))
+    yield name
+    aws("dynamodb").delete_table(TableName=name)
+
+
+def test_a_query_of_an_index_is_authorized_against_the_index_alone(role_session, registry_table):
+    # Given on_controller_event's role as template.yaml declares it: Query on the registry's
+    # instances index, nothing on the table (AWS authorizes a Query with IndexName against the
+    # index's ARN, table/<name>/index/<index>; DynamoDB developer guide, IAM policy examples)
+    dynamodb = role_session(*template_statements("OnControllerEventRole"))("dynamodb")
+    # Then it asks the index whether an instance is a controller
+    found = dynamodb.query(
+        TableName=registry_table,
+        IndexName=INSTANCE_INDEX,
+        KeyConditionExpression="instanceId = :i AND begins_with(sk, :slot)",
+        ExpressionAttributeValues={":i": {"S": "i-0123456789abcdef0"}, ":slot": {"S": "SLOT#"}},
+    )
+    assert found["Items"] == []
+    # but reads nothing of the table itself: no Query, Scan or GetItem
+    refused = []
+    for call, params in (
+        (
+            "query",
+            {"KeyConditionExpression": "pk = :pk", "ExpressionAttributeValues": {":pk": {"S": "ARRAY#a"}}},
+        ),
+        ("scan", {}),
+        ("scan", {"IndexName": INSTANCE_INDEX}),
+        ("get_item", {"Key": {"pk": {"S": "ARRAY#a"}, "sk": {"S": "SPEC"}}}),
+    ):
+        with pytest.raises(ClientError) as denied:
+            getattr(dynamodb, call)(TableName=registry_table, **params)
+        refused.append(_code(denied.value))
+    assert refused == ["AccessDeniedException"] * 4

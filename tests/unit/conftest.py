@@ -15,6 +15,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from tests.infra.test_registry_table import create_table_arguments
 from vsa_core.clients import client
 from vsa_core.observability import metrics
 from vsa_core.settings import get_settings
@@ -122,20 +123,9 @@ def aws() -> Iterator[None]:
 
 @pytest.fixture
 def registry_table(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The registry table as the template declares it (pk/sk strings), named in VSA_TABLE_NAME."""
+    """The registry table as the template declares it (keys, indexes), named in VSA_TABLE_NAME."""
     dynamodb = boto3.client("dynamodb", region_name=REGION)
-    dynamodb.create_table(
-        TableName=TABLE_NAME,
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
-        ],
-        KeySchema=[
-            {"AttributeName": "pk", "KeyType": "HASH"},
-            {"AttributeName": "sk", "KeyType": "RANGE"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    dynamodb.create_table(**create_table_arguments(TABLE_NAME))
     monkeypatch.setenv("VSA_TABLE_NAME", TABLE_NAME)
     get_settings.cache_clear()
     yield TABLE_NAME

@@ -165,17 +165,67 @@ def test_a_lifecycle_action_starts_its_workflow_once(
             {"stateMachineArn": arn, "name": name, "input": "{}"},
         )
         stub.add_client_error("start_execution", "ExecutionAlreadyExists", "exists")
-        assert trigger.start(event, "{}", sfn)["started"] is True
-        assert trigger.start(event, "{}", sfn) == {
-            "started": False,
-            "execution": name,
-            "reason": "duplicate event",
-        }
+        # a lifecycle action is ours by its group's name (the rule's pattern): no registry read
+        with Stubber(boto3.client("dynamodb", region_name=REGION)) as no_reads:
+            assert trigger.start(event, "{}", sfn, no_reads.client)["started"] is True
+            assert trigger.start(event, "{}", sfn, no_reads.client) == {
+                "started": False,
+                "execution": name,
+                "reason": "duplicate event",
+            }
 
 
 def test_a_lost_instance_starts_a_drain_named_by_its_state() -> None:
     event = trigger.ControllerEvent.model_validate(load_event("ec2/instance_state_change.json"))
     assert trigger.execution(event) == ("drain", "lost-i-0a1b2c3d4e5f60003-terminated")
+
+
+def lease(table: str, array_id: str, slot: int, instance_id: str, state: str = "serving") -> None:
+    """A slot item as BootstrapController's LeaseSlot / MarkServing leave it."""
+    boto3.client("dynamodb", region_name=REGION).put_item(
+        TableName=table,
+        Item={
+            "pk": {"S": f"ARRAY#{array_id}"},
+            "sk": {"S": slot_key(slot)},
+            "instanceId": {"S": instance_id},
+            "state": {"S": state},
+            "address": {"S": f"10.0.0.{slot + 10}"},
+        },
+    )
+
+
+def test_a_lost_controller_starts_its_drain_and_any_other_instance_nothing(
+    sfn: Any, registry_table: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a controller of array demo in slot 0, and the sample state change re-aimed at it
+    lease(registry_table, "demo", 0, "i-0a1b2c3d4e5f60003")
+    event = trigger.ControllerEvent.model_validate(load_event("ec2/instance_state_change.json"))
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    arn = "arn:aws:states:us-east-1:123456789012:stateMachine:D"
+    name = "lost-i-0a1b2c3d4e5f60003-terminated"
+    with Stubber(sfn) as stub:
+        stub.add_response(
+            "start_execution",
+            {"executionArn": f"{arn}:{name}", "startDate": "2026-11-22T10:00:00Z"},
+            {"stateMachineArn": arn, "name": name, "input": "{}"},
+        )
+        # When EC2 announces it terminated / Then its drain starts
+        assert trigger.start(event, "{}", sfn, dynamodb)["started"] is True
+        # When another instance of the region (a host, anything) terminates
+        other = trigger.ControllerEvent.model_validate(
+            {
+                **event.model_dump(by_alias=True),
+                "detail": {"instance-id": "i-0ffffffffffffffff", "state": "terminated"},
+            }
+        )
+        # Then nothing starts (the Stubber has no second answer) and a log line says why
+        assert trigger.start(other, "{}", sfn, dynamodb) == {
+            "started": False,
+            "execution": "lost-i-0ffffffffffffffff-terminated",
+            "reason": "not a controller",
+        }
+        stub.assert_no_pending_responses()
+    assert "not a controller: no workflow started" in caplog.text
 
 
 def test_an_event_of_another_kind_is_refused_by_name() -> None:

@@ -5,6 +5,7 @@ import json
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from botocore.stub import Stubber
 
 from tests.specs import BASE
 from tests.unit.conftest import REGION
@@ -224,3 +225,49 @@ def test_retry_deleting_only_after_a_failure(registry: ArrayRegistry, dynamodb, 
     assert registry.get("demo").delete_failure == '{"Error": "X", "Cause": "y"}'
     retried = registry.retry_deleting("demo", second)
     assert (retried.deleting, retried.delete_failure) == (second, None)
+
+
+def slot_item(array_id: str, slot: int, instance_id: str) -> dict:
+    return {
+        "pk": {"S": f"ARRAY#{array_id}"},
+        "sk": {"S": f"SLOT#{slot:02d}"},
+        "instanceId": {"S": instance_id},
+        "state": {"S": "serving"},
+        "address": {"S": "10.0.0.11"},
+    }
+
+
+def test_find_slot_queries_the_instances_index_then_reads_the_slot(
+    registry: ArrayRegistry, dynamodb, registry_table: str
+):
+    # Given controllers of two arrays
+    dynamodb.put_item(TableName=registry_table, Item=slot_item("alpha", 0, "i-0000000000000000a"))
+    dynamodb.put_item(TableName=registry_table, Item=slot_item("beta", 1, "i-0000000000000000b"))
+    # When each is looked up by its instance id / Then its array, slot and fields come back
+    assert registry.find_slot("i-0000000000000000b") == (
+        "beta",
+        1,
+        {"instanceId": "i-0000000000000000b", "state": "serving", "address": "10.0.0.11"},
+    )
+    assert registry.slot_keys("i-0000000000000000a") == [("ARRAY#alpha", "SLOT#00")]
+    # and an instance that holds no slot is none
+    assert registry.find_slot("i-0000000000000000c") is None
+    assert registry.slot_keys("i-0000000000000000c") == []
+
+
+def test_find_slot_ignores_what_the_index_still_lists_but_the_table_no_longer_holds(registry_table: str):
+    # Given an index entry that lags the table (eventually consistent): the slot was released,
+    # then leased by another controller
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    registry = ArrayRegistry(registry_table, dynamodb)
+    key = {"pk": {"S": "ARRAY#alpha"}, "sk": {"S": "SLOT#00"}}
+    with Stubber(dynamodb) as stub:
+        stub.add_response("query", {"Items": [{**key, "instanceId": {"S": "i-0000000000000000a"}}]})
+        stub.add_response(
+            "get_item",
+            {"Item": slot_item("alpha", 0, "i-0000000000000000d")},
+            {"TableName": registry_table, "Key": key, "ConsistentRead": True},
+        )
+        # When the old controller is looked up / Then it holds no slot (the table's consistent answer)
+        assert registry.find_slot("i-0000000000000000a") is None
+        stub.assert_no_pending_responses()

@@ -85,6 +85,8 @@ def delete_execution_name(array_id: str, version: int) -> str:
 
 
 SLOT_PREFIX = "SLOT#"
+INSTANCE_INDEX = "instances"
+"""The registry's index of controller slots by instance id (``instanceId`` → ``pk``, ``sk``)."""
 SLOTS = 16
 """A controller's slot: 0..15 (io2 Multi-Attach: at most 16 controllers per array)."""
 

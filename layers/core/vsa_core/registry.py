@@ -1,9 +1,15 @@
 """The array registry in the control plane's single DynamoDB table (the only boto3 user here).
 
 Keys: ``pk = ARRAY#<id>``; ``sk = SPEC`` holds the declared spec (JSON), the desired
-controller count and a version; ``sk = DECISION#<time>#<execution>`` holds scale decisions
-(written by the ScaleArray workflow itself); ``sk = BACKUP#<backup id>`` holds a backup set
-(:class:`BackupRegistry`).
+controller count and a version; ``sk = SLOT#nn`` a controller's slot (``instanceId``, ``state``,
+``address``; leased and released by the controller workflows); ``sk = DECISION#<time>#<execution>``
+holds scale decisions (written by the ScaleArray workflow itself); ``sk = BACKUP#<backup id>``
+holds a backup set (:class:`BackupRegistry`).
+
+Every per-event read is keyed, never a scan, so an event costs the same with 10 arrays or 1,000
+(``make bench-arrays``): an array by its id, its slots by a query of its partition, and a
+controller by its instance id through the ``instances`` index (``naming.INSTANCE_INDEX``: a
+sparse global secondary index of the items that have an ``instanceId``, i.e. the slots).
 
 Every write of the SPEC item is conditional on the version it read (optimistic concurrency):
 of two concurrent applies one wins, the other gets ``ConflictError`` and changes nothing. The
@@ -18,6 +24,7 @@ from botocore.exceptions import ClientError
 from vsa_core.arrays.spec import ArraySpec, Deletion, RegisteredArray
 from vsa_core.backups.sets import BackupSet
 from vsa_core.clients import client
+from vsa_core.controllers import aws_index
 from vsa_core.errors import ArrayNotFoundError, BackupNotFoundError, ConflictError
 from vsa_core.naming import SLOT_PREFIX, slot_of_key
 
@@ -205,18 +212,22 @@ class ArrayRegistry:
 
     def find_slot(self, instance_id: str) -> tuple[str, int, dict[str, str]] | None:
         """The array and slot a controller holds, wherever it is (an EC2 state-change event
-        names only the instance). A scan: slots number at most 16 per array."""
-        paginator = self._dynamodb.get_paginator("scan")
-        for page in paginator.paginate(
-            TableName=self._table,
-            FilterExpression="begins_with(sk, :slot) AND instanceId = :instance",
-            ExpressionAttributeValues={":slot": {"S": SLOT_PREFIX}, ":instance": {"S": instance_id}},
-            ConsistentRead=True,
-        ):
-            for item in page.get("Items", []):
-                fields = {k: v["S"] for k, v in item.items() if k not in ("pk", "sk") and "S" in v}
-                return item["pk"]["S"].removeprefix("ARRAY#"), slot_of_key(item["sk"]["S"]), fields
+        names only the instance): the ``instances`` index gives the slot's key, and the slot is
+        read from the table itself, consistently (an index is eventually consistent: a slot
+        released or leased by another instance since is not this controller's)."""
+        for pk, sk in self.slot_keys(instance_id):
+            item = self._dynamodb.get_item(
+                TableName=self._table, Key={"pk": {"S": pk}, "sk": {"S": sk}}, ConsistentRead=True
+            ).get("Item")
+            if item is None or item.get("instanceId", {}).get("S") != instance_id:
+                continue
+            fields = {k: v["S"] for k, v in item.items() if k not in ("pk", "sk") and "S" in v}
+            return pk.removeprefix("ARRAY#"), slot_of_key(sk), fields
         return None
+
+    def slot_keys(self, instance_id: str) -> list[tuple[str, str]]:
+        """The keys (pk, sk) of the slots the ``instances`` index lists for the instance."""
+        return aws_index.slot_keys(self._dynamodb, self._table, instance_id)
 
     def decisions(self, array_id: str, limit: int = 10) -> list[dict[str, Any]]:
         """The newest scale decisions, newest first, as the workflow recorded them."""

@@ -1,19 +1,31 @@
 """Start the controller workflow an event asks for, once per event (Step Functions refuses a
-second execution of a name: a redelivered event starts nothing)."""
+second execution of a name: a redelivered event starts nothing), and none for an instance that
+is not a controller (one keyed read of the registry's ``instances`` index)."""
 
 from typing import TYPE_CHECKING, Any
 
-from vsa_core.controllers.events import ControllerEvent, execution
+from vsa_core.controllers.aws_index import slot_keys
+from vsa_core.controllers.events import ControllerEvent, execution, lost_instance
 from vsa_core.observability import logger
 from vsa_core.settings import get_settings
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_stepfunctions import SFNClient
 
 
-def start(event: ControllerEvent, raw: str, sfn: "SFNClient") -> dict[str, Any]:
+def start(event: ControllerEvent, raw: str, sfn: "SFNClient", dynamodb: "DynamoDBClient") -> dict[str, Any]:
     workflow, name = execution(event)
     settings = get_settings()
+    lost = lost_instance(event)
+    if lost is not None and not slot_keys(dynamodb, settings.table_name, lost.instance_id):
+        # any instance of the region, or a controller drained already (a scale-in's leaver,
+        # the second state change of a lost one): nothing to drain, no execution
+        logger.info(
+            "not a controller: no workflow started",
+            extra={"instance_id": lost.instance_id, "state": lost.state, "execution": name},
+        )
+        return {"started": False, "execution": name, "reason": "not a controller"}
     arn = (
         settings.bootstrap_state_machine_arn if workflow == "bootstrap" else settings.drain_state_machine_arn
     )

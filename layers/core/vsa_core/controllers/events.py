@@ -5,8 +5,10 @@ DrainController, started once per event.
   BootstrapController, named after the instance and the lifecycle action token;
 - ``EC2 Instance-terminate Lifecycle Action`` (the drain hook) → DrainController, same naming;
 - ``EC2 Instance State-change Notification`` (stopped, shutting-down, terminated: a controller
-  lost without a lifecycle action) → DrainController, named after the instance and the state
-  (a controller that is not in any array ends at once in the workflow: "not a controller").
+  lost without a lifecycle action) → DrainController, named after the instance and the state.
+  EC2 announces every instance of the region and the event names only the instance: the
+  trigger starts the drain only for an instance that holds a slot (``lost_instance`` here, the
+  registry's ``instances`` index in ``aws_lifecycle``); any other starts nothing.
 
 EventBridge delivers at least once: the same event always maps to the same execution name, and
 Step Functions refuses a second execution of a name (``ExecutionAlreadyExists``), so a
@@ -59,3 +61,11 @@ def execution(event: ControllerEvent) -> tuple[Literal["bootstrap", "drain"], st
         change = StateChangeDetail.model_validate(event.detail)
         return "drain", f"lost-{change.instance_id}-{change.state}"
     raise InvalidEventError(f"not a controller event: detail-type {kind!r}")
+
+
+def lost_instance(event: ControllerEvent) -> StateChangeDetail | None:
+    """The instance and state of an EC2 state change (a controller lost, or not ours at all);
+    None for a lifecycle action (which EventBridge matched by our groups' names already)."""
+    if event.detail_type != STATE_CHANGE:
+        return None
+    return StateChangeDetail.model_validate(event.detail)

@@ -1,0 +1,79 @@
+"""The registry table serves many arrays (issue #16 item 5): a controller is found by its instance
+id through an index (never a Scan), and the roles hold exactly the grants these calls need.
+
+AWS's documents: a global secondary index is queried by its ARN, ``table/<name>/index/<index>``
+("IAM policy to read, write, update, and delete access on a DynamoDB table": Query on
+``index/*`` apart from the table).
+"""
+
+from pathlib import Path
+from typing import Any
+
+from tests.infra.test_iam_least_privilege import statements
+from tests.infra.test_statemachine_definitions import load_template
+from vsa_core.naming import INSTANCE_INDEX
+
+ROOT = Path(__file__).resolve().parents[2]
+INDEX_ARN = {"Sub": f"${{RegistryTable.Arn}}/index/{INSTANCE_INDEX}"}
+SCANNING_ROLES = {"ApiArraysRole/arrays-registry", "TaskPublishDemandRole/publish-demand"}
+"""The only roles that may Scan the registry: GET /arrays and the every-minute demand publisher
+read every array (not an event's hot path; see README, "Many arrays")."""
+
+
+def table() -> dict[str, Any]:
+    props: dict[str, Any] = load_template()["Resources"]["RegistryTable"]["Properties"]
+    return props
+
+
+def create_table_arguments(name: str) -> dict[str, Any]:
+    """CreateTable's arguments for a registry table exactly as template.yaml declares it (keys,
+    the instances index, billing)."""
+    props = table()
+    return {
+        "TableName": name,
+        "AttributeDefinitions": props["AttributeDefinitions"],
+        "KeySchema": props["KeySchema"],
+        "GlobalSecondaryIndexes": props["GlobalSecondaryIndexes"],
+        "BillingMode": props["BillingMode"],
+    }
+
+
+def _actions(statement: dict[str, Any]) -> list[str]:
+    actions = statement["Action"]
+    return [actions] if isinstance(actions, str) else list(actions)
+
+
+def test_the_instances_index_is_the_one_the_core_queries() -> None:
+    # Given the registry table / Then it has the index the core names, on instanceId (+ sk), keys only
+    indexes = {i["IndexName"]: i for i in table()["GlobalSecondaryIndexes"]}
+    assert list(indexes) == [INSTANCE_INDEX]
+    index = indexes[INSTANCE_INDEX]
+    assert index["KeySchema"] == [
+        {"AttributeName": "instanceId", "KeyType": "HASH"},
+        {"AttributeName": "sk", "KeyType": "RANGE"},
+    ]
+    assert index["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+    assert {"AttributeName": "instanceId", "AttributeType": "S"} in table()["AttributeDefinitions"]
+
+
+def test_only_the_listing_roles_may_scan_the_registry() -> None:
+    # Given every role statement / Then dynamodb:Scan is granted only where every array is read
+    scanning = {where for where, s in statements() if "dynamodb:Scan" in _actions(s)}
+    assert scanning == SCANNING_ROLES
+
+
+def test_the_controller_trigger_may_only_query_the_instances_index() -> None:
+    # Given on_controller_event's role / Then its one DynamoDB grant is Query on the index
+    dynamodb = [
+        (where, s)
+        for where, s in statements()
+        if where.startswith("OnControllerEventRole/") and any(a.startswith("dynamodb:") for a in _actions(s))
+    ]
+    assert [(s["Action"], s["Resource"]) for _, s in dynamodb] == [("dynamodb:Query", INDEX_ARN)]
+
+
+def test_the_controller_steps_query_the_index_and_no_longer_scan() -> None:
+    granted = [s for where, s in statements() if where.startswith("TaskControllerRole/")]
+    on_index = [s for s in granted if s["Resource"] == INDEX_ARN]
+    assert [_actions(s) for s in on_index] == [["dynamodb:Query"]]
+    assert not any("dynamodb:Scan" in _actions(s) for s in granted)
