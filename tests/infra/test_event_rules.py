@@ -21,7 +21,7 @@ import pytest
 from moto.events.models import EventPattern
 
 from tests.infra.test_statemachine_definitions import load_template
-from vsa_core.naming import iops_alarm_name
+from vsa_core.naming import group_name, iops_alarm_name
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,3 +93,33 @@ def test_the_backup_failed_sample_does_not_match(iops_rule: Any) -> None:
 def test_the_iops_rule_does_not_match_leaving_alarm(iops_rule: Any) -> None:
     # Given an IOPS alarm returning to OK / Then the rule does not match
     assert not matches(iops_rule, alarm_state_change("vsa-demo-iops-high", state="OK"))
+
+
+def lifecycle_rule_matches(event: dict[str, Any]) -> bool:
+    """The deployed pattern of the rule that starts the controller workflows on a lifecycle action."""
+    function = load_template()["Resources"]["OnControllerEventFunction"]["Properties"]
+    pattern = function["Events"]["ControllerLifecycleAction"]["Properties"]["Pattern"]
+    return bool(EventPattern.load(json.dumps(pattern)).matches_event(event))
+
+
+def lifecycle_action(sample: str, group: str) -> dict[str, Any]:
+    event: dict[str, Any] = json.loads((ROOT / "events" / "autoscaling" / sample).read_text())
+    event["detail"]["AutoScalingGroupName"] = group
+    return event
+
+
+@pytest.mark.parametrize("sample", ["launch_lifecycle_action.json", "terminate_lifecycle_action.json"])
+@pytest.mark.parametrize("array_id", ["demo", "prod-db-01", "controllers"])
+def test_the_lifecycle_rule_matches_every_arrays_group(sample: str, array_id: str) -> None:
+    # Given a lifecycle action of an array's controller group (vsa_core.naming.group_name)
+    # Then the rule matches it: the workflow starts
+    assert lifecycle_rule_matches(lifecycle_action(sample, group_name(array_id)))
+
+
+@pytest.mark.parametrize(
+    "group", ["vsa-web", "vsa-demo-controllers-old", "web-controllers", "team-vsa-demo-controllers"]
+)
+def test_the_lifecycle_rule_drops_other_groups_before_any_execution(group: str) -> None:
+    # Given a lifecycle action of a group that is not an array's (another team's, in the region)
+    # Then EventBridge drops it: no Lambda, no execution
+    assert not lifecycle_rule_matches(lifecycle_action("launch_lifecycle_action.json", group))
