@@ -1,17 +1,21 @@
 """The registry table serves many arrays (issue #16 item 5): a controller is found by its instance
-id through an index (never a Scan), and the roles hold exactly the grants these calls need.
+id through an index (never a Scan), history items expire (TTL), and the roles hold exactly the
+grants these calls need.
 
 AWS's documents: a global secondary index is queried by its ARN, ``table/<name>/index/<index>``
 ("IAM policy to read, write, update, and delete access on a DynamoDB table": Query on
-``index/*`` apart from the table).
+``index/*`` apart from the table); TTL deletes an item once the epoch seconds in its TTL
+attribute have passed ("Using time to live (TTL) in DynamoDB").
 """
 
+import json
 from pathlib import Path
 from typing import Any
 
 from tests.infra.test_iam_least_privilege import statements
 from tests.infra.test_statemachine_definitions import load_template
 from vsa_core.naming import INSTANCE_INDEX
+from vsa_core.registry import EXPIRES_AT
 
 ROOT = Path(__file__).resolve().parents[2]
 INDEX_ARN = {"Sub": f"${{RegistryTable.Arn}}/index/{INSTANCE_INDEX}"}
@@ -27,7 +31,7 @@ def table() -> dict[str, Any]:
 
 def create_table_arguments(name: str) -> dict[str, Any]:
     """CreateTable's arguments for a registry table exactly as template.yaml declares it (keys,
-    the instances index, billing)."""
+    the instances index, billing); its TTL is ``time_to_live()`` (UpdateTimeToLive)."""
     props = table()
     return {
         "TableName": name,
@@ -36,6 +40,11 @@ def create_table_arguments(name: str) -> dict[str, Any]:
         "GlobalSecondaryIndexes": props["GlobalSecondaryIndexes"],
         "BillingMode": props["BillingMode"],
     }
+
+
+def time_to_live() -> dict[str, Any]:
+    spec: dict[str, Any] = table()["TimeToLiveSpecification"]
+    return spec
 
 
 def _actions(statement: dict[str, Any]) -> list[str]:
@@ -54,6 +63,23 @@ def test_the_instances_index_is_the_one_the_core_queries() -> None:
     ]
     assert index["Projection"] == {"ProjectionType": "KEYS_ONLY"}
     assert {"AttributeName": "instanceId", "AttributeType": "S"} in table()["AttributeDefinitions"]
+
+
+def test_history_items_expire_by_the_attribute_the_workflow_writes() -> None:
+    # Given the table's TTL / Then it reads the attribute the core names
+    assert table()["TimeToLiveSpecification"] == {"AttributeName": EXPIRES_AT, "Enabled": True}
+    # And ScaleArray's RecordDecision writes it, a number, from PlanScale's answer
+    definition = json.loads((ROOT / "statemachines" / "scale_array.asl.json").read_text())
+    item = definition["States"]["RecordDecision"]["Parameters"]["Item"]
+    assert item[EXPIRES_AT] == {"N.$": "States.Format('{}', $outcome.expiresAt)"}
+
+
+def test_the_retention_is_a_parameter_given_to_plan_scale() -> None:
+    template = load_template()
+    parameter = template["Parameters"]["HistoryRetentionDays"]
+    assert (parameter["Type"], parameter["Default"], parameter["MinValue"]) == ("Number", 90, 1)
+    variables = template["Resources"]["TaskPlanScaleFunction"]["Properties"]["Environment"]["Variables"]
+    assert variables["VSA_HISTORY_RETENTION_DAYS"] == {"Ref": "HistoryRetentionDays"}
 
 
 def test_only_the_listing_roles_may_scan_the_registry() -> None:

@@ -15,7 +15,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from tests.infra.test_registry_table import create_table_arguments
+from tests.infra.test_registry_table import create_table_arguments, time_to_live
 from vsa_core.clients import client
 from vsa_core.observability import metrics
 from vsa_core.settings import get_settings
@@ -123,9 +123,10 @@ def aws() -> Iterator[None]:
 
 @pytest.fixture
 def registry_table(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The registry table as the template declares it (keys, indexes), named in VSA_TABLE_NAME."""
+    """The registry table as the template declares it (keys, indexes, TTL), named in VSA_TABLE_NAME."""
     dynamodb = boto3.client("dynamodb", region_name=REGION)
     dynamodb.create_table(**create_table_arguments(TABLE_NAME))
+    dynamodb.update_time_to_live(TableName=TABLE_NAME, TimeToLiveSpecification=time_to_live())
     monkeypatch.setenv("VSA_TABLE_NAME", TABLE_NAME)
     get_settings.cache_clear()
     yield TABLE_NAME

@@ -1,6 +1,7 @@
 """ArrayRegistry over the control plane's DynamoDB table (moto)."""
 
 import json
+from datetime import UTC, datetime
 
 import boto3
 import pytest
@@ -11,7 +12,7 @@ from tests.specs import BASE
 from tests.unit.conftest import REGION
 from vsa_core.arrays.spec import ArraySpec, Deletion
 from vsa_core.errors import ArrayNotFoundError, ConflictError
-from vsa_core.registry import ArrayRegistry, array_key
+from vsa_core.registry import EXPIRES_AT, ArrayRegistry, array_key, expires_at
 
 
 def make_spec(array_id: str = "demo", **overrides: object) -> ArraySpec:
@@ -271,3 +272,12 @@ def test_find_slot_ignores_what_the_index_still_lists_but_the_table_no_longer_ho
         # When the old controller is looked up / Then it holds no slot (the table's consistent answer)
         assert registry.find_slot("i-0000000000000000a") is None
         stub.assert_no_pending_responses()
+
+
+def test_history_expires_after_the_retention(registry_table: str, dynamodb):
+    # Given the table as deployed / Then its TTL reads expiresAt
+    ttl = dynamodb.describe_time_to_live(TableName=registry_table)["TimeToLiveDescription"]
+    assert (ttl["TimeToLiveStatus"], ttl["AttributeName"]) == ("ENABLED", EXPIRES_AT)
+    # And a history item written now goes in 90 days, epoch seconds
+    now = datetime(2026, 11, 2, 17, 5, tzinfo=UTC)
+    assert expires_at(now, 90) == int(datetime(2027, 1, 31, 17, 5, tzinfo=UTC).timestamp())

@@ -18,6 +18,7 @@ from vsa_core.naming import slot_key
 from vsa_core.registry import ArrayRegistry, array_key
 from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.planner import plan
+from vsa_core.settings import get_settings
 
 REQUEST: dict[str, Any] = load_event("stepfunctions/task_plan_scale.json")
 DEMO = ArraySpec(arrayId="demo", availabilityZone="us-east-1a", **BASE, minControllers=2, maxControllers=8)
@@ -224,3 +225,24 @@ def test_a_day_old_alarm_does_not_scale_an_idle_array_out(registry, autoscaling)
         2,
         2,
     )
+
+
+def test_the_decision_carries_its_expiry_after_the_retention(
+    registry, autoscaling, monkeypatch: pytest.MonkeyPatch
+):
+    # Given array "demo" and its group
+    registry.create(DEMO)
+    make_group(autoscaling, 2)
+    # When PlanScale decides (the default retention: 90 days) / Then the record the workflow
+    # writes carries expiresAt, the registry's TTL attribute, 90 days on
+    decision = handler.plan_scale(request(), registry, autoscaling, NOW)
+    assert decision["expiresAt"] == int((NOW + timedelta(days=90)).timestamp())
+    # And with HistoryRetentionDays = 7, a week on; a stale-data hold carries it too
+    monkeypatch.setenv("VSA_HISTORY_RETENTION_DAYS", "7")
+    get_settings.cache_clear()
+    assert handler.plan_scale(request(), registry, autoscaling, NOW)["expiresAt"] == int(
+        (NOW + timedelta(days=7)).timestamp()
+    )
+    stale = handler.plan_scale(request(), registry, autoscaling, NOW + timedelta(days=1))
+    assert stale["demandSource"] == "stale"
+    assert stale["expiresAt"] == int((NOW + timedelta(days=8)).timestamp())

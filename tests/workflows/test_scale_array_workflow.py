@@ -54,6 +54,26 @@ def test_throttled_plan_is_retried_then_recorded(sfn: Any, workflow: Callable[[s
     assert json.loads(run["output"])["desired_controllers"] == 4
 
 
+def test_the_decision_is_recorded_with_the_expiry_plan_scale_gave(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    # Given PlanScale answers a decision with its expiresAt (the registry's TTL attribute)
+    run = run_case(sfn, workflow(NAME, "scale_array.asl.json"), "LambdaThrottledThenPlans", REQUEST)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    # Then RecordDecision puts the decision item with that expiresAt, a number, as TTL reads it
+    scheduled = [
+        json.loads(e["taskScheduledEventDetails"]["parameters"])
+        for e in run["events"]
+        if e["type"] == "TaskScheduled"
+        and e["taskScheduledEventDetails"]["resourceType"] == "dynamodb"
+        and e["taskScheduledEventDetails"]["resource"] == "putItem"
+    ]
+    assert len(scheduled) == 1
+    item = scheduled[0]["Item"]
+    assert item["sk"]["S"].startswith("DECISION#")
+    assert item["expiresAt"] == {"N": "1801440000"}
+
+
 def test_decision_already_recorded_still_sets_the_desired_count(
     sfn: Any, workflow: Callable[[str, str], str]
 ) -> None:

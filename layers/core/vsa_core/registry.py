@@ -10,6 +10,8 @@ Every per-event read is keyed, never a scan, so an event costs the same with 10 
 (``make bench-arrays``): an array by its id, its slots by a query of its partition, and a
 controller by its instance id through the ``instances`` index (``naming.INSTANCE_INDEX``: a
 sparse global secondary index of the items that have an ``instanceId``, i.e. the slots).
+History items carry ``expiresAt`` (epoch seconds, :func:`expires_at`), the table's TTL
+attribute: DynamoDB deletes them after the retention (``HistoryRetentionDays``, 90 by default).
 
 Every write of the SPEC item is conditional on the version it read (optimistic concurrency):
 of two concurrent applies one wins, the other gets ``ConflictError`` and changes nothing. The
@@ -17,6 +19,7 @@ ScaleArray workflow bumps the version too when it sets the desired count.
 """
 
 import json
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -34,6 +37,15 @@ if TYPE_CHECKING:
 
 def array_key(array_id: str) -> dict[str, Any]:
     return {"pk": {"S": f"ARRAY#{array_id}"}, "sk": {"S": "SPEC"}}
+
+
+EXPIRES_AT = "expiresAt"
+"""The registry table's TTL attribute (template.yaml ``TimeToLiveSpecification``)."""
+
+
+def expires_at(now: datetime, retention_days: int) -> int:
+    """When a history item written at ``now`` may go: epoch seconds, as DynamoDB's TTL reads them."""
+    return int((now + timedelta(days=retention_days)).timestamp())
 
 
 class ArrayRegistry:

@@ -21,6 +21,7 @@ class Settings(BaseModel):
     retention_max_deletions: int = Field(default=5, ge=0, le=100)
     thaw_io_document: str = ""
     freeze_io_document: str = ""
+    history_retention_days: int = Field(default=90, ge=1, le=3650)
 
 
 @lru_cache(maxsize=1)
@@ -38,4 +39,5 @@ def get_settings() -> Settings:
         retention_max_deletions=int(os.environ.get("VSA_RETENTION_MAX_DELETIONS", "5")),
         thaw_io_document=os.environ.get("VSA_THAW_IO_DOCUMENT", ""),
         freeze_io_document=os.environ.get("VSA_FREEZE_IO_DOCUMENT", ""),
+        history_retention_days=int(os.environ.get("VSA_HISTORY_RETENTION_DAYS", "90")),
     )

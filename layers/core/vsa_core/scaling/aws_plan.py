@@ -4,7 +4,8 @@ its group's state.
 Called only by the ScaleArray workflow, which holds the array's scaling lock. Reads the registry
 (spec, cooldown clocks) and the controller group (desired capacity, controllers booting or
 draining, which controller leaves on a scale-in), and runs the pure planner. The decision is
-returned, not written: the workflow sets the capacity and records it.
+returned, not written: the workflow sets the capacity and records it, with the ``expiresAt``
+given here (the registry's TTL attribute: the decision is history, kept ``HistoryRetentionDays``).
 """
 
 from datetime import datetime, timedelta
@@ -15,12 +16,13 @@ from vsa_core.controllers import slots
 from vsa_core.errors import ArrayNotFoundError
 from vsa_core.naming import group_name
 from vsa_core.observability import logger
-from vsa_core.registry import ArrayRegistry
+from vsa_core.registry import ArrayRegistry, expires_at
 from vsa_core.scaling import demand, rules
 from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.planner import plan
 from vsa_core.scaling.rules import EVALUATION_PERIODS, IN_FLIGHT, SCALE_FIELDS
 from vsa_core.scaling.tuning import planner_inputs
+from vsa_core.settings import get_settings
 
 
 def _parse(value: str | None) -> datetime | None:
@@ -80,6 +82,7 @@ def plan_scale(
         "alarmDemandIops": request.demand_iops,
         "demandSource": source,
         "eventId": request.event_id,
+        "expiresAt": expires_at(now, get_settings().history_retention_days),
     }
 
 
@@ -107,4 +110,5 @@ def _stale(
         "alarmDemandIops": request.demand_iops,
         "demandSource": "stale",
         "eventId": request.event_id,
+        "expiresAt": expires_at(now, get_settings().history_retention_days),
     }
