@@ -1,12 +1,19 @@
 """DynamoDB conditional writes are atomic: of concurrent writers racing on one condition,
-exactly one wins (what the scaling lock and the registry's optimistic concurrency rely on)."""
+exactly one wins (what the scaling lock and the registry's optimistic concurrency rely on); a
+Query reads its partition, of the table or of an index, whatever the table's size (what keeps
+an event's work the same with 10 arrays or 1,000)."""
 
+import statistics
 import threading
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 from botocore.exceptions import ClientError
+
+from tests.infra.test_registry_table import create_table_arguments
 
 
 def test_concurrent_conditional_writes_have_exactly_one_winner(aws: Callable[[str], Any]) -> None:
@@ -57,3 +64,158 @@ def test_concurrent_conditional_writes_have_exactly_one_winner(aws: Callable[[st
             assert holder == winners[0]
     finally:
         dynamodb.delete_table(TableName=table)
+
+
+# --- Query reads its partition (vsa_localcloud/dynamodb_keyed.py) -----------------------------------
+# "Query finds items based on primary key values", in the table or in a secondary index: DynamoDB
+# reads the queried partition, whatever else the table holds (DynamoDB developer guide, "Query
+# operations in DynamoDB"). moto walked and sorted the whole table for every Query.
+
+
+@pytest.fixture
+def registry(aws: Callable[[str], Any]) -> Iterator[str]:
+    """A table as template.yaml declares the registry (pk/sk, the instances index); deleted after."""
+    name = f"vsa-query-{uuid.uuid4().hex[:8]}"
+    aws("dynamodb").create_table(**create_table_arguments(name))
+    yield name
+    aws("dynamodb").delete_table(TableName=name)
+
+
+def _slot(array: str, slot: int, instance: str) -> dict[str, Any]:
+    return {"pk": {"S": f"ARRAY#{array}"}, "sk": {"S": f"SLOT#{slot:02d}"}, "instanceId": {"S": instance}}
+
+
+def _fill(dynamodb: Any, table: str, arrays: range) -> None:
+    batch: list[dict[str, Any]] = []
+    for a in arrays:
+        for item in (
+            {"pk": {"S": f"ARRAY#a{a}"}, "sk": {"S": "SPEC"}},
+            *(_slot(f"a{a}", s, f"i-{a:08x}{s:08x}") for s in range(4)),
+            *({"pk": {"S": f"ARRAY#a{a}"}, "sk": {"S": f"DECISION#{d:03d}"}} for d in range(5)),
+        ):
+            batch.append({"PutRequest": {"Item": item}})
+            if len(batch) == 25:
+                dynamodb.batch_write_item(RequestItems={table: batch})
+                batch = []
+    if batch:
+        dynamodb.batch_write_item(RequestItems={table: batch})
+
+
+def _keys(answer: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(i["pk"]["S"], i["sk"]["S"]) for i in answer["Items"]]
+
+
+def test_a_query_answers_its_partition_in_order_with_pages(aws: Callable[[str], Any], registry: str) -> None:
+    dynamodb = aws("dynamodb")
+    _fill(dynamodb, registry, range(30))
+    # When one array's slots are queried, newest first, two at a time
+    pages = dynamodb.get_paginator("query").paginate(
+        TableName=registry,
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :slot)",
+        ExpressionAttributeValues={":pk": {"S": "ARRAY#a7"}, ":slot": {"S": "SLOT#"}},
+        ScanIndexForward=False,
+        Limit=2,
+        ConsistentRead=True,
+    )
+    found = [key for page in pages for key in _keys(page)]
+    # Then exactly its four slots come back, in descending sort-key order
+    assert found == [("ARRAY#a7", f"SLOT#{s:02d}") for s in (3, 2, 1, 0)]
+    # And an index query finds a controller by its instance id, keys only
+    answer = dynamodb.query(
+        TableName=registry,
+        IndexName="instances",
+        KeyConditionExpression="instanceId = :i",
+        ExpressionAttributeValues={":i": {"S": f"i-{12:08x}{2:08x}"}},
+    )
+    assert answer["Items"] == [{**_slot("a12", 2, f"i-{12:08x}{2:08x}")}]
+    assert (answer["Count"], answer["ScannedCount"]) == (1, 1)
+
+
+def test_an_index_query_follows_every_write_to_the_table(aws: Callable[[str], Any], registry: str) -> None:
+    dynamodb = aws("dynamodb")
+
+    def holder(instance: str) -> list[tuple[str, str]]:
+        return _keys(
+            dynamodb.query(
+                TableName=registry,
+                IndexName="instances",
+                KeyConditionExpression="instanceId = :i AND begins_with(sk, :slot)",
+                ExpressionAttributeValues={":i": {"S": instance}, ":slot": {"S": "SLOT#"}},
+            )
+        )
+
+    dynamodb.put_item(TableName=registry, Item=_slot("x", 0, "i-00000000000000001"))
+    assert holder("i-00000000000000001") == [("ARRAY#x", "SLOT#00")]
+    # an update that changes the indexed attribute in place
+    dynamodb.update_item(
+        TableName=registry,
+        Key={"pk": {"S": "ARRAY#x"}, "sk": {"S": "SLOT#00"}},
+        UpdateExpression="SET instanceId = :new",
+        ExpressionAttributeValues={":new": {"S": "i-00000000000000002"}},
+    )
+    assert (holder("i-00000000000000001"), holder("i-00000000000000002")) == ([], [("ARRAY#x", "SLOT#00")])
+    # a transaction that puts one slot and deletes the other
+    dynamodb.transact_write_items(
+        TransactItems=[
+            {"Put": {"TableName": registry, "Item": _slot("y", 3, "i-00000000000000003")}},
+            {"Delete": {"TableName": registry, "Key": {"pk": {"S": "ARRAY#x"}, "sk": {"S": "SLOT#00"}}}},
+        ]
+    )
+    assert (holder("i-00000000000000002"), holder("i-00000000000000003")) == ([], [("ARRAY#y", "SLOT#03")])
+    # a cancelled transaction changes nothing
+    with pytest.raises(ClientError) as cancelled:
+        dynamodb.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": registry, "Item": _slot("z", 1, "i-00000000000000004")}},
+                {
+                    "Delete": {
+                        "TableName": registry,
+                        "Key": {"pk": {"S": "ARRAY#y"}, "sk": {"S": "SLOT#03"}},
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                },
+            ]
+        )
+    assert cancelled.value.response["Error"]["Code"] == "TransactionCanceledException"
+    assert (holder("i-00000000000000004"), holder("i-00000000000000003")) == ([], [("ARRAY#y", "SLOT#03")])
+    # a delete through BatchWriteItem
+    dynamodb.batch_write_item(
+        RequestItems={
+            registry: [{"DeleteRequest": {"Key": {"pk": {"S": "ARRAY#y"}, "sk": {"S": "SLOT#03"}}}}]
+        }
+    )
+    assert holder("i-00000000000000003") == []
+
+
+def test_a_querys_time_does_not_follow_the_tables_size(aws: Callable[[str], Any], registry: str) -> None:
+    dynamodb = aws("dynamodb")
+
+    def median_ms(index: bool) -> float:
+        times = []
+        for n in range(15):
+            params: dict[str, Any] = (
+                {
+                    "IndexName": "instances",
+                    "KeyConditionExpression": "instanceId = :v",
+                    "ExpressionAttributeValues": {":v": {"S": f"i-{n % 10:08x}{1:08x}"}},
+                }
+                if index
+                else {
+                    "KeyConditionExpression": "pk = :v",
+                    "ExpressionAttributeValues": {":v": {"S": f"ARRAY#a{n % 10}"}},
+                }
+            )
+            began = time.perf_counter()
+            dynamodb.query(TableName=registry, **params)
+            times.append(time.perf_counter() - began)
+        return 1000 * statistics.median(times)
+
+    # Given 10 arrays' items (100), then 500 arrays' (5,000): a Query's time stays about the same
+    _fill(dynamodb, registry, range(10))
+    small = (median_ms(False), median_ms(True))
+    _fill(dynamodb, registry, range(10, 500))
+    median_ms(True)  # the first index Query after the writes rebuilds the index's map
+    large = (median_ms(False), median_ms(True))
+    # (moto walked and sorted all 5,000 items: 10x and more; a shared machine's noise stays well under 4x)
+    assert large[0] < 4 * small[0] + 5, (small, large)
+    assert large[1] < 4 * small[1] + 5, (small, large)

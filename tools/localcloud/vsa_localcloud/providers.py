@@ -17,10 +17,15 @@ def dynamodb_moto() -> Service:
     Why: the default provider fetches JDK 21 and DynamoDB Local from the internet at first
     use and fails after ~60 s on a machine without internet access. Every operation of the
     generated ``DynamodbApi`` raises ``NotImplementedError``, so the moto fallback
-    dispatcher forwards each one to moto's DynamoDB backend unchanged.
+    dispatcher forwards each one to moto's DynamoDB backend, whose Query reads the queried
+    partition only (``dynamodb_keyed``: moto walked and sorted the whole table).
     """
     from localstack.aws.api.dynamodb import DynamodbApi
     from localstack.services.moto import MotoFallbackDispatcher
+
+    from vsa_localcloud import dynamodb_keyed
+
+    dynamodb_keyed.apply()
 
     return Service.for_provider(DynamodbApi(), dispatch_table_factory=_serialised(MotoFallbackDispatcher))
 
