@@ -13,7 +13,7 @@ OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-e
 
 .PHONY: demo test check install localcloud-start localcloud-stop localcloud-logs build deploy-local \
 	lint format typecheck validate unit documents dataplane integration bench bench-lifecycle bench-backups \
-	bench-coldstart clean
+	bench-coldstart bench-arrays clean
 
 demo: install
 	@$(LOCAL) bash tools/demo.sh
@@ -90,6 +90,11 @@ bench-lifecycle: deploy-local
 # with the layer as sam build builds it and no bytecode writing (as on Lambda): figures.
 bench-coldstart: build
 	$(OFFLINE) $(VENV)/python tools/bench_coldstart.py
+
+# Many arrays per deployment: each event's registry reads and time at 10 and 1,000 arrays, on the
+# local cloud's DynamoDB (a table of its own, deleted after; the local cloud is left running).
+bench-arrays: localcloud-start
+	@$(LOCAL) $(VENV)/python tools/bench_arrays.py
 
 clean:
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache

@@ -253,16 +253,18 @@ class Call:
     index: str | None
     items_read: int
     read_units: float
+    seconds: float = 0.0
 
 
 @dataclass
 class Recorder:
     """Every call a DynamoDB client makes, through botocore's event hooks: the operation, the
     index it queried, the items it read (a Query or Scan reads ``ScannedCount`` items, a filter
-    drops them only after) and its read units by AWS's rules (``table_bytes``: what a Scan
-    reads; a Scan's filtered-out items are not in the answer to be measured)."""
+    drops them only after), its read units by AWS's rules (a Scan's filtered-out items are not
+    in the answer to be measured: ``item_bytes``, the table's mean item size, stands for them)
+    and its time, from the call's parameters to its parsed answer."""
 
-    table_bytes: int = 0
+    item_bytes: float = 0.0
     calls: list[Call] = field(default_factory=list)
 
     def attach(self, dynamodb: Any) -> "Recorder":
@@ -277,9 +279,11 @@ class Recorder:
     @staticmethod
     def _params(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
         context["vsa_params"] = dict(params)
+        context["vsa_started"] = time.perf_counter()
 
     def _after(self, parsed: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
         params = context.get("vsa_params", {})
+        seconds = time.perf_counter() - context.get("vsa_started", time.perf_counter())
         name = model.name
         consistent = bool(params.get("ConsistentRead"))
         if name == "GetItem":
@@ -290,11 +294,11 @@ class Recorder:
             read = int(parsed.get("ScannedCount", len(returned)))
             size = sum(item_size(i) for i in returned)
             if name == "Scan" and read > len(returned):
-                size = max(size, self.table_bytes)
+                size = round(read * self.item_bytes)
         else:
-            self.calls.append(Call(name, None, 0, 0.0))
+            self.calls.append(Call(name, None, 0, 0.0, seconds))
             return
-        self.calls.append(Call(name, params.get("IndexName"), read, read_units(size, consistent)))
+        self.calls.append(Call(name, params.get("IndexName"), read, read_units(size, consistent), seconds))
 
 
 # --- the other services, faked ---------------------------------------------------------------------
