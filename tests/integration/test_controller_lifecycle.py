@@ -207,29 +207,56 @@ def test_scale_out_to_5_and_back_to_3_never_leaves_a_host_without_a_path(
     assert watch.fewest[0] >= 3, watch.fewest
     assert watch.not_live == set()
     # And the leavers' own EC2 state changes (shutting-down, terminated: EC2 announces every
-    # one) found them drained already: each DrainController they started succeeded at once
+    # one) found them drained already, their slots released: on_controller_event started no
+    # DrainController for them (an index entry that lagged would start one that ends at once)
     for instance in gone:
-        for drain in lost_drains(stack_outputs, instance):
-            assert drain["status"] == "SUCCEEDED", drain
-            assert "not a controller" in drain["output"], drain["output"]
+        for state, (how, what) in lost_events(stack_outputs, instance).items():
+            if how == "execution":
+                assert what["status"] == "SUCCEEDED", (state, what)
+                assert "not a controller" in what["output"], (state, what["output"])
         assert dead_letters(stack_outputs, instance) == []
 
 
-def lost_drains(
+LOST_STATES = ("shutting-down", "terminated")
+
+
+def lost_events(
     stack_outputs: dict[str, str], instance_id: str, timeout: float = 120
-) -> list[dict[str, Any]]:
-    """The DrainController executions the instance's ``shutting-down`` and ``terminated`` state
-    changes started (``lost-<instance>-<state>``, EC2 Instance State-change Notification), once
-    both have finished, described."""
-    sfn = boto3.client("stepfunctions")
+) -> dict[str, tuple[str, Any]]:
+    """What became of the instance's ``shutting-down`` and ``terminated`` state changes (EC2
+    Instance State-change Notification), once each is accounted for: ``("execution", the
+    finished DrainController lost-<instance>-<state>, described)``, or ``("dropped", the log
+    line)`` when on_controller_event found no slot for the instance and started nothing."""
+    sfn, logs = boto3.client("stepfunctions"), boto3.client("logs")
     machine = stack_outputs["DrainControllerStateMachineArn"]
-    names = {f"lost-{instance_id}-shutting-down", f"lost-{instance_id}-terminated"}
+    group = f"/aws/lambda/{stack_outputs['OnControllerEventFunctionName']}"
     deadline = time.monotonic() + timeout
     while True:
-        found = [e for e in executions_of(machine) if e["name"] in names and e["status"] != "RUNNING"]
-        if len(found) == len(names):
-            return [dict(sfn.describe_execution(executionArn=e["executionArn"])) for e in found]
-        assert time.monotonic() < deadline, f"lost drains of {instance_id} unfinished after {timeout} s"
+        found: dict[str, tuple[str, Any]] = {}
+        for execution in executions_of(machine):
+            for state in LOST_STATES:
+                if execution["name"] == f"lost-{instance_id}-{state}" and execution["status"] != "RUNNING":
+                    found[state] = (
+                        "execution",
+                        dict(sfn.describe_execution(executionArn=execution["executionArn"])),
+                    )
+        try:
+            pages = logs.get_paginator("filter_log_events").paginate(logGroupName=group)
+            lines = [e["message"] for page in pages for e in page["events"] if instance_id in e["message"]]
+        except logs.exceptions.ResourceNotFoundException:
+            lines = []
+        for line in lines:
+            record = json.loads(line) if line.startswith("{") else {}
+            if (
+                record.get("message") == "not a controller: no workflow started"
+                and record.get("state") in LOST_STATES
+            ):
+                found.setdefault(record["state"], ("dropped", line))
+        if len(found) == len(LOST_STATES):
+            return found
+        assert time.monotonic() < deadline, (
+            f"state changes of {instance_id} unaccounted for after {timeout} s: {found}"
+        )
         time.sleep(1)
 
 
@@ -419,10 +446,15 @@ def test_a_serving_controller_terminated_through_ec2_is_drained_as_lost_and_repl
     lost_address = slots[1]["address"]
     # When EC2 terminates a serving controller (no lifecycle action: an operator, a failure)
     boto3.client("ec2").terminate_instances(InstanceIds=[lost])
-    # Then its state changes (shutting-down, terminated) drain it as a lost controller: both
-    # DrainController executions succeed, the hosts let go of its paths and its slot is free
-    drains = lost_drains(stack_outputs, lost, timeout=180)
-    assert [d["status"] for d in drains] == ["SUCCEEDED", "SUCCEEDED"], drains
+    # Then its state changes (shutting-down, terminated) drain it as a lost controller: the
+    # first to arrive starts a DrainController (the second one too while the slot is still held,
+    # which then ends "not a controller", or nothing once it is released); every one started
+    # succeeds, the hosts let go of its paths and its slot is free
+    events = lost_events(stack_outputs, lost, timeout=180)
+    drains = [what for how, what in events.values() if how == "execution"]
+    assert drains, events
+    assert [d["status"] for d in drains] == ["SUCCEEDED"] * len(drains), drains
+    assert any("not a controller" not in d.get("output", "") for d in drains), drains  # one drained it
     assert lost not in {s["instanceId"] for s in serving(array_id, stack_outputs).values()}
     assert dead_letters(stack_outputs, lost) == []
     # And the group replaces it with a controller that bootstraps and serves; no host keeps a
