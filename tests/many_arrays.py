@@ -12,6 +12,7 @@ construction: DescribeAutoScalingGroups by name, DescribeInstances by id, …).
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from vsa_core.scaling.aws_demand import read_demand
 from vsa_core.scaling.aws_plan import plan_scale
 from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.planner import plan
+from vsa_core.settings import get_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 ZONE = "us-east-1a"
@@ -403,7 +405,12 @@ class World:
         self.ctx = ControllerContext(registry=self.registry, arrays=self.arrays, ec2=FakeEc2(), ssm=object())
 
     def _trigger(self, event: dict[str, Any]) -> dict[str, Any]:
-        """on_controller_event: parse, then start the workflow (or not)."""
+        """on_controller_event: parse, then start the workflow (or not). The trigger reads its
+        table's name from the settings, as deployed: this world's table, also when another
+        world's table was used last (the benchmark keeps two)."""
+        if os.environ.get("VSA_TABLE_NAME") != self.table:
+            os.environ["VSA_TABLE_NAME"] = self.table
+            get_settings.cache_clear()
         parsed = ControllerEvent.model_validate(event)
         return start(parsed, parsed.model_dump_json(by_alias=True), self.sfn, self.dynamodb)  # type: ignore[arg-type]
 

@@ -3,11 +3,12 @@ with 10 arrays and with 1,000, on the local cloud's DynamoDB.
 
     make bench-arrays      # starts the local cloud if none runs on $PORT, then runs this
 
-A registry table is created on the local cloud exactly as template.yaml declares it (keys, the
-``instances`` index, TTL), seeded with 10 arrays, then with 990 more (each: its SPEC, 4 serving
-controllers' slots, 30 scale decisions, 7 backup sets: the items ``tests/many_arrays.py`` writes
-as the control plane does), and deleted at the end. At each size, a mix of events is replayed
-through the core functions that handle them (``tests/many_arrays.World``):
+Two registry tables are created on the local cloud exactly as template.yaml declares it (keys,
+the ``instances`` index, TTL), one seeded with 10 arrays, the other with 1,000 (each: its SPEC,
+4 serving controllers' slots, 30 scale decisions, 7 backup sets: the items
+``tests/many_arrays.py`` writes as the control plane does), and deleted at the end. A mix of
+events is replayed through the core functions that handle them (``tests/many_arrays.World``),
+the two sizes taking turns event by event:
 
 * an EC2 state change of a controller: on_controller_event (is it a controller?) then
   DrainController's Locate;
@@ -28,6 +29,7 @@ Prints figures and the 1,000 / 10 ratios; asserts nothing (the machines here are
 """
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -79,26 +81,31 @@ def baselines(world: World, arrays: int, n: int) -> dict[str, Callable[[], Any]]
 
 
 def measure(
-    recorder: Recorder, cases: Callable[[int], dict[str, Callable[[], Any]]], rounds: int
-) -> dict[str, Any]:
-    """Each case ``rounds`` times: its calls (the last round's), items, units and median time."""
-    found: dict[str, dict[str, Any]] = {}
+    recorder: Recorder, cases: Callable[[int, int], dict[str, Callable[[], Any]]], rounds: int
+) -> dict[int, dict[str, Any]]:
+    """Each case ``rounds`` times at each size, the sizes taking turns (so the machine's load,
+    which drifts, weighs on both alike): its calls (the last round's), items, units, median time."""
+    found: dict[int, dict[str, dict[str, Any]]] = {SMALL: {}, LARGE: {}}
     for n in range(rounds):
-        for name, run in cases(n).items():
-            recorder.take()
-            seconds, _ = many_arrays.timed(run)
-            calls = recorder.take()
-            entry = found.setdefault(name, {"seconds": [], "calls": calls})
-            entry["seconds"].append(seconds)
-            entry["calls"] = calls
+        for size in (SMALL, LARGE):
+            for name, run in cases(size, n).items():
+                recorder.take()
+                seconds, _ = many_arrays.timed(run)
+                calls = recorder.take()
+                entry = found[size].setdefault(name, {"seconds": [], "calls": calls})
+                entry["seconds"].append(seconds)
+                entry["calls"] = calls
     return {
-        name: {
-            "calls": e["calls"],
-            "items": sum(c.items_read for c in e["calls"]),
-            "units": sum(c.read_units for c in e["calls"]),
-            "ms": 1000 * statistics.median(e["seconds"]),
+        size: {
+            name: {
+                "calls": e["calls"],
+                "items": sum(c.items_read for c in e["calls"]),
+                "units": sum(c.read_units for c in e["calls"]),
+                "ms": 1000 * statistics.median(e["seconds"]),
+            }
+            for name, e in by_name.items()
         }
-        for name, e in found.items()
+        for size, by_name in found.items()
     }
 
 
@@ -156,44 +163,49 @@ def main() -> None:
             "bench-arrays runs against the local cloud: use `make bench-arrays` (AWS_ENDPOINT_URL unset)"
         )
     dynamodb = boto3.client("dynamodb")
-    name = f"vsa-bench-arrays-{uuid.uuid4().hex[:8]}"
-    dynamodb.create_table(**create_table_arguments(name))
-    dynamodb.update_time_to_live(TableName=name, TimeToLiveSpecification=time_to_live())
     os.environ.update(
-        VSA_TABLE_NAME=name,
         VSA_BOOTSTRAP_STATE_MACHINE_ARN="arn:aws:states:us-east-1:000000000000:stateMachine:bench-bootstrap",
         VSA_DRAIN_STATE_MACHINE_ARN="arn:aws:states:us-east-1:000000000000:stateMachine:bench-drain",
     )
     get_settings.cache_clear()
+    tables = {size: f"vsa-bench-arrays-{size}-{uuid.uuid4().hex[:6]}" for size in (SMALL, LARGE)}
     try:
-        world = World(dynamodb, name)
-        recorder = Recorder().attach(dynamodb)
-        results: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
-        table_bytes, table_items = 0, 0
-        for size, indexes in ((SMALL, range(SMALL)), (LARGE, range(SMALL, LARGE))):
+        worlds, item_bytes = {}, {}
+        for size, table in tables.items():
+            dynamodb.create_table(**create_table_arguments(table))
+            dynamodb.update_time_to_live(TableName=table, TimeToLiveSpecification=time_to_live())
             began = time.perf_counter()
-            table_bytes += many_arrays.seed(dynamodb, name, indexes)
-            table_items += len(indexes) * ITEMS_PER_ARRAY
-            recorder.item_bytes = table_bytes / table_items
-            recorder.take()
+            written = many_arrays.seed(dynamodb, table, range(size))
+            item_bytes[size] = written / (size * ITEMS_PER_ARRAY)
             console.print(
-                f"{size} arrays: {len(indexes)} seeded in {time.perf_counter() - began:.1f} s; "
-                f"the table holds {table_items} items, {table_bytes / 1e6:.1f} MB"
+                f"{size} arrays seeded in {time.perf_counter() - began:.1f} s: "
+                f"{size * ITEMS_PER_ARRAY} items, {written / 1e6:.1f} MB"
             )
-            for run in events(world, size, args.rounds).values():  # warm up: first calls, pools
+            worlds[size] = World(dynamodb, table)
+        recorder = Recorder().attach(dynamodb)
+
+        def hot(size: int, n: int) -> dict[str, Callable[[], Any]]:
+            recorder.item_bytes = item_bytes[size]
+            return events(worlds[size], size, n)
+
+        def cold(size: int, n: int) -> dict[str, Callable[[], Any]]:
+            recorder.item_bytes = item_bytes[size]
+            return baselines(worlds[size], size, n)
+
+        for size in (SMALL, LARGE):  # warm up: first calls, connection pools
+            for run in hot(size, args.rounds).values():
                 run()
-            hot = measure(recorder, lambda n, size=size: events(world, size, n), args.rounds)
-            cold = measure(recorder, lambda n, size=size: baselines(world, size, n), 3)
-            results[size] = (hot, cold)
-        report(results[SMALL][0], results[LARGE][0], f"per event, {SMALL} → {LARGE} arrays (local cloud)")
-        report(results[SMALL][1], results[LARGE][1], f"reads that walk the table, {SMALL} → {LARGE} arrays")
+        per_event = measure(recorder, hot, args.rounds)
+        walking = measure(recorder, cold, 3)
+        report(per_event[SMALL], per_event[LARGE], f"per event, {SMALL} → {LARGE} arrays (local cloud)")
+        report(walking[SMALL], walking[LARGE], f"reads that walk the table, {SMALL} → {LARGE} arrays")
         per_op: dict[str, dict[int, list[float]]] = {}
         for size in (SMALL, LARGE):
-            for entry in results[size][0].values():
+            for entry in per_event[size].values():
                 for key, seconds in by_operation(entry["calls"]).items():
                     per_op.setdefault(key, {}).setdefault(size, []).extend(seconds)
         console.print(
-            "time per call, median ms: "
+            "time per call (the last round's calls), median ms: "
             + "; ".join(
                 f"{key} {1000 * statistics.median(v[SMALL]):.1f} → {1000 * statistics.median(v[LARGE]):.1f}"
                 for key, v in per_op.items()
@@ -202,7 +214,9 @@ def main() -> None:
         )
     finally:
         if not args.keep:
-            dynamodb.delete_table(TableName=name)
+            for table in tables.values():
+                with contextlib.suppress(dynamodb.exceptions.ResourceNotFoundException):
+                    dynamodb.delete_table(TableName=table)
 
 
 if __name__ == "__main__":
