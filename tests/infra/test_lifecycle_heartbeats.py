@@ -698,138 +698,119 @@ def test_heartbeats_keep_the_lifecycle_action_alive(state_machine: str, event: s
     )
 
 
-def test_a_wait_loop_without_heartbeat_is_caught() -> None:
-    # Given a workflow that polls 100 times, 10 s apart, with no heartbeat in the loop
-    workflow = Workflow(
-        "toy",
-        {
-            "Init": {"Type": "Pass", "Parameters": {"n": 0}, "ResultPath": "$.polls", "Next": "Beat"},
-            "Beat": {"Type": "Task", "Resource": f"arn{HEARTBEAT}", "ResultPath": None, "Next": "Done?"},
-            "Done?": {
-                "Type": "Choice",
-                "Choices": [{"Variable": "$.polls.n", "NumericGreaterThanEquals": 100, "Next": "End"}],
-                "Default": "Wait",
-            },
-            "Wait": {"Type": "Wait", "Seconds": 10, "Next": "Count"},
-            "Count": {
-                "Type": "Pass",
-                "Parameters": {"n.$": "States.MathAdd($.polls.n, 1)"},
-                "ResultPath": "$.polls",
-                "Next": "Done?",
-            },
-            "End": {"Type": "Succeed"},
-        },
-        "Init",
-        {},
-    )
+_COUNTED_IN_THE_STATE_DATA: dict[str, Any] = {
+    "Init": {"Type": "Pass", "Parameters": {"n": 0}, "ResultPath": "$.polls", "Next": "Beat"},
+    "Done?": {
+        "Type": "Choice",
+        "Choices": [{"Variable": "$.polls.n", "NumericGreaterThanEquals": 100, "Next": "End"}],
+        "Default": "Wait",
+    },
+    "Wait": {"Type": "Wait", "Seconds": 10, "Next": "Count"},
+    "Count": {
+        "Type": "Pass",
+        "Parameters": {"n.$": "States.MathAdd($.polls.n, 1)"},
+        "ResultPath": "$.polls",
+        "Next": "Done?",
+    },
+}
+_COUNTED_IN_A_VARIABLE: dict[str, Any] = {
+    "Init": {"Type": "Pass", "Assign": {"polls": 0}, "Next": "Beat"},
+    "Done?": {
+        "Type": "Choice",
+        "Choices": [{"Variable": "$polls", "NumericGreaterThanEquals": 100, "Next": "End"}],
+        "Default": "Wait",
+    },
+    "Wait": {
+        "Type": "Wait",
+        "Seconds": 10,
+        "Assign": {"polls.$": "States.MathAdd($polls, 1)"},
+        "Next": "Done?",
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "loop", [_COUNTED_IN_THE_STATE_DATA, _COUNTED_IN_A_VARIABLE], ids=["state-data", "variable"]
+)
+def test_a_wait_loop_without_heartbeat_is_caught(loop: dict[str, Any]) -> None:
+    # Given a workflow that polls 100 times, 10 s apart, with no heartbeat in the loop: its count
+    # in the state data (a Pass adds to it), or in a variable (assigned by the Wait)
+    states = {
+        **loop,
+        "Beat": {"Type": "Task", "Resource": f"arn{HEARTBEAT}", "ResultPath": None, "Next": "Done?"},
+        "End": {"Type": "Succeed"},
+    }
+    workflow = Workflow("toy", states, "Init", {})
     # When its longest gap is computed / Then it is the loop's bound times its wait, from the heartbeat
     gap = longest_gap(workflow, {"detail-type": "test"})
     assert gap.seconds == 1000
     assert gap.trail[0] == "Done?"
 
 
-def test_a_wait_loop_counted_in_a_variable_is_caught() -> None:
-    # Given the same loop with its count in a variable: assigned by the Wait, bounded by the Choice
-    workflow = Workflow(
-        "toy",
-        {
-            "Init": {"Type": "Pass", "Assign": {"polls": 0}, "Next": "Beat"},
-            "Beat": {"Type": "Task", "Resource": f"arn{HEARTBEAT}", "ResultPath": None, "Next": "Done?"},
-            "Done?": {
-                "Type": "Choice",
-                "Choices": [{"Variable": "$polls", "NumericGreaterThanEquals": 100, "Next": "End"}],
-                "Default": "Wait",
-            },
-            "Wait": {
-                "Type": "Wait",
-                "Seconds": 10,
-                "Assign": {"polls.$": "States.MathAdd($polls, 1)"},
-                "Next": "Done?",
-            },
-            "End": {"Type": "Succeed"},
-        },
-        "Init",
-        {},
-    )
-    # When its longest gap is computed / Then it is the loop's bound times its wait, as above
-    gap = longest_gap(workflow, {"detail-type": "test"})
-    assert gap.seconds == 1000
-    assert gap.trail[0] == "Done?"
+_FOLLOWED_IN_RESULT_PATHS: dict[str, Any] = {
+    "Send": {
+        "Type": "Task",
+        "Resource": f"arn:aws:states:::aws-sdk{SEND}",
+        "Parameters": {"DocumentName": "doc", "TimeoutSeconds": 100},
+        "ResultSelector": {"commandId.$": "$.Command.CommandId"},
+        "ResultPath": "$.cmd",
+        "TimeoutSeconds": 1,
+        "Next": "Wait",
+    },
+    "Poll": {
+        "Type": "Task",
+        "Resource": f"arn:aws:states:::aws-sdk{LIST}",
+        "Parameters": {"CommandId.$": "$.cmd.commandId"},
+        "ResultSelector": {"status.$": "$.Commands[0].Status"},
+        "ResultPath": "$.cmd.poll",
+        "TimeoutSeconds": 1,
+        "Next": "Done?",
+    },
+    "Done?": {
+        "Type": "Choice",
+        "Choices": [{"Variable": "$.cmd.poll.status", "StringEquals": "InProgress", "Next": "Wait"}],
+        "Default": "End",
+    },
+}
+_FOLLOWED_IN_VARIABLES: dict[str, Any] = {
+    "Send": {
+        "Type": "Task",
+        "Resource": f"arn:aws:states:::aws-sdk{SEND}",
+        "Parameters": {"DocumentName": "doc", "TimeoutSeconds": 100},
+        "ResultPath": None,
+        "Assign": {"commandId.$": "$.Command.CommandId"},
+        "TimeoutSeconds": 1,
+        "Next": "Wait",
+    },
+    "Poll": {
+        "Type": "Task",
+        "Resource": f"arn:aws:states:::aws-sdk{LIST}",
+        "Parameters": {"CommandId.$": "$commandId"},
+        "ResultPath": None,
+        "Assign": {"command": {"status.$": "$.Commands[0].Status"}},
+        "TimeoutSeconds": 1,
+        "Next": "Done?",
+    },
+    "Done?": {
+        "Type": "Choice",
+        "Choices": [{"Variable": "$command.status", "StringEquals": "InProgress", "Next": "Wait"}],
+        "Default": "End",
+    },
+}
 
 
-def test_a_command_status_loop_is_bounded_by_the_commands_lifetime() -> None:
-    # Given a SendCommand (delivery 100 s, a 50 s document) polled every 10 s until it finishes
-    workflow = Workflow(
-        "toy",
-        {
-            "Send": {
-                "Type": "Task",
-                "Resource": f"arn:aws:states:::aws-sdk{SEND}",
-                "Parameters": {"DocumentName": "doc", "TimeoutSeconds": 100},
-                "ResultSelector": {"commandId.$": "$.Command.CommandId"},
-                "ResultPath": "$.cmd",
-                "TimeoutSeconds": 1,
-                "Next": "Wait",
-            },
-            "Wait": {"Type": "Wait", "Seconds": 10, "Next": "Poll"},
-            "Poll": {
-                "Type": "Task",
-                "Resource": f"arn:aws:states:::aws-sdk{LIST}",
-                "Parameters": {"CommandId.$": "$.cmd.commandId"},
-                "ResultSelector": {"status.$": "$.Commands[0].Status"},
-                "ResultPath": "$.cmd.poll",
-                "TimeoutSeconds": 1,
-                "Next": "Done?",
-            },
-            "Done?": {
-                "Type": "Choice",
-                "Choices": [{"Variable": "$.cmd.poll.status", "StringEquals": "InProgress", "Next": "Wait"}],
-                "Default": "End",
-            },
-            "End": {"Type": "Succeed"},
-        },
-        "Send",
-        {"doc": 50},
-    )
-    # When its longest gap is computed / Then the loop ends once the command's 150 s have passed
-    gap = longest_gap(workflow, {"detail-type": "test"})
-    assert 150 < gap.seconds <= 1 + 150 + 11
-
-
-def test_a_command_followed_in_variables_is_bounded_by_the_commands_lifetime() -> None:
-    # Given the same command, its id and status kept in variables (Assign) instead of ResultPaths
-    workflow = Workflow(
-        "toy",
-        {
-            "Send": {
-                "Type": "Task",
-                "Resource": f"arn:aws:states:::aws-sdk{SEND}",
-                "Parameters": {"DocumentName": "doc", "TimeoutSeconds": 100},
-                "ResultPath": None,
-                "Assign": {"commandId.$": "$.Command.CommandId"},
-                "TimeoutSeconds": 1,
-                "Next": "Wait",
-            },
-            "Wait": {"Type": "Wait", "Seconds": 10, "Next": "Poll"},
-            "Poll": {
-                "Type": "Task",
-                "Resource": f"arn:aws:states:::aws-sdk{LIST}",
-                "Parameters": {"CommandId.$": "$commandId"},
-                "ResultPath": None,
-                "Assign": {"command": {"status.$": "$.Commands[0].Status"}},
-                "TimeoutSeconds": 1,
-                "Next": "Done?",
-            },
-            "Done?": {
-                "Type": "Choice",
-                "Choices": [{"Variable": "$command.status", "StringEquals": "InProgress", "Next": "Wait"}],
-                "Default": "End",
-            },
-            "End": {"Type": "Succeed"},
-        },
-        "Send",
-        {"doc": 50},
-    )
+@pytest.mark.parametrize(
+    "loop", [_FOLLOWED_IN_RESULT_PATHS, _FOLLOWED_IN_VARIABLES], ids=["result-paths", "variables"]
+)
+def test_a_command_status_loop_is_bounded_by_the_commands_lifetime(loop: dict[str, Any]) -> None:
+    # Given a SendCommand (delivery 100 s, a 50 s document) polled every 10 s until it finishes, its
+    # id and status kept in the state data (ResultPath) or in variables (Assign)
+    states = {
+        **loop,
+        "Wait": {"Type": "Wait", "Seconds": 10, "Next": "Poll"},
+        "End": {"Type": "Succeed"},
+    }
+    workflow = Workflow("toy", states, "Send", {"doc": 50})
     # When its longest gap is computed / Then the loop ends once the command's 150 s have passed
     gap = longest_gap(workflow, {"detail-type": "test"})
     assert 150 < gap.seconds <= 1 + 150 + 11

@@ -193,6 +193,23 @@ def test_both_controller_steps_answer_the_batches() -> None:
     assert spreading >= BATCHING_STEPS
 
 
+def _send_per_item(items: str) -> dict[str, Any]:
+    """A Map over the list at ``items`` whose iteration sends one command to the item's hosts."""
+    send = {
+        "Type": "Task",
+        "Resource": f"arn:aws:states:::aws-sdk{SEND}",
+        "Parameters": {"DocumentName": "d", "InstanceIds.$": "$.hosts"},
+        "End": True,
+    }
+    return {
+        "Type": "Map",
+        "ItemsPath": items,
+        "ItemSelector": {"hosts.$": "$$.Map.Item.Value"},
+        "ItemProcessor": {"StartAt": "Send", "States": {"Send": send}},
+        "End": True,
+    }
+
+
 def test_a_whole_host_list_is_refused() -> None:
     # Given today's shape before the fix: one command to every host of the array
     definition = {
@@ -216,23 +233,7 @@ def test_a_whole_host_list_is_refused() -> None:
     assert refusals(definition) == ["DisconnectPaths: $.ctx.hosts"]
     unbatched = {
         "States": {
-            "PerHost": {
-                "Type": "Map",
-                "ItemsPath": "$.ctx.hostGroups",
-                "ItemSelector": {"hosts.$": "$$.Map.Item.Value"},
-                "ItemProcessor": {
-                    "StartAt": "Send",
-                    "States": {
-                        "Send": {
-                            "Type": "Task",
-                            "Resource": f"arn:aws:states:::aws-sdk{SEND}",
-                            "Parameters": {"DocumentName": "d", "InstanceIds.$": "$.hosts"},
-                            "End": True,
-                        }
-                    },
-                },
-                "End": True,
-            }
+            "PerHost": _send_per_item("$.ctx.hostGroups"),
         }
     }
     assert refusals(unbatched) == ["Send: $.hosts"]
@@ -251,23 +252,7 @@ def test_a_batch_list_held_in_a_variable_is_followed() -> None:
                     "Assign": {"ctx.$": "$"},
                     "Next": "PerBatch",
                 },
-                "PerBatch": {
-                    "Type": "Map",
-                    "ItemsPath": items,
-                    "ItemSelector": {"hosts.$": "$$.Map.Item.Value"},
-                    "ItemProcessor": {
-                        "StartAt": "Send",
-                        "States": {
-                            "Send": {
-                                "Type": "Task",
-                                "Resource": f"arn:aws:states:::aws-sdk{SEND}",
-                                "Parameters": {"DocumentName": "d", "InstanceIds.$": "$.hosts"},
-                                "End": True,
-                            }
-                        },
-                    },
-                    "End": True,
-                },
+                "PerBatch": _send_per_item(items),
             }
         }
 

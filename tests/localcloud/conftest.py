@@ -22,6 +22,8 @@ import boto3
 import pytest
 import urllib3
 
+from tests.infra.test_registry_table import create_table_arguments
+
 REGION = "us-east-1"
 
 
@@ -177,3 +179,12 @@ def assert_matches_sample(
     assert _shape(event, optional) == _shape(expected, optional), (
         f"event differs in shape from events/{sample}:\n{json.dumps(event, indent=1, default=str)}"
     )
+
+
+@pytest.fixture
+def registry_table(aws: Callable[[str], Any]) -> Iterator[str]:
+    """A registry table as template.yaml declares it (pk/sk, the instances index); deleted after."""
+    name = f"registry-{uuid.uuid4().hex[:8]}"
+    aws("dynamodb").create_table(**create_table_arguments(name))
+    yield name
+    aws("dynamodb").delete_table(TableName=name)

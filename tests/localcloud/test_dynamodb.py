@@ -7,13 +7,11 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-
-from tests.infra.test_registry_table import create_table_arguments
 
 
 def test_concurrent_conditional_writes_have_exactly_one_winner(aws: Callable[[str], Any]) -> None:
@@ -72,15 +70,6 @@ def test_concurrent_conditional_writes_have_exactly_one_winner(aws: Callable[[st
 # operations in DynamoDB"). moto walked and sorted the whole table for every Query.
 
 
-@pytest.fixture
-def registry(aws: Callable[[str], Any]) -> Iterator[str]:
-    """A table as template.yaml declares the registry (pk/sk, the instances index); deleted after."""
-    name = f"vsa-query-{uuid.uuid4().hex[:8]}"
-    aws("dynamodb").create_table(**create_table_arguments(name))
-    yield name
-    aws("dynamodb").delete_table(TableName=name)
-
-
 def _slot(array: str, slot: int, instance: str) -> dict[str, Any]:
     return {"pk": {"S": f"ARRAY#{array}"}, "sk": {"S": f"SLOT#{slot:02d}"}, "instanceId": {"S": instance}}
 
@@ -105,12 +94,14 @@ def _keys(answer: dict[str, Any]) -> list[tuple[str, str]]:
     return [(i["pk"]["S"], i["sk"]["S"]) for i in answer["Items"]]
 
 
-def test_a_query_answers_its_partition_in_order_with_pages(aws: Callable[[str], Any], registry: str) -> None:
+def test_a_query_answers_its_partition_in_order_with_pages(
+    aws: Callable[[str], Any], registry_table: str
+) -> None:
     dynamodb = aws("dynamodb")
-    _fill(dynamodb, registry, range(30))
+    _fill(dynamodb, registry_table, range(30))
     # When one array's slots are queried, newest first, two at a time
     pages = dynamodb.get_paginator("query").paginate(
-        TableName=registry,
+        TableName=registry_table,
         KeyConditionExpression="pk = :pk AND begins_with(sk, :slot)",
         ExpressionAttributeValues={":pk": {"S": "ARRAY#a7"}, ":slot": {"S": "SLOT#"}},
         ScanIndexForward=False,
@@ -122,7 +113,7 @@ def test_a_query_answers_its_partition_in_order_with_pages(aws: Callable[[str], 
     assert found == [("ARRAY#a7", f"SLOT#{s:02d}") for s in (3, 2, 1, 0)]
     # And an index query finds a controller by its instance id, keys only
     answer = dynamodb.query(
-        TableName=registry,
+        TableName=registry_table,
         IndexName="instances",
         KeyConditionExpression="instanceId = :i",
         ExpressionAttributeValues={":i": {"S": f"i-{12:08x}{2:08x}"}},
@@ -131,24 +122,26 @@ def test_a_query_answers_its_partition_in_order_with_pages(aws: Callable[[str], 
     assert (answer["Count"], answer["ScannedCount"]) == (1, 1)
 
 
-def test_an_index_query_follows_every_write_to_the_table(aws: Callable[[str], Any], registry: str) -> None:
+def test_an_index_query_follows_every_write_to_the_table(
+    aws: Callable[[str], Any], registry_table: str
+) -> None:
     dynamodb = aws("dynamodb")
 
     def holder(instance: str) -> list[tuple[str, str]]:
         return _keys(
             dynamodb.query(
-                TableName=registry,
+                TableName=registry_table,
                 IndexName="instances",
                 KeyConditionExpression="instanceId = :i AND begins_with(sk, :slot)",
                 ExpressionAttributeValues={":i": {"S": instance}, ":slot": {"S": "SLOT#"}},
             )
         )
 
-    dynamodb.put_item(TableName=registry, Item=_slot("x", 0, "i-00000000000000001"))
+    dynamodb.put_item(TableName=registry_table, Item=_slot("x", 0, "i-00000000000000001"))
     assert holder("i-00000000000000001") == [("ARRAY#x", "SLOT#00")]
     # an update that changes the indexed attribute in place
     dynamodb.update_item(
-        TableName=registry,
+        TableName=registry_table,
         Key={"pk": {"S": "ARRAY#x"}, "sk": {"S": "SLOT#00"}},
         UpdateExpression="SET instanceId = :new",
         ExpressionAttributeValues={":new": {"S": "i-00000000000000002"}},
@@ -157,8 +150,13 @@ def test_an_index_query_follows_every_write_to_the_table(aws: Callable[[str], An
     # a transaction that puts one slot and deletes the other
     dynamodb.transact_write_items(
         TransactItems=[
-            {"Put": {"TableName": registry, "Item": _slot("y", 3, "i-00000000000000003")}},
-            {"Delete": {"TableName": registry, "Key": {"pk": {"S": "ARRAY#x"}, "sk": {"S": "SLOT#00"}}}},
+            {"Put": {"TableName": registry_table, "Item": _slot("y", 3, "i-00000000000000003")}},
+            {
+                "Delete": {
+                    "TableName": registry_table,
+                    "Key": {"pk": {"S": "ARRAY#x"}, "sk": {"S": "SLOT#00"}},
+                }
+            },
         ]
     )
     assert (holder("i-00000000000000002"), holder("i-00000000000000003")) == ([], [("ARRAY#y", "SLOT#03")])
@@ -166,10 +164,10 @@ def test_an_index_query_follows_every_write_to_the_table(aws: Callable[[str], An
     with pytest.raises(ClientError) as cancelled:
         dynamodb.transact_write_items(
             TransactItems=[
-                {"Put": {"TableName": registry, "Item": _slot("z", 1, "i-00000000000000004")}},
+                {"Put": {"TableName": registry_table, "Item": _slot("z", 1, "i-00000000000000004")}},
                 {
                     "Delete": {
-                        "TableName": registry,
+                        "TableName": registry_table,
                         "Key": {"pk": {"S": "ARRAY#y"}, "sk": {"S": "SLOT#03"}},
                         "ConditionExpression": "attribute_not_exists(pk)",
                     }
@@ -181,13 +179,15 @@ def test_an_index_query_follows_every_write_to_the_table(aws: Callable[[str], An
     # a delete through BatchWriteItem
     dynamodb.batch_write_item(
         RequestItems={
-            registry: [{"DeleteRequest": {"Key": {"pk": {"S": "ARRAY#y"}, "sk": {"S": "SLOT#03"}}}}]
+            registry_table: [{"DeleteRequest": {"Key": {"pk": {"S": "ARRAY#y"}, "sk": {"S": "SLOT#03"}}}}]
         }
     )
     assert holder("i-00000000000000003") == []
 
 
-def test_a_querys_time_does_not_follow_the_tables_size(aws: Callable[[str], Any], registry: str) -> None:
+def test_a_querys_time_does_not_follow_the_tables_size(
+    aws: Callable[[str], Any], registry_table: str
+) -> None:
     dynamodb = aws("dynamodb")
 
     def median_ms(index: bool) -> float:
@@ -206,14 +206,14 @@ def test_a_querys_time_does_not_follow_the_tables_size(aws: Callable[[str], Any]
                 }
             )
             began = time.perf_counter()
-            dynamodb.query(TableName=registry, **params)
+            dynamodb.query(TableName=registry_table, **params)
             times.append(time.perf_counter() - began)
         return 1000 * statistics.median(times)
 
     # Given 10 arrays' items (100), then 500 arrays' (5,000): a Query's time stays about the same
-    _fill(dynamodb, registry, range(10))
+    _fill(dynamodb, registry_table, range(10))
     small = (median_ms(False), median_ms(True))
-    _fill(dynamodb, registry, range(10, 500))
+    _fill(dynamodb, registry_table, range(10, 500))
     median_ms(True)  # the first index Query after the writes rebuilds the index's map
     large = (median_ms(False), median_ms(True))
     # (moto walked and sorted all 5,000 items: 10x and more; a shared machine's noise stays well under 4x)

@@ -25,7 +25,6 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.infra.test_registry_table import create_table_arguments
 from tests.infra.test_statemachine_definitions import load_template
 from tests.localcloud.conftest import run_execution
 from vsa_core.naming import INSTANCE_INDEX
@@ -500,15 +499,6 @@ def test_auto_scaling_group_tags_condition_its_actions(role_session, aws):
         for group in (name, untagged):
             autoscaling.delete_auto_scaling_group(AutoScalingGroupName=group, ForceDelete=True)
         autoscaling.delete_launch_configuration(LaunchConfigurationName=name)
-
-
-@pytest.fixture
-def registry_table(aws: Callable[[str], Any]) -> Iterator[str]:
-    """A registry table as template.yaml declares it (with its instances index); deleted after."""
-    name = f"iamtest-registry-{uuid.uuid4().hex[:8]}"
-    aws("dynamodb").create_table(**create_table_arguments(name))
-    yield name
-    aws("dynamodb").delete_table(TableName=name)
 
 
 def test_a_query_of_an_index_is_authorized_against_the_index_alone(role_session, registry_table):
