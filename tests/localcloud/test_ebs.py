@@ -410,3 +410,55 @@ def test_multi_volume_snapshots_completion_event(ec2, control, instances, volume
 def _snapshot(ec2: Any, snapshot_id: str) -> dict[str, Any]:
     snapshot: dict[str, Any] = ec2.describe_snapshots(SnapshotIds=[snapshot_id])["Snapshots"][0]
     return snapshot
+
+
+# --- snapshots an AMI uses ------------------------------------------------------------------
+
+
+def test_a_registered_ami_s_root_snapshot_cannot_be_deleted_until_the_ami_is_deregistered(
+    ec2: Any, volumes: Callable[..., str], snapshots: list[str]
+) -> None:
+    # EC2 API Reference, DeleteSnapshot: "You cannot delete a snapshot of the root device of an
+    # EBS volume used by a registered AMI. You must first deregister the AMI before you can
+    # delete the snapshot." (InvalidSnapshot.InUse)
+    # Given a snapshot, and an AMI registered with it as its root device
+    snapshot_id = ec2.create_snapshot(VolumeId=volumes(volume_type="gp3"))["SnapshotId"]
+    ec2.get_waiter("snapshot_completed").wait(SnapshotIds=[snapshot_id], WaiterConfig={"Delay": 1})
+    image_id = ec2.register_image(
+        Name="vsa-localcloud-in-use",
+        RootDeviceName="/dev/xvda",
+        BlockDeviceMappings=[{"DeviceName": "/dev/xvda", "Ebs": {"SnapshotId": snapshot_id}}],
+        VirtualizationType="hvm",
+        Architecture="x86_64",
+    )["ImageId"]
+    try:
+        # When the snapshot is deleted, Then EC2 refuses it, naming the AMI
+        with pytest.raises(ClientError) as refused:
+            ec2.delete_snapshot(SnapshotId=snapshot_id)
+        assert _error_code(refused) == "InvalidSnapshot.InUse"
+        assert image_id in refused.value.response["Error"]["Message"]
+    finally:
+        ec2.deregister_image(ImageId=image_id)
+    # And once the AMI is deregistered it can be deleted (the fixture deletes it)
+    snapshots.append(snapshot_id)
+
+
+def test_an_ami_registered_from_another_snapshot_leaves_this_one_deletable(
+    ec2: Any, volumes: Callable[..., str]
+) -> None:
+    # Given two snapshots and an AMI whose root is the first
+    volume = volumes(volume_type="gp3")
+    used, free = (ec2.create_snapshot(VolumeId=volume)["SnapshotId"] for _ in range(2))
+    ec2.get_waiter("snapshot_completed").wait(SnapshotIds=[used, free], WaiterConfig={"Delay": 1})
+    image_id = ec2.register_image(
+        Name="vsa-localcloud-other",
+        RootDeviceName="/dev/xvda",
+        BlockDeviceMappings=[{"DeviceName": "/dev/xvda", "Ebs": {"SnapshotId": used}}],
+    )["ImageId"]
+    try:
+        # When the other snapshot is deleted, Then it goes
+        ec2.delete_snapshot(SnapshotId=free)
+        assert not ec2.describe_snapshots(Filters=[{"Name": "snapshot-id", "Values": [free]}])["Snapshots"]
+    finally:
+        ec2.deregister_image(ImageId=image_id)
+        ec2.delete_snapshot(SnapshotId=used)

@@ -26,7 +26,7 @@ from localstack.services.moto import MotoFallbackDispatcher, call_moto
 from localstack.services.plugins import Service
 from moto.core.exceptions import RESTError
 
-from vsa_localcloud import ebs_model, ebs_modify, ec2_instances
+from vsa_localcloud import ebs_ami, ebs_model, ebs_modify, ec2_instances
 
 
 @contextmanager
@@ -94,6 +94,7 @@ def _snapshot_info(snapshot: Any) -> dict[str, Any]:
 
 def service() -> Service:
     ebs_model.apply_patches()
+    ebs_ami.apply_patches()
     ebs_modify.apply_patches()
     ec2_instances.apply_patches()
     return Service.for_provider(VsaEc2Provider(), dispatch_table_factory=MotoFallbackDispatcher)
