@@ -2,6 +2,7 @@
 the ConsistentBackup workflow on the Step Functions engine, freeze-io / thaw-io run by Run
 Command on sandbox nodes whose mountpoints are real XFS filesystems (see backups_world.py)."""
 
+import os
 import time
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 
 from tests.integration.arrays_world import control
 from tests.integration.backups_world import BackupArray, backup_finished, frozen
-from tests.integration.conftest import Api
+from tests.integration.conftest import STACK, Api
 
 # AWS's timings: volumes creating, attachments attaching, SSM agents registering after boot,
 # snapshots pending (the local cloud's realistic latency profile; snapshots 10 s: backups_world).
@@ -349,3 +350,51 @@ def test_a_scheduled_backup_then_a_restore_to_volumes_and_to_a_new_array(
     assert unknown[0] == 404, unknown
     assert "bk-20200101T000000000Z-00000000" in unknown[1]["message"], unknown
     assert both[0] == 422, both
+
+
+def test_a_retention_failure_leaves_the_backup_good_and_raises_its_own_alarm(
+    api: Api, backup_array: Any, stack_outputs: dict[str, str]
+) -> None:
+    # Given an array whose policy keeps 1 set, one backup, and an AMI an operator registered
+    # from one of its snapshots (EC2 then refuses DeleteSnapshot of it: InvalidSnapshot.InUse)
+    array: BackupArray = backup_array(volumes=2, hosts=1, mode="crash", retention=1)
+    first = wait_backup(api, stack_outputs, array.array_id, {"mode": "crash"})
+    ec2 = boto3.client("ec2")
+    in_use = snapshots_of(first)[0]["SnapshotId"]
+    image_id = ec2.register_image(
+        Name=f"from-{first}",
+        RootDeviceName="/dev/xvda",
+        BlockDeviceMappings=[{"DeviceName": "/dev/xvda", "Ebs": {"SnapshotId": in_use}}],
+    )["ImageId"]
+    try:
+        # When the next backup runs, and its retention cannot delete the first set
+        second = wait_backup(api, stack_outputs, array.array_id, {"mode": "crash"})  # SUCCEEDED
+
+        # Then the new set is completed, and says why retention failed
+        status, backup = api.call("GET", f"/arrays/{array.array_id}/backups/{second}")
+        assert status == 200, backup
+        assert backup["state"] == "completed"
+        assert "RetentionFailedError" in backup["retentionFailure"], backup
+        assert first in backup["retentionFailure"]
+        assert "InvalidSnapshot.InUse" in backup["retentionFailure"]
+        # ... the first set stays, with the snapshot EC2 refused to delete
+        listed = [b["backupId"] for b in api.call("GET", f"/arrays/{array.array_id}/backups")[1]["backups"]]
+        assert listed == [second, first]
+        assert in_use in {s["SnapshotId"] for s in snapshots_of(first)}
+        # ... and the retention alarm, not the backup-failed one, is what fires
+        alarm = f"{STACK}-backup-retention-failed"
+        control(os.environ["AWS_ENDPOINT_URL"], "cloudwatch", "evaluate", AlarmName=alarm)
+        [state] = boto3.client("cloudwatch").describe_alarms(AlarmNames=[alarm])["MetricAlarms"]
+        assert state["StateValue"] == "ALARM", state
+        assert state["AlarmActions"] == [stack_outputs["AlertsTopicArn"]]
+    finally:
+        ec2.deregister_image(ImageId=image_id)
+
+    # When the AMI is gone and the next backup runs
+    third = wait_backup(api, stack_outputs, array.array_id, {"mode": "crash"})
+
+    # Then its retention deletes both older sets, and records no failure
+    listed = [b["backupId"] for b in api.call("GET", f"/arrays/{array.array_id}/backups")[1]["backups"]]
+    assert listed == [third]
+    assert snapshots_of(first) == snapshots_of(second) == []
+    assert api.call("GET", f"/arrays/{array.array_id}/backups/{third}")[1].get("retentionFailure") is None

@@ -8,6 +8,7 @@ from typing import Any
 import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
+from botocore.exceptions import ClientError
 from botocore.stub import ANY, Stubber
 
 from tests.unit.conftest import ACCOUNT, REGION
@@ -24,6 +25,7 @@ from vsa_core.errors import (
     InvalidBackupError,
     PreflightError,
     RestoreError,
+    RetentionFailedError,
     SnapshotSetError,
 )
 from vsa_core.naming import slot_key
@@ -358,6 +360,73 @@ def test_retention_keeps_the_policy_s_newest_and_applies_only_whole_sets(world: 
     applied = svc.apply_retention("demo", None, 5)
     assert [d["backupId"] for d in applied["deleted"]] == [made[0].backup_id]
     assert [s.backup_id for s in svc.sets("demo")] == [made[2].backup_id, made[1].backup_id]
+
+
+def _refuse_delete_snapshot(ec2: Any, snapshot_id: str) -> None:
+    """EC2 answers DeleteSnapshot of ``snapshot_id`` as AWS does for a snapshot an AMI was
+    registered from; every other call goes to moto."""
+
+    def refuse(params: dict[str, Any], **_: Any) -> None:
+        if params.get("SnapshotId") == snapshot_id:
+            raise ClientError(
+                {
+                    "Error": {
+                        "Code": "InvalidSnapshot.InUse",
+                        "Message": f"The snapshot {snapshot_id} is currently in use by ami-0123456789abcdef0",
+                    }
+                },
+                "DeleteSnapshot",
+            )
+
+    ec2.meta.events.register("before-parameter-build.ec2.DeleteSnapshot", refuse)
+
+
+def test_retention_deletes_every_set_it_can_then_names_each_refused_one(world: dict[str, Any]) -> None:
+    # Given 4 completed sets, a policy that keeps 2, and AWS refusing one snapshot of the oldest
+    made = [_completed(world) for _ in range(4)]
+    ec2 = boto3.client("ec2", region_name=REGION)
+    _refuse_delete_snapshot(ec2, made[0].snapshots[1].snapshot_id)
+    svc = service(world["table"], ec2=ec2)
+    # When retention runs
+    with pytest.raises(RetentionFailedError) as refused:
+        svc.apply_retention("demo", None, 5)
+    # Then the error names the refused set and AWS's reason, and the other set was deleted
+    message = str(refused.value)
+    assert made[0].backup_id in message
+    assert "InvalidSnapshot.InUse" in message
+    assert f"deleted {made[1].backup_id}" in message
+    left = [s.backup_id for s in svc.sets("demo")]
+    assert made[1].backup_id not in left
+    assert made[0].backup_id in left  # still there: the next run tries again
+    assert {made[2].backup_id, made[3].backup_id} <= set(left)
+    # And once AWS no longer refuses, the next run deletes it
+    applied = service(world["table"]).apply_retention("demo", None, 5)
+    assert [d["backupId"] for d in applied["deleted"]] == [made[0].backup_id]
+
+
+def test_a_retention_failure_is_counted_and_recorded_on_the_set_which_stays_completed(
+    world: dict[str, Any],
+) -> None:
+    # Given a completed set whose retention run failed
+    done = _completed(world)
+    cloudwatch = boto3.client("cloudwatch", region_name=REGION)
+    cause = json.dumps({"errorType": "RetentionFailedError", "errorMessage": "could not delete bk-x: InUse"})
+    # When the failure is recorded
+    answer = service(world["table"], cloudwatch=cloudwatch).record_retention_failure(
+        "vsa-demo", "demo", done.backup_id, {"Error": "RetentionFailedError", "Cause": cause}
+    )
+    # Then the set is still completed, with the reason
+    assert answer == {
+        "state": "completed",
+        "retentionFailure": "RetentionFailedError: could not delete bk-x: InUse",
+    }
+    recorded = service(world["table"]).get("demo", done.backup_id)
+    assert recorded.state == "completed"
+    assert recorded.retention_failure == answer["retentionFailure"]
+    # And one failure is counted for the deployment (the alarm's metric)
+    [metric] = cloudwatch.list_metrics(Namespace="VSA/Backups")["Metrics"]
+    assert metric["MetricName"] == "RetentionFailures"
+    assert metric["Dimensions"] == [{"Name": "Deployment", "Value": "vsa-demo"}]
 
 
 def test_start_refuses_application_mode_without_mountpoints_and_is_idempotent_per_backup_id(

@@ -88,3 +88,39 @@ def test_waits_for_snapshot_slots_then_snapshots_a_crash_set(
     assert "CheckHosts" not in states
     assert states.count("ThawSend") == 0
     assert "Thaw" in states  # the Map over no hosts
+
+
+def test_a_retention_failure_is_recorded_and_the_completed_set_still_succeeds(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    # Given a set that completed, and a retention run that AWS refused a DeleteSnapshot
+    run = run_case(sfn, workflow(NAME, "consistent_backup.asl.json"), "RetentionRefused", REQUEST)
+    # Then the execution succeeds (no backup-failed alarm for a good backup) ...
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    states = entered(run)
+    assert states[-4:] == ["Failed?", "Retention", "RecordRetentionFailure", "Done"]
+    assert "RecordFailure" not in states
+    assert "NotifyRetentionFailure" not in states
+    # ... the retention failure is handed to its own step with AWS's refusal
+    [recorded] = scheduled(run, '"retention_failed"')
+    assert recorded["error"]["Error"] == "RetentionFailedError"
+    assert "InvalidSnapshot.InUse" in recorded["error"]["Cause"]
+    assert recorded["backupId"] == REQUEST["backupId"]
+    # ... and the run's answer carries the set's label and the retention error
+    output = json.loads(run["output"])
+    assert output["result"]["state"] == "completed"
+    assert output["retention"]["Error"] == "RetentionFailedError"
+
+
+def test_a_retention_failure_that_cannot_be_recorded_goes_to_the_alerts_topic(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    # Given retention refused and the step that records it failing too
+    run = run_case(sfn, workflow(NAME, "consistent_backup.asl.json"), "RetentionUnrecorded", REQUEST)
+    # Then the alerts topic is told directly, and the good backup still succeeds
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    assert entered(run)[-4:] == ["Retention", "RecordRetentionFailure", "NotifyRetentionFailure", "Done"]
+    [published] = scheduled(run, '"VSA: backup retention failed"')
+    assert published["TopicArn"].endswith(":vsa-wf-alerts")
+    assert REQUEST["backupId"] in published["Message"]
+    assert "RetentionFailedError" in published["Message"]

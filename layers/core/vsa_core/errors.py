@@ -61,3 +61,9 @@ class SnapshotSetError(VsaError):
 class RestoreError(VsaError):
     """AWS refused a step of a restore: what it had created was deleted again and nothing was
     registered, so restoring again starts clean. The API answers 502."""
+
+
+class RetentionFailedError(VsaError):
+    """Retention could not delete a set that the policy says goes (AWS refused a DeleteSnapshot,
+    say a snapshot an AMI was registered from): the backup that ran it is still good. The
+    message names every set and AWS's refusal; the sets stay and the next run tries again."""

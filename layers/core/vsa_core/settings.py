@@ -22,6 +22,7 @@ class Settings(BaseModel):
     thaw_io_document: str = ""
     freeze_io_document: str = ""
     history_retention_days: int = Field(default=90, ge=1, le=3650)
+    deployment: str = Field(default="vsa", description="the stack's name: our metrics' Deployment dimension")
 
 
 @lru_cache(maxsize=1)
@@ -40,4 +41,5 @@ def get_settings() -> Settings:
         thaw_io_document=os.environ.get("VSA_THAW_IO_DOCUMENT", ""),
         freeze_io_document=os.environ.get("VSA_FREEZE_IO_DOCUMENT", ""),
         history_retention_days=int(os.environ.get("VSA_HISTORY_RETENTION_DAYS", "90")),
+        deployment=os.environ.get("VSA_DEPLOYMENT", "vsa"),
     )

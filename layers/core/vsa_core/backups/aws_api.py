@@ -45,6 +45,7 @@ from vsa_core.errors import (
     ConflictError,
     InvalidBackupError,
     RestoreError,
+    RetentionFailedError,
     SnapshotLimitError,
 )
 from vsa_core.naming import ARRAY_ID_PATTERN
@@ -110,6 +111,7 @@ for _error_type, _status in (
     (SnapshotLimitError, 409),
     (IdempotencyAlreadyInProgressError, 409),
     (RestoreError, 502),
+    (RetentionFailedError, 502),  # AWS refused a DeleteSnapshot: the message names each set
 ):
     app.exception_handler(_error_type)(lambda error, status=_status: _json(status, {"message": str(error)}))
 

@@ -22,6 +22,7 @@ class BackupContext:
     ec2: Any
     ssm: Any
     sfn: Any = None
+    cloudwatch: Any = None
     state_machine_arn: str = ""
     clock: Callable[[], float] = field(default=time.time)
 

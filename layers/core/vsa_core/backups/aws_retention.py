@@ -1,18 +1,36 @@
 """Retention on AWS: the policy's plan (``vsa_core.backups.sets.retention_plan``) applied,
-whole sets, oldest first, never one in progress, capped per run."""
+whole sets, oldest first, never one in progress, capped per run.
+
+A set that AWS refuses to delete (a DeleteSnapshot refused: ``InvalidSnapshot.InUse`` for a
+snapshot an AMI was registered from, say) does not stop the others, and does not make the backup
+that ran retention a failed one: the workflow's step raises ``RetentionFailedError`` naming
+every refused set once all were tried, and :func:`record_failure` records it on the new set and
+counts it in ``VSA/Backups RetentionFailures``, whose alarm is not the backup-failed one.
+"""
 
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from vsa_core.backups import aws_sets
 from vsa_core.backups.aws_context import BackupContext, dump, utc_now
+from vsa_core.backups.reports import error_message
 from vsa_core.backups.sets import (
     RetentionPlan,
     retention_plan,
 )
+from vsa_core.clients import client
 from vsa_core.errors import (
+    BackupNotFoundError,
     ConflictError,
     InvalidBackupError,
+    RetentionFailedError,
 )
+
+RETENTION_NAMESPACE = "VSA/Backups"
+RETENTION_FAILURES_METRIC = "RetentionFailures"
+"""One datapoint (1) per retention run that left a set it should have deleted, per deployment
+(dimension ``Deployment``: the stack's name), so one alarm watches every array."""
 
 
 def retention(
@@ -30,11 +48,52 @@ def retention(
 def apply_retention(
     ctx: BackupContext, array_id: str, keep: int | None, max_deletions: int
 ) -> dict[str, Any]:
+    """Delete what the plan says; every set is tried, and any AWS refused are named at the end
+    (``RetentionFailedError``), after the others were deleted."""
     keep, plan = retention(ctx, array_id, keep, max_deletions)
     deleted = []
+    refused: dict[str, str] = {}
     for decision in plan.deletions:
         try:
             deleted.append(aws_sets.delete(ctx, array_id, decision.backup_id))
         except ConflictError:
             continue  # taken up meanwhile: a later run decides again
+        except (ClientError, BotoCoreError) as error:
+            refused[decision.backup_id] = f"{type(error).__name__}: {error}"
+    if refused:
+        gone = f"; deleted {', '.join(d['backupId'] for d in deleted)}" if deleted else ""
+        raise RetentionFailedError(
+            f"retention of array {array_id} (keep {keep}) could not delete "
+            + "; ".join(f"{backup_id}: {why}" for backup_id, why in sorted(refused.items()))
+            + f"{gone}. The refused sets stay and the next run tries again"
+        )
     return {"keep": keep, "plan": dump(plan.decisions), "deleted": deleted}
+
+
+def record_failure(
+    ctx: BackupContext,
+    deployment: str,
+    array_id: str,
+    backup_id: str,
+    error: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Retention failed after a good set: count it (the alarm's metric) first, then record why on
+    the set that ran it. The set's state is not touched: it completed."""
+    why = error_message(error)
+    (ctx.cloudwatch or client("cloudwatch")).put_metric_data(
+        Namespace=RETENTION_NAMESPACE,
+        MetricData=[
+            {
+                "MetricName": RETENTION_FAILURES_METRIC,
+                "Dimensions": [{"Name": "Deployment", "Value": deployment}],
+                "Value": 1,
+                "Unit": "Count",
+            }
+        ],
+    )
+    try:
+        backup = ctx.backups.get(array_id, backup_id)
+    except BackupNotFoundError:
+        return {"state": "gone", "retentionFailure": why}
+    ctx.backups.save(backup.model_copy(update={"retention_failure": why}), (backup.state,))
+    return {"state": backup.state, "retentionFailure": why}

@@ -48,6 +48,7 @@ class BackupService:
         ec2: Any = None,
         ssm: Any = None,
         sfn: Any = None,
+        cloudwatch: Any = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.ctx = BackupContext(
@@ -57,6 +58,7 @@ class BackupService:
             ec2=ec2 or client("ec2"),
             ssm=ssm or client("ssm"),
             sfn=sfn,
+            cloudwatch=cloudwatch,
             state_machine_arn=state_machine_arn,
             clock=clock,
         )
@@ -69,6 +71,7 @@ class BackupService:
     delete = on_context(aws_sets.delete)
     retention = on_context(aws_retention.retention)
     apply_retention = on_context(aws_retention.apply_retention)
+    record_retention_failure = on_context(aws_retention.record_failure)
     restore = on_context(aws_restore.restore)
     # the ConsistentBackup workflow's steps
     preflight = on_context(aws_preflight.preflight)

@@ -15,7 +15,10 @@ SSM commands, the retries and the thaw on every path out.
 - ``progress``: the snapshots' states and progress, recorded; when to look again;
 - ``finish``: the honest label (or failed, snapshots deleted);
 - ``fail``: a caught error → the set failed with the reason, its snapshots deleted;
-- ``retention``: the array's policy applied (whole sets, oldest first, capped).
+- ``retention``: the array's policy applied (whole sets, oldest first, capped);
+  ``RetentionFailedError`` names every set AWS refused to delete;
+- ``retention_failed``: that failure counted (``VSA/Backups RetentionFailures``) and recorded on
+  the new set, which stays completed: a retention failure is not a failed backup.
 """
 
 from typing import Any
@@ -30,6 +33,7 @@ from vsa_core.backups.steps import (
     Progress,
     RecordHosts,
     Retention,
+    RetentionFailed,
     Snapshot,
 )
 from vsa_core.settings import Settings
@@ -69,4 +73,6 @@ def run(request: Any, service: BackupService, settings: Settings) -> dict[str, A
             if array.spec.backup is None:
                 return {"skipped": "no backup policy: retention runs on request only"}
             return service.apply_retention(a, None, settings.retention_max_deletions)
+        case RetentionFailed():
+            return service.record_retention_failure(settings.deployment, a, b, request.error)
     raise AssertionError(f"unknown step {request!r}")  # pragma: no cover - the model is closed

@@ -228,6 +228,12 @@ class BackupSet(_Strict):
     )
     message: str | None = Field(default=None, description="what the workflow waits for, or did last")
     completed_at: AwareDatetime | None = Field(default=None, alias="completedAt")
+    retention_failure: str | None = Field(
+        default=None,
+        alias="retentionFailure",
+        description="the retention run after this set could not delete an older set, and why "
+        "(this set is good; the older one stays until a run deletes it)",
+    )
 
     @property
     def in_progress(self) -> bool:

@@ -65,10 +65,24 @@ class Retention(_Step):
     step: Literal["retention"]
 
 
+class RetentionFailed(_Step):
+    step: Literal["retention_failed"]
+    error: dict[str, Any] | None = None
+
+
 class Request(
     RootModel[
         Annotated[
-            Preflight | HostsReady | Freeze | Snapshot | RecordHosts | Progress | Finish | Fail | Retention,
+            Preflight
+            | HostsReady
+            | Freeze
+            | Snapshot
+            | RecordHosts
+            | Progress
+            | Finish
+            | Fail
+            | Retention
+            | RetentionFailed,
             Field(discriminator="step"),
         ]
     ]
