@@ -12,15 +12,12 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from vsa_core.arrays.lock import SCALE_LEASE_SECONDS
 from vsa_core.clients import client
 from vsa_core.naming import match_iops_alarm_name, scale_execution_name
 from vsa_core.observability import logger, metrics, tracer
 from vsa_core.scaling.events import AlarmStateChangeEvent, ScaleRequest
 from vsa_core.settings import get_settings
-
-SCALING_LOCK_LEASE_SECONDS = 600
-"""How long a ScaleArray execution holds the array's scaling lock at most: far above a run's
-seconds, so a crashed run blocks scaling for ten minutes, never for good."""
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
@@ -43,7 +40,7 @@ def start_scale(event: AlarmStateChangeEvent, sfn: "SFNClient") -> dict[str, Any
     now = int(time.time())
     request = ScaleRequest(
         lock_now=now,
-        lock_until=now + SCALING_LOCK_LEASE_SECONDS,
+        lock_until=now + SCALE_LEASE_SECONDS,
         array_id=array_id,
         alarm_name=detail.alarm_name,
         alarm_kind=kind,

@@ -30,7 +30,15 @@ def api_env(registry_table: str, function_env: None, monkeypatch: pytest.MonkeyP
     ][0]["SubnetId"]
     image = ec2.describe_images()["Images"][0]["ImageId"]
     hooks_keep_metadata(client("autoscaling"))  # the handler's own (cached) client
-    return {"volume": volume, "subnet": subnet, "image": image}
+    # a ReconcileArray state machine in moto (which records executions without running them)
+    reconcile = boto3.client("stepfunctions", region_name=REGION).create_state_machine(
+        name="vsa-unit-reconcile-array",
+        definition=json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}),
+        roleArn="arn:aws:iam::123456789012:role/reconcile-unit",
+    )["stateMachineArn"]
+    monkeypatch.setenv("VSA_RECONCILE_STATE_MACHINE_ARN", reconcile)
+    get_settings.cache_clear()
+    return {"volume": volume, "subnet": subnet, "image": image, "reconcile": reconcile}
 
 
 def call(event: dict[str, Any]) -> tuple[int, Any]:
@@ -282,3 +290,48 @@ def test_growing_a_volume_whose_previous_modification_is_unfinished_is_409_and_s
     status, reply = call(_grown(api_env, 550))
     assert status == 200, reply
     assert fake.modified == 0
+
+
+def _executions(arn: str) -> list[str]:
+    return [
+        e["name"]
+        for e in boto3.client("stepfunctions", region_name=REGION).list_executions(stateMachineArn=arn)[
+            "executions"
+        ]
+    ]
+
+
+def test_a_data_plane_change_starts_reconcile_array_once_and_the_answer_says_what_remains(
+    api_env: dict[str, Any],
+) -> None:
+    # Given an applied array (a new array's controllers get everything from their bootstrap)
+    status, reply = call(put_event(api_env))
+    assert (status, reply["reconcile"]) == (201, None)
+    assert _executions(api_env["reconcile"]) == []
+    ec2 = boto3.client("ec2", region_name=REGION)
+    added = ec2.create_volume(
+        AvailabilityZone="us-east-1a", Size=100, VolumeType="io2", Iops=3000, MultiAttachEnabled=True
+    )["VolumeId"]
+    spec = json.loads(put_event(api_env)["body"])
+    # When a volume is added to its spec
+    event = put_event(api_env, volumes=[*spec["volumes"], {"volumeId": added}])
+    status, reply = call(event)
+    # Then the answer is 200 with ReconcileArray started for version 2, saying what it will do
+    assert status == 200, reply
+    assert reply["reconcile"]["state"] == "converging"
+    assert reply["reconcile"]["executionName"] == "reconcile-demo-v2"
+    assert reply["reconcile"]["remaining"] == [
+        f"volume {added}: attach to every serving controller, export, connect every host"
+    ]
+    assert _executions(api_env["reconcile"]) == ["reconcile-demo-v2"]
+    # and GET shows the array converging, waiting for the lock
+    shown = call(load_event("apigateway/get_array.json"))[1]["reconcile"]
+    assert (shown["state"], shown["step"], shown["version"]) == (
+        "converging",
+        "waiting for the array lock",
+        2,
+    )
+    # When the same spec is applied again, nothing more starts
+    status, reply = call(event)
+    assert (status, reply["reconcile"]) == (200, None)
+    assert _executions(api_env["reconcile"]) == ["reconcile-demo-v2"]

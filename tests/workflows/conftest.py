@@ -30,6 +30,7 @@ SUBSTITUTIONS = {
     "TaskSetAlarmThresholdsFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-thresholds",
     "TaskTeardownArrayFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-teardown",
     "TaskControllerFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-controller",
+    "TaskReconcileFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-reconcile",
     "ConfigureTargetDocument": "vsa-wf-configure-target",
     "ConnectPathDocument": "vsa-wf-connect-path",
     "DisconnectPathDocument": "vsa-wf-disconnect-path",
@@ -102,3 +103,15 @@ def entered(execution: dict[str, Any]) -> list[str]:
         for e in execution["events"]
         if e["type"].endswith("StateEntered")
     ]
+
+
+def lambda_inputs(run: dict[str, Any], step: str) -> list[dict[str, Any]]:
+    """The input of every call of a task Lambda's ``step`` (e.g. ``connect``): a Task whose
+    Resource is the function's ARN logs LambdaFunctionScheduled with the input it was given."""
+    found = []
+    for event in run["events"]:
+        if event["type"] == "LambdaFunctionScheduled":
+            given = json.loads(event["lambdaFunctionScheduledEventDetails"]["input"])
+            if given.get("step") == step:
+                found.append(given)
+    return found

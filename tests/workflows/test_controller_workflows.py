@@ -5,7 +5,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from tests.workflows.conftest import ROOT, entered, run_case
+from tests.workflows.conftest import ROOT, entered, lambda_inputs, run_case
 
 LAUNCH = json.loads((ROOT / "events" / "autoscaling" / "launch_lifecycle_action.json").read_text())
 TERMINATE = json.loads((ROOT / "events" / "autoscaling" / "terminate_lifecycle_action.json").read_text())
@@ -19,18 +19,6 @@ def scheduled(run: dict[str, Any], resource: str) -> list[dict[str, Any]]:
         for e in run["events"]
         if e["type"] == "TaskScheduled" and e["taskScheduledEventDetails"]["resource"] == resource
     ]
-
-
-def lambda_inputs(run: dict[str, Any], step: str) -> list[dict[str, Any]]:
-    """The input of every task_controller call of ``step`` (e.g. ``connect``): a Task whose
-    Resource is the function's ARN logs LambdaFunctionScheduled with the input it was given."""
-    found = []
-    for event in run["events"]:
-        if event["type"] == "LambdaFunctionScheduled":
-            given = json.loads(event["lambdaFunctionScheduledEventDetails"]["input"])
-            if given.get("step") == step:
-                found.append(given)
-    return found
 
 
 def test_a_controller_is_attached_exported_connected_then_continued(

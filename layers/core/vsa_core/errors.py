@@ -35,6 +35,11 @@ class ReconcileError(VsaError):
     the spec is stored; applying it again resumes the convergence. The API answers 502."""
 
 
+class LockLostError(VsaError):
+    """A workflow step found its execution no longer holds the array lock (its lease ran out and
+    another run took it): the step does nothing and the workflow stops, saying who holds it."""
+
+
 class BackupNotFoundError(VsaError):
     """The backup set id is not recorded for the array."""
 

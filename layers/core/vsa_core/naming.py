@@ -84,6 +84,12 @@ def delete_execution_name(array_id: str, version: int) -> str:
     return f"delete-{array_id}-v{version}"
 
 
+def reconcile_execution_name(array_id: str, version: int) -> str:
+    """The ReconcileArray execution for one stored version of the array's spec: a retried PUT
+    maps to the same name (Step Functions starts it once)."""
+    return f"reconcile-{array_id}-v{version}"
+
+
 SLOT_PREFIX = "SLOT#"
 INSTANCE_INDEX = "instances"
 """The registry's index of controller slots by instance id (``instanceId`` → ``pk``, ``sk``)."""

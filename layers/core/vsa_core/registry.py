@@ -61,9 +61,13 @@ class ArrayRegistry:
             raise ArrayNotFoundError(f"array {array_id!r} is not registered")
         return self._from_item(item)
 
-    def put(self, spec: ArraySpec, expected_version: int | None) -> RegisteredArray:
+    def put(
+        self, spec: ArraySpec, expected_version: int | None, left_hosts: tuple[str, ...] = ()
+    ) -> RegisteredArray:
         """Store ``spec``: a new array when ``expected_version`` is None, else an update of the
-        version the caller read. The desired count stays, clamped into the new [min, max]."""
+        version the caller read. The desired count stays, clamped into the new [min, max].
+        ``left_hosts`` (hosts the new spec drops) join the pending host removals in the same
+        write, so ReconcileArray learns of them however the apply ends."""
         if expected_version is None:
             try:
                 return self.create(spec)
@@ -79,13 +83,15 @@ class ArrayRegistry:
             self._dynamodb.update_item(
                 TableName=self._table,
                 Key=array_key(spec.array_id),
-                UpdateExpression="SET spec = :spec, desiredControllers = :desired, version = :next",
+                UpdateExpression="SET spec = :spec, desiredControllers = :desired, version = :next"
+                + (" ADD pendingHostRemovals :left" if left_hosts else ""),
                 ConditionExpression="version = :expected",
                 ExpressionAttributeValues={
                     ":spec": {"S": spec.model_dump_json(by_alias=True)},
                     ":desired": {"N": str(desired)},
                     ":next": {"N": str(expected_version + 1)},
                     ":expected": {"N": str(expected_version)},
+                    **({":left": {"SS": list(left_hosts)}} if left_hosts else {}),
                 },
             )
         except ClientError as error:
@@ -95,7 +101,13 @@ class ArrayRegistry:
                 f"array {spec.array_id!r} changed since version {expected_version} (a concurrent apply "
                 "or a scaling decision): read it and apply again"
             ) from None
-        return RegisteredArray(spec=spec, desired_controllers=desired, version=expected_version + 1)
+        return RegisteredArray(
+            spec=spec,
+            desired_controllers=desired,
+            version=expected_version + 1,
+            pending_host_removals=tuple(sorted({*current.pending_host_removals, *left_hosts})),
+            reconcile=current.reconcile,
+        )
 
     def all(self) -> list[RegisteredArray]:
         """Every registered array, by id. A scan of the SPEC items: arrays number in the tens."""
@@ -189,6 +201,13 @@ class ArrayRegistry:
             delete_failure=item.get("deleteFailure", {}).get("S"),
             last_scale_out_at=item.get("lastScaleOutAt", {}).get("S"),
             last_scale_in_at=item.get("lastScaleInAt", {}).get("S"),
+            pending_host_removals=tuple(sorted(item.get("pendingHostRemovals", {}).get("SS", []))),
+            reconcile={
+                k.removeprefix("reconcile")[:1].lower() + k.removeprefix("reconcile")[1:]: v["S"]
+                for k, v in item.items()
+                if k.startswith("reconcile") and "S" in v
+            }
+            or None,
         )
 
     def create(self, spec: ArraySpec) -> RegisteredArray:

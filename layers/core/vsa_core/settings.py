@@ -13,6 +13,7 @@ class Settings(BaseModel):
     scale_state_machine_arn: str = ""
     backup_scheduler_role_arn: str = ""
     delete_state_machine_arn: str = ""
+    reconcile_state_machine_arn: str = ""
     alarm_rearm_seconds: int = Field(default=60, ge=1, le=3600)
     bootstrap_state_machine_arn: str = ""
     drain_state_machine_arn: str = ""
@@ -32,6 +33,7 @@ def get_settings() -> Settings:
         scale_state_machine_arn=os.environ.get("VSA_SCALE_STATE_MACHINE_ARN", ""),
         backup_scheduler_role_arn=os.environ.get("VSA_BACKUP_SCHEDULER_ROLE_ARN", ""),
         delete_state_machine_arn=os.environ.get("VSA_DELETE_STATE_MACHINE_ARN", ""),
+        reconcile_state_machine_arn=os.environ.get("VSA_RECONCILE_STATE_MACHINE_ARN", ""),
         alarm_rearm_seconds=int(os.environ.get("VSA_ALARM_REARM_SECONDS", "60")),
         bootstrap_state_machine_arn=os.environ.get("VSA_BOOTSTRAP_STATE_MACHINE_ARN", ""),
         drain_state_machine_arn=os.environ.get("VSA_DRAIN_STATE_MACHINE_ARN", ""),

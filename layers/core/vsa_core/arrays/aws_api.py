@@ -22,6 +22,7 @@ from vsa_core.clients import client
 from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError, ReconcileError
 from vsa_core.naming import ARRAY_ID_PATTERN
 from vsa_core.observability import logger
+from vsa_core.reconcile.aws_start import ReconcileStarter
 from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.settings import get_settings
 
@@ -68,8 +69,19 @@ def put_array(
     ] = None,
 ) -> Response[dict[str, Any]]:
     logger.append_keys(array_id=array_id)
+    settings = get_settings()
     created, reply = aws_operations.apply_array(
-        array_id, spec, registry=_registry(), service=_service(), if_match=if_match
+        array_id,
+        spec,
+        registry=_registry(),
+        service=_service(),
+        if_match=if_match,
+        reconcile=ReconcileStarter(
+            sfn=client("stepfunctions"),
+            dynamodb=client("dynamodb"),
+            table=settings.table_name,
+            state_machine_arn=settings.reconcile_state_machine_arn,
+        ),
     )
     logger.info("array applied", extra={"new_array": created, "changes": len(reply["changes"])})
     return Response(

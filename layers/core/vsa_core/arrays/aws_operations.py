@@ -23,6 +23,8 @@ from vsa_core.arrays.plan import Change
 from vsa_core.arrays.spec import ArraySpec, Deletion, RegisteredArray
 from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError, ReconcileError
 from vsa_core.naming import delete_execution_name, group_name
+from vsa_core.reconcile.aws_start import ReconcileStarter
+from vsa_core.reconcile.plan import left_hosts, needs_reconcile, pending_work
 from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.waiters import execution_arn
 
@@ -60,8 +62,11 @@ def apply_array(
     registry: ArrayRegistry,
     service: ArrayService,
     if_match: str | None = None,
+    reconcile: ReconcileStarter | None = None,
 ) -> tuple[bool, dict[str, Any]]:
-    """Create or update; ``(created, reply)`` with the stored spec, its version and the changes."""
+    """Create or update; ``(created, reply)`` with the stored spec, its version, the changes
+    made, and the ReconcileArray run started for what remains (``reconcile``: its execution and
+    the remaining work per volume and host; null when the data plane did not change)."""
     if spec.array_id != array_id:
         raise InvalidSpecError(
             f"the body's arrayId {spec.array_id!r} differs from the path's {array_id!r}: make them equal"
@@ -87,10 +92,20 @@ def apply_array(
             f"array {array_id!r}: AWS refused to modify a volume ({error.operation_name}: {code}: "
             f"{message}); nothing was stored: fix the cause and apply again"
         ) from error
+    before = current.spec if current is not None else None
     if current is not None and current.spec == spec:
         stored = current  # nothing new to store; still converge (repairs drift)
     else:
-        stored = registry.put(spec, expected_version=current.version if current else None)
+        stored = registry.put(
+            spec, expected_version=current.version if current else None, left_hosts=left_hosts(before, spec)
+        )
+    last_state = (current.reconcile or {}).get("state") if current is not None else None
+    started = None
+    if reconcile is not None and needs_reconcile(before, spec, last_state):
+        # started before the AWS calls below: whatever they leave undone, the run converges
+        # the data plane on the stored spec once they are done (its first phase waits for the
+        # volumes created here), and an apply that fails half-way says the spec is stored
+        started = reconcile.start(array_id, stored.version, pending_work(before, spec))
     try:
         applied = service.apply(spec, stored.desired_controllers)
         changes = grown + [c for c in applied if c.resource not in {g.resource for g in grown}]
@@ -105,6 +120,7 @@ def apply_array(
         "version": stored.version,
         "desiredControllers": stored.desired_controllers,
         "changes": _json(changes),
+        "reconcile": started,
     }
 
 
@@ -137,6 +153,7 @@ def describe_array(
         "desiredControllers": array.desired_controllers,
         "deleting": array.deleting.model_dump(by_alias=True) if array.deleting else None,
         "deleteFailure": array.delete_failure,
+        "reconcile": reconcile_status(array.reconcile, array.pending_host_removals),
         "status": _json(with_slots(service.status(array.spec), registry.slots(array_id))),
         "decisions": registry.decisions(array_id, limit=10),
         "backups": [
@@ -150,6 +167,23 @@ def describe_array(
             }
             for b in recent
         ],
+    }
+
+
+def reconcile_status(record: dict[str, str] | None, pending_hosts: tuple[str, ...]) -> dict[str, Any] | None:
+    """The last ReconcileArray run as recorded (``converging`` with its current step,
+    ``converged``, or ``failed`` with the error), and hosts still to disconnect."""
+    if record is None:
+        return None
+    return {
+        "state": record.get("state"),
+        "step": record.get("step"),
+        "execution": record.get("execution"),
+        "version": int(record["version"]) if record.get("version", "").isdigit() else None,
+        "startedAt": record.get("startedAt"),
+        "updatedAt": record.get("updatedAt"),
+        "error": record.get("error"),
+        "pendingHostRemovals": list(pending_hosts),
     }
 
 

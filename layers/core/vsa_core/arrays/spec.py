@@ -275,3 +275,8 @@ class RegisteredArray(BaseModel):
     """When ScaleArray last added controllers (ISO 8601): the scale-out cooldown runs from it."""
     last_scale_in_at: str | None = None
     """When ScaleArray last removed a controller (ISO 8601): the scale-in cooldown runs from it."""
+    pending_host_removals: tuple[str, ...] = ()
+    """Hosts an apply dropped from the spec that ReconcileArray has not disconnected yet."""
+    reconcile: dict[str, str] | None = None
+    """The last ReconcileArray run as recorded: execution, state (converging, converged,
+    failed), step, version, startedAt, updatedAt, error."""

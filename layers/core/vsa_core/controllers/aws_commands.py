@@ -1,7 +1,8 @@
-"""Run Command fan-outs of the controller workflows: one document to every host in one step
-(each with its own parameters), and where every invocation stands from one
+"""Run Command fan-outs of the controller and reconcile workflows: documents to many instances
+in one step (each command with its own parameters), and where every invocation stands from one
 ListCommandInvocations."""
 
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -45,18 +46,47 @@ def connect(ctx: ControllerContext, request: Connect) -> dict[str, Any]:
 
 
 def commands(ctx: ControllerContext, request: Commands) -> dict[str, Any]:
-    """Where every host's invocation stands, from one ListCommandInvocations (the document's
-    invocations since the commands were sent; one page holds 50) however many hosts there
-    are: ``done`` once all succeeded; ``failed`` lists any that ended otherwise (status and
-    the tail of the script's output, to say why); ``running`` the rest, including any not
-    visible yet. The commands' own TimeoutSeconds bound how long anything stays running."""
+    """Where every host's invocation stands (``invocation_states``)."""
     wanted = {(c.command_id, c.instance_id) for c in request.commands}
+    return invocation_states(ctx.ssm, request.document, request.since, wanted)
+
+
+def send(ssm: Any, invocations: Sequence[Mapping[str, Any]], timeout_seconds: int) -> dict[str, Any]:
+    """SendCommand for each invocation (``{document, instanceId, parameters, comment}``), side
+    by side; answers each command's id and instance, and since when to look for them."""
+    since = datetime.now(UTC) - CLOCK_MARGIN
+
+    def one(invocation: Mapping[str, Any]) -> dict[str, Any]:
+        answer = ssm.send_command(
+            DocumentName=invocation["document"],
+            InstanceIds=[invocation["instanceId"]],
+            Comment=invocation.get("comment", ""),
+            TimeoutSeconds=timeout_seconds,
+            Parameters={k: [v] for k, v in invocation["parameters"].items()},
+        )
+        return {"commandId": answer["Command"]["CommandId"], "instanceId": invocation["instanceId"]}
+
+    sent: list[dict[str, Any]] = []
+    if invocations:
+        with ThreadPoolExecutor(max_workers=min(FANOUT, len(invocations))) as pool:
+            sent = list(pool.map(one, invocations))
+    return {"since": since.isoformat(), "commands": sent}
+
+
+def invocation_states(
+    ssm: Any, document: str, since: datetime, wanted: set[tuple[str, str]]
+) -> dict[str, Any]:
+    """Where every (command id, instance id) invocation stands, from one ListCommandInvocations
+    (the document's invocations since the commands were sent; one page holds 50) however many
+    there are: ``done`` once all succeeded; ``failed`` lists any that ended otherwise (status
+    and the tail of the script's output, to say why); ``running`` the rest, including any not
+    visible yet. The commands' own TimeoutSeconds bound how long anything stays running."""
     found: dict[tuple[str, str], dict[str, Any]] = {}
-    pages = ctx.ssm.get_paginator("list_command_invocations").paginate(
+    pages = ssm.get_paginator("list_command_invocations").paginate(
         Details=True,
         Filters=[
-            {"key": "DocumentName", "value": request.document},
-            {"key": "InvokedAfter", "value": request.since.strftime("%Y-%m-%dT%H:%M:%SZ")},
+            {"key": "DocumentName", "value": document},
+            {"key": "InvokedAfter", "value": since.strftime("%Y-%m-%dT%H:%M:%SZ")},
         ],
     )
     for page in pages:
@@ -67,7 +97,7 @@ def commands(ctx: ControllerContext, request: Commands) -> dict[str, Any]:
         if len(found) == len(wanted):
             break
     states = []
-    for command_id, instance_id in sorted(wanted, key=lambda k: k[1]):
+    for command_id, instance_id in sorted(wanted, key=lambda k: (k[1], k[0])):
         invocation = found.get((command_id, instance_id), {"Status": "Pending"})
         plugins = invocation.get("CommandPlugins") or []
         # the tail of a failed script's output says why (the documents print the reason last)
@@ -82,5 +112,5 @@ def commands(ctx: ControllerContext, request: Commands) -> dict[str, Any]:
         "succeeded": sum(s["status"] == "Success" for s in states),
         # since the commands were sent: the workflow gives up past the commands' own timeout
         # (a bound on its loop should an invocation never be listed)
-        "waitedSeconds": int((datetime.now(UTC) - request.since - CLOCK_MARGIN).total_seconds()),
+        "waitedSeconds": int((datetime.now(UTC) - since - CLOCK_MARGIN).total_seconds()),
     }

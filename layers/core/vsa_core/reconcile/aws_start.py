@@ -1,0 +1,48 @@
+"""Starting ReconcileArray from an apply: name the run, record it on the array (converging,
+waiting for the lock), start it. A re-apply of a spec whose last run failed starts it again
+under a new name (Step Functions keeps a name for 90 days)."""
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from vsa_core.naming import reconcile_execution_name
+from vsa_core.reconcile import aws_record
+from vsa_core.waiters import execution_arn
+
+
+@dataclass(frozen=True)
+class ReconcileStarter:
+    sfn: Any
+    dynamodb: Any
+    table: str
+    state_machine_arn: str
+
+    def start(self, array_id: str, version: int, work: list[str]) -> dict[str, Any]:
+        """Start the run for spec ``version``; answers what the API shows of it."""
+        name = reconcile_execution_name(array_id, version)
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        for attempt in (name, f"{name}-r{int(time.time())}"):
+            aws_record.start(self.dynamodb, self.table, array_id, attempt, version, now)
+            try:
+                arn = self.sfn.start_execution(
+                    stateMachineArn=self.state_machine_arn,
+                    name=attempt,
+                    input=json.dumps({"arrayId": array_id, "version": version}),
+                )["executionArn"]
+            except self.sfn.exceptions.ExecutionAlreadyExists:
+                continue
+            return {
+                "state": "converging",
+                "step": aws_record.WAITING_FOR_LOCK,
+                "executionName": attempt,
+                "executionArn": arn,
+                "remaining": work,
+            }
+        return {  # pragma: no cover - a name taken twice within the same second
+            "state": "converging",
+            "executionArn": execution_arn(self.state_machine_arn, name),
+            "remaining": work,
+        }

@@ -1,0 +1,222 @@
+"""ReconcileArray's steps on AWS, one per invocation (``step`` in the input); the workflow owns
+the order of the phases, the waits, the bounds and the failure path.
+
+- ``lock``: take the array lock (``vsa_core.arrays.lock``) unless a controller is bootstrapping
+  or draining; answers whether it was taken and, if not, why.
+- ``start``: renew the lease, record the phase as the array's current step, then start the
+  phase: attach the missing volumes, detach the removed ones, or send its documents (one
+  SendCommand per instance and controller, side by side). Answers what it
+  started, or ``pending: false`` when there was nothing to do.
+- ``poll``: renew the lease and say whether the phase has finished (attachments seen by EC2,
+  every invocation's status from one ListCommandInvocations).
+- ``verify``: what is still not converged (``remaining``).
+"""
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from vsa_core.arrays import aws_lock, aws_observe, lock
+from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.controllers import aws_commands, slots
+from vsa_core.reconcile import aws_record, plan
+from vsa_core.reconcile.plan import Observed
+from vsa_core.reconcile.steps import Lock, Poll, Start, Verify
+from vsa_core.registry import ArrayRegistry
+
+
+@dataclass(frozen=True)
+class ReconcileContext:
+    registry: ArrayRegistry
+    arrays: ArrayService
+    dynamodb: Any
+    ec2: Any
+    ssm: Any
+    table: str
+
+
+def _now() -> int:
+    return int(time.time())
+
+
+def observe(ctx: ReconcileContext, array_id: str) -> tuple[Observed, dict[int, dict[str, str]]]:
+    array = ctx.registry.get(array_id)
+    spec = array.spec
+    found = aws_observe.owned_volumes(ctx.arrays.ctx, spec.array_id)
+    owned = {name: str(v["VolumeId"]) for name, v in found.items()}
+    ids = spec.existing_volume_ids + tuple(owned[v.name] for v in spec.new_volumes if v.name in owned)
+    held = ctx.registry.slots(array_id)
+    controllers = plan.controllers_of(held)
+    described: dict[str, dict[str, Any]] = {}
+    if ids:
+        for page in ctx.ec2.get_paginator("describe_volumes").paginate(
+            Filters=[{"Name": "volume-id", "Values": list(ids)}]
+        ):
+            described.update({v["VolumeId"]: v for v in page["Volumes"]})
+    if controllers:
+        for page in ctx.ec2.get_paginator("describe_volumes").paginate(
+            Filters=[{"Name": "attachment.instance-id", "Values": [c.instance_id for c in controllers]}]
+        ):
+            described.update({v["VolumeId"]: v for v in page["Volumes"]})
+    hosts = {h.instance_id for h in spec.hosts}
+    data = set(slots.DEVICE_NAMES)  # a controller's data volumes (its root volume is not one)
+    observed = Observed(
+        spec=spec,
+        volume_ids=ids,
+        controllers=controllers,
+        volume_states={v: str(d.get("State")) for v, d in described.items()},
+        attachments={
+            v: {a["InstanceId"]: a["State"] for a in d.get("Attachments", []) if a.get("Device") in data}
+            for v, d in described.items()
+        },
+        removed_hosts=tuple(h for h in array.pending_host_removals if h not in hosts),
+        missing_volumes=tuple(v.name for v in spec.new_volumes if v.name not in owned),
+    )
+    return observed, held
+
+
+def take_lock(ctx: ReconcileContext, request: Lock) -> dict[str, Any]:
+    held = ctx.registry.slots(request.array_id)
+    busy = plan.in_flight(held)
+    if busy:
+        return {"acquired": False, "lock": "; ".join(busy) + ": waiting until it has finished"}
+    return aws_lock.acquire(
+        ctx.dynamodb, ctx.table, request.array_id, request.owner, lock.RECONCILE_LEASE_SECONDS, _now()
+    )
+
+
+def _hold(ctx: ReconcileContext, array_id: str, owner: str) -> None:
+    aws_lock.renew(ctx.dynamodb, ctx.table, array_id, owner, lock.RECONCILE_LEASE_SECONDS, _now())
+
+
+def start(ctx: ReconcileContext, request: Start) -> dict[str, Any]:
+    _hold(ctx, request.array_id, request.owner)
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    aws_record.progress(ctx.dynamodb, ctx.table, request.array_id, request.owner, request.phase, now)
+    observed, _ = observe(ctx, request.array_id)
+    answer: dict[str, Any] = {
+        "phase": request.phase,
+        "pending": False,
+        "timeoutSeconds": plan.PHASE_TIMEOUT_SECONDS[request.phase],
+        "commands": [],
+        "document": "",
+        "since": now,
+        "hosts": [],
+    }
+    if request.phase == "settle":
+        answer["pending"] = bool(plan.unready_volumes(observed))
+    elif request.phase == "attach":
+        started = _attach(ctx, observed)
+        answer.update(pending=bool(started) or bool(plan.unattached(observed)), attached=started)
+    elif request.phase == "detach":
+        detached = []
+        for volume_id, holders in plan.removed_volumes(observed).items():
+            for instance_id in holders:
+                ctx.ec2.detach_volume(VolumeId=volume_id, InstanceId=instance_id)
+                detached.append(f"{volume_id} from {instance_id}")
+        answer.update(pending=bool(detached), detached=detached)
+    else:
+        names = request.documents
+        documents = plan.Documents(names.configure_target, names.connect_path, names.disconnect_path)
+        node = plan.NodePaths(**request.node.model_dump())
+        invocations = [i.as_dict() for i in plan.commands(request.phase, observed, documents, node)]
+        if invocations:
+            sent = aws_commands.send(ctx.ssm, invocations, plan.COMMAND_TIMEOUT_SECONDS[request.phase])
+            answer.update(
+                pending=True,
+                document=invocations[0]["document"],
+                since=sent["since"],
+                commands=sent["commands"],
+                hosts=list(observed.removed_hosts) if request.phase == "disconnect" else [],
+            )
+    return answer
+
+
+def _attach(ctx: ReconcileContext, observed: Observed) -> list[str]:
+    """AttachVolume of every spec volume missing on a serving controller (each call only starts
+    an attachment; they proceed side by side), at a free device name of that controller."""
+    started = []
+    for instance_id, volume_ids in plan.missing_attachments(observed).items():
+        pages = ctx.ec2.get_paginator("describe_volumes").paginate(
+            Filters=[{"Name": "attachment.instance-id", "Values": [instance_id]}]
+        )
+        in_use = [
+            str(a.get("Device"))
+            for page in pages
+            for v in page["Volumes"]
+            for a in v.get("Attachments", [])
+            if a["InstanceId"] == instance_id
+        ]
+        reservations = ctx.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+        instance = reservations[0]["Instances"][0]
+        in_use += [m["DeviceName"] for m in instance.get("BlockDeviceMappings", [])]
+        devices = slots.devices_for(volume_ids, in_use)
+        for volume_id in volume_ids:
+            ctx.ec2.attach_volume(VolumeId=volume_id, InstanceId=instance_id, Device=devices[volume_id])
+            started.append(f"{volume_id} to {instance_id}")
+    return started
+
+
+def poll(ctx: ReconcileContext, request: Poll) -> dict[str, Any]:
+    _hold(ctx, request.array_id, request.owner)
+    started = request.started
+    if request.phase in ("settle", "attach", "detach"):
+        observed, _ = observe(ctx, request.array_id)
+        waiting = {
+            "settle": plan.unready_volumes,
+            "attach": plan.unattached,
+            "detach": plan.detaching,
+        }[request.phase](observed)
+        waited = _waited(started)
+        return {
+            "done": not waiting,
+            "failed": [],
+            "waiting": waiting,
+            "waitedSeconds": waited,
+            "timedOut": bool(waiting) and waited >= int(started["timeoutSeconds"]),
+        }
+    wanted = set(plan.invocation_pairs(started["commands"]))
+    since = datetime.fromisoformat(started["since"])
+    states = aws_commands.invocation_states(ctx.ssm, started["document"], since, wanted)
+    if states["done"] and request.phase == "disconnect":
+        hosts = list(started.get("hosts", []))
+        aws_record.clear_host_removals(ctx.dynamodb, ctx.table, request.array_id, hosts)
+    timed_out = not states["done"] and states["waitedSeconds"] >= int(started["timeoutSeconds"])
+    return {**states, "waiting": states["running"], "timedOut": timed_out}
+
+
+def _waited(started: dict[str, Any]) -> int:
+    return int((datetime.now(UTC) - datetime.fromisoformat(started["since"])).total_seconds())
+
+
+def verify(ctx: ReconcileContext, request: Verify) -> dict[str, Any]:
+    _hold(ctx, request.array_id, request.owner)
+    observed, held = observe(ctx, request.array_id)
+    left = plan.remaining(observed)
+    return {
+        "converged": not left,
+        "remaining": left,
+        "controllers": len(observed.controllers),
+        "volumes": len(observed.volume_ids),
+        "hosts": len(observed.spec.hosts),
+        "inFlight": plan.in_flight(held),
+    }
+
+
+class Steps:
+    """Each ReconcileArray step one function of this module, given the clients this object holds."""
+
+    def __init__(self, ctx: ReconcileContext) -> None:
+        self.ctx = ctx
+
+    def run(self, request: Lock | Start | Poll | Verify) -> dict[str, Any]:
+        match request:
+            case Lock():
+                return take_lock(self.ctx, request)
+            case Start():
+                return start(self.ctx, request)
+            case Poll():
+                return poll(self.ctx, request)
+            case Verify():
+                return verify(self.ctx, request)

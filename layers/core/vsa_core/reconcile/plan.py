@@ -1,0 +1,348 @@
+"""What ReconcileArray does in each phase, given what it observed. Pure.
+
+The workflow runs the phases in this order, every run, each idempotent (a phase with nothing
+to do answers so at once): re-running converges from wherever a run stopped.
+
+1. ``settle``: wait until every spec volume is available or in use (a volume the API created
+   moments ago is ``creating``).
+2. ``attach``: every spec volume to every serving controller (AttachVolume, io2 Multi-Attach);
+   wait until attached.
+3. ``disconnect``: hosts let go first. A volume leaving the spec: every host disconnects it
+   from every controller. A host leaving the spec: it disconnects every path of the array.
+4. ``export``: configure-target on every serving controller with the spec's volumes and hosts:
+   a new volume becomes a subsystem with the same identities everywhere, a new host is
+   allowed, a removed volume's subsystem and a removed host's link go; existing subsystems are
+   left as they are (the document writes only what differs).
+5. ``connect``: connect-path on every host to every serving controller (it connects only the
+   subsystems without a path there; paths in use are untouched).
+6. ``detach``: a volume no longer in the spec, from every serving controller.
+
+Then ``verify``: whether anything is left (a controller that started serving meanwhile, short
+of a volume); the workflow runs the phases again if so (bounded rounds).
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from vsa_core.arrays.spec import ArraySpec
+from vsa_core.controllers.nvme import host_nqn
+
+Phase = Literal["settle", "attach", "disconnect", "export", "connect", "detach"]
+PHASES: tuple[Phase, ...] = ("settle", "attach", "disconnect", "export", "connect", "detach")
+
+PHASE_TIMEOUT_SECONDS: Mapping[Phase, int] = {
+    "settle": 300,  # EBS creates an io2 volume in seconds to a few minutes
+    "attach": 180,
+    "disconnect": 300,  # disconnect-path's TimeoutSeconds + delivery
+    "export": 600,  # configure-target's TimeoutSeconds
+    "connect": 420,  # connect-path's 300 s + delivery, as BootstrapController
+    "detach": 180,
+}
+COMMAND_TIMEOUT_SECONDS: Mapping[Phase, int] = {"disconnect": 120, "export": 600, "connect": 300}
+
+ATTACHED = ("attaching", "attached")
+READY = ("available", "in-use")
+
+
+@dataclass(frozen=True)
+class Controller:
+    instance_id: str
+    address: str
+    slot: int
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The array as a reconcile step sees it: the spec, the serving controllers, the volumes
+    (the spec's and any other attached to a serving controller) with their attachments."""
+
+    spec: ArraySpec
+    volume_ids: tuple[str, ...]
+    """The spec's volumes, by id (existing ones and the owned ones created so far)."""
+    controllers: tuple[Controller, ...]
+    """The serving controllers (registry slots in state ``serving``), by slot."""
+    volume_states: Mapping[str, str]
+    """EBS state of each volume described (a spec volume missing here does not exist)."""
+    attachments: Mapping[str, Mapping[str, str]]
+    """volume id → {instance id → attachment state}."""
+    removed_hosts: tuple[str, ...] = ()
+    """Hosts that left the spec and have not been disconnected yet (and are not back in it)."""
+    missing_volumes: tuple[str, ...] = field(default=())
+    """Owned volumes the spec declares that do not exist yet (names)."""
+
+    @property
+    def hosts(self) -> tuple[tuple[str, str], ...]:
+        return tuple((h.instance_id, host_nqn(h)) for h in self.spec.hosts)
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One SendCommand: a document to one instance (as every fan-out of the Lambdas: SSM takes
+    at most 50 instance ids per call, and one per call never reaches that limit; each host
+    then also carries its own parameters)."""
+
+    document: str
+    instance_id: str
+    parameters: Mapping[str, str]
+    comment: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "document": self.document,
+            "instanceId": self.instance_id,
+            "parameters": dict(self.parameters),
+            "comment": self.comment[:100],
+        }
+
+
+@dataclass(frozen=True)
+class NodePaths:
+    """Where the documents find things on the nodes (the stack's Node* parameters)."""
+
+    configfs_root: str = "/sys/kernel/config"
+    device_dir: str = "/dev/disk/by-id"
+    modprobe_command: str = "modprobe"
+    nvme_command: str = "nvme"
+    sysfs_root: str = "/sys"
+
+
+@dataclass(frozen=True)
+class Documents:
+    configure_target: str
+    connect_path: str
+    disconnect_path: str
+
+
+def unready_volumes(observed: Observed) -> list[str]:
+    """What the ``settle`` phase still waits for, in words (empty: nothing)."""
+    waiting = [f"volume {name} not created yet" for name in observed.missing_volumes]
+    for volume_id in observed.volume_ids:
+        state = observed.volume_states.get(volume_id)
+        if state not in READY:
+            waiting.append(f"volume {volume_id} is {state or 'not found'}")
+    return waiting
+
+
+def missing_attachments(observed: Observed) -> dict[str, list[str]]:
+    """controller instance id → the spec volumes not attaching/attached to it."""
+    missing: dict[str, list[str]] = {}
+    for controller in observed.controllers:
+        for volume_id in observed.volume_ids:
+            if observed.attachments.get(volume_id, {}).get(controller.instance_id) not in ATTACHED:
+                missing.setdefault(controller.instance_id, []).append(volume_id)
+    return missing
+
+
+def unattached(observed: Observed) -> list[str]:
+    """Spec volumes not yet ``attached`` (attaching counts as not yet) to a serving controller."""
+    return [
+        f"{volume_id} on {c.instance_id}"
+        for c in observed.controllers
+        for volume_id in observed.volume_ids
+        if observed.attachments.get(volume_id, {}).get(c.instance_id) != "attached"
+    ]
+
+
+def removed_volumes(observed: Observed) -> dict[str, list[str]]:
+    """Volumes attached to a serving controller that the spec no longer lists: volume id → the
+    controllers holding it. (A controller is the array's own: every data volume on it is the
+    array's; its root volume is not in ``attachments``.)"""
+    serving = {c.instance_id for c in observed.controllers}
+    removed: dict[str, list[str]] = {}
+    for volume_id, holders in observed.attachments.items():
+        if volume_id in observed.volume_ids:
+            continue
+        on = sorted(i for i, state in holders.items() if i in serving and state in ATTACHED)
+        if on:
+            removed[volume_id] = on
+    return removed
+
+
+def commands(phase: Phase, observed: Observed, documents: Documents, node: NodePaths) -> list[Invocation]:
+    """The Run Command invocations of a command phase (``disconnect``, ``export``, ``connect``)."""
+    spec, array_id = observed.spec, observed.spec.array_id
+    volumes = ",".join(observed.volume_ids)
+    if phase == "disconnect":
+        gone = sorted(removed_volumes(observed))
+        hosts = [h for h, _ in observed.hosts]
+        out: list[Invocation] = []
+        every = ",".join([*observed.volume_ids, *gone])
+        for c in observed.controllers:
+            if gone:
+                out += [
+                    Invocation(
+                        documents.disconnect_path,
+                        host,
+                        _disconnect(array_id, ",".join(gone), c.address, node),
+                        f"vsa {array_id} remove volumes from {c.address}",
+                    )
+                    for host in hosts
+                ]
+            out += [
+                Invocation(
+                    documents.disconnect_path,
+                    host,
+                    _disconnect(array_id, every, c.address, node),
+                    f"vsa {array_id} remove host from {c.address}",
+                )
+                for host in observed.removed_hosts
+            ]
+        return out
+    if phase == "export":
+        nqns = ",".join(n for _, n in observed.hosts)
+        return [
+            Invocation(
+                documents.configure_target,
+                c.instance_id,
+                {
+                    "ArrayId": array_id,
+                    "Volumes": volumes,
+                    "Slot": str(c.slot),
+                    "HostNqns": nqns,
+                    "AllowAnyHost": "true" if spec.allow_any_host else "false",
+                    "ListenAddress": c.address,
+                    "Mode": "apply",
+                    "ConfigfsRoot": node.configfs_root,
+                    "DeviceDir": node.device_dir,
+                    "ModprobeCommand": node.modprobe_command,
+                },
+                f"vsa {array_id} reconcile configure-target slot {c.slot}",
+            )
+            for c in observed.controllers
+        ]
+    if phase == "connect":
+        return [
+            Invocation(
+                documents.connect_path,
+                host,
+                {
+                    "ArrayId": array_id,
+                    "Volumes": volumes,
+                    "Address": c.address,
+                    "HostNqn": nqn,
+                    "NvmeCommand": node.nvme_command,
+                    "SysfsRoot": node.sysfs_root,
+                },
+                f"vsa {array_id} reconcile connect-path to {c.address}",
+            )
+            for c in observed.controllers
+            for host, nqn in observed.hosts
+        ]
+    raise ValueError(f"phase {phase} sends no commands")
+
+
+def _disconnect(array_id: str, volumes: str, address: str, node: NodePaths) -> dict[str, str]:
+    # AllowLastPath: the volume (or the host) leaves the array, so its last path goes too
+    return {
+        "ArrayId": array_id,
+        "Volumes": volumes,
+        "Address": address,
+        "AllowLastPath": "true",
+        "NvmeCommand": node.nvme_command,
+    }
+
+
+def detaching(observed: Observed) -> list[str]:
+    """What the ``detach`` phase still waits for: removed volumes still on a serving controller."""
+    return [f"{v} on {', '.join(on)}" for v, on in removed_volumes(observed).items()]
+
+
+def remaining(observed: Observed) -> list[str]:
+    """What is not converged, in words (empty: converged as far as AWS shows it)."""
+    left = unready_volumes(observed)
+    left += [f"volume {v} not attached to {c}" for c, vs in missing_attachments(observed).items() for v in vs]
+    left += [
+        f"volume {v} (no longer in the spec) still attached to {', '.join(on)}"
+        for v, on in removed_volumes(observed).items()
+    ]
+    left += [f"host {h} (no longer in the spec) not disconnected yet" for h in observed.removed_hosts]
+    return left
+
+
+def data_plane(spec: ArraySpec) -> tuple[Any, ...]:
+    """The part of a spec that ReconcileArray converges: the volumes (and their sizes), the hosts
+    and their NQNs, whether any host may connect."""
+    return (
+        spec.existing_volume_ids,
+        tuple((v.name, v.size_gib, v.iops) for v in spec.new_volumes),
+        tuple((h.instance_id, host_nqn(h)) for h in spec.hosts),
+        spec.allow_any_host,
+    )
+
+
+def left_hosts(before: ArraySpec | None, after: ArraySpec) -> tuple[str, ...]:
+    """Hosts the new spec drops: they must disconnect (ReconcileArray's ``disconnect``)."""
+    if before is None:
+        return ()
+    kept = {h.instance_id for h in after.hosts}
+    return tuple(sorted(h.instance_id for h in before.hosts if h.instance_id not in kept))
+
+
+def pending_work(before: ArraySpec | None, after: ArraySpec) -> list[str]:
+    """What ReconcileArray will do for this apply, one line per volume or host (the apply's
+    answer says it: what the API did is in ``changes``, what remains is this)."""
+    if before is None:
+        return []
+    work: list[str] = []
+    old_ids, new_ids = set(before.existing_volume_ids), set(after.existing_volume_ids)
+    old_new = {v.name: v for v in before.new_volumes}
+    for volume_id in sorted(new_ids - old_ids):
+        work.append(f"volume {volume_id}: attach to every serving controller, export, connect every host")
+    for volume in after.new_volumes:
+        was = old_new.get(volume.name)
+        if was is None:
+            work.append(
+                f"volume {volume.name}: create, attach to every serving controller, export, connect hosts"
+            )
+        elif (was.size_gib, was.iops) != (volume.size_gib, volume.iops):
+            work.append(
+                f"volume {volume.name}: modified by EBS ({was.size_gib} -> {volume.size_gib} GiB, "
+                f"{was.iops} -> {volume.iops} IOPS); controllers re-reading the size is not done yet"
+            )
+    gone = sorted(old_ids - new_ids) + sorted(set(old_new) - {v.name for v in after.new_volumes})
+    for name in gone:
+        work.append(f"volume {name}: every host disconnects it, unexport, detach (the volume is kept)")
+    old_hosts = {h.instance_id: host_nqn(h) for h in before.hosts}
+    new_hosts = {h.instance_id: host_nqn(h) for h in after.hosts}
+    for host in sorted(set(new_hosts) - set(old_hosts)):
+        work.append(f"host {host}: allow on every controller, then connect through every controller")
+    for host in sorted(set(old_hosts) - set(new_hosts)):
+        work.append(f"host {host}: disconnect from every controller, then disallow")
+    for host in sorted(h for h in set(old_hosts) & set(new_hosts) if old_hosts[h] != new_hosts[h]):
+        work.append(f"host {host}: allow its new NQN, connect with it")
+    if before.allow_any_host != after.allow_any_host:
+        work.append(f"allowAnyHost {before.allow_any_host} -> {after.allow_any_host} on every controller")
+    return work
+
+
+def needs_reconcile(before: ArraySpec | None, after: ArraySpec, last_state: str | None) -> bool:
+    """Whether an apply starts ReconcileArray: the data plane changed on an existing array, or
+    the last run did not converge (re-applying resumes it). A new array's controllers get
+    everything from their bootstrap."""
+    if before is None:
+        return False
+    return data_plane(before) != data_plane(after) or last_state == "failed"
+
+
+def controllers_of(slots: Mapping[int, Mapping[str, str]]) -> tuple[Controller, ...]:
+    return tuple(
+        Controller(instance_id=item["instanceId"], address=item.get("address", ""), slot=slot)
+        for slot, item in sorted(slots.items())
+        if item.get("state") == "serving" and item.get("address")
+    )
+
+
+def in_flight(slots: Mapping[int, Mapping[str, str]]) -> list[str]:
+    """Controllers bootstrapping or draining, in words: ReconcileArray takes the lock only when
+    none is (their workflows read the spec once, at their start)."""
+    return [
+        f"controller {item.get('instanceId')} (slot {slot}) is {item.get('state')}"
+        for slot, item in sorted(slots.items())
+        if item.get("state") in ("bootstrapping", "draining")
+    ]
+
+
+def invocation_pairs(sent: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(command id, instance id) of every command sent."""
+    return [(str(s["commandId"]), str(s["instanceId"])) for s in sent]

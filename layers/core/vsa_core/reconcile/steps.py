@@ -1,0 +1,63 @@
+"""The requests of the ReconcileArray steps (pure models): one per step, told apart by
+``step``; what ``task_reconcile`` parses its event into."""
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+from vsa_core.arrays.spec import ArrayId
+from vsa_core.reconcile.plan import Phase
+
+ExecutionName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,80}$")]
+
+
+class _Step(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    array_id: ArrayId = Field(alias="arrayId")
+    owner: ExecutionName
+    """The execution: the array lock's holder."""
+
+
+class DocumentNames(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    configure_target: str = Field(alias="configureTarget", min_length=1)
+    connect_path: str = Field(alias="connectPath", min_length=1)
+    disconnect_path: str = Field(alias="disconnectPath", min_length=1)
+
+
+class Node(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    configfs_root: str = Field(alias="configfsRoot", min_length=1)
+    device_dir: str = Field(alias="deviceDir", min_length=1)
+    modprobe_command: str = Field(alias="modprobeCommand", min_length=1)
+    nvme_command: str = Field(alias="nvmeCommand", min_length=1)
+    sysfs_root: str = Field(alias="sysfsRoot", min_length=1)
+
+
+class Lock(_Step):
+    step: Literal["lock"]
+
+
+class Start(_Step):
+    step: Literal["start"]
+    phase: Phase
+    documents: DocumentNames
+    node: Node
+
+
+class Poll(_Step):
+    step: Literal["poll"]
+    phase: Phase
+    started: dict[str, Any]
+    """What the phase's ``start`` answered (the commands it sent)."""
+
+
+class Verify(_Step):
+    step: Literal["verify"]
+
+
+class Request(RootModel[Annotated[Lock | Start | Poll | Verify, Field(discriminator="step")]]):
+    pass

@@ -1,0 +1,116 @@
+"""ReconcileArray end to end on the local cloud: a spec change on a running 4-controller array
+converges the data plane (the real template, the real Lambda code, the real documents by Run
+Command on the nodes' sandboxes), while a sampler watches every host's paths.
+
+The sampler (``PathWatch``) reads every host's ``nvme list-subsys`` five times a second while the
+change runs and fails the test if a path of any host to a volume that was there before the
+change ever leaves ``live``, or if a host's live paths to such a volume ever drop below one per
+controller."""
+
+import time
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.integration.arrays_world import exported, host_paths, node_root, settle, spec_for
+from tests.integration.conftest import wait_for_execution
+from tests.integration.test_controller_lifecycle import PathWatch, attached_to, check_serving
+from vsa_core.controllers.nvme import subsystem_nqn
+
+# AWS's timings: volumes attach in seconds, documents run through Run Command's delivery
+pytestmark = pytest.mark.usefixtures("realistic_timings")
+
+CONTROLLERS = 4
+
+
+@pytest.fixture
+def running_array(stack_outputs, api, world, arrays, scripted_alarms) -> dict[str, Any]:
+    """A running array: 4 serving controllers, 2 volumes, 2 hosts with 4 live paths to each."""
+    array_id = arrays()
+    scripted_alarms(array_id)  # no scaling under the test: it plays no alarm
+    spec = spec_for(
+        array_id,
+        world,
+        volumes=[{"volumeId": world.volume()}, {"volumeId": world.volume()}],
+        minControllers=CONTROLLERS,
+        maxControllers=CONTROLLERS,
+    )
+    spec["hosts"] = [{"instanceId": world.host(), "mountpoints": ["/data"]} for _ in range(2)]
+    status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
+    assert status == 201, reply
+    settle(array_id, timeout=300)
+    volumes = [v["volumeId"] for v in spec["volumes"]]
+    array = {
+        "arrayId": array_id,
+        "spec": spec,
+        "volumes": volumes,
+        "nqns": [subsystem_nqn(array_id, v) for v in volumes],
+        "hosts": {h["instanceId"]: node_root(world.endpoint, h["instanceId"]) for h in spec["hosts"]},
+    }
+    check_serving(stack_outputs, world, array, CONTROLLERS)
+    return array
+
+
+def apply_and_follow(api: Any, stack_outputs: dict[str, str], spec: dict[str, Any]) -> tuple[dict, float]:
+    """PUT the spec, then follow the ReconcileArray run it started to its end: (run, seconds)."""
+    started = time.monotonic()
+    status, reply = api.call("PUT", f"/arrays/{spec['arrayId']}", spec)
+    answered = time.monotonic() - started
+    assert status == 200, reply
+    assert reply["reconcile"]["state"] == "converging", reply
+    print(f"PUT answered in {answered:.1f} s: {reply['reconcile']['remaining']}")
+    # while it runs, GET shows the array converging with its current step
+    shown = api.call("GET", f"/arrays/{spec['arrayId']}")[1]["reconcile"]
+    assert shown["state"] in ("converging", "converged"), shown
+    run = wait_for_execution(
+        stack_outputs["ReconcileArrayStateMachineArn"], reply["reconcile"]["executionName"]
+    )
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    return run, (run["stopDate"] - run["startDate"]).total_seconds()
+
+
+def test_a_volume_added_then_removed_converges_on_every_controller_and_host_without_a_blink(
+    stack_outputs, api, world, running_array
+):
+    array, array_id = running_array, running_array["arrayId"]
+    before = {i: exported(node_root(world.endpoint, i)) for i in _serving(stack_outputs, world, array)}
+    added = world.volume()
+    grown_spec = {**array["spec"], "volumes": [*array["spec"]["volumes"], {"volumeId": added}]}
+    new_nqn = subsystem_nqn(array_id, added)
+    # When a volume is added to the running array's spec, with the sampler watching
+    with PathWatch(array["hosts"], array["nqns"]) as watch:
+        _, seconds = apply_and_follow(api, stack_outputs, grown_spec)
+    print(f"add a volume to {CONTROLLERS} controllers x {len(array['hosts'])} hosts: {seconds:.1f} s")
+    # Then it is attached to all 4, exported identically on each, and every host has 4 live paths
+    grown = {**array, "volumes": [*array["volumes"], added], "nqns": [*array["nqns"], new_nqn]}
+    controllers = check_serving(stack_outputs, world, grown, CONTROLLERS)
+    # and the subsystems that were there are untouched (same identities and cntlid ranges)
+    for instance in controllers:
+        now = exported(node_root(world.endpoint, instance))
+        assert {n: now[n] for n in before[instance]} == before[instance]
+    # and no host's path to an existing volume ever left live, none had fewer than 4
+    assert watch.samples > 5, watch.samples
+    assert watch.not_live == set(), watch.not_live
+    assert watch.fewest[0] >= CONTROLLERS, watch.fewest
+    shown = api.call("GET", f"/arrays/{array_id}")[1]["reconcile"]
+    assert (shown["state"], shown["step"], shown["error"]) == ("converged", "done", None), shown
+    # When it is removed again
+    with PathWatch(array["hosts"], array["nqns"]) as watch:
+        _, seconds = apply_and_follow(api, stack_outputs, array["spec"])
+    print(f"remove a volume from {CONTROLLERS} controllers x {len(array['hosts'])} hosts: {seconds:.1f} s")
+    # Then no host has a path to it, no controller exports it or holds it, the rest is as before
+    for root in array["hosts"].values():
+        assert new_nqn not in host_paths(root)
+    for instance in controllers:
+        assert new_nqn not in exported(node_root(world.endpoint, instance))
+    assert attached_to([added]) == {added: set()}
+    assert boto3.client("ec2").describe_volumes(VolumeIds=[added])["Volumes"][0]["State"] == "available"
+    check_serving(stack_outputs, world, array, CONTROLLERS)
+    assert watch.samples > 5, watch.samples
+    assert watch.not_live == set(), watch.not_live
+    assert watch.fewest[0] >= CONTROLLERS, watch.fewest
+
+
+def _serving(stack_outputs: dict[str, str], world: Any, array: dict[str, Any]) -> list[str]:
+    return check_serving(stack_outputs, world, array, CONTROLLERS)

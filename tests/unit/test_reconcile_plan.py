@@ -1,0 +1,173 @@
+"""ReconcileArray's pure rules (vsa_core.reconcile.plan): what each phase does given what it
+observed, what remains, when an apply starts a run and what it says will be done."""
+
+from typing import Any
+
+from tests.specs import CONTROLLERS
+from vsa_core.arrays.spec import ArraySpec
+from vsa_core.controllers.nvme import default_host_nqn
+from vsa_core.reconcile import plan
+from vsa_core.reconcile.plan import Controller, Documents, NodePaths, Observed
+
+V1, V2, V3 = "vol-0a1b2c3d4e5f60001", "vol-0a1b2c3d4e5f60002", "vol-0a1b2c3d4e5f60003"
+C1, C2 = "i-0a1b2c3d4e5f60c01", "i-0a1b2c3d4e5f60c02"
+H1, H2, H3 = "i-0a1b2c3d4e5f60a01", "i-0a1b2c3d4e5f60a02", "i-0a1b2c3d4e5f60a03"
+DOCS = Documents("ct", "cp", "dp")
+NODE = NodePaths()
+
+
+def spec(volumes: tuple[str, ...] = (V1, V2), hosts: tuple[str, ...] = (H1, H2), **more: Any) -> ArraySpec:
+    return ArraySpec.model_validate(
+        {
+            "arrayId": "demo",
+            "availabilityZone": "us-east-1a",
+            "controllers": CONTROLLERS,
+            "minControllers": 2,
+            "maxControllers": 4,
+            "volumes": [{"volumeId": v} for v in volumes] + more.pop("new", []),
+            "hosts": [{"instanceId": h} for h in hosts],
+            **more,
+        }
+    )
+
+
+CONTROLLERS_2 = (Controller(C1, "10.0.0.1", 0), Controller(C2, "10.0.0.2", 1))
+
+
+def observed(
+    the_spec: ArraySpec,
+    attachments: dict[str, dict[str, str]],
+    removed_hosts: tuple[str, ...] = (),
+    states: dict[str, str] | None = None,
+) -> Observed:
+    ids = the_spec.existing_volume_ids
+    return Observed(
+        spec=the_spec,
+        volume_ids=ids,
+        controllers=CONTROLLERS_2,
+        volume_states=states or dict.fromkeys([*ids, *attachments], "in-use"),
+        attachments=attachments,
+        removed_hosts=removed_hosts,
+    )
+
+
+ALL = {C1: "attached", C2: "attached"}
+
+
+def test_a_new_volume_is_attached_to_every_serving_controller_only_where_missing() -> None:
+    # Given V3 was added to the spec; V1, V2 attached everywhere; V3 attaching to C1 already
+    seen = observed(spec((V1, V2, V3)), {V1: ALL, V2: ALL, V3: {C1: "attaching"}})
+    # Then only C2 lacks it, and the attach phase is not done until both show attached
+    assert plan.missing_attachments(seen) == {C2: [V3]}
+    assert plan.unattached(seen) == [f"{V3} on {C1}", f"{V3} on {C2}"]
+    assert "volume vol-0a1b2c3d4e5f60003 not attached to i-0a1b2c3d4e5f60c02" in plan.remaining(seen)
+
+
+def test_export_configures_every_controller_with_its_own_slot_and_address_and_all_volumes() -> None:
+    seen = observed(spec((V1, V2, V3)), {V1: ALL, V2: ALL, V3: ALL})
+    sent = plan.commands("export", seen, DOCS, NODE)
+    assert [(i.document, i.instance_id) for i in sent] == [("ct", C1), ("ct", C2)]
+    assert [i.parameters["Slot"] for i in sent] == ["0", "1"]
+    assert [i.parameters["ListenAddress"] for i in sent] == ["10.0.0.1", "10.0.0.2"]
+    assert {i.parameters["Volumes"] for i in sent} == {f"{V1},{V2},{V3}"}
+    assert {i.parameters["HostNqns"] for i in sent} == {f"{default_host_nqn(H1)},{default_host_nqn(H2)}"}
+    assert {i.parameters["Mode"] for i in sent} == {"apply"}
+
+
+def test_connect_sends_every_host_to_every_controller_with_its_own_nqn() -> None:
+    seen = observed(spec(hosts=(H1, H2, H3)), {V1: ALL, V2: ALL})
+    sent = plan.commands("connect", seen, DOCS, NODE)
+    pairs = {(i.instance_id, i.parameters["Address"], i.parameters["HostNqn"]) for i in sent}
+    assert len(sent) == 6
+    assert pairs == {(h, a, default_host_nqn(h)) for h in (H1, H2, H3) for a in ("10.0.0.1", "10.0.0.2")}
+
+
+def test_a_removed_volume_is_disconnected_by_every_host_from_every_controller_then_detached() -> None:
+    # Given V2 left the spec but is still attached to both controllers
+    seen = observed(spec((V1,)), {V1: ALL, V2: ALL})
+    assert plan.removed_volumes(seen) == {V2: [C1, C2]}
+    sent = plan.commands("disconnect", seen, DOCS, NODE)
+    # Then each controller's path to V2 (and only V2) goes on every host, the last one too
+    assert [(i.document, i.instance_id, i.parameters["Address"]) for i in sent] == [
+        ("dp", H1, "10.0.0.1"),
+        ("dp", H2, "10.0.0.1"),
+        ("dp", H1, "10.0.0.2"),
+        ("dp", H2, "10.0.0.2"),
+    ]
+    assert {i.parameters["Volumes"] for i in sent} == {V2}
+    assert {i.parameters["AllowLastPath"] for i in sent} == {"true"}
+    # export then no longer lists it (configure-target removes its subsystem), detach waits for it
+    assert {i.parameters["Volumes"] for i in plan.commands("export", seen, DOCS, NODE)} == {V1}
+    assert plan.detaching(seen) == [f"{V2} on {C1}, {C2}"]
+    # and once detached nothing remains
+    assert plan.remaining(observed(spec((V1,)), {V1: ALL, V2: {}})) == []
+
+
+def test_a_removed_host_disconnects_every_volume_from_every_controller_and_is_no_longer_allowed() -> None:
+    seen = observed(spec(hosts=(H1,)), {V1: ALL, V2: ALL}, removed_hosts=(H2,))
+    sent = plan.commands("disconnect", seen, DOCS, NODE)
+    assert [(i.instance_id, i.parameters["Address"], i.parameters["Volumes"]) for i in sent] == [
+        (H2, "10.0.0.1", f"{V1},{V2}"),
+        (H2, "10.0.0.2", f"{V1},{V2}"),
+    ]
+    assert {i.parameters["HostNqns"] for i in plan.commands("export", seen, DOCS, NODE)} == {
+        default_host_nqn(H1)
+    }
+    assert [i.instance_id for i in plan.commands("connect", seen, DOCS, NODE)] == [H1, H1]
+
+
+def test_nothing_to_do_when_converged() -> None:
+    seen = observed(spec(), {V1: ALL, V2: ALL})
+    assert plan.commands("disconnect", seen, DOCS, NODE) == []
+    assert plan.missing_attachments(seen) == {}
+    assert plan.remaining(seen) == []
+
+
+def test_settle_waits_for_volumes_not_yet_created_or_available() -> None:
+    seen = Observed(
+        spec=spec((V1,), new=[{"name": "scratch", "sizeGiB": 10, "iops": 3000}]),
+        volume_ids=(V1,),
+        controllers=CONTROLLERS_2,
+        volume_states={V1: "creating"},
+        attachments={},
+        missing_volumes=("scratch",),
+    )
+    assert plan.unready_volumes(seen) == ["volume scratch not created yet", f"volume {V1} is creating"]
+
+
+def test_controllers_in_flight_and_serving_from_slots() -> None:
+    slots = {
+        0: {"instanceId": C1, "state": "serving", "address": "10.0.0.1"},
+        1: {"instanceId": C2, "state": "bootstrapping", "address": "10.0.0.2"},
+        2: {"instanceId": "i-0a1b2c3d4e5f60c03", "state": "draining", "address": "10.0.0.3"},
+    }
+    assert plan.controllers_of(slots) == (Controller(C1, "10.0.0.1", 0),)
+    assert plan.in_flight(slots) == [
+        f"controller {C2} (slot 1) is bootstrapping",
+        "controller i-0a1b2c3d4e5f60c03 (slot 2) is draining",
+    ]
+
+
+def test_an_apply_starts_a_run_when_the_data_plane_changes_or_the_last_run_failed() -> None:
+    base = spec()
+    assert not plan.needs_reconcile(None, base, None)  # a new array: the bootstraps do it all
+    assert not plan.needs_reconcile(base, base, "converged")
+    assert plan.needs_reconcile(base, base, "failed")  # re-applying resumes
+    assert plan.needs_reconcile(base, spec((V1, V2, V3)), "converged")
+    assert plan.needs_reconcile(base, spec(hosts=(H1,)), None)
+    assert plan.needs_reconcile(base, spec(allowAnyHost=True), None)
+    # a change outside the data plane (scaling settings) starts none
+    assert not plan.needs_reconcile(base, spec(maxControllers=8), "converged")
+
+
+def test_the_answer_says_what_remains_per_volume_and_host() -> None:
+    before = spec((V1, V2), hosts=(H1, H2))
+    after = spec((V1, V3), hosts=(H1, H3))
+    assert plan.pending_work(before, after) == [
+        f"volume {V3}: attach to every serving controller, export, connect every host",
+        f"volume {V2}: every host disconnects it, unexport, detach (the volume is kept)",
+        f"host {H3}: allow on every controller, then connect through every controller",
+        f"host {H2}: disconnect from every controller, then disallow",
+    ]
+    assert plan.left_hosts(before, after) == (H2,)
+    assert plan.left_hosts(None, after) == ()

@@ -1,0 +1,107 @@
+"""ReconcileArray's phase loop, lock and failure paths, run by the Step Functions engine with
+mocked tasks (the deployed ASL, statemachines/reconcile_array.asl.json)."""
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from tests.workflows.conftest import entered, lambda_inputs, run_case
+from vsa_core.reconcile.plan import PHASES
+
+NAME = "vsa-wf-reconcile"  # the key in mock_config.json
+REQUEST = {"arrayId": "wf-r", "version": 7}
+
+
+def updates(run: dict[str, Any]) -> list[str]:
+    """The UpdateExpressions of the DynamoDB writes the workflow made itself, in order."""
+    out = []
+    for event in run["events"]:
+        if event["type"] == "TaskScheduled":
+            parameters = json.loads(event["taskScheduledEventDetails"]["parameters"])
+            if "UpdateExpression" in parameters:
+                out.append(parameters["UpdateExpression"])
+    return out
+
+
+def test_the_phases_run_in_order_under_the_lock_then_it_is_released(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    # Given the lock is free, attach/export/connect have something to do, the rest nothing
+    run = run_case(sfn, workflow(NAME, "reconcile_array.asl.json"), "Converges", REQUEST)
+    # Then every phase starts once, in plan order, with the lock's owner being the execution
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    starts = lambda_inputs(run, "start")
+    assert [s["phase"] for s in starts] == list(PHASES)
+    assert {s["owner"] for s in starts} == {run["name"]}
+    # the documents and node paths come from the deploy's substitutions
+    assert starts[0]["documents"]["connectPath"] == "vsa-wf-connect-path"
+    assert starts[0]["node"]["configfsRoot"] == "sys/kernel/config"
+    # only the phases that started something are polled: attach once, export twice, connect once
+    assert [p["phase"] for p in lambda_inputs(run, "poll")] == ["attach", "export", "export", "connect"]
+    # And the outcome is recorded, then the lock released (conditional on holding it)
+    assert entered(run)[-4:] == ["Converged?", "RecordConverged", "ReleaseLock", "Converged"]
+    assert updates(run) == [
+        "SET reconcileState = :state, reconcileUpdatedAt = :now, reconcileStep = :done REMOVE reconcileError",
+        "REMOVE scalingLock, scalingLockUntil",
+    ]
+    assert json.loads(run["output"])["state"] == "converged"
+
+
+def test_it_waits_for_the_lock_instead_of_skipping(sfn: Any, workflow: Callable[[str, str], str]) -> None:
+    run = run_case(sfn, workflow(NAME, "reconcile_array.asl.json"), "WaitsForTheLock", REQUEST)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    states = entered(run)
+    assert states[:5] == ["Init", "AcquireLock", "Locked?", "WaitForLock", "AcquireLock"]
+    assert len(lambda_inputs(run, "start")) == len(PHASES)
+
+
+def test_a_lock_step_that_fails_records_it_and_releases_nothing(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(sfn, workflow(NAME, "reconcile_array.asl.json"), "LockStepFails", REQUEST)
+    assert run["status"] == "FAILED"
+    assert run["error"] == "ReconcileFailed"
+    assert "ArrayNotFoundError" in run["cause"]
+    assert entered(run) == ["Init", "AcquireLock", "FailWithoutLock", "Failed"]
+    assert not any("scalingLock" in u for u in updates(run))
+
+
+def test_a_failed_document_stops_the_run_recorded_and_the_lock_released(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(sfn, workflow(NAME, "reconcile_array.asl.json"), "ExportFails", REQUEST)
+    assert run["status"] == "FAILED"
+    assert "phase export failed on 1 instance(s)" in run["cause"]
+    assert "vol-0a1b2c3d4e5f60003 not found" in run["cause"]
+    # nothing after the failed phase starts
+    assert [s["phase"] for s in lambda_inputs(run, "start")] == ["settle", "attach", "disconnect", "export"]
+    assert entered(run)[-3:] == ["RecordFailure", "ReleaseLockOnFailure", "Failed"]
+    recorded = updates(run)
+    assert recorded[0].startswith("SET reconcileState = :state")
+    assert "reconcileError" in recorded[0]
+    assert recorded[1] == "REMOVE scalingLock, scalingLockUntil"
+
+
+def test_a_phase_past_its_bound_fails_naming_what_it_waited_for(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(sfn, workflow(NAME, "reconcile_array.asl.json"), "AttachTimesOut", REQUEST)
+    assert run["status"] == "FAILED"
+    assert "phase attach not finished" in run["cause"]
+    assert "vol-0a1b2c3d4e5f60003 on i-0a1b2c3d4e5f60011" in run["cause"]
+    assert entered(run)[-3:] == ["RecordFailure", "ReleaseLockOnFailure", "Failed"]
+
+
+def test_what_changed_under_the_run_gets_another_round(sfn: Any, workflow: Callable[[str, str], str]) -> None:
+    run = run_case(sfn, workflow(NAME, "reconcile_array.asl.json"), "SecondRound", REQUEST)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    assert [s["phase"] for s in lambda_inputs(run, "start")] == list(PHASES) * 2
+    assert json.loads(run["output"])["rounds"] == 2
+
+
+def test_rounds_are_bounded(sfn: Any, workflow: Callable[[str, str], str]) -> None:
+    run = run_case(sfn, workflow(NAME, "reconcile_array.asl.json"), "NeverConverges", REQUEST)
+    assert run["status"] == "FAILED"
+    assert len(lambda_inputs(run, "start")) == 3 * len(PHASES)
+    assert "still not converged after 3 rounds" in run["cause"]
+    assert "i-0a1b2c3d4e5f60015" in run["cause"]
