@@ -8,6 +8,7 @@ command line or its input file is wrong.
 from __future__ import annotations
 
 import json
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -121,6 +122,10 @@ def apply(
             help="Apply only if the array is still at this version (sent as If-Match).",
         ),
     ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Follow the data plane's convergence (ReconcileArray) to its end.")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="With --wait: give up after this many seconds.")] = 3600,
     output: OutputOption = Output.table,
 ) -> None:
     """Create or update the array declared in FILE and show what changed."""
@@ -133,14 +138,41 @@ def apply(
         raise _fail(e) from e
     if output is Output.json:
         render.print_json(out, answer)
-        return
-    changes = answer.get("changes") or []
-    version = answer.get("version")
-    if not changes:
-        out.print(f"array {array_id} unchanged (version {version})", highlight=False)
-        return
-    out.print(f"array {array_id} applied (version {version})", highlight=False)
-    out.print(render.changes_table(changes))
+    else:
+        changes = answer.get("changes") or []
+        version = answer.get("version")
+        if not changes:
+            out.print(f"array {array_id} unchanged (version {version})", highlight=False)
+        else:
+            out.print(f"array {array_id} applied (version {version})", highlight=False)
+            out.print(render.changes_table(changes))
+        for line in render.reconcile_lines(answer.get("reconcile")):
+            out.print(line, highlight=False)
+    if wait and answer.get("reconcile"):
+        _follow_reconcile(ctx, array_id, timeout)
+
+
+def _follow_reconcile(ctx: typer.Context, array_id: str, timeout: float) -> None:
+    """Poll GET /arrays/{id} until the array's ReconcileArray run has ended, printing each new
+    step; exit 1 if it failed (its error is printed)."""
+    deadline, last = time.monotonic() + timeout, None
+    while True:
+        try:
+            answer = _client(ctx).request("GET", f"/arrays/{array_id}") or {}
+        except CliError as e:
+            raise _fail(e) from e
+        record = answer.get("reconcile") or {}
+        shown = (record.get("state"), record.get("step"))
+        if shown != last:
+            err.print(f"{array_id}: {record.get('state')} ({record.get('step')})", highlight=False)
+            last = shown
+        if record.get("state") == "converged":
+            return
+        if record.get("state") == "failed":
+            raise _fail(CliError(f"array {array_id} did not converge: {record.get('error')}"))
+        if time.monotonic() > deadline:
+            raise _fail(CliError(f"array {array_id} still converging after {timeout:.0f} s"))
+        time.sleep(2)
 
 
 @app.command()

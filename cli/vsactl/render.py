@@ -104,6 +104,11 @@ def _spec_summary(array_id: str, answer: dict[str, Any]) -> Table:
         rows.append(("Deleting", f"workflow {deleting.get('executionName')} since {since}"))
     if answer.get("deleteFailure"):
         rows.append(("Delete failed", f"{answer['deleteFailure']} (delete again to retry)"))
+    reconcile = answer.get("reconcile")
+    if isinstance(reconcile, dict):
+        state = reconcile.get("state")
+        detail = f"step {reconcile.get('step')}" if state == "converging" else reconcile.get("error") or ""
+        rows.append(("Data plane", f"{state} {detail} (spec v{reconcile.get('version')})".replace("  ", " ")))
     for key, value in rows:
         table.add_row(key, _cell(value))
     return table
@@ -235,3 +240,13 @@ def simulation_table(title: str, results: list[dict[str, Any]]) -> Table:
             f"{r['cost']:,.2f}",
         )
     return table
+
+
+def reconcile_lines(reconcile: Any) -> list[str]:
+    """What an apply's answer says of the ReconcileArray run it started: the run, then each
+    volume or host it will converge (none: the data plane did not change)."""
+    if not isinstance(reconcile, dict):
+        return []
+    lines = [f"data plane converging: ReconcileArray {reconcile.get('executionName')} (vsactl get to follow)"]
+    lines += [f"  - {item}" for item in reconcile.get("remaining") or []]
+    return lines

@@ -615,3 +615,44 @@ def test_restore_needs_exactly_one_target(run, api):
     result = run("restore", "demo", BACKUP["backupId"])
     assert result.exit_code == 2
     assert api.requests == []
+
+
+RECONCILING = {
+    "array": {},
+    "version": 4,
+    "changes": [],
+    "reconcile": {
+        "state": "converging",
+        "step": "waiting for the array lock",
+        "executionName": "reconcile-demo-v4",
+        "remaining": [
+            "volume vol-0a1b2c3d4e5f60003: attach to every serving controller, export, connect every host"
+        ],
+    },
+}
+
+
+def test_apply_says_what_the_data_plane_still_converges_and_wait_follows_it_to_the_end(run, api, tmp_path):
+    api.answer("PUT", "/v1/arrays/demo", 200, RECONCILING)
+    api.answer(
+        "GET", "/v1/arrays/demo", 200, {"reconcile": {"state": "converged", "step": "done", "version": 4}}
+    )
+
+    result = run("apply", "-f", spec_file(tmp_path), "--wait")
+
+    assert result.exit_code == 0, result.output
+    assert "data plane converging: ReconcileArray reconcile-demo-v4" in result.output
+    assert "vol-0a1b2c3d4e5f60003: attach to every serving controller" in result.output
+    assert "demo: converged (done)" in result.output
+    assert [r.method for r in api.requests] == ["PUT", "GET"]
+
+
+def test_apply_wait_exits_1_with_the_error_when_the_data_plane_did_not_converge(run, api, tmp_path):
+    api.answer("PUT", "/v1/arrays/demo", 200, RECONCILING)
+    failed = {"state": "failed", "step": "export", "error": "ReconcilePhaseFailed: phase export failed on 1"}
+    api.answer("GET", "/v1/arrays/demo", 200, {"reconcile": failed})
+
+    result = run("apply", "-f", spec_file(tmp_path), "--wait")
+
+    assert result.exit_code == 1, result.output
+    assert "did not converge: ReconcilePhaseFailed: phase export failed on 1" in result.output
