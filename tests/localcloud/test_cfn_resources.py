@@ -175,3 +175,74 @@ def test_unsupported_resource_type_fails_the_stack(aws: Callable[[str], Any]) ->
         assert "supported" in reasons
     finally:
         cfn.delete_stack(StackName=name)
+
+
+def _role_template(policies: dict[str, list[str]]) -> str:
+    return json.dumps(
+        {
+            "Resources": {
+                "Role": {
+                    "Type": "AWS::IAM::Role",
+                    "Properties": {
+                        "AssumeRolePolicyDocument": {
+                            "Version": "2012-10-17",
+                            "Statement": [
+                                {
+                                    "Effect": "Allow",
+                                    "Principal": {"Service": "lambda.amazonaws.com"},
+                                    "Action": "sts:AssumeRole",
+                                }
+                            ],
+                        },
+                        "Policies": [
+                            {
+                                "PolicyName": name,
+                                "PolicyDocument": {
+                                    "Version": "2012-10-17",
+                                    "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}],
+                                },
+                            }
+                            for name, actions in policies.items()
+                        ],
+                    },
+                }
+            },
+            "Outputs": {"RoleName": {"Value": {"Ref": "Role"}}},
+        }
+    )
+
+
+def test_a_stack_update_changes_a_role_s_inline_policies(aws: Callable[[str], Any]) -> None:
+    """AWS::IAM::Role ``Policies``: "Update requires: No interruption" (CloudFormation User
+    Guide, AWS::IAM::Role): an update changes the role's inline policies in place."""
+    cfn, iam = aws("cloudformation"), aws("iam")
+    name = f"cfn-role-{uuid.uuid4().hex[:8]}"
+    # Given a role with two inline policies
+    cfn.create_stack(
+        StackName=name,
+        TemplateBody=_role_template({"steps": ["ec2:DescribeVolumes"], "old": ["ec2:DescribeInstances"]}),
+    )
+    cfn.get_waiter("stack_create_complete").wait(StackName=name, WaiterConfig=FAST)
+    role = outputs(cfn, name)["RoleName"]
+    try:
+        # When the stack is updated: one policy gains an action, the other is no longer declared
+        cfn.update_stack(
+            StackName=name,
+            TemplateBody=_role_template(
+                {"steps": ["ec2:DescribeVolumes", "ssm:DescribeInstanceInformation"]}
+            ),
+        )
+        cfn.get_waiter("stack_update_complete").wait(StackName=name, WaiterConfig=FAST)
+        # Then the role is the same one, with the new statement and without the dropped policy
+        assert outputs(cfn, name)["RoleName"] == role
+        assert iam.list_role_policies(RoleName=role)["PolicyNames"] == ["steps"]
+        document = iam.get_role_policy(RoleName=role, PolicyName="steps")["PolicyDocument"]
+        if isinstance(document, str):
+            document = json.loads(document)
+        assert document["Statement"][0]["Action"] == [
+            "ec2:DescribeVolumes",
+            "ssm:DescribeInstanceInformation",
+        ]
+    finally:
+        cfn.delete_stack(StackName=name)
+        cfn.get_waiter("stack_delete_complete").wait(StackName=name, WaiterConfig=FAST)

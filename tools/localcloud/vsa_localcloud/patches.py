@@ -95,9 +95,43 @@ def _assumed_roles_reused() -> None:
     ClientFactory.with_assumed_role = with_assumed_role  # type: ignore[method-assign]
 
 
+def _role_update_puts_its_inline_policies() -> None:
+    """CloudFormation's AWS::IAM::Role: a stack update that changes a role's ``Policies`` (its
+    inline policies) changes them on AWS ("Update requires: No interruption", AWS::IAM::Role in
+    the CloudFormation User Guide: https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-iam-role.html).
+    LocalStack's provider compares only the name, trust policy and managed policy ARNs and
+    otherwise reports success with the old state, so a redeployed stack kept the role's old
+    statements and IAM enforcement refused what the new template grants. Here an update also
+    puts every desired inline policy (PutRolePolicy) and deletes those no longer declared
+    (DeleteRolePolicy). Pinned by tests/localcloud/test_cfn_resources.py::
+    test_a_stack_update_changes_a_role_s_inline_policies."""
+    import json
+
+    from localstack.services.cloudformation.resource_provider import OperationStatus, ProgressEvent
+    from localstack.services.iam.resource_providers.aws_iam_role import IAMRoleProvider
+
+    @patch(IAMRoleProvider.update)
+    def update(fn: Any, self: Any, request: Any) -> Any:
+        result = fn(self, request)
+        desired, previous = request.desired_state, request.previous_state or {}
+        if result.status != OperationStatus.SUCCESS or result.resource_model is not previous:
+            return result  # replaced (created anew with its policies) or failed
+        iam, role = request.aws_client_factory.iam, previous["RoleName"]
+        wanted = {p["PolicyName"]: p["PolicyDocument"] for p in desired.get("Policies") or []}
+        for name, document in wanted.items():
+            text = document if isinstance(document, str) else json.dumps(document)
+            iam.put_role_policy(RoleName=role, PolicyName=name, PolicyDocument=text)
+        for policy in previous.get("Policies") or []:
+            if policy["PolicyName"] not in wanted:
+                iam.delete_role_policy(RoleName=role, PolicyName=policy["PolicyName"])
+        model = {**previous, "Policies": desired.get("Policies") or []}
+        return ProgressEvent(status=OperationStatus.SUCCESS, resource_model=model)
+
+
 @hooks.on_infra_start()
 def apply_localcloud_patches() -> None:
     _mocked_dynamodb_throw_keeps_its_error_name()
+    _role_update_puts_its_inline_policies()
     _jsonpath_parsed_once()
     _assumed_roles_reused()
     # moto's EC2 model is shared by EC2, Auto Scaling and CloudFormation; patch it before any
