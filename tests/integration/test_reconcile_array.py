@@ -16,7 +16,7 @@ import pytest
 from tests.integration.arrays_world import exported, host_paths, node_root, settle, spec_for
 from tests.integration.conftest import wait_for_execution
 from tests.integration.test_controller_lifecycle import PathWatch, attached_to, check_serving
-from vsa_core.controllers.nvme import subsystem_nqn
+from vsa_core.controllers.nvme import default_host_nqn, subsystem_nqn
 
 # AWS's timings: volumes attach in seconds, documents run through Run Command's delivery
 pytestmark = pytest.mark.usefixtures("realistic_timings")
@@ -114,3 +114,49 @@ def test_a_volume_added_then_removed_converges_on_every_controller_and_host_with
 
 def _serving(stack_outputs: dict[str, str], world: Any, array: dict[str, Any]) -> list[str]:
     return check_serving(stack_outputs, world, array, CONTROLLERS)
+
+
+def allowed_hosts(root: Any, nqn: str) -> set[str]:
+    """The host NQNs a controller's subsystem admits (its configfs allowed_hosts links)."""
+    folder = root / "sys/kernel/config/nvmet/subsystems" / nqn / "allowed_hosts"
+    return {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+
+
+def test_a_host_added_then_removed_is_allowed_then_connected_and_disconnected_then_disallowed(
+    stack_outputs, api, world, running_array
+):
+    array, array_id = running_array, running_array["arrayId"]
+    controllers = _serving(stack_outputs, world, array)
+    newcomer = world.host()
+    with_host = {
+        **array["spec"],
+        "hosts": [*array["spec"]["hosts"], {"instanceId": newcomer, "mountpoints": ["/x"]}],
+    }
+    nqn = default_host_nqn(newcomer)
+    # When a host is added to the running array's spec, with the sampler on the hosts already there
+    with PathWatch(array["hosts"], array["nqns"]) as watch:
+        _, seconds = apply_and_follow(api, stack_outputs, with_host)
+    print(f"add a host to {CONTROLLERS} controllers x {len(array['volumes'])} volumes: {seconds:.1f} s")
+    # Then every controller admits it and it has a live path to every volume through each
+    for instance in controllers:
+        for subsystem in array["nqns"]:
+            assert nqn in allowed_hosts(node_root(world.endpoint, instance), subsystem)
+    grown = {**array, "hosts": {**array["hosts"], newcomer: node_root(world.endpoint, newcomer)}}
+    check_serving(stack_outputs, world, grown, CONTROLLERS)
+    assert watch.not_live == set(), watch.not_live
+    assert watch.fewest[0] >= CONTROLLERS, watch.fewest
+    # When it is removed again
+    with PathWatch(array["hosts"], array["nqns"]) as watch:
+        _, seconds = apply_and_follow(api, stack_outputs, array["spec"])
+    print(f"remove a host from {CONTROLLERS} controllers x {len(array['volumes'])} volumes: {seconds:.1f} s")
+    # Then it holds no path to the array and no controller admits it; the others are untouched
+    left = host_paths(node_root(world.endpoint, newcomer))
+    assert all(not left.get(subsystem) for subsystem in array["nqns"]), left
+    for instance in controllers:
+        for subsystem in array["nqns"]:
+            assert nqn not in allowed_hosts(node_root(world.endpoint, instance), subsystem)
+    check_serving(stack_outputs, world, array, CONTROLLERS)
+    assert watch.not_live == set(), watch.not_live
+    assert watch.fewest[0] >= CONTROLLERS, watch.fewest
+    shown = api.call("GET", f"/arrays/{array_id}")[1]["reconcile"]
+    assert (shown["state"], shown["pendingHostRemovals"]) == ("converged", []), shown

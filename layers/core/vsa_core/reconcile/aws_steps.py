@@ -12,6 +12,7 @@ the order of the phases, the waits, the bounds and the failure path.
 - ``verify``: what is still not converged (``remaining``).
 """
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -117,6 +118,8 @@ def start(ctx: ReconcileContext, request: Start) -> dict[str, Any]:
                 detached.append(f"{volume_id} from {instance_id}")
         answer.update(pending=bool(detached), detached=detached)
     else:
+        if request.phase == "disconnect" and observed.removed_hosts:
+            observed, answer["unreachable"] = _reachable(ctx, request.array_id, observed)
         names = request.documents
         documents = plan.Documents(names.configure_target, names.connect_path, names.disconnect_path)
         node = plan.NodePaths(**request.node.model_dump())
@@ -131,6 +134,17 @@ def start(ctx: ReconcileContext, request: Start) -> dict[str, Any]:
                 hosts=list(observed.removed_hosts) if request.phase == "disconnect" else [],
             )
     return answer
+
+
+def _reachable(ctx: ReconcileContext, array_id: str, observed: Observed) -> tuple[Observed, list[str]]:
+    """Removed hosts that are not online managed nodes (terminated, agent gone) cannot run
+    disconnect-path (SendCommand refuses them): they are no longer pending, and the export phase
+    disallows them, so a path they may still hold ends by its ctrl-loss-tmo. The others stay."""
+    nodes = aws_observe.managed_nodes(ctx.arrays.ctx, list(observed.removed_hosts))
+    gone = [h for h in observed.removed_hosts if nodes.get(h, {}).get("PingStatus") != "Online"]
+    aws_record.clear_host_removals(ctx.dynamodb, ctx.table, array_id, gone)
+    kept = tuple(h for h in observed.removed_hosts if h not in gone)
+    return dataclasses.replace(observed, removed_hosts=kept), gone
 
 
 def _attach(ctx: ReconcileContext, observed: Observed) -> list[str]:
