@@ -230,6 +230,42 @@ prune() { # ports and hosts this run left unused (never another array's)
   done
 }
 
+device_size() { # bytes: a block device as the kernel sizes it, a file (nvmet's file backend) its length
+  if [[ -b $1 ]]; then
+    blockdev --getsize64 "$1" 2>/dev/null || printf null
+  elif [[ -f $1 ]]; then
+    stat -L -c %s "$1"
+  else
+    printf null
+  fi
+}
+
+exports_json() { # what nvmet exports for this array now, read back from configfs (not what was asked)
+  local sub nqn ns link port hosts namespaces ports first=1
+  EXPORTS_JSON=""
+  for sub in "$NVMET"/subsystems/"$PREFIX"*; do
+    nqn=${sub##*/}
+    hosts="" namespaces="" ports=""
+    for link in "$sub"/allowed_hosts/*; do hosts+=${hosts:+,}$(json "${link##*/}"); done
+    for ns in "$sub"/namespaces/*; do
+      namespaces+=${namespaces:+,}$(printf '{"nsid":%s,"enabled":%s,"device":%s,"sizeBytes":%s}' \
+        "${ns##*/}" "$([[ "$(read_attr "$ns/enable")" == 1 ]] && echo true || echo false)" \
+        "$(json "$(read_attr "$ns/device_path")")" "$(device_size "$(read_attr "$ns/device_path")")")
+    done
+    for link in "$NVMET"/ports/*/subsystems/"$nqn"; do
+      port=${link%/subsystems/*}
+      ports+=${ports:+,}$(printf '{"id":%s,"traddr":%s,"trsvcid":%s}' "$(json "${port##*/}")" \
+        "$(json "$(read_attr "$port/addr_traddr")")" "$(json "$(read_attr "$port/addr_trsvcid")")")
+    done
+    ((first)) || EXPORTS_JSON+=,
+    first=0
+    EXPORTS_JSON+=$(printf '{"nqn":%s,"volume":%s,"allowAnyHost":%s,"allowedHosts":[%s],"namespaces":[%s],"ports":[%s]}' \
+      "$(json "$nqn")" "$(json "${nqn##*:}")" \
+      "$([[ "$(read_attr "$sub/attr_allow_any_host")" == 1 ]] && echo true || echo false)" \
+      "$hosts" "$namespaces" "$ports")
+  done
+}
+
 report() {
   local first=1 nqn volume removed="" hosts="" subsystems="" port=null cntlid=null
   for nqn in "${REMOVED[@]}"; do removed+=${removed:+,}$(json "$nqn"); done
@@ -251,8 +287,9 @@ report() {
   fi
   printf '{"document":"%s","arrayId":%s,"mode":"%s","slot":%s,"subsystems":[%s],"serial":%s,"model":%s,' \
     "$DOCUMENT" "$(json "$ARRAY_ID")" "$MODE" "$SLOT" "$subsystems" "$(json "$SERIAL")" "$(json "$MODEL")"
-  printf '"cntlid":%s,"port":%s,"allowAnyHost":%s,"hosts":[%s],"removed":[%s],"changes":%s}\n' \
-    "$cntlid" "$port" "$ALLOW_ANY_HOST" "$hosts" "$removed" "$CHANGES"
+  exports_json
+  printf '"cntlid":%s,"port":%s,"allowAnyHost":%s,"hosts":[%s],"removed":[%s],"changes":%s,"exports":[%s]}\n' \
+    "$cntlid" "$port" "$ALLOW_ANY_HOST" "$hosts" "$removed" "$CHANGES" "$EXPORTS_JSON"
 }
 
 apply() {

@@ -31,7 +31,7 @@ scan() { # PRESENT[nqn]: a path of this host NQN to ADDRESS:PORT exists; LIVE[nq
   PRESENT=()
   LIVE=()
   list_paths
-  while IFS=$'\x1f' read -r nqn dev state addr port host; do
+  while IFS=$'\x1f' read -r nqn dev state addr port host _; do
     [[ -n $nqn && $addr == "$ADDRESS" && $port == "$PORT" ]] || continue
     [[ -z $host || $host == "$HOST_NQN" ]] || continue
     PRESENT[$nqn]=$dev
@@ -84,6 +84,7 @@ for nqn in "${NQNS[@]}"; do
   set_io_policy "$nqn" || POLICY_FAILED+=("$nqn")
 done
 
+list_paths # again: the IO policies as set above
 paths_report "$LISTING" "${NQNS[@]}"
 connected=""
 for nqn in "${CONNECTED[@]}"; do connected+=${connected:+,}$(json "$nqn"); done

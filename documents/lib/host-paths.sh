@@ -8,7 +8,8 @@
 # read too). python3 reads the JSON (bash cannot); every host OS the control plane supports has it.
 
 # One line per path, fields separated by \x1f (empty fields survive, unlike with a tab):
-# NQN, controller device, state, traddr, trsvcid, host NQN.
+# NQN, controller device, state, traddr, trsvcid, host NQN, the subsystem's IO policy (nvme-cli
+# 2.x's "IOPolicy"), the subsystem's sysfs name (nvme-subsysN).
 PATHS_FILTER='
 import json, sys
 text = sys.stdin.read().strip()
@@ -16,13 +17,14 @@ data = json.loads(text) if text else []
 for host in data if isinstance(data, list) else [data]:
     if not isinstance(host, dict):
         continue
-    nqn = ""
+    nqn, policy, name = "", "", ""
     for subsystem in host.get("Subsystems") or []:
-        nqn = subsystem.get("NQN", nqn)
+        if "NQN" in subsystem:
+            nqn, policy, name = subsystem["NQN"], subsystem.get("IOPolicy", ""), subsystem.get("Name", "")
         for path in subsystem.get("Paths") or []:
             address = dict(item.split("=", 1) for item in (path.get("Address") or "").split(",") if "=" in item)
             fields = (nqn, path.get("Name", ""), path.get("State", ""), address.get("traddr", ""),
-                      address.get("trsvcid", ""), host.get("HostNQN", ""))
+                      address.get("trsvcid", ""), host.get("HostNQN", ""), policy, name)
             print("\x1f".join(fields))
 '
 
@@ -34,22 +36,41 @@ list_paths() { # sets LISTING: one line per path; fails the document when nvme c
     fail "cannot read the output of '$NVME_COMMAND list-subsys -o json': $raw"
 }
 
-paths_report() { # paths_report LISTING NQN...: sets SUBSYSTEMS_JSON (each subsystem's paths) and LIVE_TOTAL
-  local listing=$1 nqn paths live p_nqn p_dev p_state p_addr p_port
+head_size() { # head_size SUBSYS-NAME: bytes of the subsystem's multipath head (sysfs "size" is in
+  # 512-byte sectors: /sys/class/nvme-subsystem/nvme-subsysN/nvmeXnY/size); null without SYSFS
+  local head sectors
+  if [[ -n ${SYSFS:-} && -n $1 ]]; then
+    for head in "$SYSFS/class/nvme-subsystem/$1"/nvme*n*; do
+      [[ ${head##*/} =~ ^nvme[0-9]+n[0-9]+$ && -f $head/size ]] || continue
+      sectors=$(<"$head/size")
+      printf '%s' $((sectors * 512))
+      return 0
+    done
+  fi
+  printf null
+}
+
+paths_report() { # paths_report LISTING NQN...: sets SUBSYSTEMS_JSON (each subsystem's paths, IO
+  # policy and size) and LIVE_TOTAL
+  local listing=$1 nqn paths live policy name p_nqn p_dev p_state p_addr p_port p_policy p_name
   shift
   SUBSYSTEMS_JSON=""
   LIVE_TOTAL=0
   for nqn in "$@"; do
     paths=""
     live=0
-    while IFS=$'\x1f' read -r p_nqn p_dev p_state p_addr p_port _; do
+    policy=""
+    name=""
+    while IFS=$'\x1f' read -r p_nqn p_dev p_state p_addr p_port _ p_policy p_name; do
       if [[ $p_nqn != "$nqn" ]]; then continue; fi
+      policy=$p_policy name=$p_name
       paths+=${paths:+,}$(printf '{"device":%s,"address":%s,"port":%s,"state":%s}' \
         "$(json "$p_dev")" "$(json "$p_addr")" "$(json "$p_port")" "$(json "$p_state")")
       if [[ $p_state == live ]]; then live=$((live + 1)); fi
     done <<<"$listing"
-    SUBSYSTEMS_JSON+=${SUBSYSTEMS_JSON:+,}$(printf '{"nqn":%s,"volume":%s,"paths":[%s],"livePaths":%s}' \
-      "$(json "$nqn")" "$(json "${nqn##*:}")" "$paths" "$live")
+    SUBSYSTEMS_JSON+=${SUBSYSTEMS_JSON:+,}$(printf '{"nqn":%s,"volume":%s,"paths":[%s],"livePaths":%s,"ioPolicy":%s,"sizeBytes":%s}' \
+      "$(json "$nqn")" "$(json "${nqn##*:}")" "$paths" "$live" \
+      "$([[ -n $policy ]] && json "$policy" || printf null)" "$(head_size "$name")")
     LIVE_TOTAL=$((LIVE_TOTAL + live))
   done
 }

@@ -89,11 +89,14 @@ class LocalNode:
     def nvmet(self) -> Path:
         return self.root / CONFIGFS / "nvmet"
 
-    def attach(self, *volume_ids: str) -> None:
-        """What the local cloud's EBS does on attach: the volume's by-id device appears."""
+    def attach(self, *volume_ids: str, size_gib: int = 8) -> None:
+        """What the local cloud's EBS does on attach: the volume's by-id device appears, as long
+        as the volume (a sparse file: nvmet's file backend sizes a namespace by its length)."""
         (self.root / DEVICES).mkdir(parents=True, exist_ok=True)
         for volume_id in volume_ids:
-            (self.root / DEVICES / nvme.device_name(volume_id)).write_text(volume_id + "\n")
+            device = self.root / DEVICES / nvme.device_name(volume_id)
+            device.write_text(volume_id + "\n")
+            os.truncate(device, size_gib * 2**30)
 
     def run(self, document: str, **params: str) -> Result:
         script = documents.render_script(document, params)

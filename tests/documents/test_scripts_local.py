@@ -7,6 +7,7 @@ import re
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -436,3 +437,98 @@ def test_fake_modprobe_loads_nvmet_into_the_node_and_refuses_unknown_modules(nod
     missing = fake(target, FAKE_MODPROBE, "no-such-module")
     assert missing.returncode == 1
     assert "not found" in missing.stderr
+
+
+# --- observed state: what each node reports it sees ------------------------------------------
+
+
+def test_configure_target_reports_what_configfs_exports_read_back(node: Nodes):
+    # Given a controller with the array's volumes attached (16 GiB devices)
+    target = node("c0")
+    target.attach(*VOLUMES, size_gib=16)
+    # When configure-target applies for two hosts
+    result = configure(target, "10.0.0.5", HostNqns=f"{HOST},{OTHER_HOST}")
+    # Then the report's exports are configfs as the test reads it, sizes from the devices
+    assert result.code == 0, result.stderr
+    expected = []
+    for subsystem in sorted((target.nvmet / "subsystems").iterdir()):
+        namespace = subsystem / "namespaces/1"
+        device = (namespace / "device_path").read_text().strip()
+        expected.append(
+            {
+                "nqn": subsystem.name,
+                "volume": subsystem.name.rsplit(":", 1)[1],
+                "allowAnyHost": (subsystem / "attr_allow_any_host").read_text().strip() == "1",
+                "allowedHosts": sorted(p.name for p in (subsystem / "allowed_hosts").iterdir()),
+                "namespaces": [
+                    {
+                        "nsid": 1,
+                        "enabled": (namespace / "enable").read_text().strip() == "1",
+                        "device": device,
+                        "sizeBytes": Path(device).stat().st_size,
+                    }
+                ],
+                "ports": [
+                    {"id": port.name, "traddr": "10.0.0.5", "trsvcid": "4420"}
+                    for port in (target.nvmet / "ports").iterdir()
+                    if (port / "subsystems" / subsystem.name).is_symlink()
+                ],
+            }
+        )
+    assert result.report["exports"] == expected
+    assert [e["volume"] for e in expected] == sorted(VOLUMES)
+    assert {n["sizeBytes"] for e in expected for n in e["namespaces"]} == {16 * 2**30}
+    assert all(e["allowedHosts"] == sorted([HOST, OTHER_HOST]) for e in expected)
+
+
+def test_configure_target_reports_only_its_arrays_exports_and_none_after_teardown(node: Nodes):
+    # Given two arrays exported by one controller on one port
+    target = node("c0")
+    target.attach(*VOLUMES)
+    assert configure(target, "10.0.0.5").code == 0
+    assert configure(target, "10.0.0.5", ArrayId="other", Volumes=VOLUMES[0], Slot="1").code == 0
+    # When "other" is torn down
+    gone = configure(target, "10.0.0.5", ArrayId="other", Mode="teardown")
+    # Then its report shows it exports nothing, and "demo" still reports both of its subsystems
+    assert gone.code == 0, gone.stderr
+    assert gone.report["exports"] == []
+    demo = configure(target, "10.0.0.5").report["exports"]
+    assert [e["nqn"] for e in demo] == sorted(nvme.subsystem_nqn(ARRAY, v) for v in VOLUMES)
+
+
+def test_host_reports_each_subsystems_paths_states_io_policy_and_size(node: Nodes):
+    # Given two controllers exporting 32 GiB volumes and a host connected through both
+    c0, c1, host = node("c0"), node("c1"), node("h0")
+    for slot, (target, address) in enumerate(((c0, "10.0.0.5"), (c1, "10.0.0.6"))):
+        target.attach(*VOLUMES, size_gib=32)
+        assert configure(target, address, Slot=str(slot)).code == 0
+    assert connect(host, "10.0.0.5", CtrlLossTmo="600").code == 0
+    both = connect(host, "10.0.0.6", CtrlLossTmo="600")
+    # Then each subsystem shows a live path through each, the policy set and the head's size
+    assert both.code == 0, both.stderr
+    for entry in both.report["subsystems"]:
+        assert sorted((p["address"], p["state"]) for p in entry["paths"]) == [
+            ("10.0.0.5", "live"),
+            ("10.0.0.6", "live"),
+        ]
+        assert entry["ioPolicy"] == "round-robin"
+        assert entry["sizeBytes"] == 32 * 2**30
+    # When controller c1 stops exporting (its paths reconnect: "connecting")
+    assert configure(c1, "10.0.0.6", Slot="1", Mode="teardown").code == 0
+    again = connect(host, "10.0.0.5", CtrlLossTmo="600")
+    # Then the host's next report says so, path by path
+    assert again.code == 0, again.stderr
+    for entry in again.report["subsystems"]:
+        assert sorted((p["address"], p["state"]) for p in entry["paths"]) == [
+            ("10.0.0.5", "live"),
+            ("10.0.0.6", "connecting"),
+        ]
+        assert entry["livePaths"] == 1
+    # and disconnect-path (no sysfs parameter) reports the policy from nvme-cli, the size unknown
+    left = host.run(
+        "disconnect-path", ArrayId=ARRAY, Volumes=",".join(VOLUMES), Address="10.0.0.6", NvmeCommand=FAKE_NVME
+    )
+    assert left.code == 0, left.stderr
+    assert [(e["ioPolicy"], e["sizeBytes"], e["livePaths"]) for e in left.report["subsystems"]] == [
+        ("round-robin", None, 1)
+    ] * len(VOLUMES)

@@ -72,9 +72,12 @@ def test_attached_volumes_appear_in_the_node_sandbox_and_go_on_detach_and_termin
         # When it is attached to both
         for instance_id in (first, second):
             ec2.attach_volume(VolumeId=volume, InstanceId=instance_id, Device="/dev/sdf")
-        # Then each node has its NVMe device by id (holding the volume id), next to its root volume's
+        # Then each node has its NVMe device by id (holding the volume id, the volume's size), next to
+        # its root volume's
         for root in roots.values():
-            assert (root / DEVICES / device(volume)).read_text().strip() == volume
+            with (root / DEVICES / device(volume)).open() as held:
+                assert held.readline().strip() == volume
+            assert (root / DEVICES / device(volume)).stat().st_size == 4 * 2**30  # sparse, 4 GiB
             assert len(list((root / DEVICES).glob("nvme-Amazon_Elastic_Block_Store_vol*"))) == 2
         # When it is detached from the first / Then only the first loses it
         ec2.detach_volume(VolumeId=volume, InstanceId=first)
