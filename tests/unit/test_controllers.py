@@ -368,28 +368,6 @@ def test_locate_finds_a_controllers_slot_and_guards_the_last_serving_one(
     }
 
 
-def test_the_status_shows_each_controllers_slot_and_each_hosts_serving_paths() -> None:
-    from vsa_core.arrays.aws_operations import with_slots
-
-    status = {
-        "controllers": [{"instanceId": "i-a"}, {"instanceId": "i-b"}, {"instanceId": "i-new"}],
-        "hosts": [{"instanceId": "i-h1"}, {"instanceId": "i-h2"}],
-    }
-    leased = {
-        1: {"instanceId": "i-b", "state": "serving", "address": "10.0.0.2"},
-        0: {"instanceId": "i-a", "state": "serving", "address": "10.0.0.1"},
-        2: {"instanceId": "i-c", "state": "draining", "address": "10.0.0.3"},
-    }
-    shown = with_slots(status, leased)
-    assert [(c["slot"], c["slotState"]) for c in shown["controllers"]] == [
-        (0, "serving"),
-        (1, "serving"),
-        (None, None),
-    ]
-    # a draining controller is no longer a path the hosts use
-    assert [h["paths"] for h in shown["hosts"]] == [["10.0.0.1", "10.0.0.2"]] * 2
-
-
 def test_attach_starts_every_attachment_in_one_step_and_a_retry_skips_what_it_started(
     steps: tuple[Steps, ArrayRegistry, Any],
 ) -> None:

@@ -22,6 +22,9 @@ class Settings(BaseModel):
     retention_max_deletions: int = Field(default=5, ge=0, le=100)
     thaw_io_document: str = ""
     freeze_io_document: str = ""
+    configure_target_document: str = ""
+    connect_path_document: str = ""
+    disconnect_path_document: str = ""
     history_retention_days: int = Field(default=90, ge=1, le=3650)
     deployment: str = Field(default="vsa", description="the stack's name: our metrics' Deployment dimension")
 
@@ -42,6 +45,9 @@ def get_settings() -> Settings:
         retention_max_deletions=int(os.environ.get("VSA_RETENTION_MAX_DELETIONS", "5")),
         thaw_io_document=os.environ.get("VSA_THAW_IO_DOCUMENT", ""),
         freeze_io_document=os.environ.get("VSA_FREEZE_IO_DOCUMENT", ""),
+        configure_target_document=os.environ.get("VSA_CONFIGURE_TARGET_DOCUMENT", ""),
+        connect_path_document=os.environ.get("VSA_CONNECT_PATH_DOCUMENT", ""),
+        disconnect_path_document=os.environ.get("VSA_DISCONNECT_PATH_DOCUMENT", ""),
         history_retention_days=int(os.environ.get("VSA_HISTORY_RETENTION_DAYS", "90")),
         deployment=os.environ.get("VSA_DEPLOYMENT", "vsa"),
     )

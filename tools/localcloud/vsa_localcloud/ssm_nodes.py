@@ -12,7 +12,8 @@ its connection would.
 
 The sandbox is the node's root file system: every EBS volume attached to its instance appears as
 ``<sandbox>/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol<hex>`` (a sparse file holding the
-volume id, as long as the volume was when attached), as udev names an EBS NVMe device on a Nitro instance, and disappears when the volume is
+volume id, as long as the volume was when attached), as udev names an EBS NVMe device on a Nitro
+instance, and disappears when the volume is
 detached or the instance terminates (``sync_devices``, called by the EBS model on every attach
 and detach, and when a node registers).
 """
@@ -213,11 +214,15 @@ def _sync_devices(managed: Node, instance: Any | None) -> None:
             for m in list(instance.block_device_mapping.values())
             if m.volume_id and getattr(m, "status", None) in ("in-use", "attached", None)
         ]
-    sizes = {
-        m.volume_id: int(getattr(m, "size", 0) or 0)
-        for m in list(instance.block_device_mapping.values())
-        if m.volume_id
-    } if instance is not None else {}
+    sizes = (
+        {
+            m.volume_id: int(getattr(m, "size", 0) or 0)
+            for m in list(instance.block_device_mapping.values())
+            if m.volume_id
+        }
+        if instance is not None
+        else {}
+    )
     wanted = {EBS_DEVICE_PREFIX + v.replace("-", "", 1): v for v in attached}
     directory = managed.root / DEVICE_DIR
     directory.mkdir(parents=True, exist_ok=True)

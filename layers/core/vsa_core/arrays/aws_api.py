@@ -16,6 +16,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 
 from vsa_core.arrays import aws_operations
+from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.clients import client
@@ -40,6 +41,15 @@ def _service() -> ArrayService:
         scheduler_role_arn=get_settings().backup_scheduler_role_arn,
         wait_delay_seconds=1,
         wait_max_attempts=20,
+    )
+
+
+def _documents() -> NodeDocuments:
+    settings = get_settings()
+    return NodeDocuments(
+        configure_target=settings.configure_target_document,
+        connect_path=settings.connect_path_document,
+        disconnect_path=settings.disconnect_path_document,
     )
 
 
@@ -102,6 +112,7 @@ def get_array(array_id: ArrayIdPath) -> dict[str, Any]:
         registry=_registry(),
         service=_service(),
         backups=BackupRegistry(get_settings().table_name),
+        documents=_documents(),
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.plan import Change
 from vsa_core.arrays.spec import ArraySpec, Deletion, RegisteredArray
@@ -124,27 +125,16 @@ def apply_array(
     }
 
 
-def with_slots(status: dict[str, Any], slots: dict[int, dict[str, str]]) -> dict[str, Any]:
-    """The live status with what the lifecycle workflows recorded: each controller's slot and
-    slot state (bootstrapping, serving, draining), and each host's paths: the addresses of the
-    serving controllers, each of which BootstrapController saw live on every host."""
-    held = {item["instanceId"]: (slot, item) for slot, item in slots.items()}
-    for controller in status.get("controllers", []):
-        slot, item = held.get(controller["instanceId"], (None, {}))
-        controller["slot"], controller["slotState"] = slot, item.get("state")
-    serving = sorted(i["address"] for i in slots.values() if i.get("state") == "serving" and i.get("address"))
-    for host in status.get("hosts", []):
-        host["paths"] = serving
-    return status
-
-
 def describe_array(
     array_id: str,
     *,
     registry: ArrayRegistry,
     service: ArrayService,
     backups: BackupRegistry | None = None,
+    documents: NodeDocuments | None = None,
 ) -> dict[str, Any]:
+    """The spec, its live status (with the data plane as the nodes report it when
+    ``documents`` names the node documents), the last decisions and backups."""
     array = registry.get(array_id)
     recent = backups.sets(array_id)[:5] if backups is not None else []
     return {
@@ -154,7 +144,7 @@ def describe_array(
         "deleting": array.deleting.model_dump(by_alias=True) if array.deleting else None,
         "deleteFailure": array.delete_failure,
         "reconcile": reconcile_status(array.reconcile, array.pending_host_removals),
-        "status": _json(with_slots(service.status(array.spec), registry.slots(array_id))),
+        "status": _json(service.status(array.spec, registry.slots(array_id), documents)),
         "decisions": registry.decisions(array_id, limit=10),
         "backups": [
             {

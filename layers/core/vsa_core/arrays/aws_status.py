@@ -1,18 +1,39 @@
 """An array's live state on AWS, JSON-able (what ``GET /arrays/{id}`` shows), and whether a
-controller in flight makes it busy."""
+controller in flight makes it busy.
+
+The data plane's part is what the nodes themselves last reported (``aws_reports``), next to
+what the spec asks, with every difference in words (``vsa_core.arrays.dataplane``): a host's
+paths are the host's own report, never inferred from the registry."""
 
 from collections.abc import Mapping
 from typing import Any
 
-from vsa_core.arrays import aws_observe
+from vsa_core.arrays import aws_observe, aws_reports, dataplane
 from vsa_core.arrays.aws_observe import ArrayClients
+from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.spec import ArraySpec
+from vsa_core.controllers.nvme import host_nqn
 from vsa_core.naming import backup_schedule_name, group_name, iops_alarm_name
 
 
-def status(clients: ArrayClients, spec: ArraySpec) -> dict[str, Any]:
-    """The array's live state, JSON-able."""
+def status(
+    clients: ArrayClients,
+    spec: ArraySpec,
+    slots: Mapping[int, Mapping[str, str]] | None = None,
+    documents: NodeDocuments | None = None,
+) -> dict[str, Any]:
+    """The array's live state, JSON-able. ``slots``: the registry's (slot -> instanceId, state,
+    address); ``documents``: the node documents' names, whose last reports say what each node
+    sees (without them the data plane is not observed: ``dataPlane`` is None)."""
     group = aws_observe.describe_group(clients, group_name(spec.array_id))
+    controllers = _controllers_status(clients, group)
+    volumes = _volumes_status(clients, spec)
+    hosts = _hosts_status(clients, spec)
+    data_plane = None
+    if documents is not None:
+        data_plane = _data_plane(clients, spec, slots or {}, documents, controllers, volumes, hosts)
+    else:
+        _with_slots(controllers, slots or {})
     return {
         "arrayId": spec.array_id,
         "group": None
@@ -23,12 +44,86 @@ def status(clients: ArrayClients, spec: ArraySpec) -> dict[str, Any]:
             "min": group["MinSize"],
             "max": group["MaxSize"],
         },
-        "controllers": _controllers_status(clients, group),
-        "volumes": _volumes_status(clients, spec),
+        "controllers": controllers,
+        "volumes": volumes,
         "alarms": _alarms_status(clients, spec.array_id),
         "backupSchedule": _schedule_status(clients, spec.array_id),
-        "hosts": _hosts_status(clients, spec),
+        "hosts": hosts,
+        "dataPlane": data_plane,
     }
+
+
+def _with_slots(controllers: list[dict[str, Any]], slots: Mapping[int, Mapping[str, str]]) -> None:
+    held = {item.get("instanceId"): (slot, item) for slot, item in slots.items()}
+    for controller in controllers:
+        slot, item = held.get(controller["instanceId"], (None, {}))
+        controller["slot"], controller["slotState"] = slot, item.get("state")
+
+
+def _data_plane(
+    clients: ArrayClients,
+    spec: ArraySpec,
+    slots: Mapping[int, Mapping[str, str]],
+    documents: NodeDocuments,
+    controllers: list[dict[str, Any]],
+    volumes: list[dict[str, Any]],
+    hosts: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Desired against observed, per controller and per host; fills each controller's slot and
+    exports and each host's paths (from its own report) in place; answers the differences."""
+    _with_slots(controllers, slots)
+    desired = desired_data_plane(spec, volumes)
+    held = {item.get("instanceId"): (slot, item) for slot, item in slots.items()}
+    nodes = [
+        dataplane.Controller(
+            instance_id=c["instanceId"],
+            address=held.get(c["instanceId"], (None, {}))[1].get("address") or c.get("privateIp"),
+            slot=c.get("slot"),
+            state=c.get("slotState"),
+        )
+        for c in controllers
+    ]
+    observed = dataplane.Observed(
+        controllers=nodes,
+        attachments={v["volumeId"]: frozenset(v["attachments"]) for v in volumes},
+        controller_reports={
+            n.instance_id: aws_reports.last_report(
+                clients.ssm, n.instance_id, documents.controller, spec.array_id
+            )
+            for n in nodes
+            if n.state == "serving"
+        },
+        host_reports={
+            h.instance_id: aws_reports.last_report(clients.ssm, h.instance_id, documents.host, spec.array_id)
+            for h in desired.hosts
+        },
+    )
+    for controller, node in zip(controllers, nodes, strict=True):
+        if node.state == "serving":
+            controller["observed"] = dataplane.controller_view(desired, observed, node)
+    for host, wanted in zip(hosts, desired.hosts, strict=True):
+        view = dataplane.host_view(desired, observed, wanted)
+        host["paths"] = view["livePaths"]
+        host["observed"] = view
+    differences = dataplane.compare(desired, observed)
+    return {
+        "converged": not differences,
+        "servingControllers": len(dataplane.serving(observed)),
+        "differences": [d.as_dict() for d in differences],
+    }
+
+
+def desired_data_plane(spec: ArraySpec, volumes: list[dict[str, Any]]) -> dataplane.Desired:
+    """What the spec asks of the nodes: every volume that exists (its size as EBS has it),
+    every host with the NQN it connects with."""
+    return dataplane.Desired(
+        array_id=spec.array_id,
+        volumes=[
+            dataplane.Volume(v["volumeId"], v.get("name") or v["volumeId"], v.get("sizeGiB")) for v in volumes
+        ],
+        hosts=[dataplane.Host(h.instance_id, host_nqn(h)) for h in spec.hosts],
+        allow_any_host=spec.allow_any_host,
+    )
 
 
 def _controllers_status(clients: ArrayClients, group: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -57,19 +152,22 @@ def _controllers_status(clients: ArrayClients, group: Mapping[str, Any] | None) 
 
 
 def _volumes_status(clients: ArrayClients, spec: ArraySpec) -> list[dict[str, Any]]:
-    owned = {v["VolumeId"]: v for v in aws_observe.owned_volumes(clients, spec.array_id).values()}
+    found = aws_observe.owned_volumes(clients, spec.array_id)
+    owned = {v["VolumeId"]: (name, v) for name, v in found.items()}
     existing = aws_observe.describe_volumes(
         clients, [{"Name": "volume-id", "Values": list(spec.existing_volume_ids)}]
     )
-    volumes = [*existing, *owned.values()]
+    volumes = [(v["VolumeId"], v) for v in existing] + [(name, v) for name, v in owned.values()]
     return [
         {
             "volumeId": v["VolumeId"],
+            "name": name,
             "owned": v["VolumeId"] in owned,
             "state": v.get("State"),
+            "sizeGiB": v.get("Size"),
             "attachments": sorted(a["InstanceId"] for a in v.get("Attachments", [])),
         }
-        for v in volumes
+        for name, v in volumes
     ]
 
 

@@ -1,0 +1,79 @@
+"""Where a node's last report lives: the output of the last node document it ran, in SSM Run
+Command's history (``ListCommandInvocations`` for the node and document, then
+``GetCommandInvocation`` for its stdout: ListCommandInvocations' ``Output`` holds only 2,500
+characters, GetCommandInvocation's ``StandardOutputContent`` 24,000).
+
+Why there and not in the registry: every document already prints its report as its last stdout
+line, SSM keeps it (30 days), and reading it needs no workflow to copy it anywhere (a copy would
+be one more write in every workflow that runs a document, and one more thing to go stale). The
+reports are as fresh as the last document run on the node: ``at`` says when, and the status
+shows it.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from vsa_core.arrays.dataplane import Report, parse_report
+
+ENDED = ("Success", "Failed")
+"""Invocations whose script ran to its end: a document prints its report on success and on a
+failure it reports (a connect-path that found a path missing still reports every path)."""
+TRIES = 5
+"""Reports read at most per node, newest first, to find one of the array (a host of several
+arrays runs the documents of each)."""
+
+
+@dataclass(frozen=True)
+class NodeDocuments:
+    """The node documents' names (the stack's SSM documents): whose reports say what a
+    controller and a host see."""
+
+    configure_target: str
+    connect_path: str
+    disconnect_path: str
+
+    @property
+    def controller(self) -> tuple[str, ...]:
+        return tuple(d for d in (self.configure_target,) if d)
+
+    @property
+    def host(self) -> tuple[str, ...]:
+        return tuple(d for d in (self.connect_path, self.disconnect_path) if d)
+
+
+REPORT_KEY = {"configure-target": "exports", "connect-path": "subsystems", "disconnect-path": "subsystems"}
+"""The key a full report of each document carries (a report of a script that failed early
+holds only ``error``)."""
+
+
+def _when(invocation: dict[str, Any]) -> datetime | None:
+    value = invocation.get("RequestedDateTime")
+    return value if isinstance(value, datetime) else None
+
+
+def last_report(ssm: Any, instance_id: str, documents: tuple[str, ...], array_id: str) -> Report | None:
+    """The newest full report of ``array_id`` that any of ``documents`` printed on the node."""
+    ended: list[dict[str, Any]] = []
+    for document in documents:
+        pages = ssm.get_paginator("list_command_invocations").paginate(
+            InstanceId=instance_id, Filters=[{"key": "DocumentName", "value": document}]
+        )
+        ended += [i for page in pages for i in page["CommandInvocations"] if i.get("Status") in ENDED]
+    ended.sort(key=lambda i: (_when(i) is not None, _when(i) or datetime.min), reverse=True)
+    for invocation in ended[:TRIES]:
+        answer = ssm.get_command_invocation(CommandId=invocation["CommandId"], InstanceId=instance_id)
+        body = parse_report(str(answer.get("StandardOutputContent", "")))
+        if body is None or body.get("arrayId") != array_id:
+            continue
+        if REPORT_KEY.get(str(body.get("document")), "") not in body:
+            continue
+        when = _when(invocation)
+        return Report(
+            document=str(body.get("document")),
+            command_id=str(invocation["CommandId"]),
+            at=when.isoformat() if when is not None else None,
+            status=str(invocation.get("Status")),
+            body=body,
+        )
+    return None

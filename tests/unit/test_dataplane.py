@@ -1,0 +1,279 @@
+"""The data plane's desired against observed (vsa_core.arrays.dataplane, pure): every difference
+named, per controller and per host, from the nodes' own reports in the documents' shapes; and
+the last report of a node read from Run Command's history (aws_reports, with botocore's Stubber:
+the request shape matters)."""
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+from botocore.stub import Stubber
+
+from vsa_core.arrays import aws_reports, dataplane
+from vsa_core.arrays.dataplane import Controller, Desired, Host, Observed, Report, Volume
+from vsa_core.controllers.nvme import default_host_nqn, subsystem_nqn
+
+ARRAY = "demo"
+V1, V2 = "vol-0000000000000000a", "vol-0000000000000000b"
+C1, C2, DRAINING = "i-00000000000000c01", "i-00000000000000c02", "i-00000000000000c03"
+H1, H2 = "i-00000000000000a01", "i-00000000000000a02"
+ADDRESSES = {C1: "10.0.0.1", C2: "10.0.0.2", DRAINING: "10.0.0.3"}
+GIB = 2**30
+CMD = {
+    n: f"00000000-0000-4000-8000-00000000000{i}"
+    for i, n in enumerate(("c-old", "c-running", "d-other", "d-failed"))
+}
+
+
+def desired(**overrides: Any) -> Desired:
+    base: dict[str, Any] = {
+        "array_id": ARRAY,
+        "volumes": [Volume(V1, V1, 8), Volume(V2, "data2", 16)],
+        "hosts": [Host(H1, default_host_nqn(H1)), Host(H2, default_host_nqn(H2))],
+    }
+    return Desired(**{**base, **overrides})
+
+
+def controllers() -> list[Controller]:
+    return [
+        Controller(C1, ADDRESSES[C1], 0, "serving"),
+        Controller(C2, ADDRESSES[C2], 1, "serving"),
+        Controller(DRAINING, ADDRESSES[DRAINING], 2, "draining"),
+    ]
+
+
+def export(volume_id: str, size_gib: int, hosts: list[str], address: str, **overrides: Any) -> dict[str, Any]:
+    """One entry of configure-target's ``exports``, as the script prints it."""
+    entry = {
+        "nqn": subsystem_nqn(ARRAY, volume_id),
+        "volume": volume_id,
+        "allowAnyHost": False,
+        "allowedHosts": sorted(hosts),
+        "namespaces": [
+            {"nsid": 1, "enabled": True, "device": f"/dev/by-id/{volume_id}", "sizeBytes": size_gib * GIB}
+        ],
+        "ports": [{"id": "4420", "traddr": address, "trsvcid": "4420"}],
+    }
+    return {**entry, **overrides}
+
+
+def controller_report(instance_id: str, exports: list[dict[str, Any]]) -> Report:
+    body = {"document": "configure-target", "arrayId": ARRAY, "mode": "apply", "exports": exports}
+    return Report("configure-target", f"cmd-{instance_id}", "2026-11-24T10:00:00+00:00", "Success", body)
+
+
+def host_report(
+    instance_id: str, paths: dict[str, dict[str, str]], sizes: dict[str, int] | None = None
+) -> Report:
+    """connect-path's report: per volume, {address: state}."""
+    subsystems = [
+        {
+            "nqn": subsystem_nqn(ARRAY, volume_id),
+            "volume": volume_id,
+            "paths": [
+                {"device": f"nvme{i}", "address": a, "port": "4420", "state": s}
+                for i, (a, s) in enumerate(sorted(by_address.items()))
+            ],
+            "livePaths": sum(s == "live" for s in by_address.values()),
+            "ioPolicy": "round-robin",
+            "sizeBytes": (sizes or {}).get(volume_id, {V1: 8, V2: 16}[volume_id]) * GIB,
+        }
+        for volume_id, by_address in paths.items()
+    ]
+    body = {"document": "connect-path", "arrayId": ARRAY, "subsystems": subsystems}
+    return Report("connect-path", f"cmd-{instance_id}", "2026-11-24T10:00:00+00:00", "Success", body)
+
+
+def healthy() -> Observed:
+    hosts = [default_host_nqn(H1), default_host_nqn(H2)]
+    live = {ADDRESSES[C1]: "live", ADDRESSES[C2]: "live"}
+    return Observed(
+        controllers=controllers(),
+        attachments={V1: frozenset({C1, C2, DRAINING}), V2: frozenset({C1, C2, DRAINING})},
+        controller_reports={
+            c: controller_report(c, [export(V1, 8, hosts, ADDRESSES[c]), export(V2, 16, hosts, ADDRESSES[c])])
+            for c in (C1, C2)
+        },
+        host_reports={h: host_report(h, {V1: dict(live), V2: dict(live)}) for h in (H1, H2)},
+    )
+
+
+def texts(differences: list[dataplane.Difference]) -> list[str]:
+    return [d.text for d in differences]
+
+
+def test_a_converged_array_has_no_difference_and_each_host_counts_its_own_live_paths() -> None:
+    observed = healthy()
+    assert dataplane.compare(desired(), observed) == []
+    view = dataplane.host_view(desired(), observed, desired().hosts[0])
+    assert view["livePaths"] == 2
+    assert [v["livePaths"] for v in view["volumes"]] == [2, 2]
+
+
+def test_a_host_that_lost_a_path_is_named_with_the_volume_and_the_controller() -> None:
+    # Given host 1 whose path to data2 through controller 2 is reconnecting, and which has
+    # no path at all to the first volume through controller 2
+    observed = healthy()
+    reports = dict(observed.host_reports)
+    reports[H1] = host_report(
+        H1, {V1: {ADDRESSES[C1]: "live"}, V2: {ADDRESSES[C1]: "live", ADDRESSES[C2]: "connecting"}}
+    )
+    observed = Observed(observed.controllers, observed.attachments, observed.controller_reports, reports)
+    # When compared / Then both are named, in words, and only those
+    differences = dataplane.compare(desired(), observed)
+    assert texts(differences) == [
+        f"host {H1} has no path to volume {V1} through controller {C2} (10.0.0.2)",
+        f"host {H1}'s path to volume data2 ({V2}) through controller {C2} (10.0.0.2) is connecting",
+    ]
+    assert [d.kind for d in differences] == ["no-path", "path-not-live"]
+    # and the host's path count is its own: 1, the fewest live paths of any of its volumes
+    assert dataplane.host_view(desired(), observed, desired().hosts[0])["livePaths"] == 1
+
+
+def test_every_controller_difference_is_named() -> None:
+    hosts = [default_host_nqn(H1), default_host_nqn(H2)]
+    stranger = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-8333-8444-555555555555"
+    observed = healthy()
+    reports = dict(observed.controller_reports)
+    reports[C2] = controller_report(
+        C2,
+        [
+            export(V1, 8, [hosts[0], stranger], ADDRESSES[C2], ports=[]),
+            export(
+                V2,
+                16,
+                hosts,
+                ADDRESSES[C2],
+                namespaces=[{"nsid": 1, "enabled": False, "device": "/d", "sizeBytes": 8 * GIB}],
+            ),
+            export("vol-0000000000000000f", 8, hosts, ADDRESSES[C2]),
+        ],
+    )
+    attachments = {V1: frozenset({C1}), V2: frozenset({C1, C2})}
+    observed = Observed(observed.controllers, attachments, reports, observed.host_reports)
+
+    differences = dataplane.compare(desired(), observed)
+
+    where = f"controller {C2} (slot 1, 10.0.0.2)"
+    assert texts(differences) == [
+        f"volume {V1} is not attached to {where}",
+        f"{where} links volume {V1} to no port: no host can reach it",
+        f"{where} does not allow host {hosts[1]} to volume {V1}",
+        f"{where} allows host {stranger} to volume {V1}, which the spec does not declare",
+        f"{where} has volume data2 ({V2})'s namespace disabled",
+        f"{where} exports volume data2 ({V2}) at 8 GiB, EBS says 16 GiB",
+        f"{where} exports volume vol-0000000000000000f, which the spec does not declare",
+    ]
+
+
+def test_a_silent_node_a_stale_path_and_a_grown_volume_the_host_has_not_seen() -> None:
+    # Given controller 1 that never reported, host 2 still holding a path through the
+    # draining controller, and data2 grown to 32 GiB on EBS that host 2 still sees at 16
+    observed = healthy()
+    live = {ADDRESSES[C1]: "live", ADDRESSES[C2]: "live"}
+    reports = {
+        H1: observed.host_reports[H1],
+        H2: host_report(H2, {V1: dict(live), V2: {**live, ADDRESSES[DRAINING]: "live"}}),
+    }
+    controller_reports = {C1: None, C2: observed.controller_reports[C2]}
+    observed = Observed(observed.controllers, observed.attachments, controller_reports, reports)
+    grown = desired(volumes=[Volume(V1, V1, 8), Volume(V2, "data2", 32)])
+    hosts = [default_host_nqn(H1), default_host_nqn(H2)]
+    grown_observed = Observed(
+        observed.controllers,
+        observed.attachments,
+        {
+            C1: None,
+            C2: controller_report(
+                C2, [export(V1, 8, hosts, ADDRESSES[C2]), export(V2, 32, hosts, ADDRESSES[C2])]
+            ),
+        },
+        reports,
+    )
+
+    differences = dataplane.compare(grown, grown_observed)
+
+    assert texts(differences) == [
+        f"controller {C1} (slot 0, 10.0.0.1) has reported nothing (no configure-target in SSM's history)",
+        f"host {H1} sees volume data2 ({V2}) at 16 GiB, EBS says 32 GiB",
+        f"host {H2} has a path (live) to volume data2 ({V2}) through 10.0.0.3, "
+        f"controller {DRAINING}, draining",
+        f"host {H2} sees volume data2 ({V2}) at 16 GiB, EBS says 32 GiB",
+    ]
+
+
+def test_a_host_without_a_report_and_a_volume_not_created_yet() -> None:
+    # Given host 1 that never reported, and a volume the apply has not created yet
+    observed = healthy()
+    reports = {H1: None, H2: observed.host_reports[H2]}
+    observed = Observed(observed.controllers, observed.attachments, observed.controller_reports, reports)
+    wanted = desired(volumes=[Volume(V1, V1, 8), Volume(V2, "data2", 16), Volume(None, "new", 4)])
+    # Then only the silent host is a difference (a volume without an id is the apply's to make)
+    assert texts(dataplane.compare(wanted, observed)) == [
+        f"host {H1} has reported nothing (no connect-path in SSM's history)"
+    ]
+    assert dataplane.host_view(wanted, observed, wanted.hosts[0])["livePaths"] is None
+
+
+def test_parse_report_takes_the_last_json_line() -> None:
+    assert dataplane.parse_report('log line\n{"a": 1}\n') == {"a": 1}
+    assert dataplane.parse_report('{"a": 1}\n{"cut short": \n') is None
+    assert dataplane.parse_report("") is None
+
+
+# --- the last report, from Run Command's history -------------------------------------------------
+
+
+def _invocation(command_id: str, when: datetime, status: str = "Success") -> dict[str, Any]:
+    return {"CommandId": command_id, "InstanceId": H1, "RequestedDateTime": when, "Status": status}
+
+
+def test_last_report_is_the_newest_full_report_of_the_array_across_documents() -> None:
+    ssm = boto3.client("ssm", region_name="us-east-1")
+    now = datetime(2026, 11, 24, 10, 0, tzinfo=UTC)
+    mine = host_report(H1, {V1: {ADDRESSES[C1]: "live"}}).body
+    with Stubber(ssm) as stub:
+        # Given connect-path runs (an old one, one still running) and disconnect-path runs (the
+        # newest for another array, the next an early failure)
+        stub.add_response(
+            "list_command_invocations",
+            {
+                "CommandInvocations": [
+                    _invocation(CMD["c-old"], now - timedelta(hours=2)),
+                    _invocation(CMD["c-running"], now, "InProgress"),
+                ]
+            },
+            {"InstanceId": H1, "Filters": [{"key": "DocumentName", "value": "vsa-connect-path"}]},
+        )
+        stub.add_response(
+            "list_command_invocations",
+            {
+                "CommandInvocations": [
+                    _invocation(CMD["d-other"], now - timedelta(minutes=1)),
+                    _invocation(CMD["d-failed"], now - timedelta(minutes=2), "Failed"),
+                ]
+            },
+            {"InstanceId": H1, "Filters": [{"key": "DocumentName", "value": "vsa-disconnect-path"}]},
+        )
+        for command_id, stdout in (
+            (CMD["d-other"], '{"document":"disconnect-path","arrayId":"other","subsystems":[]}\n'),
+            (
+                CMD["d-failed"],
+                'disconnect-path: error: x\n{"document":"disconnect-path","arrayId":"demo","error":"x"}\n',
+            ),
+            (CMD["c-old"], "connect-path: connected\n" + json.dumps(mine) + "\n"),
+        ):
+            stub.add_response(
+                "get_command_invocation",
+                {"CommandId": command_id, "InstanceId": H1, "StandardOutputContent": stdout},
+                {"CommandId": command_id, "InstanceId": H1},
+            )
+        # When the last report of "demo" is read
+        report = aws_reports.last_report(ssm, H1, ("vsa-connect-path", "vsa-disconnect-path"), ARRAY)
+        # Then it is the old connect-path's: the newer ones are another array's or hold no paths
+        stub.assert_no_pending_responses()
+    assert report is not None
+    assert (report.command_id, report.document, report.status) == (CMD["c-old"], "connect-path", "Success")
+    assert report.body == mine
+    assert report.at == (now - timedelta(hours=2)).isoformat()
