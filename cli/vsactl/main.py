@@ -126,29 +126,41 @@ def apply(
         bool, typer.Option("--wait", help="Follow the data plane's convergence (ReconcileArray) to its end.")
     ] = False,
     timeout: Annotated[float, typer.Option(help="With --wait: give up after this many seconds.")] = 3600,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Show what the apply would change (AWS, the nodes); change nothing."),
+    ] = False,
     output: OutputOption = Output.table,
 ) -> None:
-    """Create or update the array declared in FILE and show what changed."""
+    """Create or update the array declared in FILE and show the plan: one line per resource and
+    action, the changed fields named (-o json: every value)."""
     try:
         spec = load_spec(file)
         array_id = spec["arrayId"]
         headers = {"If-Match": str(if_match)} if if_match is not None else None
-        answer = _client(ctx).request("PUT", f"/arrays/{array_id}", body=spec, headers=headers) or {}
+        query = {"dryRun": "true"} if dry_run else None
+        answer = (
+            _client(ctx).request("PUT", f"/arrays/{array_id}", body=spec, headers=headers, query=query) or {}
+        )
     except CliError as e:
         raise _fail(e) from e
     if output is Output.json:
         render.print_json(out, answer)
+        return
+    changes = answer.get("changes") or []
+    version = answer.get("version")
+    lines = render.plan_lines(changes)
+    # one line each, never wrapped (a plan is read and grepped line by line)
+    if answer.get("dryRun"):
+        at = f"version {version}" if version is not None else "not created yet"
+        head = f"array {array_id} ({at}): dry run, nothing changed: {render.summary(changes)}"
+    elif not lines:
+        head = f"array {array_id} unchanged (version {version})"
     else:
-        changes = answer.get("changes") or []
-        version = answer.get("version")
-        if not changes:
-            out.print(f"array {array_id} unchanged (version {version})", highlight=False)
-        else:
-            out.print(f"array {array_id} applied (version {version})", highlight=False)
-            out.print(render.changes_table(changes))
-        for line in render.reconcile_lines(answer.get("reconcile")):
-            out.print(line, highlight=False)
-    if wait and answer.get("reconcile"):
+        head = f"array {array_id} applied (version {version}): {render.summary(changes)}"
+    for line in [head, *lines, *render.reconcile_lines(answer.get("reconcile"))]:
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
+    if wait and answer.get("reconcile") and not answer.get("dryRun"):
         _follow_reconcile(ctx, array_id, timeout)
 
 

@@ -33,6 +33,56 @@ def _table(title: str, columns: list[str]) -> Table:
     return table
 
 
+SYMBOLS = {"create": "+", "delete": "-", "update": "~", "unchanged": "="}
+SHORT = 24
+"""A field's before and after are shown inline when both fit in this many characters (JSON);
+otherwise only its name (``-o json`` has every value)."""
+
+
+def _short(value: Any) -> str | None:
+    text = _cell(value) if not isinstance(value, (dict, list)) else json.dumps(value, separators=(",", ":"))
+    return text if len(text) <= SHORT else None
+
+
+def _field(change: dict[str, Any], field: dict[str, Any]) -> str:
+    name = str(field.get("field", "?"))
+    after = _short(field.get("after"))
+    if change.get("action") == "update" or field.get("before") is not None:
+        before = _short(field.get("before"))
+        return f"{name} {before} -> {after}" if before is not None and after is not None else name
+    return f"{name}={after}" if after is not None else name
+
+
+def plan_lines(changes: list[dict[str, Any]]) -> list[str]:
+    """One line per resource and action, the changed fields named (short values inline):
+    ``~ update   group/vsa-demo-controllers: MaxSize 8 -> 12``. A create names no field (all of
+    them are new); unchanged resources are only counted (``summary``)."""
+    lines = []
+    for change in changes:
+        action = str(change.get("action", "?"))
+        if action == "unchanged":
+            continue
+        fields = change.get("fields") or []
+        line = f"{SYMBOLS.get(action, '>')} {action:<10} {change.get('resource', '?')}"
+        if action not in ("create", "delete") and fields:
+            line += ": " + ", ".join(_field(change, f) for f in fields)
+        lines.append(line)
+    return lines
+
+
+def summary(changes: list[dict[str, Any]]) -> str:
+    """``3 to create, 1 to update, 6 unchanged`` (data-plane steps counted apart)."""
+    counts: dict[str, int] = {}
+    for change in changes:
+        action = str(change.get("action", "?"))
+        key = action if action in SYMBOLS else "node step"
+        counts[key] = counts.get(key, 0) + 1
+    words = {"create": "to create", "update": "to update", "delete": "to delete", "node step": "node steps"}
+    parts = [f"{counts[k]} {w}" for k, w in words.items() if counts.get(k)]
+    parts.append(f"{counts.get('unchanged', 0)} unchanged")
+    return ", ".join(parts)
+
+
 def changes_table(changes: list[dict[str, Any]]) -> Table:
     table = _table("Changes", ["Resource", "Action", "Field", "Before", "After"])
     for change in changes:

@@ -335,3 +335,75 @@ def test_a_data_plane_change_starts_reconcile_array_once_and_the_answer_says_wha
     status, reply = call(event)
     assert (status, reply["reconcile"]) == (200, None)
     assert _executions(api_env["reconcile"]) == ["reconcile-demo-v2"]
+
+
+def _aws_state(env: dict[str, Any]) -> dict[str, Any]:
+    """Everything an apply could create or modify, as AWS describes it."""
+    ec2, autoscaling = client("ec2"), client("autoscaling")
+    return {
+        "volumes": sorted(
+            (v["VolumeId"], v["Size"], v.get("Iops"), v["State"]) for v in ec2.describe_volumes()["Volumes"]
+        ),
+        "templates": sorted(
+            t["LaunchTemplateName"] for t in ec2.describe_launch_templates()["LaunchTemplates"]
+        ),
+        "groups": [
+            (g["AutoScalingGroupName"], g["MinSize"], g["MaxSize"], g["DesiredCapacity"])
+            for g in autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"]
+        ],
+        "alarms": sorted(
+            (a["AlarmName"], a["Threshold"]) for a in client("cloudwatch").describe_alarms()["MetricAlarms"]
+        ),
+        "schedules": sorted(s["Name"] for s in client("scheduler").list_schedules()["Schedules"]),
+    }
+
+
+def _dry_run(event: dict[str, Any]) -> dict[str, Any]:
+    event["queryStringParameters"] = {"dryRun": "true"}
+    event["multiValueQueryStringParameters"] = {"dryRun": ["true"]}
+    return event
+
+
+def test_a_dry_run_answers_the_plan_and_creates_nothing(api_env: dict[str, Any]) -> None:
+    # Given no array yet, and what AWS holds
+    before = _aws_state(api_env)
+    # When a first apply is dry-run
+    status, reply = call(_dry_run(put_event(api_env)))
+    # Then it answers 200 with the plan of a first apply, and nothing was created or stored
+    assert status == 200, reply
+    assert reply["dryRun"] is True
+    assert reply["version"] is None
+    planned = {c["resource"]: c["action"] for c in reply["changes"]}
+    assert planned["group/vsa-demo-controllers"] == "create"
+    assert planned["alarm/vsa-demo-iops-high"] == "create"
+    assert [a for r, a in planned.items() if r.startswith("volume/")] == ["create"]
+    assert _aws_state(api_env) == before
+    assert call(load_event("apigateway/get_array.json"))[0] == 404
+    # and what an apply then does is what the dry run said
+    status, applied = call(put_event(api_env))
+    assert status == 201
+    assert {c["resource"]: c["action"] for c in applied["changes"]} == planned
+
+
+def test_a_dry_run_of_a_change_names_the_changed_fields_and_modifies_nothing(api_env: dict[str, Any]) -> None:
+    # Given an applied array
+    assert call(put_event(api_env))[0] == 201
+    before = _aws_state(api_env)
+    # When a spec that raises maxControllers and grows the owned volume is dry-run
+    event = put_event(api_env, maxControllers=12)
+    spec = json.loads(event["body"])
+    spec["volumes"][1]["sizeGiB"] += 100
+    event["body"] = json.dumps(spec)
+    status, reply = call(_dry_run(event))
+    # Then the plan names each change's fields, and AWS and the registry are as they were
+    assert status == 200, reply
+    changed = {c["resource"]: c for c in reply["changes"] if c["action"] != "unchanged"}
+    group = changed["group/vsa-demo-controllers"]
+    assert (group["action"], [f["field"] for f in group["fields"]]) == ("update", ["MaxSize"])
+    assert (group["fields"][0]["before"], group["fields"][0]["after"]) == (8, 12)
+    (volume,) = [c for r, c in changed.items() if r.startswith("volume/")]
+    assert [f["field"] for f in volume["fields"]] == ["Size"]
+    assert _aws_state(api_env) == before
+    stored = call(load_event("apigateway/get_array.json"))[1]
+    assert (stored["version"], stored["spec"]["maxControllers"]) == (1, 8)
+    assert client("ec2").describe_volumes_modifications()["VolumesModifications"] == []

@@ -277,3 +277,33 @@ def test_last_report_is_the_newest_full_report_of_the_array_across_documents() -
     assert (report.command_id, report.document, report.status) == (CMD["c-old"], "connect-path", "Success")
     assert report.body == mine
     assert report.at == (now - timedelta(hours=2)).isoformat()
+
+
+# --- the data plane's part of a plan ---------------------------------------------------------------
+
+
+def test_the_plan_of_a_spec_change_names_each_node_step() -> None:
+    before = [Volume(V1, V1, None), Volume(None, "data2", 16), Volume(None, "old", 8)]
+    after = [Volume(V1, V1, None), Volume(None, "data2", 32), Volume(None, "new", 4)]
+
+    steps = dataplane.plan_changes(before, after, [H1, H2], [H1, "i-0000000000000a003"], [C2, C1])
+
+    def field(step: dict[str, Any]) -> str:
+        return ", ".join(f"{f['field']}={f['after']}" for f in step["fields"])
+
+    assert [(s["resource"], s["action"], field(s)) for s in steps] == [
+        ("volume/new", "attach", f"controllers={[C1, C2]}"),
+        ("volume/new", "export", f"controllers={[C1, C2]}"),
+        (f"host/{H1}", "connect", "volume=new, paths=2"),
+        ("volume/data2", "revalidate", "sizeGiB=32"),
+        (f"host/{H1}", "disconnect", "volume=old"),
+        (f"host/{H2}", "disconnect", "volume=old"),
+        ("volume/old", "unexport", f"controllers={[C1, C2]}"),
+        ("volume/old", "detach", f"controllers={[C1, C2]}"),
+        ("host/i-0000000000000a003", "allow", f"controllers={[C1, C2]}"),
+        ("host/i-0000000000000a003", "connect", f"volumes={sorted(['data2', 'new', V1])}, paths=2"),
+        (f"host/{H2}", "disconnect", f"volumes={sorted(['data2', 'old', V1])}"),
+        (f"host/{H2}", "disallow", f"controllers={[C1, C2]}"),
+    ]
+    # with nothing serving yet, each controller's bootstrap makes all of it so: no node step
+    assert dataplane.plan_changes(before, after, [H1], [H1], []) == []

@@ -208,9 +208,76 @@ def test_apply_puts_the_yaml_as_json_signed_and_shows_the_changes(run, api, tmp_
     body = json.loads(request.body)
     assert body["arrayId"] == "demo"
     assert body["volumes"][1] == {"name": "data2", "sizeGiB": 500, "iops": 16000}
-    assert "array demo applied (version 3)" in result.output
-    for text in ("Resource", "Before", "After", "maxControllers", "6", "8", "volume data2", "create"):
-        assert text in result.output
+    assert result.output.splitlines() == [
+        "array demo applied (version 3): 1 to create, 1 to update, 0 unchanged",
+        "~ update     array: maxControllers 6 -> 8, minControllers 1 -> 2",
+        "+ create     volume data2",
+    ]
+
+
+FIRST_APPLY = {
+    "version": 1,
+    "changes": [
+        {
+            "resource": "volume/data2",
+            "action": "create",
+            "fields": [
+                {"field": "Size", "before": None, "after": 500},
+                {"field": "Iops", "before": None, "after": 16000},
+            ],
+        },
+        {
+            "resource": "launch-template/vsa-demo-controller",
+            "action": "update",
+            "fields": [
+                {
+                    "field": "LaunchTemplateData.ImageId",
+                    "before": "ami-0a1b2c3d4e5f60001",
+                    "after": "ami-0a1b2c3d4e5f60002",
+                },
+                {
+                    "field": "LaunchTemplateData.TagSpecifications",
+                    "before": [{"Tags": ["x" * 40]}],
+                    "after": [],
+                },
+            ],
+        },
+        {"resource": "alarm/vsa-demo-iops-low", "action": "unchanged", "fields": []},
+        {
+            "resource": "volume/data2",
+            "action": "attach",
+            "fields": [{"field": "controllers", "before": None, "after": ["i-1", "i-2"]}],
+        },
+        {
+            "resource": "group/vsa-demo-controllers",
+            "action": "roll",
+            "fields": [{"field": "controllers", "before": ["i-1", "i-2"], "after": 2}],
+        },
+    ],
+    "dryRun": True,
+}
+
+
+def test_apply_dry_run_asks_for_the_plan_and_prints_one_line_per_resource_and_action(run, api, tmp_path):
+    api.answer("PUT", "/v1/arrays/demo?dryRun=true", 200, FIRST_APPLY)
+
+    result = run("apply", "-f", spec_file(tmp_path), "--dry-run")
+
+    assert result.exit_code == 0, result.output
+    assert api.only_request().path == "/v1/arrays/demo?dryRun=true"
+    assert result.output.splitlines() == [
+        "array demo (version 1): dry run, nothing changed: "
+        "1 to create, 1 to update, 2 node steps, 1 unchanged",
+        "+ create     volume/data2",
+        "~ update     launch-template/vsa-demo-controller: "
+        "LaunchTemplateData.ImageId ami-0a1b2c3d4e5f60001 -> ami-0a1b2c3d4e5f60002, "
+        "LaunchTemplateData.TagSpecifications",
+        '> attach     volume/data2: controllers=["i-1","i-2"]',
+        '> roll       group/vsa-demo-controllers: controllers ["i-1","i-2"] -> 2',
+    ]
+    # -o json: every value
+    full = run("apply", "-f", spec_file(tmp_path), "--dry-run", "-o", "json")
+    assert json.loads(full.output) == FIRST_APPLY
 
 
 def test_apply_with_if_match_sends_the_version_and_shows_unchanged(run, api, tmp_path):

@@ -3,7 +3,8 @@ an array once, read its live state, delete it. Thin: the powertools resolver par
 validates (422 with the failing fields),
 ``aws_operations`` does the work, named domain errors map to 400/404/409 here.
 
-    PUT    /arrays/{arrayId}                   create or update (idempotent); answers the changes
+    PUT    /arrays/{arrayId}?dryRun=           create or update (idempotent); answers the changes
+                                               (dryRun=true: the plan, nothing changed)
     GET    /arrays                             every array, one line each
     GET    /arrays/{arrayId}                   spec + live status + last decisions
     DELETE /arrays/{arrayId}?deleteVolumes=    202: the DeleteArray workflow tears down what the
@@ -77,6 +78,14 @@ def put_array(
     if_match: Annotated[
         str | None, Header(alias="if-match", description="apply only over this version")
     ] = None,
+    dry_run: Annotated[
+        bool,
+        Query(
+            alias="dryRun",
+            description="validate and answer what an apply would change (control plane and data "
+            "plane), changing nothing",
+        ),
+    ] = False,
 ) -> Response[dict[str, Any]]:
     logger.append_keys(array_id=array_id)
     settings = get_settings()
@@ -92,6 +101,7 @@ def put_array(
             table=settings.table_name,
             state_machine_arn=settings.reconcile_state_machine_arn,
         ),
+        dry_run=dry_run,
     )
     logger.info("array applied", extra={"new_array": created, "changes": len(reply["changes"])})
     return Response(

@@ -41,6 +41,36 @@ def apply(clients: ArrayClients, spec: ArraySpec, desired_controllers: int) -> l
     return changes
 
 
+def plan_apply(clients: ArrayClients, spec: ArraySpec, desired_controllers: int) -> list[Change]:
+    """What ``apply`` would change, from the same diff, without changing anything (reads only:
+    a dry-run). An owned volume not created yet is named in the alarms' metrics by a
+    placeholder (``<new volume NAME>``): its id exists only once CreateVolume answers."""
+    observed_volumes = aws_volumes.converging_volumes(clients, spec.array_id)
+    changes: list[Change] = []
+    ids: list[str] = []
+    for volume in spec.new_volumes:
+        params = plan.owned_volume_params(spec, volume)
+        have = observed_volumes.get(volume.name)
+        change = plan.diff_resource(f"volume/{volume.name}", params, project(have, params) if have else None)
+        assert change is not None
+        changes.append(change)
+        ids.append(str(have["VolumeId"]) if have else f"<new volume {volume.name}>")
+    desired = _desired(clients, spec, desired_controllers, tuple(ids))
+    template_change = plan.diff_resource(
+        f"launch-template/{launch_template_name(spec.array_id)}",
+        desired.launch_template,
+        aws_observe.observe_launch_template(clients, spec.array_id),
+    )
+    if template_change is not None:
+        changes.append(template_change)
+    observed = aws_observe.observe(clients, spec, desired)
+    changes += [c for c in plan.diff(desired, observed) if c.resource.split("/", 1)[0] not in _APPLIED_FIRST]
+    return changes
+
+
+_APPLIED_FIRST = ("volume", "launch-template")
+
+
 def _desired(
     clients: ArrayClients, spec: ArraySpec, desired_controllers: int, owned_ids: tuple[str, ...]
 ) -> Resources:

@@ -18,6 +18,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from vsa_core.arrays import dataplane
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.plan import Change
@@ -64,10 +65,13 @@ def apply_array(
     service: ArrayService,
     if_match: str | None = None,
     reconcile: ReconcileStarter | None = None,
+    dry_run: bool = False,
 ) -> tuple[bool, dict[str, Any]]:
     """Create or update; ``(created, reply)`` with the stored spec, its version, the changes
     made, and the ReconcileArray run started for what remains (``reconcile``: its execution and
-    the remaining work per volume and host; null when the data plane did not change)."""
+    the remaining work per volume and host; null when the data plane did not change).
+    ``dry_run``: validate and answer the plan (control plane and data plane) without storing or
+    changing anything, and start nothing."""
     if spec.array_id != array_id:
         raise InvalidSpecError(
             f"the body's arrayId {spec.array_id!r} differs from the path's {array_id!r}: make them equal"
@@ -83,6 +87,8 @@ def apply_array(
             "apply again once it is gone"
         )
     service.validate(spec, current)
+    if dry_run:
+        return False, dry_run_plan(spec, current, registry=registry, service=service)
     try:
         # Volume modifications first: EBS may refuse one for a while (ConflictError, 409), and
         # then nothing is stored.
@@ -122,6 +128,57 @@ def apply_array(
         "desiredControllers": stored.desired_controllers,
         "changes": _json(changes),
         "reconcile": started,
+    }
+
+
+def dry_run_plan(
+    spec: ArraySpec, current: RegisteredArray | None, *, registry: ArrayRegistry, service: ArrayService
+) -> dict[str, Any]:
+    """What an apply of ``spec`` would change, from reads only."""
+    desired_controllers = current.desired_controllers if current else spec.min_controllers
+    control = service.plan(spec, desired_controllers)
+    slots = registry.slots(spec.array_id) if current else {}
+    serving = [s["instanceId"] for s in slots.values() if s.get("state") == "serving" and s.get("instanceId")]
+    before = dataplane.spec_volumes(current.spec.volumes) if current else []
+    data = dataplane.plan_changes(
+        before,
+        dataplane.spec_volumes(spec.volumes),
+        [h.instance_id for h in current.spec.hosts] if current else [],
+        [h.instance_id for h in spec.hosts],
+        serving,
+    )
+    template = next((c for c in control if c.resource.startswith("launch-template/")), None)
+    if serving and template is not None and template.action == "update":
+        data.append(
+            {
+                "resource": f"group/{group_name(spec.array_id)}",
+                "action": "roll",
+                "fields": [{"field": "controllers", "before": sorted(serving), "after": len(serving)}],
+            }
+        )
+    if current is not None:
+        old_mounts = {h.instance_id: h.mountpoints for h in current.spec.hosts}
+        for host in spec.hosts:
+            if host.instance_id in old_mounts and old_mounts[host.instance_id] != host.mountpoints:
+                data.append(
+                    {
+                        "resource": f"host/{host.instance_id}",
+                        "action": "update",
+                        "fields": [
+                            {
+                                "field": "mountpoints",
+                                "before": list(old_mounts[host.instance_id]),
+                                "after": list(host.mountpoints),
+                            }
+                        ],
+                    }
+                )
+    return {
+        "dryRun": True,
+        "array": spec.model_dump(by_alias=True, mode="json"),
+        "version": current.version if current else None,
+        "desiredControllers": desired_controllers,
+        "changes": _json(control) + data,
     }
 
 

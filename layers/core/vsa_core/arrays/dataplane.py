@@ -326,3 +326,72 @@ def controller_view(desired: Desired, observed: Observed, controller: Controller
             for volume_id, e in sorted(exports.items())
         ],
     }
+
+
+def plan_changes(
+    before: Sequence[Volume],
+    after: Sequence[Volume],
+    hosts_before: Sequence[str],
+    hosts_after: Sequence[str],
+    serving_controllers: Sequence[str],
+) -> list[dict[str, Any]]:
+    """What converging the nodes on a new spec takes, one entry per resource and action (the
+    plan's data plane part): volumes keyed by name, hosts by instance id. A volume added is
+    attached to and exported by every serving controller, then connected by every host; one
+    removed goes the other way; one grown is revalidated by each controller. A host added is
+    allowed on every controller, then connects to every volume; one removed disconnects first."""
+    old = {v.name: v for v in before}
+    new = {v.name: v for v in after}
+    controllers = sorted(serving_controllers)
+    if not controllers:  # nothing serves yet: each controller's bootstrap makes all of it so
+        return []
+    kept_hosts = [h for h in hosts_after if h in set(hosts_before)]
+    changes: list[dict[str, Any]] = []
+
+    def change(resource: str, action: str, **fields: Any) -> None:
+        changes.append(
+            {
+                "resource": resource,
+                "action": action,
+                "fields": [{"field": k, "before": None, "after": v} for k, v in fields.items()],
+            }
+        )
+
+    for name in [n for n in new if n not in old]:
+        change(f"volume/{name}", "attach", controllers=controllers)
+        change(f"volume/{name}", "export", controllers=controllers)
+        for host in kept_hosts:
+            change(f"host/{host}", "connect", volume=name, paths=len(controllers))
+    for name, volume in new.items():
+        was = old.get(name)
+        if was is not None and was.size_gib is not None and volume.size_gib != was.size_gib:
+            changes.append(
+                {
+                    "resource": f"volume/{name}",
+                    "action": "revalidate",
+                    "fields": [{"field": "sizeGiB", "before": was.size_gib, "after": volume.size_gib}],
+                }
+            )
+    for name in [n for n in old if n not in new]:
+        for host in hosts_before:
+            change(f"host/{host}", "disconnect", volume=name)
+        change(f"volume/{name}", "unexport", controllers=controllers)
+        change(f"volume/{name}", "detach", controllers=controllers)
+    for host in [h for h in hosts_after if h not in set(hosts_before)]:
+        change(f"host/{host}", "allow", controllers=controllers)
+        change(f"host/{host}", "connect", volumes=sorted(new), paths=len(controllers))
+    for host in [h for h in hosts_before if h not in set(hosts_after)]:
+        change(f"host/{host}", "disconnect", volumes=sorted(old))
+        change(f"host/{host}", "disallow", controllers=controllers)
+    return changes
+
+
+def spec_volumes(volumes: Sequence[Any]) -> list[Volume]:
+    """A spec's volumes as the data plane names them: a new volume by its name (and size), an
+    existing one by its id (its size is EBS's, not the spec's)."""
+    found = []
+    for v in volumes:
+        volume_id = getattr(v, "volume_id", None)
+        name = str(getattr(v, "name", None) or volume_id)
+        found.append(Volume(volume_id, name, getattr(v, "size_gib", None)))
+    return found
