@@ -200,6 +200,24 @@ def _decisions(decisions: list[Any]) -> RenderableType:
     return table
 
 
+def _paths(value: Any) -> Any:
+    """A host's live paths as its own report counts them (older APIs sent a list of addresses)."""
+    return len(value) if isinstance(value, list) else value
+
+
+def _data_plane(data: Any) -> RenderableType:
+    """The data plane as the nodes report it: converged, or every difference in words."""
+    if not isinstance(data, dict):
+        return Text("Data plane: not observed", style="dim")
+    serving = data.get("servingControllers")
+    differences = [d for d in data.get("differences") or [] if isinstance(d, dict)]
+    if not differences:
+        return Text(f"Data plane: converged ({serving} serving controllers, as every node reports)")
+    lines = [f"Data plane: {len(differences)} difference(s) from the spec ({serving} serving controllers)"]
+    lines += [f"  - {d.get('text', d)}" for d in differences]
+    return Text("\n".join(lines))
+
+
 def array_view(array_id: str, answer: dict[str, Any]) -> Group:
     status = answer.get("status") or {}
     parts: list[RenderableType] = [
@@ -235,8 +253,9 @@ def array_view(array_id: str, answer: dict[str, Any]) -> Group:
                 ("SSM ping", "pingStatus"),
                 ("Paths", "paths"),
             ],
-            [{**h, "paths": len(h.get("paths") or [])} for h in status.get("hosts") or []],
+            [{**h, "paths": _paths(h.get("paths"))} for h in status.get("hosts") or []],
         ),
+        _data_plane(status.get("dataPlane")),
         _decisions(answer.get("decisions") or []),
         _rows(
             "Last backups",

@@ -397,10 +397,23 @@ GET_ANSWER = {
                 "instanceId": "i-0a1b2c3d4e5f60101",
                 "mountpoints": ["/data"],
                 "pingStatus": "Online",
-                "paths": [],
+                "paths": 1,
             }
         ],
         "backupSchedule": None,
+        "dataPlane": {
+            "converged": False,
+            "servingControllers": 2,
+            "differences": [
+                {
+                    "node": "i-0a1b2c3d4e5f60101",
+                    "kind": "no-path",
+                    "volume": "vol-0a1b2c3d4e5f60001",
+                    "text": "host i-0a1b2c3d4e5f60101 has no path to volume vol-0a1b2c3d4e5f60001 "
+                    "through controller i-0a1b2c3d4e5f60202 (10.0.1.22)",
+                }
+            ],
+        },
     },
     "decisions": [
         {"at": "2026-11-22T05:00:00Z", "action": "scale-out", "from": 1, "to": 2, "reason": "IOPS high"}
@@ -432,6 +445,8 @@ def test_get_shows_the_spec_controllers_volumes_alarms_hosts_and_decisions(run, 
         "Online",
         "scale-out",
         "IOPS high",
+        "Data plane: 1 difference(s) from the spec (2 serving controllers)",
+        "has no path to volume vol-0a1b2c3d4e5f60001",
     ):
         assert text in result.output, text
 
