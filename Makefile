@@ -13,7 +13,7 @@ OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-e
 
 .PHONY: demo test check install localcloud-start localcloud-stop localcloud-logs build deploy-local \
 	lint format typecheck validate unit documents dataplane integration bench bench-lifecycle bench-backups \
-	bench-coldstart bench-arrays clean
+	bench-coldstart bench-arrays bench-failover clean
 
 demo: install
 	@$(LOCAL) bash tools/demo.sh
@@ -68,6 +68,12 @@ documents: install
 # native multipath, fio and XFS (tests/dataplane; a few minutes; figures in .dataplane/figures.json).
 dataplane: install
 	$(OFFLINE) $(VENV)/python -m pytest tests/dataplane
+
+# Failover settings on real kernels (the QEMU tier's lab: 2 controllers, 1 host): per setting,
+# the IO stall under fio verify when a controller's link is cut, its guest frozen or killed,
+# false failovers with no fault, reconnects; a table (figures, not a test; ~8 min per setting).
+bench-failover: install
+	$(OFFLINE) $(VENV)/python tools/bench_failover.py
 
 integration: install
 	@$(LOCAL) $(VENV)/python -m pytest tests/integration
