@@ -3,7 +3,16 @@
 # of the array; native multipath merges it with the paths to the other controllers.
 #
 # Parameters (shell variables from the rendered document's prologue): ARRAY_ID VOLUMES ADDRESS
-# PORT HOST_NQN CTRL_LOSS_TMO RECONNECT_DELAY IO_POLICY SYSFS_ROOT WAIT_SECONDS NVME_COMMAND.
+# PORT HOST_NQN KEEP_ALIVE_TMO CTRL_LOSS_TMO RECONNECT_DELAY FAST_IO_FAIL_TMO NVME_CONFIG
+# IO_POLICY SYSFS_ROOT WAIT_SECONDS NVME_COMMAND.
+# The failover settings (keep-alive timeout, ctrl-loss-tmo, reconnect delay, fast_io_fail_tmo;
+# README "Failover settings") are written first into nvme-cli's JSON config (NVME_CONFIG,
+# /etc/nvme/config.json: libnvme's hosts -> subsystems -> ports), merged with what is there, so
+# they outlive this run and a host reboot: every later `nvme connect` to this address and
+# subsystem, ours or an operator's, takes them from it (nvme-cli 2.3 takes keep_alive_tmo,
+# reconnect_delay and fast_io_fail_tmo from it, and has no command-line option for the last).
+# `nvme connect` is then given -k, -l and -c explicitly as well (nvme-cli 2.3 does not take
+# ctrl_loss_tmo from the config: seen on a real kernel, tools/bench_failover.py).
 # `nvme connect` to a path that exists (even one still reconnecting) exits 1 "already
 # connected", so the host's paths are read first and only missing ones are connected.
 # Native multipath's default IO policy (nvme_core.iopolicy=numa) sends every IO of a NUMA node
@@ -18,12 +27,67 @@ DOCUMENT=connect-path
 if ((CTRL_LOSS_TMO >= 0 && RECONNECT_DELAY > CTRL_LOSS_TMO)); then
   fail "ReconnectDelay ($RECONNECT_DELAY s) is longer than CtrlLossTmo ($CTRL_LOSS_TMO s)"
 fi
+if ((CTRL_LOSS_TMO >= 0 && FAST_IO_FAIL_TMO > CTRL_LOSS_TMO)); then
+  fail "FastIoFailTmo ($FAST_IO_FAIL_TMO s) is longer than CtrlLossTmo ($CTRL_LOSS_TMO s)"
+fi
+if [[ $NVME_CONFIG == none ]] && ((FAST_IO_FAIL_TMO >= 0)); then
+  fail "FastIoFailTmo needs NvmeConfig: nvme-cli 2.x takes fast_io_fail_tmo only from its JSON config"
+fi
 ((${#HOST_NQN} <= 223)) || fail "HostNqn is longer than 223 bytes"
 IFS=, read -r -a VOLS <<<"$VOLUMES"
 NQNS=()
 for volume in "${VOLS[@]}"; do NQNS+=("$(subsystem_nqn "$ARRAY_ID" "$volume")"); done
 HOST_ID=$(host_id "$HOST_NQN")
 SYSFS=$(absolute "$SYSFS_ROOT")
+CONFIG=none
+[[ $NVME_CONFIG == none ]] || CONFIG=$(absolute "$NVME_CONFIG")
+
+# nvme-cli's JSON config: this host's entry, each subsystem's port ADDRESS:PORT (tcp) with the
+# failover settings; every other host, subsystem, port and key is kept. Written whole, renamed
+# in (a reader never sees half a file).
+CONFIG_FILTER='
+import json, os, sys
+path, hostnqn, hostid, traddr, trsvcid, kato, loss, delay, failfast, *nqns = sys.argv[1:]
+try:
+    with open(path) as f:
+        text = f.read().strip()
+except FileNotFoundError:
+    text = ""
+hosts = json.loads(text) if text else []
+if not isinstance(hosts, list):
+    raise SystemExit(f"{path} is not a list of hosts")
+host = next((h for h in hosts if h.get("hostnqn") == hostnqn), None)
+if host is None:
+    host = {"hostnqn": hostnqn, **({"hostid": hostid} if hostid else {}), "subsystems": []}
+    hosts.append(host)
+for nqn in nqns:
+    subsystems = host.setdefault("subsystems", [])
+    subsystem = next((s for s in subsystems if s.get("nqn") == nqn), None)
+    if subsystem is None:
+        subsystem = {"nqn": nqn, "ports": []}
+        subsystems.append(subsystem)
+    ports = subsystem.setdefault("ports", [])
+    key = ("tcp", traddr, trsvcid)
+    port = next((p for p in ports if (p.get("transport"), p.get("traddr"), p.get("trsvcid")) == key), None)
+    if port is None:
+        port = {"transport": "tcp", "traddr": traddr, "trsvcid": trsvcid}
+        ports.append(port)
+    port.update(keep_alive_tmo=int(kato), ctrl_loss_tmo=int(loss), reconnect_delay=int(delay))
+    if int(failfast) >= 0:
+        port["fast_io_fail_tmo"] = int(failfast)
+    else:
+        port.pop("fast_io_fail_tmo", None)
+os.makedirs(os.path.dirname(path), exist_ok=True)
+with open(path + ".tmp", "w") as f:
+    json.dump(hosts, f, indent=2)
+    f.write("\n")
+os.replace(path + ".tmp", path)
+'
+if [[ $CONFIG != none ]]; then
+  output=$(python3 -c "$CONFIG_FILTER" "$CONFIG" "$HOST_NQN" "$HOST_ID" "$ADDRESS" "$PORT" \
+    "$KEEP_ALIVE_TMO" "$CTRL_LOSS_TMO" "$RECONNECT_DELAY" "$FAST_IO_FAIL_TMO" "${NQNS[@]}" 2>&1) ||
+    fail "cannot write the failover settings into $CONFIG: ${output//$'\n'/ }"
+fi
 
 declare -A PRESENT=() LIVE=()
 scan() { # PRESENT[nqn]: a path of this host NQN to ADDRESS:PORT exists; LIVE[nqn]: it is live
@@ -45,7 +109,8 @@ ERRORS=()
 for nqn in "${NQNS[@]}"; do
   [[ -z ${PRESENT[$nqn]:-} ]] || continue
   args=(connect -t tcp -a "$ADDRESS" -s "$PORT" -n "$nqn" --hostnqn "$HOST_NQN"
-    --ctrl-loss-tmo "$CTRL_LOSS_TMO" --reconnect-delay "$RECONNECT_DELAY")
+    --keep-alive-tmo "$KEEP_ALIVE_TMO" --ctrl-loss-tmo "$CTRL_LOSS_TMO"
+    --reconnect-delay "$RECONNECT_DELAY" --config "$CONFIG")
   [[ -z $HOST_ID ]] || args+=(--hostid "$HOST_ID")
   if output=$("$NVME_COMMAND" "${args[@]}" 2>&1); then
     CONNECTED+=("$nqn")
@@ -103,7 +168,9 @@ if [[ -n $message ]]; then
   printf '%s: error: %s\n' "$DOCUMENT" "$message" >&2
   error=$(json "$message")
 fi
-printf '{"document":"%s","arrayId":%s,"address":%s,"port":%s,"hostNqn":%s,"connected":[%s],"missing":[%s],"subsystems":[%s],"livePaths":%s,"ioPolicy":%s,"error":%s}\n' \
+failover=$(printf '{"keepAliveTmo":%s,"ctrlLossTmo":%s,"reconnectDelay":%s,"fastIoFailTmo":%s,"config":%s}' \
+  "$KEEP_ALIVE_TMO" "$CTRL_LOSS_TMO" "$RECONNECT_DELAY" "$FAST_IO_FAIL_TMO" "$(json "$CONFIG")")
+printf '{"document":"%s","arrayId":%s,"address":%s,"port":%s,"hostNqn":%s,"connected":[%s],"missing":[%s],"subsystems":[%s],"livePaths":%s,"ioPolicy":%s,"failover":%s,"error":%s}\n' \
   "$DOCUMENT" "$(json "$ARRAY_ID")" "$(json "$ADDRESS")" "$(json "$PORT")" "$(json "$HOST_NQN")" \
-  "$connected" "$missing" "$SUBSYSTEMS_JSON" "$LIVE_TOTAL" "$(json "$IO_POLICY")" "$error"
+  "$connected" "$missing" "$SUBSYSTEMS_JSON" "$LIVE_TOTAL" "$(json "$IO_POLICY")" "$failover" "$error"
 ((${#MISSING[@]} == 0 && ${#POLICY_FAILED[@]} == 0))

@@ -32,6 +32,7 @@ FAKE_MODPROBE = str(FAKES / "modprobe")
 CONFIGFS = "sys/kernel/config"  # relative to the node: the working directory of a script
 DEVICES = "dev/disk/by-id"
 SYSFS = "sys"  # the fake nvme shows its subsystems in <node>/sys/class/nvme-subsystem
+NVME_CONFIG = "etc/nvme/config.json"  # relative: connect-path keeps the settings in the sandbox
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # Run Command's
 
 

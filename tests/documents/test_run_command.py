@@ -23,6 +23,7 @@ from tests.documents.conftest import (
     DEVICES,
     FAKE_MODPROBE,
     FAKE_NVME,
+    NVME_CONFIG,
     SYSFS,
     calls,
     report_of,
@@ -141,6 +142,7 @@ class World:
                     "HostNqn": self.host_nqns[self.hosts.index(host)],
                     "NvmeCommand": FAKE_NVME,
                     "SysfsRoot": SYSFS,
+                    "NvmeConfig": NVME_CONFIG,
                     **params,
                 }
                 for host in hosts
@@ -485,6 +487,7 @@ def test_connect_path_fails_naming_a_subsystem_the_controller_does_not_export(co
                 "HostNqn": world.host_nqns[0],
                 "NvmeCommand": FAKE_NVME,
                 "SysfsRoot": SYSFS,
+                "NvmeConfig": NVME_CONFIG,
                 "WaitSeconds": "2",
             }
         ],

@@ -17,6 +17,7 @@ from tests.documents.conftest import (
     DEVICES,
     FAKE_MODPROBE,
     FAKE_NVME,
+    NVME_CONFIG,
     SYSFS,
     LocalNode,
     calls,
@@ -57,6 +58,7 @@ def connect(host: LocalNode, address: str, **params: str):
         "HostNqn": HOST,
         "NvmeCommand": FAKE_NVME,
         "SysfsRoot": SYSFS,
+        "NvmeConfig": NVME_CONFIG,
         "WaitSeconds": "2",
         **params,
     }
@@ -357,6 +359,113 @@ def test_a_path_is_live_only_while_its_target_exports_it_and_goes_after_ctrl_los
     assert result.code == 0, result.stderr
     assert result.report["disconnected"] == []  # the kernel gave up on them already
     assert result.report["livePaths"] == 0
+
+
+def fake_controllers(host: LocalNode) -> dict[str, dict[str, object]]:
+    """The fake kernel's controllers of the host (what each got at connect)."""
+    state: dict[str, dict[str, dict[str, object]]] = json.loads(
+        (host.root / ".fakes/nvme-state.json").read_text()
+    )
+    return state["controllers"]
+
+
+def test_connect_keeps_the_failover_settings_in_nvme_clis_config_across_a_reboot(node: Nodes):
+    # Given a host whose nvme-cli config already has another host NQN's entry and another
+    # array's subsystem on the same address (an operator's, or another array's connect-path)
+    target, host = node("c0"), node("h0")
+    target.attach(*VOLUMES)
+    assert configure(target, "10.0.0.5").code == 0
+    config = host.root / NVME_CONFIG
+    config.parent.mkdir(parents=True)
+    foreign_port = {"transport": "tcp", "traddr": "10.0.0.5", "trsvcid": "4420", "keep_alive_tmo": 15}
+    foreign = [
+        {"hostnqn": OTHER_HOST, "subsystems": [{"nqn": "nqn.x:other", "ports": [foreign_port]}]},
+        {"hostnqn": HOST, "subsystems": [{"nqn": "nqn.x:other-array", "ports": [foreign_port]}]},
+    ]
+    config.write_text(json.dumps(foreign))
+
+    # When connect-path runs with its defaults
+    result = connect(host, "10.0.0.5")
+    assert result.code == 0, result.stderr
+    defaults = {name: spec.get("default") for name, spec in documents.load("connect-path").parameters.items()}
+    kato, loss, delay = (int(defaults[k] or 0) for k in ("KeepAliveTmo", "CtrlLossTmo", "ReconnectDelay"))
+
+    # Then nvme connect got them on its command line, and each controller has them
+    connects = [argv for argv in calls(host.root) if argv[:1] == ["connect"]]
+    assert len(connects) == len(VOLUMES)
+    for argv in connects:
+        options = dict(zip(argv[1::2], argv[2::2], strict=False))
+        assert options["--keep-alive-tmo"] == str(kato)
+        assert options["--ctrl-loss-tmo"] == str(loss)
+        assert options["--reconnect-delay"] == str(delay)
+        assert options["--config"] == str(config)
+    assert {(c["keep_alive_tmo"], c["ctrl_loss_tmo"]) for c in fake_controllers(host).values()} == {
+        (kato, loss)
+    }
+    # And nvme-cli's config has them for each subsystem's port, the other entries untouched
+    hosts = json.loads(config.read_text())
+    assert hosts[0] == foreign[0]
+    (ours,) = [h for h in hosts if h["hostnqn"] == HOST]
+    assert ours["subsystems"][0] == foreign[1]["subsystems"][0]
+    ports = {s["nqn"]: s["ports"] for s in ours["subsystems"][1:]}
+    expected = {"transport": "tcp", "traddr": "10.0.0.5", "trsvcid": "4420"}
+    expected |= {"keep_alive_tmo": kato, "ctrl_loss_tmo": loss, "reconnect_delay": delay}
+    assert ports == {nvme.subsystem_nqn(ARRAY, v): [expected] for v in VOLUMES}
+    assert result.report["failover"]["config"] == str(config)
+
+    # When the host reboots (its controllers are gone, the file stays) and anybody connects
+    # with nvme-cli and no options (an operator, or a later connect-path with other values)
+    (host.root / ".fakes/nvme-state.json").unlink()
+    nqn = nvme.subsystem_nqn(ARRAY, VOLUMES[0])
+    plain = ["connect", "-t", "tcp", "-a", "10.0.0.5", "-s", "4420", "-n", nqn, "--hostnqn", HOST]
+    assert fake(host, FAKE_NVME, *plain).returncode == 0
+    # Then the controller gets the keep-alive timeout from the config, not the kernel's 5 s
+    (controller,) = fake_controllers(host).values()
+    assert controller["keep_alive_tmo"] == kato
+    assert controller["reconnect_delay"] == delay
+
+
+def test_fast_io_fail_tmo_reaches_the_controller_through_the_config_only(node: Nodes):
+    # nvme-cli 2.3's connect has no fast_io_fail_tmo option: the config is the only way
+    target, host = node("c0"), node("h0")
+    target.attach(*VOLUMES)
+    assert configure(target, "10.0.0.5").code == 0
+    result = connect(host, "10.0.0.5", FastIoFailTmo="5")
+    assert result.code == 0, result.stderr
+    assert {c["fast_io_fail_tmo"] for c in fake_controllers(host).values()} == {5}
+    ports = [
+        p
+        for h in json.loads((host.root / NVME_CONFIG).read_text())
+        for s in h["subsystems"]
+        for p in s["ports"]
+    ]
+    assert {p["fast_io_fail_tmo"] for p in ports} == {5}
+    # And back to off (-1), the key leaves the config (the kernel's default, off, applies)
+    assert connect(host, "10.0.0.5", FastIoFailTmo="-1").code == 0
+    ports = [
+        p
+        for h in json.loads((host.root / NVME_CONFIG).read_text())
+        for s in h["subsystems"]
+        for p in s["ports"]
+    ]
+    assert all("fast_io_fail_tmo" not in p for p in ports)
+
+
+def test_connect_refuses_failover_settings_the_kernel_would_not_honour(node: Nodes):
+    target, host = node("c0"), node("h0")
+    target.attach(*VOLUMES)
+    assert configure(target, "10.0.0.5").code == 0
+    longer = connect(host, "10.0.0.5", FastIoFailTmo="90", CtrlLossTmo="60")
+    assert longer.code == 1
+    assert "FastIoFailTmo (90 s) is longer than CtrlLossTmo (60 s)" in longer.report["error"]
+    nowhere = connect(host, "10.0.0.5", FastIoFailTmo="5", NvmeConfig="none")
+    assert nowhere.code == 1
+    assert "FastIoFailTmo needs NvmeConfig" in nowhere.report["error"]
+    assert not any(argv[:1] == ["connect"] for argv in calls(host.root))  # nothing was connected
+    assert not (host.root / NVME_CONFIG).exists()
+    # NvmeConfig=none: connected, nothing kept
+    assert connect(host, "10.0.0.5", NvmeConfig="none").code == 0
+    assert not (host.root / NVME_CONFIG).exists()
 
 
 def test_list_subsys_has_nvme_cli_2s_shape(node: Nodes):

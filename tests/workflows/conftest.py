@@ -40,6 +40,7 @@ SUBSTITUTIONS = {
     "NodeNvmeCommand": "nvme",
     "ControllerRegistrationSeconds": "300",
     "NodeSysfsRoot": "sys",
+    "NodeNvmeConfig": "etc/nvme/config.json",
     "AlertsTopicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:vsa-wf-alerts",
     "TaskBackupFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-backup",
     "FreezeIoDocument": "vsa-wf-freeze-io",
