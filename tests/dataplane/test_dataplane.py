@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 
 from tests.dataplane.conftest import VOLUME
 from tests.dataplane.lab import Lab, Result
+from tests.documents_tool import documents as tool
 from vsa_core.controllers import nvme
 
 pytestmark = pytest.mark.timeout(900)
@@ -254,18 +256,38 @@ def test_drain_a_controller_the_product_way_stalls_nothing(lab: Lab, figures: An
         lab.links[0].controller_address,
         lab.links[2].controller_address,
     ]
-    # And the IO did not stall: no gap near a keep-alive timeout (nothing waited for a failure
-    # to be detected), no error, every write verified
+    # And the IO did not stall: no gap near what detecting a failure takes (the keep-alive
+    # command times out, then its timer runs once more before the recovery fails IO over:
+    # 2 x kato, README "Failover settings"), no error, every write verified
     result = fio.result()
     figures("drain", {**result, **timeouts})
     assert result["error"] == 0
-    assert result["longestGapSeconds"] < timeouts["keepAliveSeconds"], result
+    assert result["longestGapSeconds"] < 2 * timeouts["keepAliveSeconds"], result
 
 
 def test_controller_lost_abruptly_io_moves_on_and_it_rejoins(lab: Lab, figures: Any) -> None:
     state = kernel_state(lab)
     timeouts = kernel_timeouts(lab)
-    connect_defaults = {"ctrlLossTmo": 60, "reconnectDelay": 2}  # connect-path's defaults
+    # the paths were connected by connect-path with its defaults: the kernel runs them
+    defaults = {k: v.get("default", "") for k, v in tool.load("connect-path").parameters.items()}
+    assert timeouts["keepAliveSeconds"] == float(defaults["KeepAliveTmo"])
+    failover = {
+        k: int(defaults[k]) for k in ("KeepAliveTmo", "CtrlLossTmo", "ReconnectDelay", "FastIoFailTmo")
+    }
+    # and nvme-cli's config keeps them for any later nvme connect (a host reboot)
+    kept = json.loads(lab.host.sh("cat /etc/nvme/config.json", name="nvme-config").ok().stdout)
+    ports = [p for h in kept for s in h["subsystems"] if s["nqn"] == NQN for p in s["ports"]]
+    assert {p["traddr"] for p in ports} >= {lab.links[0].controller_address, lab.links[2].controller_address}
+    assert {(p["keep_alive_tmo"], p["ctrl_loss_tmo"], p["reconnect_delay"]) for p in ports} == {
+        (failover["KeepAliveTmo"], failover["CtrlLossTmo"], failover["ReconnectDelay"])
+    }
+    # No path left live with no fault so far (bootstrap, scale-out and drain under fio, all
+    # of it on TCG guests sharing a loaded machine): a keep-alive too short for the load
+    # would show here as the kernel's "starting error recovery"
+    recoveries = lab.host.sh("dmesg | grep -c 'starting error recovery' || true", name="recoveries")
+    false_failovers = int(recoveries.ok().stdout.strip() or 0)
+    figures("falseFailoversBeforeLoss", false_failovers)
+    assert false_failovers == 0, "a path failed over with no fault: the keep-alive timeout is too short"
     fio = Fio(lab, "loss", head_device(state))
     # When c2 dies (SIGKILL to its QEMU: no FIN, no disconnect; as an instance lost)
     lab.controller(2).kill()
@@ -279,13 +301,15 @@ def test_controller_lost_abruptly_io_moves_on_and_it_rejoins(lab: Lab, figures: 
 
     # Then IO stalls until the keep-alive notices, then goes on through c0: no error, verified
     result = fio.result()
-    figures("loss", {**result, **timeouts, **connect_defaults})
+    figures("loss", {**result, **timeouts, **failover, "loadAverage": round(os.getloadavg()[0], 1)})
     assert result["error"] == 0
     assert result["verifiedReads"] > 0
-    assert result["longestGapSeconds"] < timeouts["ioTimeoutSeconds"], (
-        "IO waited for its own timeout: the keep-alive did not detect the loss",
-        result,
-    )
+    # The stall is a figure (make bench-failover: <= 5 s with these defaults); the bound only
+    # catches a loss the keep-alive did not detect: detection takes up to 1.5 x kato, the
+    # recovery one more kato (README "Failover settings"), and TCG guests on a loaded machine
+    # add seconds; IO that waited for its own timeout (nvme_core.io_timeout, 30 s) is far past it.
+    bound = 2.5 * timeouts["keepAliveSeconds"] + 10
+    assert result["longestGapSeconds"] < bound, ("the keep-alive did not bound the stall", bound, result)
     state = kernel_state(lab)
     assert lab.links[0].controller_address in live_addresses(state)
     assert lab.links[2].controller_address not in live_addresses(state)
