@@ -130,7 +130,7 @@ def items(index: int) -> Iterator[dict[str, Any]]:
             "groupName": group_name(array_id(index)),
             "leaver": None,
             "scaleField": "lastHoldAt",
-            "rearm": False,
+            "rearmSeconds": 300,
             "alarmName": iops_alarm_name(array_id(index), "high"),
             "alarmDemandIops": 400_000.0 + 10_000 * n,
             "demandSource": "AWS/EBS",

@@ -74,27 +74,35 @@ def test_latest_datapoint_of_integer_datapoints_is_a_float():
     assert isinstance(demand, float)
 
 
-def test_missing_reason_data_is_an_invalid_event():
-    # Given an alarm state without reasonData
+def test_missing_reason_data_is_no_datapoint():
+    # Given an ALARM state without reasonData (SetAlarmState may send none)
     raw = load_event("cloudwatch/iops_alarm_high.json")
     del raw["detail"]["state"]["reasonData"]
     event = AlarmStateChangeEvent.model_validate(raw)
-    # When the demand is read / Then the event is invalid
-    with pytest.raises(InvalidEventError, match="no reasonData"):
-        event.detail.state.latest_datapoint()
+    # When the demand is read / Then there is none (ScaleArray reads the demand itself)
+    assert event.detail.state.latest_datapoint() is None
+
+
+def test_an_alarm_on_missing_data_has_no_datapoint():
+    # Given the low alarm going to ALARM on missing data, as CloudWatch sends it
+    event = AlarmStateChangeEvent.model_validate(load_event("cloudwatch/iops_alarm_low_missing_data.json"))
+    assert event.detail.state.value == "ALARM"
+    assert event.detail.state.latest_datapoint() is None
+
+
+@pytest.mark.parametrize(
+    "reason_data",
+    ["", "{}", '{"recentDatapoints": []}', '{"recentDatapoints": null}'],
+    ids=["empty", "no-datapoints-key", "empty-datapoints", "null-datapoints"],
+)
+def test_reason_data_without_datapoints_is_no_datapoint(reason_data: str):
+    assert state(reasonData=reason_data).latest_datapoint() is None
 
 
 @pytest.mark.parametrize(
     ("reason_data", "message"),
-    [
-        ("", "no reasonData"),
-        ("not json", "not JSON"),
-        ('{"recentDatapoints": [1.0', "not JSON"),
-        ("{}", "no recentDatapoints"),
-        ('{"recentDatapoints": []}', "no recentDatapoints"),
-        ('{"recentDatapoints": null}', "no recentDatapoints"),
-    ],
-    ids=["empty", "text", "truncated", "no-datapoints-key", "empty-datapoints", "null-datapoints"],
+    [("not json", "not JSON"), ('{"recentDatapoints": [1.0', "not JSON")],
+    ids=["text", "truncated"],
 )
 def test_garbled_reason_data_is_an_invalid_event(reason_data: str, message: str):
     with pytest.raises(InvalidEventError, match=message):

@@ -106,12 +106,8 @@ def test_alarm_starts_scale_array_with_the_demand_and_an_idempotent_name(stubbed
     assert result == {"started": True, "executionArn": execution_arn, "executionName": SAMPLE_EXECUTION}
 
 
-def test_low_alarm_starts_a_scale_in_request(stubbed_sfn):
-    # Given the low-IOPS alarm of array "prod-db-01" entering ALARM at 90,000 IOPS
-    sfn, stubber = stubbed_sfn
-    alarm = "vsa-prod-db-01-iops-low"
-    alarm_arn = f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{alarm}"
-    name = scale_execution_name("prod-db-01", alarm_arn, "2026-11-03T02:00:00.000+0000")
+def expect_start(stubber: Stubber, name: str, expected: dict[str, Any]) -> None:
+    """StartExecution of ScaleArray named ``name`` with the input ``expected`` (the lease added)."""
     stubber.add_response(
         "start_execution",
         {
@@ -121,17 +117,28 @@ def test_low_alarm_starts_a_scale_in_request(stubbed_sfn):
         expected_params={
             "stateMachineArn": STATE_MACHINE_ARN,
             "name": name,
-            "input": JsonDocument(
-                {
-                    "arrayId": "prod-db-01",
-                    "alarmName": alarm,
-                    "alarmKind": "low",
-                    "demandIops": 90000.0,
-                    "stateTimestamp": "2026-11-03T02:00:00.000+0000",
-                    "eventId": SAMPLE_EVENT_ID,
-                    "rearmSeconds": 60,
-                }
-            ),
+            "input": JsonDocument(expected),
+        },
+    )
+
+
+def test_low_alarm_starts_a_scale_in_request(stubbed_sfn):
+    # Given the low-IOPS alarm of array "prod-db-01" entering ALARM at 90,000 IOPS
+    sfn, stubber = stubbed_sfn
+    alarm = "vsa-prod-db-01-iops-low"
+    alarm_arn = f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{alarm}"
+    name = scale_execution_name("prod-db-01", alarm_arn, "2026-11-03T02:00:00.000+0000")
+    expect_start(
+        stubber,
+        name,
+        {
+            "arrayId": "prod-db-01",
+            "alarmName": alarm,
+            "alarmKind": "low",
+            "demandIops": 90000.0,
+            "stateTimestamp": "2026-11-03T02:00:00.000+0000",
+            "eventId": SAMPLE_EVENT_ID,
+            "rearmSeconds": 60,
         },
     )
     event = alarm_event(
@@ -161,39 +168,6 @@ def test_alarm_without_resources_is_named_after_the_alarm(stubbed_sfn):
     )
     # When handled / Then the execution name is derived from the alarm name instead of its ARN
     assert start_scale(parse(event), sfn)["executionName"] == name
-
-
-def test_sample_low_alarm_starts_a_scale_in_request(stubbed_sfn):
-    # Given the sample low-IOPS alarm of "demo" entering ALARM at 148,200 IOPS
-    sfn, stubber = stubbed_sfn
-    raw = load_event("cloudwatch/iops_alarm_low.json")
-    name = scale_execution_name("demo", raw["resources"][0], raw["detail"]["state"]["timestamp"])
-    stubber.add_response(
-        "start_execution",
-        {
-            "executionArn": f"arn:aws:states:{REGION}:{ACCOUNT}:execution:x:{name}",
-            "startDate": datetime.now(UTC),
-        },
-        expected_params={
-            "stateMachineArn": STATE_MACHINE_ARN,
-            "name": name,
-            "input": JsonDocument(
-                {
-                    "arrayId": "demo",
-                    "alarmName": "vsa-demo-iops-low",
-                    "alarmKind": "low",
-                    "demandIops": 148200.0,
-                    "stateTimestamp": raw["detail"]["state"]["timestamp"],
-                    "eventId": raw["id"],
-                    "rearmSeconds": 60,
-                }
-            ),
-        },
-    )
-    # When handled / Then a low-kind request for the newest demand is started under its own name
-    result = start_scale(parse(raw), sfn)
-    assert result["started"] is True
-    assert name != SAMPLE_EXECUTION
 
 
 def test_sample_ok_event_starts_nothing(stubbed_sfn):
@@ -229,12 +203,47 @@ def test_alarm_that_is_not_an_iops_alarm_is_ignored_not_failed(stubbed_sfn, alar
     assert result == {"started": False, "reason": f"alarm {alarm_name!r} is not a VSA IOPS alarm"}
 
 
-def test_alarm_without_demand_starts_nothing(stubbed_sfn):
-    # Given an ALARM state with no reasonData to read the demand from
+@pytest.mark.parametrize(
+    ("sample", "without", "demand"),
+    [
+        ("iops_alarm_low.json", None, 148_200.0),  # the newest of its datapoints
+        ("iops_alarm_low_missing_data.json", None, None),  # recentDatapoints: [], as CloudWatch sends it
+        ("iops_alarm_low_missing_data.json", "reasonData", None),  # an ALARM set without reasonData
+    ],
+    ids=["datapoints", "missing-data", "no-reason-data"],
+)
+def test_a_low_alarm_starts_scale_array_with_or_without_a_datapoint(
+    stubbed_sfn, sample: str, without: str | None, demand: float | None
+):
+    # Given the sample low-IOPS alarm of "demo" entering ALARM
+    sfn, stubber = stubbed_sfn
+    raw = load_event(f"cloudwatch/{sample}")
+    if without:
+        del raw["detail"]["state"][without]
+    name = scale_execution_name("demo", raw["resources"][0], raw["detail"]["state"]["timestamp"])
+    expected = {
+        "arrayId": "demo",
+        "alarmName": "vsa-demo-iops-low",
+        "alarmKind": "low",
+        "demandIops": demand,
+        "stateTimestamp": raw["detail"]["state"]["timestamp"],
+        "eventId": raw["id"],
+        "rearmSeconds": 60,
+    }
+    expect_start(stubber, name, {k: v for k, v in expected.items() if v is not None})
+    # When handled / Then a low-kind request is started under its own name; without a datapoint
+    # too (ScaleArray reads the demand itself): the state change is not refused and dead-lettered
+    result = start_scale(parse(raw), sfn)
+    assert result["started"] is True
+    assert name != SAMPLE_EXECUTION
+    stubber.assert_no_pending_responses()
+
+
+def test_an_alarm_whose_reason_data_is_not_cloudwatchs_is_refused(stubbed_sfn):
+    # Given reasonData that CloudWatch never writes / Then the event is invalid, nothing starts
     sfn, _ = stubbed_sfn
     event = load_event("cloudwatch/iops_alarm_high.json")
-    del event["detail"]["state"]["reasonData"]
-    # When handled / Then it is an invalid event and no workflow starts
+    event["detail"]["state"]["reasonData"] = '{"recentDatapoints": "many"}'
     with pytest.raises(InvalidEventError):
         start_scale(parse(event), sfn)
 

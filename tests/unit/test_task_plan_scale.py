@@ -208,7 +208,7 @@ def test_the_alarms_datapoint_stands_for_the_demand_only_while_fresh(
         assert (decision["action"], decision["desired_controllers"]) == ("hold", 2)
         assert decision["demandSource"] == "stale"
         assert decision["reason"].startswith("no fresh demand")
-        assert (decision["waiting"], decision["rearm"], decision["leaver"]) == (True, True, None)
+        assert (decision["waiting"], decision["rearmSeconds"], decision["leaver"]) == (True, 60, None)
         assert decision["scaleField"] == "lastHoldAt"
 
 
@@ -246,3 +246,39 @@ def test_the_decision_carries_its_expiry_after_the_retention(
     stale = handler.plan_scale(request(), registry, autoscaling, NOW + timedelta(days=1))
     assert stale["demandSource"] == "stale"
     assert stale["expiresAt"] == int((NOW + timedelta(days=8)).timestamp())
+
+
+def test_an_alarm_on_missing_data_without_any_read_holds_and_says_why(registry, autoscaling):
+    # Given the low alarm went to ALARM on missing data (no datapoint of its own) at 4
+    # controllers, and GetMetricData finds nothing either
+    registry.create(DEMO)
+    make_group(autoscaling, 4)
+    empty = {"demandIops": 0.0, "recentDemand": [], "newestMinute": None}
+    raw = {**REQUEST, "alarmName": "vsa-demo-iops-low", "alarmKind": "low", "demand": empty}
+    raw.pop("demandIops")
+    stamp = (NOW - timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "+0000"
+    decision = handler.plan_scale(
+        ScaleRequest.model_validate({**raw, "stateTimestamp": stamp}), registry, autoscaling, NOW
+    )
+    # Then it holds at 4 on no data, says so, and re-arms after the base pause (looks again)
+    assert (decision["action"], decision["desired_controllers"]) == ("hold", 4)
+    assert decision["demandSource"] == "stale"
+    assert "missing data" in decision["reason"]
+    assert decision["alarmDemandIops"] is None
+    assert decision["rearmSeconds"] == REQUEST["rearmSeconds"]
+
+
+def test_a_hold_on_the_recent_peak_rearms_its_alarm(registry, autoscaling):
+    # Given 4 controllers after a surge, demand now 100,000 IOPS but 700,000 three minutes ago
+    registry.create(DEMO)
+    make_group(autoscaling, 4)
+    recent = [700_000.0, 700_000.0, 100_000.0, 100_000.0]
+    read = {"demandIops": 100_000.0, "recentDemand": recent, "newestMinute": "2026-11-02T17:04:00+00:00"}
+    changes = {"alarmName": "vsa-demo-iops-low", "alarmKind": "low", "demandIops": 100_000.0}
+    # When the low alarm's run plans
+    decision = handler.plan_scale(request(demand=read, **changes), registry, autoscaling, NOW)
+    # Then it holds on the recent peak, and still re-arms its alarm after the base pause: the
+    # next evaluation, once the peak has left the window, scales in (before: no re-arm, stuck at 4)
+    assert decision["action"] == "hold"
+    assert "recent peak" in decision["reason"]
+    assert decision["rearmSeconds"] == REQUEST["rearmSeconds"]

@@ -17,12 +17,16 @@ SCALE_OUT_PATH = [
     "RecordDecision",
     "RecordDesiredCount",
     "ReleaseLock",
-    "ShouldRearm",
     "WaitBeforeRearm",
     "Rearm",
     "Done",
 ]
-RELEASED_THEN_FAILED = ["ReleaseLockOnFailure", "FailAfterRelease"]
+RELEASED_THEN_FAILED = [
+    "ReleaseLockOnFailure",
+    "WaitBeforeRearmOnFailure",
+    "RearmOnFailure",
+    "FailAfterRelease",
+]
 REQUEST = {
     **json.loads((ROOT / "events" / "stepfunctions" / "task_plan_scale.json").read_text()),
     "rearmSeconds": 1,  # the re-arm pause (60 s deployed) kept short here
@@ -39,7 +43,7 @@ def test_unregistered_array_ends_in_the_fail_state_without_recording(
     assert run["error"] == "ArrayNotFoundError"
     assert run["cause"] == "array wf-missing is not registered"
     assert "RecordDecision" not in entered(run)
-    assert entered(run)[-2:] == RELEASED_THEN_FAILED  # the lock is released on the way out
+    assert entered(run)[-4:] == RELEASED_THEN_FAILED  # the lock is released on the way out
 
 
 def test_throttled_plan_is_retried_then_recorded(sfn: Any, workflow: Callable[[str, str], str]) -> None:
@@ -97,7 +101,7 @@ def test_lambda_down_for_good_fails_after_the_retry_budget(
         if e["type"] == "TaskScheduled" and "plan-scale" in e["taskScheduledEventDetails"]["parameters"]
     ]
     assert len(attempts) == 4
-    assert entered(run)[-2:] == RELEASED_THEN_FAILED
+    assert entered(run)[-4:] == RELEASED_THEN_FAILED
 
 
 def test_a_lock_held_by_another_run_skips_without_scaling(
@@ -132,7 +136,7 @@ def test_scale_in_unprotects_the_leaver_before_lowering_capacity(
         and e["taskScheduledEventDetails"]["resource"] == "setInstanceProtection"
     )
     assert "i-0a1b2c3d4e5f60009" in protection
-    assert path[-5:] == ["ReleaseLock", "ShouldRearm", "WaitBeforeRearm", "Rearm", "Done"]
+    assert path[-4:] == ["ReleaseLock", "WaitBeforeRearm", "Rearm", "Done"]
 
 
 def test_capacity_refused_releases_the_lock_and_fails_with_the_cause(
@@ -141,8 +145,10 @@ def test_capacity_refused_releases_the_lock_and_fails_with_the_cause(
     run = run_case(sfn, workflow(NAME, "scale_array.asl.json"), "SetCapacityRefused", REQUEST)
     assert run["status"] == "FAILED"
     assert "above max value 16" in run["cause"]
-    assert entered(run)[-2:] == RELEASED_THEN_FAILED
+    assert entered(run)[-4:] == RELEASED_THEN_FAILED
     assert "RecordDecision" not in entered(run)
+    # and a failed run re-arms its alarm on the way out (rules.rearm_after: every run does)
+    assert _rearmed(run) == [(REQUEST["alarmName"], "OK")]
 
 
 def test_demand_read_reaches_the_planner_and_a_failed_read_releases_the_lock(
@@ -169,17 +175,37 @@ def test_demand_read_reaches_the_planner_and_a_failed_read_releases_the_lock(
     failed = run_case(sfn, arn, "ReadDemandFails", REQUEST)
     assert failed["status"] == "FAILED"
     assert "PlanScale" not in entered(failed)
-    assert entered(failed)[-2:] == RELEASED_THEN_FAILED
+    assert entered(failed)[-4:] == RELEASED_THEN_FAILED
 
 
-def test_a_hold_with_nothing_to_wait_for_does_not_rearm(
+def test_a_hold_at_target_still_rearms_after_the_pause_plan_scale_gave(
     sfn: Any, workflow: Callable[[str, str], str]
 ) -> None:
-    # Given PlanScale decides to hold with rearm false (at max, or demand served)
-    run = run_case(sfn, workflow(NAME, "scale_array.asl.json"), "DecisionAlreadyRecorded", REQUEST)
-    assert run["status"] == "SUCCEEDED"
-    # (this case scales out, so it re-arms); a decision without rearm ends right after the lock
+    # Given PlanScale holds with nothing to wait for (at max, demand above it) and answers the
+    # longer pause rules.rearm_after gives such a hold
     held = run_case(sfn, workflow(NAME, "scale_array.asl.json"), "HoldNothingToWaitFor", REQUEST)
+    # Then the run still re-arms its alarm, after that pause, not the request's base pause
     assert held["status"] == "SUCCEEDED", held.get("cause")
-    assert entered(held)[-3:] == ["ReleaseLock", "ShouldRearm", "Done"]
-    assert "Rearm" not in entered(held)
+    assert entered(held)[-4:] == ["ReleaseLock", "WaitBeforeRearm", "Rearm", "Done"]
+    assert _rearmed(held) == [(REQUEST["alarmName"], "OK")]
+    seconds = _seconds_between(held, "WaitBeforeRearm", "Rearm")
+    assert seconds >= 2 - 0.5  # PlanHold's rearmSeconds (2), not REQUEST's (1)
+
+
+def _rearmed(run: dict[str, Any]) -> list[tuple[str, str]]:
+    """The (alarm, state) of every SetAlarmState the run scheduled."""
+    calls = [
+        json.loads(e["taskScheduledEventDetails"]["parameters"])
+        for e in run["events"]
+        if e["type"] == "TaskScheduled" and e["taskScheduledEventDetails"]["resource"] == "setAlarmState"
+    ]
+    return [(c["AlarmName"], c["StateValue"]) for c in calls]
+
+
+def _seconds_between(run: dict[str, Any], first: str, second: str) -> float:
+    stamps = {
+        e["stateEnteredEventDetails"]["name"]: e["timestamp"]
+        for e in run["events"]
+        if e["type"].endswith("StateEntered")
+    }
+    return float((stamps[second] - stamps[first]).total_seconds())

@@ -20,7 +20,7 @@ from vsa_core.registry import ArrayRegistry, expires_at
 from vsa_core.scaling import demand, rules
 from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.planner import plan
-from vsa_core.scaling.rules import EVALUATION_PERIODS, IN_FLIGHT, SCALE_FIELDS
+from vsa_core.scaling.rules import EVALUATION_PERIODS, IN_FLIGHT, SCALE_FIELDS, rearm_after
 from vsa_core.scaling.tuning import planner_inputs
 from vsa_core.settings import get_settings
 
@@ -46,7 +46,7 @@ def plan_scale(
     max_age = demand.alarm_datapoint_max_age(EVALUATION_PERIODS[request.alarm_kind])
     if read is not None and read.newest_minute is not None:
         demand_iops, recent, source = read.demand_iops, tuple(read.recent_demand), read.source
-    elif age <= max_age:
+    elif request.demand_iops is not None and age <= max_age:
         # GetMetricData had no datapoint in its window: the alarm's own datapoint, while fresh
         demand_iops, recent, source = request.demand_iops, (), "alarm"
     else:
@@ -75,9 +75,9 @@ def plan_scale(
         "groupName": name,
         "leaver": leaver,
         "scaleField": SCALE_FIELDS[decision.action],
-        # a run that changed the count or waits on a cooldown / a controller in flight re-arms
-        # its alarm: CloudWatch sends an event only on a change of state
-        "rearm": decision.action != "hold" or decision.waiting,
+        # every run re-arms its alarm (CloudWatch sends an event only on a change of state);
+        # the rule shared with the simulator says when
+        "rearmSeconds": rearm_after(decision, request.rearm_seconds),
         "alarmName": request.alarm_name,
         "alarmDemandIops": request.demand_iops,
         "demandSource": source,
@@ -96,8 +96,9 @@ def _stale(
     max_age: timedelta,
 ) -> dict[str, Any]:
     """No decision on stale data: GetMetricData found no datapoint and the alarm's is older than
-    its window allows. Hold, say why, and re-arm the alarm (``waiting``) so a breach that still
-    holds comes back as a fresh state change."""
+    its window allows (or it went to ALARM on missing data). Hold, say why, and re-arm the
+    alarm (``waiting``: the base pause) so a breach that still holds comes back as a fresh state
+    change."""
     decision = rules.stale_decision(request, spec, current, now, age, max_age)
     logger.warning("scale decision on stale data refused", extra=decision.as_dict())
     return {
@@ -105,7 +106,7 @@ def _stale(
         "groupName": group,
         "leaver": None,
         "scaleField": SCALE_FIELDS["hold"],
-        "rearm": True,
+        "rearmSeconds": rearm_after(decision, request.rearm_seconds),
         "alarmName": request.alarm_name,
         "alarmDemandIops": request.demand_iops,
         "demandSource": "stale",

@@ -28,17 +28,26 @@ class AlarmState(BaseModel):
     reason_data: str | None = Field(default=None, alias="reasonData")
     timestamp: str
 
-    def latest_datapoint(self) -> float:
-        """The newest datapoint CloudWatch evaluated (``reasonData.recentDatapoints[-1]``)."""
+    def latest_datapoint(self) -> float | None:
+        """The newest datapoint CloudWatch evaluated (``reasonData.recentDatapoints[-1]``), or None
+        when the state change carries none: an alarm that went to ALARM on missing data (the low
+        alarm treats it as breaching) sends ``recentDatapoints: []`` and ``evaluatedDatapoints``
+        with timestamps only, and SetAlarmState may send no ``reasonData`` at all. Such a change
+        still starts ScaleArray, which reads the demand itself (GetMetricData); only a
+        ``reasonData`` that is not what CloudWatch writes is refused."""
         if not self.reason_data:
-            raise InvalidEventError("alarm state carries no reasonData: cannot read the demand")
+            return None
         try:
             data: Any = json.loads(self.reason_data)
         except json.JSONDecodeError as error:
             raise InvalidEventError(f"alarm reasonData is not JSON: {error}") from error
-        points = data.get("recentDatapoints") if isinstance(data, dict) else None
-        if not isinstance(points, list) or not points:
-            raise InvalidEventError("alarm reasonData has no recentDatapoints list: cannot read the demand")
+        if not isinstance(data, dict):
+            raise InvalidEventError(f"alarm reasonData is not a JSON object: {self.reason_data!r}")
+        points = data.get("recentDatapoints")
+        if points is None or points == []:
+            return None
+        if not isinstance(points, list):
+            raise InvalidEventError(f"alarm reasonData's recentDatapoints is not a list: {points!r}")
         latest = points[-1]
         if isinstance(latest, bool) or not isinstance(latest, int | float) or not math.isfinite(latest):
             raise InvalidEventError(f"alarm's latest datapoint {latest!r} is not a finite number of IOPS")
@@ -81,7 +90,8 @@ class ScaleRequest(BaseModel):
     array_id: str = Field(alias="arrayId")
     alarm_name: str = Field(alias="alarmName")
     alarm_kind: Literal["high", "low"] = Field(alias="alarmKind")
-    demand_iops: float = Field(alias="demandIops", ge=0, allow_inf_nan=False)
+    demand_iops: float | None = Field(alias="demandIops", default=None, ge=0, allow_inf_nan=False)
+    """The alarm's newest datapoint; None when it went to ALARM on missing data."""
     state_timestamp: str = Field(alias="stateTimestamp")
     event_id: str = Field(alias="eventId")
     lock_now: int = Field(alias="lockNow", ge=0)
@@ -89,7 +99,7 @@ class ScaleRequest(BaseModel):
     lock_until: int = Field(alias="lockUntil", ge=0)
     """Epoch seconds until which this workflow's scaling lock holds (lease)."""
     rearm_seconds: int = Field(alias="rearmSeconds", default=60, ge=1, le=3600)
-    """How long after the run its alarm is set back to OK (when the decision says re-arm)."""
+    """The base pause before the run's alarm is set back to OK (``rules.rearm_after``)."""
     demand: ReadDemand | None = None
     """Set by the workflow's ReadDemand step; absent, the alarm's datapoint is the demand."""
 

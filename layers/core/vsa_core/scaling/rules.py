@@ -1,5 +1,6 @@
 """ScaleArray's rules around the planner (pure): which controllers count as in flight, each alarm's
-window, which clock a decision moves, and the decision when demand is stale."""
+window, which clock a decision moves, the decision when demand is stale, and when a run's alarm
+is re-armed (``rearm_after``: the one rule, used by ScaleArray and by the simulator alike)."""
 
 from datetime import datetime, timedelta
 
@@ -7,6 +8,10 @@ from vsa_core.arrays.plan import HIGH_EVALUATION_PERIODS, LOW_EVALUATION_PERIODS
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.planner import ScaleDecision
+
+REARM_AT_TARGET_FACTOR = 5
+"""A run that leaves the array at what its demand needs re-arms its alarm after this many times
+the base pause (5 minutes at the deployed 60 s): a safety net, not a loop."""
 
 IN_FLIGHT = (
     "Pending",
@@ -26,13 +31,19 @@ def stale_decision(
     """No decision on stale data: GetMetricData found no datapoint and the alarm's is older than
     its window allows. Hold, say why, and wait (the alarm is re-armed) so a breach that still
     holds comes back as a fresh state change."""
-    reason = (
-        f"no fresh demand: GetMetricData found no datapoint and the alarm's state change is "
-        f"{int(age.total_seconds())} s old (at most {int(max_age.total_seconds())} s): not deciding on it"
-    )
+    if request.demand_iops is None:
+        reason = (
+            "no fresh demand: GetMetricData found no datapoint and the alarm went to ALARM on "
+            "missing data (no datapoint of its own): not deciding without data"
+        )
+    else:
+        reason = (
+            f"no fresh demand: GetMetricData found no datapoint and the alarm's state change is "
+            f"{int(age.total_seconds())} s old (at most {int(max_age.total_seconds())} s): not deciding on it"
+        )
     return ScaleDecision(
         array_id=spec.array_id,
-        demand_iops=request.demand_iops,
+        demand_iops=request.demand_iops or 0.0,
         current_controllers=current,
         needed_controllers=current,
         desired_controllers=current,
@@ -46,3 +57,31 @@ def stale_decision(
         waiting=True,
         now=now.isoformat(),
     )
+
+
+def at_target(decision: ScaleDecision) -> bool:
+    """The decision leaves the array at what its current demand needs, as far as [min, max]
+    allows: nothing in flight, nothing changed, and desired = clamp(needed)."""
+    wanted = max(decision.min_controllers, min(decision.needed_controllers, decision.max_controllers))
+    return decision.action == "hold" and not decision.waiting and decision.desired_controllers == wanted
+
+
+def rearm_after(decision: ScaleDecision | None, base_seconds: int) -> int:
+    """Seconds after a ScaleArray run its alarm is set back to OK (SetAlarmState): always some.
+
+    CloudWatch sends an event only on a change of state, so an alarm left in ALARM is never
+    heard from again, whatever demand does next: every run re-arms the alarm that started it,
+    and a breach that persists comes back as a fresh state change at the next evaluation. The
+    rule is total: a run that scaled, waits (cooldown, a controller in flight, stale data), was
+    skipped (``None``: the lock busy) or failed (``None``) re-arms after ``base_seconds`` (one
+    evaluation period); a hold that leaves the array at what demand needs re-arms too, after
+    ``REARM_AT_TARGET_FACTOR`` x ``base_seconds``. An earlier rule (no re-arm for a hold with
+    nothing to wait for) left the low alarm in ALARM after "the recent peak still needs 5", and
+    the array at 4 controllers for good (issue #18). ScaleArray's workflow reads the seconds
+    from PlanScale's answer (``rearmSeconds``) and uses ``base_seconds`` on its paths without a
+    decision; the simulator calls this function itself."""
+    if base_seconds < 1:
+        raise ValueError(f"the re-arm pause must be 1 s or more, got {base_seconds}")
+    if decision is not None and at_target(decision):
+        return base_seconds * REARM_AT_TARGET_FACTOR
+    return base_seconds

@@ -9,13 +9,14 @@ What is modelled, minute by minute (one trace sample = one minute of demand, in 
   after a run changed the count (PutMetricAlarm moved both thresholds), at once on the datapoints
   already held. Only a change of state is an event: an alarm that stays in ALARM (its run held,
   or the low alarm is still breached under the next count's threshold) starts nothing more.
-  ``trigger="alarms-rearmed"``: the same, with ScaleArray re-arming both alarms after every run
-  (SetAlarmState OK), so an alarm still in breach fires again at its next evaluation, a minute
-  later. ``trigger="every-minute"`` runs ScaleArray every minute. Each run plans with the clock,
-  the last scale-out and scale-in, the controllers in flight, the last ``RECENT_MINUTES`` of
-  demand (``sustained_minutes`` = the low alarm's window), a trend lead of boot + the longer of
-  boot and the scale-out cooldown, and ``scale_in_headroom`` (default ``SCALE_IN_HYSTERESIS``,
-  the low alarm's margin).
+  ``trigger="alarms-rearmed"`` (as deployed): the same, with ScaleArray re-arming the alarm
+  that started each run (SetAlarmState OK) after the pause ``rules.rearm_after`` gives that run's
+  decision (the very function ScaleArray's PlanScale answers with), so an alarm still in breach
+  fires again at its next evaluation after it. ``trigger="every-minute"`` runs ScaleArray
+  every minute. Each run plans with the clock, the last scale-out and scale-in, the controllers
+  in flight, the last ``RECENT_MINUTES`` of demand (``sustained_minutes`` = the low alarm's
+  window), a trend lead of boot + the longer of boot and the scale-out cooldown, and
+  ``scale_in_headroom`` (default ``SCALE_IN_HYSTERESIS``, the low alarm's margin).
 - **oracle**: knows the whole trace and serves every minute at the target utilisation with
   exactly ``ceil(demand / (perControllerIops x targetUtilisation))`` controllers (clamped to
   [min, max]), paying the same boot and drain delays: a controller is billed from ``boot``
@@ -36,6 +37,7 @@ above target. Average utilisation is the trace's total demand over its total ser
 
 import csv
 import io
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -51,6 +53,7 @@ from vsa_core.arrays.plan import (
 )
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.scaling.planner import ScaleDecision, controllers_needed, plan
+from vsa_core.scaling.rules import rearm_after
 from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES, planner_inputs
 
 Trigger = Literal["alarms", "alarms-rearmed", "every-minute"]
@@ -59,6 +62,8 @@ RECENT_MINUTES = 15
 """How many one-minute demand samples before the current one ScaleArray reads (GetMetricData)
 and gives the planner as ``recent_demand``."""
 
+REARM_SECONDS = 60
+"""ScaleArray's base re-arm pause as deployed (``AlarmRearmSeconds``)."""
 DEFAULT_DRAIN_MINUTES = 2
 """Disconnect the controller's path on every host, then terminate."""
 DEFAULT_PRICE_PER_HOUR = 1.512
@@ -190,17 +195,23 @@ def simulate_planner(
     serving_log: list[int] = []
     billed_log: list[int] = []
     changes: list[ScaleDecision] = []
-    alarms = _Alarms(spec, demand)
+    alarms = Alarms(spec, demand)
+    rearm_at: dict[str, int] = {}  # alarm kind -> minute ScaleArray sets it back to OK
     for t, now_demand in enumerate(demand):
         serving += sum(1 for ready in booting if ready <= t)
         booting = [ready for ready in booting if ready > t]
         draining = [gone for gone in draining if gone > t]
+        for kind, due in list(rearm_at.items()):
+            if due <= t:
+                alarms.rearm(kind)
+                del rearm_at[kind]
         # one ScaleArray run per event (the scaling lock serialises them); a run that changes the
         # count moves the thresholds, and CloudWatch re-evaluates the datapoints it holds at once
-        events = 1 if trigger == "every-minute" else alarms.evaluate(t, desired)
+        fired = ["every-minute"] if trigger == "every-minute" else alarms.evaluate(t, desired)
         for _ in range(_RUNS_PER_MINUTE):
-            if not events:
+            if not fired:
                 break
+            kind = fired.pop(0)
             now = EPOCH + timedelta(minutes=t)
             decision = plan(
                 spec,
@@ -231,9 +242,10 @@ def simulate_planner(
             if added:
                 changes.append(decision)
             desired = decision.desired_controllers
-            events = alarms.evaluate(t, desired) if added and trigger != "every-minute" else 0
-            if trigger == "alarms-rearmed" and not events:
-                alarms.rearm()
+            if trigger == "alarms-rearmed":
+                rearm_at[kind] = t + rearm_minutes(decision)
+            if added and trigger != "every-minute":
+                fired += alarms.evaluate(t, desired)
         serving_log.append(serving)
         billed_log.append(serving + len(booting) + len(draining))
     return Result(
@@ -253,40 +265,56 @@ _RUNS_PER_MINUTE = 3
 re-evaluation after the thresholds moved): a run that scales is followed by holds (in flight)."""
 
 
-class _Alarms:
+def rearm_minutes(decision: ScaleDecision | None, base_seconds: int = REARM_SECONDS) -> int:
+    """Whole minutes after a run its alarm is back to OK (``rules.rearm_after``, at least the
+    next evaluation)."""
+    return max(1, math.ceil(rearm_after(decision, base_seconds) / 60))
+
+
+class Alarms:
     """The array's two CloudWatch alarms as CloudWatch runs them: each is OK or ALARM; once a
     minute, and right after PutMetricAlarm changed its threshold, it compares the datapoints it
     holds with its threshold: ALARM when at least ``DatapointsToAlarm`` of the last
-    ``EvaluationPeriods`` breach, OK otherwise. Only a change of state emits an event, and only a
-    change to ALARM starts ScaleArray: an alarm that stays in ALARM (a run that held on a
-    cooldown, a low alarm still breached under the next threshold after a scale-in) starts
-    nothing more, unless ScaleArray re-arms it (SetAlarmState OK: the next evaluation, a minute
-    later, goes back to ALARM if the datapoints still breach)."""
+    ``EvaluationPeriods`` breach, OK otherwise. A missing minute (``None``) is treated as the
+    product configures it (``arrays.plan.alarm_params``): not breaching for the high alarm,
+    breaching for the low one above minControllers (no IO), not breaching at it. Only a change of
+    state emits an event, and only a change to ALARM starts ScaleArray: an alarm that stays in
+    ALARM starts nothing more, unless ScaleArray re-arms it (SetAlarmState OK: the next
+    evaluation goes back to ALARM if the datapoints still breach)."""
 
-    def __init__(self, spec: ArraySpec, demand: Sequence[float]) -> None:
+    def __init__(self, spec: ArraySpec, demand: Sequence[float | None]) -> None:
         self._spec, self._demand = spec, demand
-        self._in_alarm = {"high": False, "low": False}
+        self.in_alarm = {"high": False, "low": False}
 
-    def evaluate(self, t: int, desired: int) -> int:
-        """Evaluate both alarms at minute ``t`` for ``desired`` controllers: the number of
-        changes to ALARM."""
+    def breaching(self, kind: str, t: int, desired: int) -> bool:
+        """Whether ``kind``'s condition holds at minute ``t`` for ``desired`` controllers."""
         high, low = alarm_thresholds(self._spec, desired)
-        events = 0
-        for kind, periods, datapoints in (
-            ("high", HIGH_EVALUATION_PERIODS, HIGH_DATAPOINTS_TO_ALARM),
-            ("low", LOW_EVALUATION_PERIODS, LOW_DATAPOINTS_TO_ALARM),
-        ):
-            window = self._demand[max(0, t - periods + 1) : t + 1]
-            breaching = sum(1 for d in window if (d > high if kind == "high" else d < low))
-            in_alarm = breaching >= datapoints
-            if in_alarm and not self._in_alarm[kind]:
-                events += 1
-            self._in_alarm[kind] = in_alarm
-        return events
+        periods, datapoints = (
+            (HIGH_EVALUATION_PERIODS, HIGH_DATAPOINTS_TO_ALARM)
+            if kind == "high"
+            else (LOW_EVALUATION_PERIODS, LOW_DATAPOINTS_TO_ALARM)
+        )
+        window = self._demand[max(0, t - periods + 1) : t + 1]
+        if kind == "high":
+            hits = sum(1 for d in window if d is not None and d > high)
+        else:
+            hits = sum(1 for d in window if (d is None and low > 0) or (d is not None and d < low))
+        return hits >= datapoints
 
-    def rearm(self) -> None:
-        """SetAlarmState OK on both alarms (an alarm already OK stays OK)."""
-        self._in_alarm = {"high": False, "low": False}
+    def evaluate(self, t: int, desired: int) -> list[str]:
+        """Evaluate both alarms at minute ``t`` for ``desired`` controllers: the alarms that
+        changed to ALARM (each an event)."""
+        fired = []
+        for kind in ("high", "low"):
+            in_alarm = self.breaching(kind, t, desired)
+            if in_alarm and not self.in_alarm[kind]:
+                fired.append(kind)
+            self.in_alarm[kind] = in_alarm
+        return fired
+
+    def rearm(self, kind: str) -> None:
+        """SetAlarmState OK on ``kind`` (an alarm already OK stays OK)."""
+        self.in_alarm[kind] = False
 
 
 def simulate_oracle(
