@@ -419,3 +419,147 @@ def test_apply_creates_every_owned_volume_without_waiting_and_idempotently(
     world.service.apply(spec, 2)
     assert len(created) == 3
     assert tokens == [plan.owned_volume_token(spec, v) for v in spec.new_volumes]
+
+
+# --- everything launching a controller needs, checked before anything is stored (issue #20) ------
+
+
+def _network(world: World) -> dict[str, str]:
+    """A VPC's subnet in the array's AZ, a host in it with its own security group, and a
+    controllers' group."""
+    vpc = world.ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    subnet = world.ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.1.0/24", AvailabilityZone=AZ)["Subnet"][
+        "SubnetId"
+    ]
+    hosts_group = world.ec2.create_security_group(GroupName="hosts", Description="hosts", VpcId=vpc)[
+        "GroupId"
+    ]
+    controllers = world.ec2.create_security_group(GroupName="ctl", Description="ctl", VpcId=vpc)["GroupId"]
+    host = world.ec2.run_instances(
+        ImageId=world.image_id, MinCount=1, MaxCount=1, SubnetId=subnet, SecurityGroupIds=[hosts_group]
+    )["Instances"][0]
+    return {
+        "vpc": vpc,
+        "subnet": subnet,
+        "hosts_group": hosts_group,
+        "controllers": controllers,
+        "host": host["InstanceId"],
+        "address": host["PrivateIpAddress"],
+    }
+
+
+def _open_4420(world: World, group: str, **source: Any) -> None:
+    world.ec2.authorize_security_group_ingress(
+        GroupId=group, IpPermissions=[{"IpProtocol": "tcp", "FromPort": 4420, "ToPort": 4420, **source}]
+    )
+
+
+def _with_network(world: World, net: dict[str, str], **controllers: Any) -> ArraySpec:
+    return world.spec(
+        [{"volumeId": world.volume()}],
+        controllers={
+            "instanceType": "r5b.2xlarge",
+            "imageId": world.image_id,
+            "subnetId": net["subnet"],
+            "securityGroupIds": [net["controllers"]],
+            **controllers,
+        },
+        hosts=[{"instanceId": net["host"]}],
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "stranger"),
+    [
+        ({"IpRanges": [{"CidrIp": "0.0.0.0/0"}]}, "0.0.0.0/0"),
+        ({"IpRanges": [{"CidrIp": "10.9.0.0/16"}]}, "10.9.0.0/16"),
+        ({"Ipv6Ranges": [{"CidrIpv6": "::/0"}]}, "::/0"),
+    ],
+)
+def test_port_4420_open_beyond_the_hosts_is_refused_naming_the_group_and_source(
+    world: World, source: dict[str, Any], stranger: str
+) -> None:
+    net = _network(world)
+    _open_4420(world, net["controllers"], UserIdGroupPairs=[{"GroupId": net["hosts_group"]}])
+    _open_4420(world, net["controllers"], **source)
+    world.hosts_answer((net["host"], "Online"))
+    with pytest.raises(InvalidSpecError) as refused:
+        world.service.validate(_with_network(world, net), None)
+    message = str(refused.value)
+    assert f"{net['controllers']} opens port 4420 (NVMe/TCP) to {stranger}" in message
+    assert "only to the hosts' security groups" in message
+    assert world.nothing_created()
+
+
+def test_every_protocol_from_another_group_counts_as_port_4420_open(world: World) -> None:
+    net = _network(world)
+    other = world.ec2.create_security_group(GroupName="o", Description="o", VpcId=net["vpc"])["GroupId"]
+    _open_4420(world, net["controllers"], UserIdGroupPairs=[{"GroupId": net["hosts_group"]}])
+    world.ec2.authorize_security_group_ingress(
+        GroupId=net["controllers"],
+        IpPermissions=[{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": other}]}],
+    )
+    world.hosts_answer((net["host"], "Online"))
+    with pytest.raises(InvalidSpecError, match=f"to security group {other}, which is not a host"):
+        world.service.validate(_with_network(world, net), None)
+
+
+@pytest.mark.parametrize("by", ["group", "address"])
+def test_port_4420_open_to_the_hosts_only_is_accepted(world: World, by: str) -> None:
+    net = _network(world)
+    if by == "group":
+        _open_4420(world, net["controllers"], UserIdGroupPairs=[{"GroupId": net["hosts_group"]}])
+    else:
+        _open_4420(world, net["controllers"], IpRanges=[{"CidrIp": f"{net['address']}/32"}])
+    # other ports may be open to anyone: only NVMe/TCP is the array's
+    world.ec2.authorize_security_group_ingress(
+        GroupId=net["controllers"],
+        IpPermissions=[
+            {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}
+        ],
+    )
+    world.hosts_answer((net["host"], "Online"))
+    world.service.validate(_with_network(world, net), None)
+
+
+def test_a_host_no_security_group_admits_is_refused(world: World) -> None:
+    net = _network(world)
+    world.hosts_answer((net["host"], "Online"))
+    with pytest.raises(InvalidSpecError, match=f"host {net['host']} cannot reach port 4420"):
+        world.service.validate(_with_network(world, net), None)
+
+
+def test_unknown_security_groups_instance_type_and_profile_are_all_reported_at_once(world: World) -> None:
+    net = _network(world)
+    elsewhere = world.ec2.create_security_group(GroupName="x", Description="x")["GroupId"]  # default VPC
+    spec = _with_network(world, net, instanceType="r5b.nonsense", instanceProfile="no-such-profile")
+    spec = spec.model_copy(
+        update={
+            "controllers": spec.controllers.model_copy(
+                update={"security_group_ids": ("sg-0123456789abcdef0", elsewhere)}
+            ),
+            "hosts": (),
+        }
+    )
+    with pytest.raises(InvalidSpecError) as refused:
+        world.service.validate(spec, None)
+    message = str(refused.value)
+    assert "securityGroupIds sg-0123456789abcdef0 does not exist" in message
+    assert f"securityGroupIds {elsewhere} is in vpc-" in message
+    assert f"subnetId in {net['vpc']}" in message
+    assert "instanceType r5b.nonsense is not offered in us-east-1a" in message
+    assert "instanceProfile no-such-profile does not exist" in message
+    assert world.nothing_created()
+
+
+def test_an_existing_instance_profile_is_accepted(world: World) -> None:
+    boto3.client("iam", region_name=REGION).create_instance_profile(InstanceProfileName="vsa-controller")
+    spec = world.spec(
+        [{"volumeId": world.volume()}],
+        controllers={
+            "instanceType": "r5b.2xlarge",
+            "imageId": world.image_id,
+            "instanceProfile": "vsa-controller",
+        },
+    )
+    world.service.validate(spec, None)

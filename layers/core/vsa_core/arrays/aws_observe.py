@@ -68,6 +68,8 @@ class ArrayClients:
     scheduler: Any
     ssm: Any
     scheduler_role_arn: str
+    iam: Any = None
+    """Read only: validation asks whether the spec's instance profile exists."""
 
 
 def error_code(error: ClientError) -> str:

@@ -29,6 +29,7 @@ class ArrayService:
         cloudwatch: Any = None,
         scheduler: Any = None,
         ssm: Any = None,
+        iam: Any = None,
         wait_delay_seconds: int = 5,
         wait_max_attempts: int = 60,
     ) -> None:
@@ -41,6 +42,7 @@ class ArrayService:
             scheduler=scheduler or client("scheduler"),
             ssm=ssm or client("ssm"),
             scheduler_role_arn=scheduler_role_arn,
+            iam=iam or client("iam"),
         )
         self._autoscaling = self.ctx.autoscaling
 

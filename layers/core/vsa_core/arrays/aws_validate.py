@@ -7,7 +7,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from vsa_core.arrays import aws_observe, aws_volumes
+from vsa_core.arrays import aws_observe, aws_volumes, exposure
 from vsa_core.arrays.aws_observe import SERVING_STATES, ArrayClients, error_code, tag_dict
 from vsa_core.arrays.spec import ARRAY_TAG, MULTI_ATTACH_LIMIT, ArraySpec, RegisteredArray
 from vsa_core.errors import ConflictError, InvalidSpecError
@@ -109,6 +109,9 @@ def _controller_problems(clients: ArrayClients, spec: ArraySpec) -> list[str]:
         images = []
     if not images:
         problems.append(f"controllers.imageId {settings.image_id} does not exist: use an AMI in this region")
+    problems += _instance_type_problems(clients, spec)
+    problems += _instance_profile_problems(clients, spec)
+    vpc = None
     if settings.subnet_id is not None:
         try:
             subnets = clients.ec2.describe_subnets(SubnetIds=[settings.subnet_id])["Subnets"]
@@ -123,7 +126,91 @@ def _controller_problems(clients: ArrayClients, spec: ArraySpec) -> list[str]:
                 f"controllers.subnetId {settings.subnet_id} is in {subnets[0]['AvailabilityZone']}, the "
                 f"array is in {spec.availability_zone}: use a subnet in {spec.availability_zone}"
             )
-    return problems
+        if subnets:
+            vpc = subnets[0].get("VpcId")
+    return problems + _security_group_problems(clients, spec, vpc)
+
+
+def _instance_type_problems(clients: ArrayClients, spec: ArraySpec) -> list[str]:
+    kind = spec.controllers.instance_type
+    offered = clients.ec2.describe_instance_type_offerings(
+        LocationType="availability-zone",
+        Filters=[
+            {"Name": "location", "Values": [spec.availability_zone]},
+            {"Name": "instance-type", "Values": [kind]},
+        ],
+    )["InstanceTypeOfferings"]
+    if offered:
+        return []
+    return [
+        f"controllers.instanceType {kind} is not offered in {spec.availability_zone}: use an instance "
+        "type EC2 offers there (aws ec2 describe-instance-type-offerings --location-type availability-zone)"
+    ]
+
+
+def _instance_profile_problems(clients: ArrayClients, spec: ArraySpec) -> list[str]:
+    name = spec.controllers.instance_profile
+    if name is None:
+        return []
+    try:
+        clients.iam.get_instance_profile(InstanceProfileName=name)
+    except ClientError as error:
+        if error_code(error) != "NoSuchEntity":
+            raise
+        return [
+            f"controllers.instanceProfile {name} does not exist: give the name of an IAM instance "
+            "profile whose role has AmazonSSMManagedInstanceCore"
+        ]
+    return []
+
+
+def _security_group_problems(clients: ArrayClients, spec: ArraySpec, vpc: str | None) -> list[str]:
+    ids = list(spec.controllers.security_group_ids)
+    if not ids:
+        return []
+    # a filter, not GroupIds: GroupIds fails the whole call on the first unknown id
+    groups = clients.ec2.describe_security_groups(Filters=[{"Name": "group-id", "Values": ids}])[
+        "SecurityGroups"
+    ]
+    found = {g["GroupId"]: g for g in groups}
+    problems = [
+        f"controllers.securityGroupIds {g} does not exist: check the id" for g in ids if g not in found
+    ]
+    problems += [
+        f"controllers.securityGroupIds {g['GroupId']} is in {g.get('VpcId')}, controllers.subnetId in "
+        f"{vpc}: use security groups of the subnet's VPC"
+        for g in groups
+        if vpc is not None and g.get("VpcId") != vpc
+    ]
+    return problems + exposure.problems(groups, _host_access(clients, spec))
+
+
+def _host_access(clients: ArrayClients, spec: ArraySpec) -> list[exposure.HostAccess]:
+    ids = [h.instance_id for h in spec.hosts]
+    if not ids:
+        return []
+    pages = clients.ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "instance-id", "Values": ids}]
+    )
+    found = []
+    for page in pages:
+        for reservation in page["Reservations"]:
+            for instance in reservation["Instances"]:
+                interfaces = instance.get("NetworkInterfaces", [])
+                addresses = {
+                    a["PrivateIpAddress"] for i in interfaces for a in i.get("PrivateIpAddresses", [])
+                }
+                addresses |= {a["Ipv6Address"] for i in interfaces for a in i.get("Ipv6Addresses", [])}
+                if instance.get("PrivateIpAddress"):
+                    addresses.add(instance["PrivateIpAddress"])
+                found.append(
+                    exposure.HostAccess(
+                        instance_id=instance["InstanceId"],
+                        groups=frozenset(g["GroupId"] for g in instance.get("SecurityGroups", [])),
+                        addresses=frozenset(addresses),
+                    )
+                )
+    return found
 
 
 def _foreign_template_problems(clients: ArrayClients, array_id: str) -> list[str]:
