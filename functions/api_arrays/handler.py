@@ -5,6 +5,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from vsa_core.arrays import replies
 from vsa_core.arrays.aws_api import app
 from vsa_core.observability import logger, tracer
 
@@ -14,4 +15,4 @@ __all__ = ["app", "lambda_handler"]
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return app.resolve(event, context)
+    return replies.resolve(app, event, context)

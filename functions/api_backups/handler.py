@@ -5,6 +5,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from vsa_core.arrays import replies
 from vsa_core.backups.aws_api import app, idempotency_config
 from vsa_core.observability import logger, tracer
 
@@ -16,4 +17,4 @@ __all__ = ["app", "lambda_handler"]
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     # an in-progress record expires with the invocation, so a request that timed out can be retried
     idempotency_config().register_lambda_context(context)
-    return app.resolve(event, context)
+    return replies.resolve(app, event, context)

@@ -165,3 +165,19 @@ def test_the_spec_takes_each_mountpoint_exactly_as_freeze_io_does():
     declared = documents.load("freeze-io").parameters["Mountpoints"]["allowedPattern"]
     item = MOUNTPOINT_PATTERN.pattern
     assert declared == f"^$|^({item})(,{item}){{0,{MAX_MOUNTPOINTS - 1}}}$"
+
+
+def test_every_id_the_spec_passes_to_a_document_is_the_pattern_the_document_takes():
+    # One definition each (vsa_core.arrays.ids, vsa_core.naming): what the API stores is what
+    # SendCommand will accept, so an apply never stores a value a document would refuse later.
+    from vsa_core.arrays.ids import NQN, VOLUME_ID
+    from vsa_core.naming import ARRAY_ID_PATTERN
+
+    for name in ("configure-target", "connect-path", "disconnect-path"):
+        parameters = documents.load(name).parameters
+        assert parameters["ArrayId"]["allowedPattern"] == ARRAY_ID_PATTERN, name
+        volumes = parameters["Volumes"]["allowedPattern"]
+        assert volumes in (f"^{VOLUME_ID}(,{VOLUME_ID})*$", f"^({VOLUME_ID}(,{VOLUME_ID})*)?$"), name
+    assert documents.load("connect-path").parameters["HostNqn"]["allowedPattern"] == f"^{NQN}$"
+    hosts = documents.load("configure-target").parameters["HostNqns"]["allowedPattern"]
+    assert hosts == f"^({NQN}(,{NQN})*)?$"

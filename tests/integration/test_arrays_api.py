@@ -304,3 +304,67 @@ def test_a_fifth_modification_within_24_hours_is_a_409_saying_when_and_stores_no
     described = api.call("GET", f"/arrays/{array_id}")[1]
     assert (described["version"], described["spec"]["volumes"][1]["sizeGiB"]) == (5, 54)
     assert owned_volumes(array_id)[0]["Size"] == 54
+
+
+def test_security_groups_open_to_strangers_unknown_ones_and_a_missing_profile_store_and_create_nothing(
+    api: Api, world: World, arrays: Callable[[], str]
+) -> None:
+    # Given controllers' security groups: one that does not exist, one that opens NVMe/TCP's
+    # port 4420 to the world; and an instance profile that does not exist (issue #20: before,
+    # this answered 502 after the spec was stored and a volume and launch template were created)
+    array_id = arrays()
+    ec2 = boto3.client("ec2")
+    open_group = ec2.create_security_group(GroupName=f"{array_id}-open", Description="open to all")["GroupId"]
+    ec2.authorize_security_group_ingress(
+        GroupId=open_group,
+        IpPermissions=[
+            {"IpProtocol": "tcp", "FromPort": 4420, "ToPort": 4420, "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}
+        ],
+    )
+    spec = spec_for(array_id, world)
+    spec["controllers"] = {
+        **spec["controllers"],
+        "securityGroupIds": ["sg-0123456789abcdef0", open_group],
+        "instanceProfile": f"{array_id}-no-such-profile",
+    }
+    # When it is applied
+    status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
+    # Then 400 names every problem at once, and nothing is stored or created
+    assert status == 400, reply
+    assert "securityGroupIds sg-0123456789abcdef0 does not exist" in reply["message"]
+    assert f"{open_group} opens port 4420 (NVMe/TCP) to 0.0.0.0/0" in reply["message"]
+    assert f"instanceProfile {array_id}-no-such-profile does not exist" in reply["message"]
+    assert api.call("GET", f"/arrays/{array_id}")[0] == 404
+    no_trace(array_id)
+    templates = ec2.describe_launch_templates(
+        Filters=[{"Name": "launch-template-name", "Values": [f"vsa-{array_id}-controller"]}]
+    )["LaunchTemplates"]
+    assert templates == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "message"),
+    [
+        (b'{"arrayId": "\xff\xfe"}', 400, "not UTF-8"),
+        (b"[" * 100_000 + b"]" * 100_000, 400, "deeper than 32"),
+        (b'{"pad": "' + b"x" * 300_000 + b'"}', 413, "at most 262144"),
+    ],
+)
+def test_unreadable_bodies_are_4xx_with_a_message(
+    api: Api, arrays: Callable[[], str], raw: bytes, status: int, message: str
+) -> None:
+    array_id = arrays()
+    got, reply = api.call("PUT", f"/arrays/{array_id}", raw=raw)
+    assert got == status, reply
+    assert message in reply["message"]
+    assert api.call("GET", f"/arrays/{array_id}")[0] == 404
+
+
+def test_a_string_for_a_number_is_422_naming_the_field(
+    api: Api, world: World, arrays: Callable[[], str]
+) -> None:
+    array_id = arrays()
+    status, reply = api.call("PUT", f"/arrays/{array_id}", spec_for(array_id, world, minControllers="1"))
+    assert status == 422, reply
+    assert "body.minControllers: Input should be a valid integer" in reply["message"]
+    no_trace(array_id)

@@ -1,5 +1,6 @@
 """api_arrays: the REST resolver over moto, fed the AWS-shaped proxy events from events/apigateway."""
 
+import base64
 import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -11,6 +12,7 @@ from api_arrays import handler
 from botocore.stub import Stubber
 
 from tests.unit.conftest import REGION, FakeLambdaContext, hooks_keep_metadata, load_event
+from vsa_core.arrays import replies
 from vsa_core.clients import client
 from vsa_core.settings import get_settings
 
@@ -407,3 +409,103 @@ def test_a_dry_run_of_a_change_names_the_changed_fields_and_modifies_nothing(api
     stored = call(load_event("apigateway/get_array.json"))[1]
     assert (stored["version"], stored["spec"]["maxControllers"]) == (1, 8)
     assert client("ec2").describe_volumes_modifications()["VolumesModifications"] == []
+
+
+# --- hostile input (issue #20): strict types, bounds, unreadable bodies, messages that say what to fix
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"minControllers": "1"}, "minControllers"),
+        ({"minControllers": True}, "minControllers"),
+        ({"maxControllers": 4.0}, "maxControllers"),
+        ({"allowAnyHost": "true"}, "allowAnyHost"),
+        ({"specVersion": True}, "specVersion"),
+        ({"targetUtilisation": "0.5"}, "targetUtilisation"),
+        ({"perControllerIops": 26 * 256_000 + 1}, "perControllerIops"),
+        ({"volumes": [{"name": f"v{i}", "sizeGiB": 4, "iops": 100} for i in range(27)]}, "volumes"),
+        ({"hosts": [{"instanceId": f"i-{i:017x}"} for i in range(257)]}, "hosts"),
+        ({"hosts": [{"instanceId": "i-0a1b2c3d4e5f60101", "hostNqn": "nqn.٢٠١٤-08.org.x:h"}]}, "hostNqn"),
+        ({"backup": {"schedule": "cron($(reboot))"}}, "schedule"),
+        ({"backup": {"schedule": "cron(0 3 * * ? *) ; reboot"}}, "schedule"),
+        ({"demandMetric": {"namespace": "Vsa", "metricName": "iops;reboot"}}, "metricName"),
+        (
+            {"demandMetric": {"namespace": "Vsa", "metricName": "iops", "dimensions": {"a": "$(x)"}}},
+            "dimensions",
+        ),
+    ],
+)
+def test_a_mistyped_or_oversized_field_is_422_naming_it_and_why(
+    api_env: dict[str, Any], change: dict[str, Any], field: str
+) -> None:
+    status, reply = call(put_event(api_env, **change))
+    assert status == 422, reply
+    # the message says which field and why, in words; detail lists them
+    assert field in reply["message"], reply
+    assert reply["message"].startswith("the request does not validate: body.")
+    assert all(d["msg"] and d["loc"][0] == "body" for d in reply["detail"]), reply
+    assert call(load_event("apigateway/get_array.json"))[0] == 404
+
+
+@pytest.mark.parametrize(
+    ("controllers", "field"),
+    [
+        ({"securityGroupIds": [f"sg-{i:017x}" for i in range(17)]}, "securityGroupIds"),
+        ({"securityGroupIds": ["sg-0a1b2c3d4e5f6000b", "sg-0a1b2c3d4e5f6000b"]}, "more than once"),
+        ({"securityGroupIds": ["sg-1;reboot"]}, "securityGroupIds"),
+        ({"instanceProfile": "vsa controller"}, "instanceProfile"),
+    ],
+)
+def test_controller_settings_are_bounded_and_patterned(
+    api_env: dict[str, Any], controllers: dict[str, Any], field: str
+) -> None:
+    event = put_event(api_env)
+    spec = json.loads(event["body"])
+    spec["controllers"].update(controllers)
+    event["body"] = json.dumps(spec)
+    status, reply = call(event)
+    assert status == 422, reply
+    assert field in reply["message"], reply
+
+
+def test_a_body_that_is_not_utf8_is_400_saying_so(api_env: dict[str, Any]) -> None:
+    event = put_event(api_env)
+    event["body"] = base64.b64encode(event["body"].encode()[:20] + b"\xff\xfe" + b"}").decode()
+    event["isBase64Encoded"] = True
+    status, reply = call(event)
+    assert status == 400, reply
+    assert "not UTF-8" in reply["message"]
+
+
+def test_a_body_nested_100000_deep_is_400_not_a_crash(api_env: dict[str, Any]) -> None:
+    event = put_event(api_env)
+    event["body"] = "[" * 100_000 + "]" * 100_000
+    status, reply = call(event)
+    assert status == 400, reply
+    assert "deeper than 32" in reply["message"]
+
+
+def test_a_body_over_256_kib_is_413(api_env: dict[str, Any]) -> None:
+    event = put_event(api_env)
+    event["body"] = json.dumps({"pad": "x" * 300_000})
+    status, reply = call(event)
+    assert status == 413, reply
+    assert "at most 262144" in reply["message"]
+
+
+def test_brackets_inside_strings_do_not_count_as_depth() -> None:
+    assert replies.json_depth('{"a": "[[[[{{{{\\"]]]"}') == 1
+    assert replies.json_depth("[[1], [[2]]]") == 3
+
+
+@pytest.mark.parametrize(
+    "content_type", ["multipart/form-data", "application/x-www-form-urlencoded", "text/plain"]
+)
+def test_a_body_that_is_not_sent_as_json_is_415(api_env: dict[str, Any], content_type: str) -> None:
+    # found by the fuzz: multipart/form-data without a boundary made powertools raise (502)
+    event = put_event(api_env)
+    event["headers"]["Content-Type"] = content_type
+    status, reply = call(event)
+    assert status == 415, reply
+    assert "application/json" in reply["message"]

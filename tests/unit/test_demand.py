@@ -18,7 +18,7 @@ from tests.specs import CONTROLLERS
 from tests.unit.conftest import REGION
 from vsa_core.arrays import plan
 from vsa_core.arrays.aws_service import ArrayService
-from vsa_core.arrays.spec import ArraySpec
+from vsa_core.arrays.spec import MAX_VOLUMES, ArraySpec
 from vsa_core.registry import ArrayRegistry
 from vsa_core.scaling import demand
 
@@ -85,7 +85,7 @@ def test_a_demand_metric_in_an_aws_namespace_is_refused_with_what_to_do() -> Non
         spec(1, demandMetric={**CUSTOM, "namespace": "AWS/EBS"})
 
 
-@given(n=st.integers(min_value=1, max_value=64), custom=st.booleans())
+@given(n=st.integers(min_value=1, max_value=MAX_VOLUMES), custom=st.booleans())
 def test_every_alarm_stays_within_cloudwatchs_limits(n: int, custom: bool) -> None:
     # An alarm's metric math references at most 10 metrics and 10 expressions; exactly one
     # query is returned (the one the alarm watches)

@@ -8,7 +8,13 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from tests.specs import BASE
-from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, R5B_CONTROLLER_IOPS, ArraySpec, RegisteredArray
+from vsa_core.arrays.spec import (
+    MAX_CONTROLLER_IOPS,
+    MULTI_ATTACH_LIMIT,
+    R5B_CONTROLLER_IOPS,
+    ArraySpec,
+    RegisteredArray,
+)
 from vsa_core.naming import ARRAY_ID_PATTERN
 
 
@@ -130,7 +136,7 @@ def test_python_names_are_accepted_too():
 @given(
     array_id=st.from_regex(ARRAY_ID_PATTERN, fullmatch=True),
     bounds=st.integers(1, MULTI_ATTACH_LIMIT).flatmap(lambda hi: st.tuples(st.integers(1, hi), st.just(hi))),
-    per_controller_iops=st.integers(1, 10_000_000),
+    per_controller_iops=st.integers(1, MAX_CONTROLLER_IOPS),
     target_utilisation=st.floats(0.0, 1.0, exclude_min=True),
 )
 def test_spec_round_trips_through_its_json_as_the_registry_stores_it(

@@ -18,7 +18,7 @@ from vsa_core.arrays.plan import (
     desired_resources,
     diff,
 )
-from vsa_core.arrays.spec import ARRAY_TAG, ArraySpec
+from vsa_core.arrays.spec import ARRAY_TAG, MAX_HOSTS, ArraySpec
 
 ROLE = "arn:aws:iam::123456789012:role/vsa-scheduler"
 VOLUMES = ("vol-0a1b2c3d4e5f60001", "vol-0a1b2c3d4e5f60002")
@@ -46,7 +46,7 @@ def specs(draw: st.DrawFn) -> ArraySpec:
     low = draw(st.integers(1, 16))
     high = draw(st.integers(low, 16))
     volumes = draw(st.integers(1, 5))
-    hosts = draw(st.integers(0, 300))
+    hosts = draw(st.integers(0, MAX_HOSTS))
     return make_spec(
         minControllers=low,
         maxControllers=high,
@@ -113,7 +113,7 @@ def test_launch_template_from_instance_settings() -> None:
         controllers={
             **BASE["controllers"],
             "subnetId": "subnet-0a1b2c3d4e5f60001",
-            "securityGroupIds": ["sg-2", "sg-1"],
+            "securityGroupIds": ["sg-00000002", "sg-00000001"],
             "instanceProfile": "vsa-controller",
         }
     )
@@ -121,7 +121,7 @@ def test_launch_template_from_instance_settings() -> None:
     assert desired.launch_template is not None
     data = desired.launch_template["LaunchTemplateData"]
     assert data["NetworkInterfaces"] == [
-        {"DeviceIndex": 0, "SubnetId": "subnet-0a1b2c3d4e5f60001", "Groups": ["sg-1", "sg-2"]}
+        {"DeviceIndex": 0, "SubnetId": "subnet-0a1b2c3d4e5f60001", "Groups": ["sg-00000001", "sg-00000002"]}
     ]
     assert data["IamInstanceProfile"] == {"Name": "vsa-controller"}
     assert data["MetadataOptions"] == {"HttpTokens": "required"}

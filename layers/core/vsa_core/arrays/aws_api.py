@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 
-from vsa_core.arrays import aws_operations
+from vsa_core.arrays import aws_operations, replies
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import ArraySpec
@@ -54,24 +54,18 @@ def _documents() -> NodeDocuments:
     )
 
 
-def _error(status: int, error: Exception) -> Response[dict[str, str]]:
-    return Response(
-        status_code=status, content_type=content_types.APPLICATION_JSON, body={"message": str(error)}
-    )
+# Named domain errors → HTTP status, in one place; 422 names each failing field and why
+replies.install(
+    app, ((InvalidSpecError, 400), (ArrayNotFoundError, 404), (ConflictError, 409), (ReconcileError, 502))
+)
 
 
-# Named domain errors → HTTP status, in one place (powertools' exception_handler is untyped,
-# so the handlers are registered by calling it rather than as decorators).
-for _error_type, _status in (
-    (InvalidSpecError, 400),
-    (ArrayNotFoundError, 404),
-    (ConflictError, 409),
-    (ReconcileError, 502),
-):
-    app.exception_handler(_error_type)(lambda error, status=_status: _error(status, error))
-
-
-@app.put("/arrays/<array_id>", summary="Create or update an array", tags=["arrays"])
+@app.put(
+    "/arrays/<array_id>",
+    summary="Create or update an array",
+    tags=["arrays"],
+    responses=replies.responses(400, 409, 502, ok=(200, 201)),
+)
 def put_array(
     array_id: ArrayIdPath,
     spec: Annotated[ArraySpec, Body(description="the array spec (specVersion 1)")],
@@ -109,12 +103,17 @@ def put_array(
     )
 
 
-@app.get("/arrays", summary="List arrays", tags=["arrays"])
+@app.get("/arrays", summary="List arrays", tags=["arrays"], responses=replies.responses())
 def list_arrays() -> dict[str, Any]:
     return aws_operations.list_arrays(registry=_registry())
 
 
-@app.get("/arrays/<array_id>", summary="An array's spec and live status", tags=["arrays"])
+@app.get(
+    "/arrays/<array_id>",
+    summary="An array's spec and live status",
+    tags=["arrays"],
+    responses=replies.responses(404),
+)
 def get_array(array_id: ArrayIdPath) -> dict[str, Any]:
     logger.append_keys(array_id=array_id)
     return aws_operations.describe_array(
@@ -126,7 +125,12 @@ def get_array(array_id: ArrayIdPath) -> dict[str, Any]:
     )
 
 
-@app.delete("/arrays/<array_id>", summary="Delete an array", tags=["arrays"])
+@app.delete(
+    "/arrays/<array_id>",
+    summary="Delete an array",
+    tags=["arrays"],
+    responses=replies.responses(404, 409, ok=(202,)),
+)
 def delete_array(
     array_id: ArrayIdPath,
     delete_volumes: Annotated[

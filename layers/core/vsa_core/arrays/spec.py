@@ -5,9 +5,18 @@ fix. Field names are camelCase on the wire (YAML, JSON, the API) and snake_case 
 """
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
 
 # re-exported: the id types are the spec's too (vsa_core.arrays.ids says why they live apart)
 from vsa_core.arrays.ids import ArrayId as ArrayId
@@ -27,7 +36,39 @@ ARRAY_TAG = "vsa:array"
 OWNED_TAG = "vsa:owned"
 """Volumes the control plane created (and may delete, on request) carry ``vsa:owned=true``."""
 
-_SCHEDULE = re.compile(r"^(rate\(\d+ (minute|minutes|hour|hours|day|days)\)|cron\(.+\))$")
+MAX_VOLUMES = 26
+"""Every controller attaches every volume. r5b and most Nitro instances have a shared limit of 28
+attachments for EBS volumes, network interfaces and NVMe instance store (Amazon EBS volume limits
+for Amazon EC2 instances, EBS user guide): 28 less the root volume and the primary interface."""
+MAX_HOSTS = 256
+"""Ours, not AWS's: every bootstrap connects each host (one SendCommand per host from one
+step); 256 keeps that step and the spec's registry item (DynamoDB: 400 KB) well inside bounds."""
+MAX_SECURITY_GROUPS = 16
+"""Security groups per network interface: 5 by default, adjustable to at most 16 (Amazon VPC
+quotas, VPC user guide)."""
+IO2_MAX_IOPS = 256_000
+"""io2 Block Express: at most 256,000 IOPS per volume (Amazon EBS volume types)."""
+MAX_CONTROLLER_IOPS = MAX_VOLUMES * IO2_MAX_IOPS
+"""No controller serves more IOPS than its volumes can give."""
+NVME_TCP_PORT = 4420
+"""The port configure-target's nvmet listens on (its Port parameter's default) and hosts connect to."""
+
+# EventBridge Scheduler expressions (Schedule types, Scheduler user guide): rate(value unit) or
+# cron(minutes hours day-of-month month day-of-week year), each field of cron's own characters
+_CRON_FIELD = r"[0-9A-Za-z*?,/#-]+"
+_SCHEDULE = re.compile(
+    r"^(rate\([1-9][0-9]{0,5} (minute|minutes|hour|hours|day|days)\)"
+    rf"|cron\(({_CRON_FIELD} ){{5}}{_CRON_FIELD}\))$"
+)
+SECURITY_GROUP_ID = r"^sg-[0-9a-f]{8,17}$"
+INSTANCE_PROFILE_NAME = r"^[A-Za-z0-9+=,.@_-]{1,128}$"
+"""An IAM instance profile name (IAM API reference, InstanceProfileName: [\\w+=,.@-]+, 1-128)."""
+LAUNCH_TEMPLATE_NAME = r"^[A-Za-z0-9._/-]{3,128}$"
+"""A launch template name (EC2 API reference: [a-zA-Z0-9\\(\\)\\.\\-/_]+, 3-128), less the
+parentheses: no string this API stores carries a shell metacharacter."""
+CLOUDWATCH_NAME = r"^[A-Za-z0-9._/#@+=-][A-Za-z0-9._/#:@+=-]{0,254}$"
+"""A metric name or a dimension's name or value (CloudWatch: 1-255 ASCII characters, not starting
+with ':'), narrowed to characters no shell reads specially."""
 
 
 class _Strict(BaseModel):
@@ -46,8 +87,8 @@ class NewVolume(_Strict):
     takes no throughput setting for io2), so there is none to declare."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,30}$", description="unique within the array")
-    size_gib: int = Field(alias="sizeGiB", ge=4, le=65536)
-    iops: int = Field(ge=100, le=256000)
+    size_gib: StrictInt = Field(alias="sizeGiB", ge=4, le=65536)
+    iops: StrictInt = Field(ge=100, le=IO2_MAX_IOPS)
 
     @model_validator(mode="after")
     def _iops_per_gib(self) -> "NewVolume":
@@ -64,7 +105,9 @@ Volume = ExistingVolume | NewVolume
 
 class LaunchTemplateRef(_Strict):
     launch_template_id: str | None = Field(default=None, alias="launchTemplateId", pattern=r"^lt-[0-9a-f]+$")
-    launch_template_name: str | None = Field(default=None, alias="launchTemplateName", min_length=3)
+    launch_template_name: str | None = Field(
+        default=None, alias="launchTemplateName", pattern=LAUNCH_TEMPLATE_NAME
+    )
     version: str = Field(default="$Latest", pattern=r"^(\$Latest|\$Default|\d+)$")
 
     @model_validator(mode="after")
@@ -82,10 +125,26 @@ class ControllerSettings(_Strict):
     instance_type: str | None = Field(default=None, alias="instanceType", pattern=r"^[a-z0-9-]+\.[a-z0-9]+$")
     image_id: str | None = Field(default=None, alias="imageId", pattern=r"^ami-[0-9a-f]{8,17}$")
     subnet_id: str | None = Field(default=None, alias="subnetId", pattern=r"^subnet-[0-9a-f]{8,17}$")
-    security_group_ids: tuple[str, ...] = Field(default=(), alias="securityGroupIds")
-    instance_profile: str | None = Field(
-        default=None, alias="instanceProfile", description="IAM instance profile name (SSM agent needs one)"
+    security_group_ids: tuple[Annotated[str, Field(pattern=SECURITY_GROUP_ID)], ...] = Field(
+        default=(),
+        alias="securityGroupIds",
+        max_length=MAX_SECURITY_GROUPS,
+        description="the controllers' security groups: port 4420 (NVMe/TCP) open only to the array's hosts",
     )
+    instance_profile: str | None = Field(
+        default=None,
+        alias="instanceProfile",
+        pattern=INSTANCE_PROFILE_NAME,
+        description="IAM instance profile name (SSM agent needs one)",
+    )
+
+    @field_validator("security_group_ids")
+    @classmethod
+    def _once_each(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        twice = sorted({g for g in value if value.count(g) > 1})
+        if twice:
+            raise ValueError(f"securityGroupIds listed more than once: {', '.join(twice)}")
+        return value
 
     @model_validator(mode="after")
     def _template_or_parts(self) -> "ControllerSettings":
@@ -157,14 +216,17 @@ class Host(_Strict):
 class BackupPolicy(_Strict):
     schedule: str = Field(description="EventBridge Scheduler expression: rate(…) or cron(…)")
     mode: Literal["crash", "application"] = "crash"
-    retention: int = Field(default=7, ge=1, le=1000, description="backup sets to keep")
-    freeze_timeout_seconds: int = Field(default=10, alias="freezeTimeoutSeconds", ge=1, le=60)
+    retention: StrictInt = Field(default=7, ge=1, le=1000, description="backup sets to keep")
+    freeze_timeout_seconds: StrictInt = Field(default=10, alias="freezeTimeoutSeconds", ge=1, le=60)
 
     @field_validator("schedule")
     @classmethod
     def _expression(cls, value: str) -> str:
         if not _SCHEDULE.fullmatch(value):
-            raise ValueError(f"schedule {value!r}: use rate(N minutes|hours|days) or cron(…)")
+            raise ValueError(
+                f"schedule {value!r}: use rate(N minutes|hours|days) or cron(minutes hours day-of-month "
+                "month day-of-week year), e.g. cron(0 3 * * ? *)"
+            )
         return value
 
 
@@ -176,8 +238,10 @@ class DemandMetric(_Strict):
     namespace: str = Field(
         pattern=r"^[A-Za-z0-9._/#:-]{1,255}$", description="not AWS/…: those belong to AWS services"
     )
-    metric_name: str = Field(alias="metricName", min_length=1, max_length=255)
-    dimensions: dict[str, str] = Field(default_factory=dict, max_length=30)
+    metric_name: str = Field(alias="metricName", pattern=CLOUDWATCH_NAME)
+    dimensions: dict[
+        Annotated[str, Field(pattern=CLOUDWATCH_NAME)], Annotated[str, Field(pattern=CLOUDWATCH_NAME)]
+    ] = Field(default_factory=dict, max_length=30, description="at most 30 (CloudWatch's limit)")
     statistic: Literal["Sum", "Average", "Maximum"] = "Sum"
 
     @field_validator("namespace")
@@ -195,16 +259,20 @@ class ArraySpec(_Strict):
     spec_version: Literal[1] = Field(default=1, alias="specVersion")
     array_id: ArrayId = Field(alias="arrayId")
     availability_zone: str = Field(alias="availabilityZone", pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
-    volumes: tuple[Volume, ...] = Field(min_length=1)
+    volumes: tuple[Volume, ...] = Field(
+        min_length=1, max_length=MAX_VOLUMES, description="at most 26: every controller attaches each"
+    )
     controllers: ControllerSettings
-    min_controllers: int = Field(alias="minControllers", ge=1, le=MULTI_ATTACH_LIMIT)
-    max_controllers: int = Field(alias="maxControllers", ge=1, le=MULTI_ATTACH_LIMIT)
-    per_controller_iops: int = Field(default=R5B_CONTROLLER_IOPS, alias="perControllerIops", gt=0)
-    target_utilisation: float = Field(default=0.7, alias="targetUtilisation", gt=0.0, le=1.0)
-    scale_out_cooldown_seconds: int = Field(default=60, alias="scaleOutCooldownSeconds", ge=0, le=86400)
-    scale_in_cooldown_seconds: int = Field(default=180, alias="scaleInCooldownSeconds", ge=0, le=86400)
-    hosts: tuple[Host, ...] = ()
-    allow_any_host: bool = Field(
+    min_controllers: StrictInt = Field(alias="minControllers", ge=1, le=MULTI_ATTACH_LIMIT)
+    max_controllers: StrictInt = Field(alias="maxControllers", ge=1, le=MULTI_ATTACH_LIMIT)
+    per_controller_iops: StrictInt = Field(
+        default=R5B_CONTROLLER_IOPS, alias="perControllerIops", gt=0, le=MAX_CONTROLLER_IOPS
+    )
+    target_utilisation: StrictFloat = Field(default=0.7, alias="targetUtilisation", gt=0.0, le=1.0)
+    scale_out_cooldown_seconds: StrictInt = Field(default=60, alias="scaleOutCooldownSeconds", ge=0, le=86400)
+    scale_in_cooldown_seconds: StrictInt = Field(default=180, alias="scaleInCooldownSeconds", ge=0, le=86400)
+    hosts: tuple[Host, ...] = Field(default=(), max_length=MAX_HOSTS)
+    allow_any_host: StrictBool = Field(
         default=False,
         alias="allowAnyHost",
         description="export to any host NQN (default: only the declared hosts' NQNs)",
@@ -215,6 +283,14 @@ class ArraySpec(_Strict):
         description="a metric the hosts publish, in IOPS, instead of the volumes' AWS/EBS metrics",
     )
     backup: BackupPolicy | None = None
+
+    @field_validator("spec_version", mode="before")
+    @classmethod
+    def _exactly_one(cls, value: object) -> object:
+        # a Literal is compared by equality, so True (== 1) would pass: only the integer 1 does
+        if type(value) is not int:
+            raise ValueError(f"specVersion must be the number 1, not {value!r}")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> "ArraySpec":

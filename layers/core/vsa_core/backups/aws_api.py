@@ -33,8 +33,9 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyAlreadyInProgressError,
     IdempotencyValidationError,
 )
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
+from vsa_core.arrays import replies
 from vsa_core.arrays.spec import ArrayId
 from vsa_core.backups import sets
 from vsa_core.backups.aws_service import BackupService, from_settings
@@ -78,8 +79,8 @@ class BackupRequest(_Strict):
 
 
 class RetentionRequest(_Strict):
-    keep: int | None = Field(default=None, ge=1, le=1000, description="default: the policy's retention")
-    dry_run: bool = Field(default=False, alias="dryRun", description="only say what would be deleted")
+    keep: StrictInt | None = Field(default=None, ge=1, le=1000, description="default: the policy's retention")
+    dry_run: StrictBool = Field(default=False, alias="dryRun", description="only say what would be deleted")
 
 
 class NewArrayTarget(_Strict):
@@ -103,17 +104,19 @@ def _json(status: int, body: Any) -> Response[Any]:
     return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
 
 
-for _error_type, _status in (
-    (InvalidBackupError, 400),
-    (ArrayNotFoundError, 404),
-    (BackupNotFoundError, 404),
-    (ConflictError, 409),
-    (SnapshotLimitError, 409),
-    (IdempotencyAlreadyInProgressError, 409),
-    (RestoreError, 502),
-    (RetentionFailedError, 502),  # AWS refused a DeleteSnapshot: the message names each set
-):
-    app.exception_handler(_error_type)(lambda error, status=_status: _json(status, {"message": str(error)}))
+replies.install(
+    app,
+    (
+        (InvalidBackupError, 400),
+        (ArrayNotFoundError, 404),
+        (BackupNotFoundError, 404),
+        (ConflictError, 409),
+        (SnapshotLimitError, 409),
+        (IdempotencyAlreadyInProgressError, 409),
+        (RestoreError, 502),
+        (RetentionFailedError, 502),  # AWS refused a DeleteSnapshot: the message names each set
+    ),
+)
 
 
 def _key_reused(error: IdempotencyValidationError) -> Response[Any]:
@@ -184,7 +187,12 @@ def _post(kind: str, array_id: str, key: str | None, body: BaseModel) -> dict[st
 # --- routes ------------------------------------------------------------------------------------
 
 
-@app.post("/arrays/<array_id>/backups", summary="Back the array up", tags=["backups"])
+@app.post(
+    "/arrays/<array_id>/backups",
+    summary="Back the array up",
+    tags=["backups"],
+    responses=replies.responses(400, 404, 409, ok=(202,)),
+)
 def create_backup(
     array_id: ArrayIdPath,
     request: Annotated[BackupRequest, Body(description="mode and an optional label")],
@@ -196,7 +204,12 @@ def create_backup(
     return _json(202, reply["backup"])
 
 
-@app.get("/arrays/<array_id>/backups", summary="The array's backup sets, newest first", tags=["backups"])
+@app.get(
+    "/arrays/<array_id>/backups",
+    summary="The array's backup sets, newest first",
+    tags=["backups"],
+    responses=replies.responses(404),
+)
 def list_backups(array_id: ArrayIdPath) -> dict[str, Any]:
     found = _service().sets(array_id)
     return {"arrayId": array_id, "backups": [_summary(s) for s in found]}
@@ -217,7 +230,12 @@ def _summary(backup: sets.BackupSet) -> dict[str, Any]:
     }
 
 
-@app.get("/arrays/<array_id>/backups/<backup_id>", summary="One backup set", tags=["backups"])
+@app.get(
+    "/arrays/<array_id>/backups/<backup_id>",
+    summary="One backup set",
+    tags=["backups"],
+    responses=replies.responses(404),
+)
 def get_backup(array_id: ArrayIdPath, backup_id: BackupIdPath) -> dict[str, Any]:
     backup = _service().get(array_id, backup_id)
     reply = backup.model_dump(by_alias=True, mode="json")
@@ -227,13 +245,23 @@ def get_backup(array_id: ArrayIdPath, backup_id: BackupIdPath) -> dict[str, Any]
     return reply
 
 
-@app.delete("/arrays/<array_id>/backups/<backup_id>", summary="Delete a backup set", tags=["backups"])
+@app.delete(
+    "/arrays/<array_id>/backups/<backup_id>",
+    summary="Delete a backup set",
+    tags=["backups"],
+    responses=replies.responses(404, 409, 502),
+)
 def delete_backup(array_id: ArrayIdPath, backup_id: BackupIdPath) -> dict[str, Any]:
     logger.append_keys(array_id=array_id, backup_id=backup_id)
     return _service().delete(array_id, backup_id)
 
 
-@app.get("/arrays/<array_id>/retention", summary="What retention would delete (dry run)", tags=["backups"])
+@app.get(
+    "/arrays/<array_id>/retention",
+    summary="What retention would delete (dry run)",
+    tags=["backups"],
+    responses=replies.responses(404),
+)
 def plan_retention(
     array_id: ArrayIdPath,
     keep: Annotated[int | None, Query(ge=1, le=1000, description="default: the policy's retention")] = None,
@@ -247,7 +275,12 @@ def plan_retention(
     }
 
 
-@app.post("/arrays/<array_id>/retention", summary="Apply retention now", tags=["backups"])
+@app.post(
+    "/arrays/<array_id>/retention",
+    summary="Apply retention now",
+    tags=["backups"],
+    responses=replies.responses(404, 409, 502),
+)
 def apply_retention(
     array_id: ArrayIdPath,
     request: Annotated[RetentionRequest, Body(description="keep (default: the policy's), dryRun")],
@@ -258,7 +291,12 @@ def apply_retention(
     return {"arrayId": array_id, "dryRun": False, **reply}
 
 
-@app.post("/arrays/<array_id>/restores", summary="Restore a backup set to new volumes", tags=["backups"])
+@app.post(
+    "/arrays/<array_id>/restores",
+    summary="Restore a backup set to new volumes",
+    tags=["backups"],
+    responses=replies.responses(400, 404, 409, 502, ok=(201,)),
+)
 def create_restore(
     array_id: ArrayIdPath,
     request: Annotated[RestoreRequest, Body(description="the set, and a new array or volumes only")],
