@@ -20,7 +20,7 @@ from tests.integration.arrays_world import control, group_of, node_root, spec_fo
 from tests.integration.test_controller_lifecycle import PathWatch
 from vsa_core.controllers.nvme import subsystem_nqn
 
-pytestmark = pytest.mark.usefixtures("realistic_timings")
+pytestmark = [pytest.mark.usefixtures("realistic_timings"), pytest.mark.minutes]
 
 SURGE_IOPS = 650_000.0  # 4 controllers at 182,000 IOPS each (260,000 x 70%)
 CALM_IOPS = 100_000.0  # what one controller serves: minControllers (2) from here on
