@@ -180,7 +180,7 @@ def test_scale_out_to_5_and_back_to_3_never_leaves_a_host_without_a_path(
     shown = answer["status"]
     assert sorted(c["slot"] for c in shown["controllers"]) == [0, 1, 2, 3, 4]
     assert {c["slotState"] for c in shown["controllers"]} == {"serving"}
-    assert [len(h["paths"]) for h in shown["hosts"]] == [5, 5]
+    assert [h["paths"] for h in shown["hosts"]] == [5, 5]  # the fewest live paths each host reports
     slots = serving(array_id, stack_outputs)
     roots = {i: node_root(world.endpoint, i) for i in five}  # the sandboxes outlive the instances
     # When demand falls to what 3 serve, twice (scale-in removes one controller per decision)

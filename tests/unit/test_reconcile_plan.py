@@ -1,6 +1,8 @@
 """ReconcileArray's pure rules (vsa_core.reconcile.plan): what each phase does given what it
 observed, what remains, when an apply starts a run and what it says will be done."""
 
+import json
+from pathlib import Path
 from typing import Any
 
 from tests.specs import CONTROLLERS
@@ -8,6 +10,7 @@ from vsa_core.arrays.spec import ArraySpec
 from vsa_core.controllers.nvme import default_host_nqn
 from vsa_core.reconcile import plan
 from vsa_core.reconcile.plan import Controller, Documents, NodePaths, Observed
+from vsa_core.reconcile.steps import Node
 
 V1, V2, V3 = "vol-0a1b2c3d4e5f60001", "vol-0a1b2c3d4e5f60002", "vol-0a1b2c3d4e5f60003"
 C1, C2 = "i-0a1b2c3d4e5f60c01", "i-0a1b2c3d4e5f60c02"
@@ -171,3 +174,47 @@ def test_the_answer_says_what_remains_per_volume_and_host() -> None:
     ]
     assert plan.left_hosts(before, after) == (H2,)
     assert plan.left_hosts(None, after) == ()
+
+
+def _node_settings_sent(states: dict[str, Any], found: dict[str, set[str]]) -> dict[str, set[str]]:
+    """{document placeholder: the parameters a workflow fills from a Node* deploy setting}."""
+    for state in states.values():
+        params = state.get("Parameters") or {}
+        document = params.get("DocumentName") or params.get("document")
+        sent = params.get("Parameters") or params.get("parameters") or {}
+        if document:
+            node = {k for k, v in sent.items() if "${Node" in json.dumps(v)}
+            found.setdefault(document, set()).update(node)
+        for branch in state.get("Branches", []):
+            _node_settings_sent(branch["States"], found)
+        for key in ("Iterator", "ItemProcessor"):
+            if key in state:
+                _node_settings_sent(state[key]["States"], found)
+    return found
+
+
+def test_reconcile_sends_each_document_every_node_setting_the_other_workflows_send() -> None:
+    # A deploy's Node* settings say where things are on the nodes; connect-path without the
+    # NvmeConfig BootstrapController sends wrote to the real /etc/nvme/config.json and failed
+    # in the local cloud's sandbox. Every setting reconcile's node block carries reaches its
+    # commands, and reconcile sends each document every Node* setting any workflow sends it.
+    root = Path(__file__).resolve().parents[2] / "statemachines"
+    expected: dict[str, set[str]] = {}
+    for path in root.glob("*.asl.json"):
+        if path.name != "reconcile_array.asl.json":
+            _node_settings_sent(json.loads(path.read_text())["States"], expected)
+    reconcile = json.loads((root / "reconcile_array.asl.json").read_text())
+    node_block = reconcile["States"]["Init"]["Assign"]["node"]
+    node = NodePaths(**Node.model_validate(node_block).model_dump())
+    assert all(isinstance(v, str) and v.startswith("${Node") for v in node_block.values()), node_block
+    docs = Documents("${ConfigureTargetDocument}", "${ConnectPathDocument}", "${DisconnectPathDocument}")
+    seen = observed(spec(), {V1: ALL, V2: ALL}, removed_hosts=(H3,))
+    sent: dict[str, set[str]] = {}
+    for phase in ("disconnect", "export", "connect"):
+        for invocation in plan.commands(phase, seen, docs, node):
+            placeholders = {k for k, v in invocation.parameters.items() if v.startswith("${Node")}
+            sent.setdefault(invocation.document, set()).update(placeholders)
+    assert set(sent) == {docs.configure_target, docs.connect_path, docs.disconnect_path}
+    for document, settings in sent.items():
+        missing = expected[document] - settings
+        assert not missing, f"{document}: reconcile does not send {missing}"

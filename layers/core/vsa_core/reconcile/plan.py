@@ -104,6 +104,7 @@ class NodePaths:
     device_dir: str = "/dev/disk/by-id"
     modprobe_command: str = "modprobe"
     nvme_command: str = "nvme"
+    nvme_config: str = "/etc/nvme/config.json"
     sysfs_root: str = "/sys"
 
 
@@ -223,6 +224,8 @@ def commands(phase: Phase, observed: Observed, documents: Documents, node: NodeP
                     "HostNqn": nqn,
                     "NvmeCommand": node.nvme_command,
                     "SysfsRoot": node.sysfs_root,
+                    # where nvme-cli keeps the failover settings (as BootstrapController sends it)
+                    "NvmeConfig": node.nvme_config,
                 },
                 f"vsa {array_id} reconcile connect-path to {c.address}",
             )

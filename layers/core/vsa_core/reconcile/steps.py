@@ -34,6 +34,7 @@ class Node(BaseModel):
     device_dir: str = Field(alias="deviceDir", min_length=1)
     modprobe_command: str = Field(alias="modprobeCommand", min_length=1)
     nvme_command: str = Field(alias="nvmeCommand", min_length=1)
+    nvme_config: str = Field(alias="nvmeConfig", min_length=1)
     sysfs_root: str = Field(alias="sysfsRoot", min_length=1)
 
 
