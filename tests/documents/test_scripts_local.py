@@ -7,6 +7,7 @@ import re
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -423,6 +424,28 @@ def test_connect_keeps_the_failover_settings_in_nvme_clis_config_across_a_reboot
     (controller,) = fake_controllers(host).values()
     assert controller["keep_alive_tmo"] == kato
     assert controller["reconnect_delay"] == delay
+
+
+def test_connect_paths_run_side_by_side_on_one_host_keep_every_port_in_the_config(node: Nodes):
+    # ReconcileArray's connect phase sends one connect-path per controller to each host at
+    # once (and two bootstraps can overlap): the runs update nvme-cli's config side by side.
+    # Before the lock, two runs renamed the same config.json.tmp and the second failed.
+    addresses = [f"10.0.0.{n}" for n in range(11, 17)]
+    for n, address in enumerate(addresses):
+        target = node(f"c{n}")
+        target.attach(*VOLUMES)
+        assert configure(target, address, Slot=str(n)).code == 0
+    host = node("h0")
+    # (rounds: a race shows only sometimes; a later round finds the paths and rewrites the config)
+    for _ in range(4):
+        (host.root / NVME_CONFIG).unlink(missing_ok=True)
+        with ThreadPoolExecutor(len(addresses)) as pool:
+            results = list(pool.map(lambda a: connect(host, a), addresses))
+        assert [r.code for r in results] == [0] * len(addresses), [r.stderr for r in results if r.code]
+        (ours,) = json.loads((host.root / NVME_CONFIG).read_text())
+        ports = {s["nqn"]: sorted(p["traddr"] for p in s["ports"]) for s in ours["subsystems"]}
+        assert ports == {nvme.subsystem_nqn(ARRAY, v): addresses for v in VOLUMES}
+        assert not list((host.root / NVME_CONFIG).parent.glob(".config.*"))  # no temporary left
 
 
 def test_fast_io_fail_tmo_reaches_the_controller_through_the_config_only(node: Nodes):
