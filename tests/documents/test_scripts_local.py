@@ -3,6 +3,7 @@ derive are vsa_core.controllers.nvme's, they respect the kernel's configfs rules
 kernel and nvme-cli do where the documents depend on it."""
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -598,6 +599,7 @@ def test_configure_target_reports_what_configfs_exports_read_back(node: Nodes):
                         "enabled": (namespace / "enable").read_text().strip() == "1",
                         "device": device,
                         "sizeBytes": Path(device).stat().st_size,
+                        "deviceBytes": Path(device).stat().st_size,
                     }
                 ],
                 "ports": [
@@ -664,3 +666,52 @@ def test_host_reports_each_subsystems_paths_states_io_policy_and_size(node: Node
     assert [(e["ioPolicy"], e["sizeBytes"], e["livePaths"]) for e in left.report["subsystems"]] == [
         ("round-robin", None, 1)
     ] * len(VOLUMES)
+
+
+def test_configure_target_revalidates_only_the_namespaces_whose_device_grew(node: Nodes):
+    # Given two controllers exporting two 8 GiB volumes, and a host connected through both
+    c0, c1, host = node("c0"), node("c1"), node("h0")
+    targets = ((c0, "10.0.0.5"), (c1, "10.0.0.6"))
+    for slot, (target, address) in enumerate(targets):
+        target.attach(*VOLUMES, size_gib=8)
+        assert configure(target, address, Slot=str(slot)).code == 0
+    assert connect(host, "10.0.0.5").code == 0
+    assert connect(host, "10.0.0.6").code == 0
+    grown, kept = VOLUMES[1], VOLUMES[0]
+    namespace = {v: nvme.subsystem_nqn(ARRAY, v) for v in VOLUMES}
+    # When EBS grows one volume to 16 GiB (its device on every controller it is attached to)
+    for target, _ in targets:
+        os.truncate(target.root / DEVICES / nvme.device_name(grown), 16 * 2**30)
+    # Then no host sees it before a target announces it
+    seen = connect(host, "10.0.0.5").report["subsystems"]
+    assert {s["volume"]: s["sizeBytes"] for s in seen} == {kept: 8 * 2**30, grown: 8 * 2**30}
+    before = {t.root.name: tree(t.nvmet) for t, _ in targets}
+    # When configure-target applies on each controller
+    for slot, (target, address) in enumerate(targets):
+        result = configure(target, address, Slot=str(slot))
+        # Then it writes revalidate_size of the grown volume's namespace only, and nothing else
+        assert result.code == 0, result.stderr
+        assert writes(result.stderr) == []
+        assert result.report["changes"] == 1
+        assert (
+            f"revalidated subsystems/{namespace[grown]}/namespaces/1 at {16 * 2**30} bytes" in result.stderr
+        )
+        after = tree(target.nvmet)
+        revalidate = f"subsystems/{namespace[grown]}/namespaces/1/revalidate_size"
+        assert after.pop(revalidate) == ("file", "1\n")
+        assert after == before[target.root.name]
+        assert not (target.nvmet / f"subsystems/{namespace[kept]}/namespaces/1/revalidate_size").exists()
+        # and its report shows the namespace at the size nvmet re-read
+        sizes = {e["volume"]: e["namespaces"][0]["sizeBytes"] for e in result.report["exports"]}
+        assert sizes == {kept: 8 * 2**30, grown: 16 * 2**30}
+    # When it applies again, nothing is written (the size nvmet read is recorded)
+    stamp = (c0.nvmet / f"subsystems/{namespace[grown]}/namespaces/1/revalidate_size").stat().st_mtime_ns
+    again = configure(c0, "10.0.0.5", Slot="0")
+    assert (again.code, again.report["changes"]) == (0, 0), again.stderr
+    assert (
+        c0.nvmet / f"subsystems/{namespace[grown]}/namespaces/1/revalidate_size"
+    ).stat().st_mtime_ns == stamp
+    # Then the host's next report sees the new size, with both paths live all along
+    report = connect(host, "10.0.0.6").report["subsystems"]
+    assert {s["volume"]: s["sizeBytes"] for s in report} == {kept: 8 * 2**30, grown: 16 * 2**30}
+    assert all(sorted(p["state"] for p in s["paths"]) == ["live", "live"] for s in report)
