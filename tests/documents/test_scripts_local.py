@@ -715,3 +715,41 @@ def test_configure_target_revalidates_only_the_namespaces_whose_device_grew(node
     report = connect(host, "10.0.0.6").report["subsystems"]
     assert {s["volume"]: s["sizeBytes"] for s in report} == {kept: 8 * 2**30, grown: 16 * 2**30}
     assert all(sorted(p["state"] for p in s["paths"]) == ["live", "live"] for s in report)
+
+
+def test_report_paths_reports_what_connect_path_does_and_changes_nothing(node: Nodes):
+    # Given a host connected through two controllers, one of which then stops exporting
+    c0, c1, host = node("c0"), node("c1"), node("h0")
+    for slot, (target, address) in enumerate(((c0, "10.0.0.5"), (c1, "10.0.0.6"))):
+        target.attach(*VOLUMES, size_gib=16)
+        assert configure(target, address, Slot=str(slot)).code == 0
+        assert connect(host, address, CtrlLossTmo="600").code == 0
+    assert configure(c1, "10.0.0.6", Slot="1", Mode="teardown").code == 0
+    before = calls(host.root)
+    state = (host.root / ".fakes/nvme-state.json").read_text()
+
+    # When report-paths runs
+    result = host.run(
+        "report-paths", ArrayId=ARRAY, Volumes=",".join(VOLUMES), NvmeCommand=FAKE_NVME, SysfsRoot=SYSFS
+    )
+
+    # Then it reports each subsystem's paths as they are, its policy and size, in the hosts'
+    # report shape (the one vsa_core.arrays.dataplane reads)
+    assert result.code == 0, result.stderr
+    assert (result.report["document"], result.report["arrayId"], result.report["livePaths"]) == (
+        "report-paths",
+        ARRAY,
+        len(VOLUMES),
+    )
+    assert [e["volume"] for e in result.report["subsystems"]] == VOLUMES
+    for entry in result.report["subsystems"]:
+        assert sorted((p["address"], p["state"]) for p in entry["paths"]) == [
+            ("10.0.0.5", "live"),
+            ("10.0.0.6", "connecting"),
+        ]
+        assert (entry["livePaths"], entry["ioPolicy"], entry["sizeBytes"]) == (1, "round-robin", 16 * 2**30)
+    # And it only listed: no connect, no disconnect, the host's controllers as they were
+    assert [argv[0] for argv in calls(host.root)[len(before) :]] == ["list-subsys"]
+    assert json.loads((host.root / ".fakes/nvme-state.json").read_text())["controllers"].keys() == (
+        json.loads(state)["controllers"].keys()
+    )

@@ -19,9 +19,13 @@ from vsa_core.registry import EXPIRES_AT
 
 ROOT = Path(__file__).resolve().parents[2]
 INDEX_ARN = {"Sub": f"${{RegistryTable.Arn}}/index/{INSTANCE_INDEX}"}
-SCANNING_ROLES = {"ApiArraysRole/arrays-registry", "TaskPublishDemandRole/publish-demand"}
-"""The only roles that may Scan the registry: GET /arrays and the every-minute demand publisher
-read every array (not an event's hot path; see README, "Many arrays")."""
+SCANNING_ROLES = {
+    "ApiArraysRole/arrays-registry",
+    "TaskPublishDemandRole/publish-demand",
+    "TaskHealthCheckRole/health-check",
+}
+"""The only roles that may Scan the registry: GET /arrays, the every-minute demand publisher and
+the scheduled health check read every array (not an event's hot path; see README, "Many arrays")."""
 
 
 def table() -> dict[str, Any]:

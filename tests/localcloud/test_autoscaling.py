@@ -540,3 +540,41 @@ def test_notification_configurations_round_trip_and_publish_launches(
         assert described["NotificationConfigurations"] == []
     finally:
         sns.delete_topic(TopicArn=topic)
+
+
+def test_an_instance_set_unhealthy_leaves_through_the_terminate_hook_and_is_replaced(
+    make_group: Callable[..., Group], event_capture: Any
+) -> None:
+    # AWS, SetInstanceHealth: "Set to Unhealthy to have the instance be out of service. Amazon
+    # EC2 Auto Scaling terminates and replaces the unhealthy instance." (moto only records it)
+    capture = event_capture(ASG)
+    group = make_group(desired=2, hooks=(("drain", TERMINATING),), HealthCheckGracePeriod=0)
+    states = group.wait_states(lambda s: list(s.values()) == ["InService"] * 2, "two in service")
+    sick, well = list(states)
+    group.asg.set_instance_health(InstanceId=sick, HealthStatus="Unhealthy", ShouldRespectGracePeriod=False)
+    after = group.states()
+    assert after.pop(sick) == "Terminating:Wait"
+    assert after.pop(well) == "InService"
+    assert list(after.values()) == ["InService"]  # the replacement, desired capacity unchanged
+    assert group.describe()["DesiredCapacity"] == 2
+    (terminate,) = lifecycle_events(capture, group, "terminate")
+    assert terminate["detail"]["EC2InstanceId"] == sick
+    group.complete("drain", InstanceId=sick)
+    assert group.ec2_state(sick) == "terminated"
+
+
+def test_set_instance_health_respects_the_grace_period_unless_told_not_to(
+    make_group: Callable[..., Group],
+) -> None:
+    # AWS: "If the Auto Scaling group of the specified instance has a HealthCheckGracePeriod
+    # specified for the group, by default, this call respects the grace period."
+    group = make_group(desired=1, HealthCheckGracePeriod=3600)
+    (instance,) = group.wait_states(lambda s: list(s.values()) == ["InService"], "in service")
+    group.asg.set_instance_health(InstanceId=instance, HealthStatus="Unhealthy")
+    assert group.states() == {instance: "InService"}
+    group.asg.set_instance_health(
+        InstanceId=instance, HealthStatus="Unhealthy", ShouldRespectGracePeriod=False
+    )
+    # (no terminate hook: it goes at once) and the group launches its replacement
+    states = group.wait_states(lambda s: len(s) == 1 and instance not in s, "a replacement")
+    assert list(states.values()) == ["InService"]

@@ -246,3 +246,51 @@ def test_a_stack_update_changes_a_role_s_inline_policies(aws: Callable[[str], An
     finally:
         cfn.delete_stack(StackName=name)
         cfn.get_waiter("stack_delete_complete").wait(StackName=name, WaiterConfig=FAST)
+
+
+def _dashboard_template(body: str) -> str:
+    return json.dumps(
+        {
+            "Resources": {
+                "Board": {"Type": "AWS::CloudWatch::Dashboard", "Properties": {"DashboardBody": body}}
+            },
+            "Outputs": {"Name": {"Value": {"Ref": "Board"}}},
+        }
+    )
+
+
+def test_a_dashboard_is_created_updated_and_deleted_and_a_bad_body_fails(aws: Callable[[str], Any]) -> None:
+    # AWS::CloudWatch::Dashboard: Ref is the name; PutDashboard refuses a body that is not a JSON
+    # object with widgets (CloudWatch API reference, PutDashboard / Dashboard body structure)
+    cfn, cloudwatch = aws("cloudformation"), aws("cloudwatch")
+    name = f"cfn-dashboard-{uuid.uuid4().hex[:8]}"
+    first = json.dumps(
+        {
+            "widgets": [
+                {"type": "text", "x": 0, "y": 0, "width": 6, "height": 2, "properties": {"markdown": "a"}}
+            ]
+        }
+    )
+    second = json.dumps({"widgets": []})
+    try:
+        cfn.create_stack(StackName=name, TemplateBody=_dashboard_template(first))
+        cfn.get_waiter("stack_create_complete").wait(StackName=name, WaiterConfig=FAST)
+        board = outputs(cfn, name)["Name"]
+        assert board.startswith(name)
+        assert json.loads(cloudwatch.get_dashboard(DashboardName=board)["DashboardBody"]) == json.loads(first)
+        cfn.update_stack(StackName=name, TemplateBody=_dashboard_template(second))
+        cfn.get_waiter("stack_update_complete").wait(StackName=name, WaiterConfig=FAST)
+        assert json.loads(cloudwatch.get_dashboard(DashboardName=board)["DashboardBody"]) == {"widgets": []}
+    finally:
+        cfn.delete_stack(StackName=name)
+        cfn.get_waiter("stack_delete_complete").wait(StackName=name, WaiterConfig=FAST)
+    with pytest.raises(ClientError):
+        cloudwatch.get_dashboard(DashboardName=board)
+    bad = f"cfn-dashboard-bad-{uuid.uuid4().hex[:8]}"
+    try:
+        cfn.create_stack(StackName=bad, TemplateBody=_dashboard_template("{not json"))
+        with pytest.raises(WaiterError):
+            cfn.get_waiter("stack_create_complete").wait(StackName=bad, WaiterConfig=FAST)
+        assert "DashboardBody is not valid JSON" in failure_reasons(cfn, bad)
+    finally:
+        cfn.delete_stack(StackName=bad)

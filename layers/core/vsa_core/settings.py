@@ -25,6 +25,10 @@ class Settings(BaseModel):
     configure_target_document: str = ""
     connect_path_document: str = ""
     disconnect_path_document: str = ""
+    report_paths_document: str = ""
+    node_nvme_command: str = "nvme"
+    node_sysfs_root: str = "/sys"
+    health_check_minutes: int = Field(default=5, ge=1, le=60)
     history_retention_days: int = Field(default=90, ge=1, le=3650)
     deployment: str = Field(default="vsa", description="the stack's name: our metrics' Deployment dimension")
 
@@ -48,6 +52,10 @@ def get_settings() -> Settings:
         configure_target_document=os.environ.get("VSA_CONFIGURE_TARGET_DOCUMENT", ""),
         connect_path_document=os.environ.get("VSA_CONNECT_PATH_DOCUMENT", ""),
         disconnect_path_document=os.environ.get("VSA_DISCONNECT_PATH_DOCUMENT", ""),
+        report_paths_document=os.environ.get("VSA_REPORT_PATHS_DOCUMENT", ""),
+        node_nvme_command=os.environ.get("VSA_NODE_NVME_COMMAND", "nvme"),
+        node_sysfs_root=os.environ.get("VSA_NODE_SYSFS_ROOT", "/sys"),
+        health_check_minutes=int(os.environ.get("VSA_HEALTH_CHECK_MINUTES", "5")),
         history_retention_days=int(os.environ.get("VSA_HISTORY_RETENTION_DAYS", "90")),
         deployment=os.environ.get("VSA_DEPLOYMENT", "vsa"),
     )

@@ -28,6 +28,7 @@ Control actions (``POST /_localcloud/autoscaling/<action>``; AWS has no API for 
 * ``actions`` ``{}``: the pending lifecycle actions, with the AWS seconds left before timeout.
 """
 
+from datetime import UTC, datetime
 from typing import Any
 
 from localstack.aws.api import RequestContext
@@ -249,6 +250,43 @@ def terminate_instance_in_auto_scaling_group(context: RequestContext, request: R
         return {"Activity": dict(activity)}
 
 
+def set_instance_health(context: RequestContext, request: Request) -> Request:
+    """AWS: "Set to Unhealthy to have the instance be out of service. Amazon EC2 Auto Scaling
+    terminates and replaces the unhealthy instance" (API reference, SetInstanceHealth). moto
+    only records the status. Here an InService instance set Unhealthy leaves through the
+    terminate lifecycle (its hooks wait) and the group launches a replacement, as for
+    TerminateInstanceInAutoScalingGroup without decrement. ShouldRespectGracePeriod (default
+    true) ignores the call while the group's HealthCheckGracePeriod has not passed since the
+    instance launched (AWS counts from InService; launch time is the nearest this model keeps)."""
+    instance_id, status = request["InstanceId"], request["HealthStatus"]
+    backend = lc.backend(context.account_id, context.region)
+    with LOCK:
+        found = [
+            (g, s)
+            for g in backend.autoscaling_groups.values()
+            for s in g.instance_states
+            if s.instance.id == instance_id
+        ]
+        if not found:
+            raise ValidationError(
+                f"Instance Id not found - No managed instance found for instance ID: {instance_id}"
+            )
+        group, state = found[0]
+        if request.get("ShouldRespectGracePeriod", True):
+            launched: datetime = state.instance.launch_time  # moto: naive UTC
+            launched = launched if launched.tzinfo else launched.replace(tzinfo=UTC)
+            grace = int(getattr(group, "health_check_grace_period", 0) or 0)
+            if (lc.now() - launched).total_seconds() < grace:
+                return {}
+        state.health_status = status
+        if status == "Unhealthy" and state.lifecycle_state == "InService":
+            cause = f"At {lc.iso(lc.now())} an instance was taken out of service in response to a user "
+            cause += "health-check."
+            lc.begin_terminate(group, state, cause)
+            group.set_desired_capacity(group.desired_capacity)  # the replacement
+    return {}
+
+
 def delete_auto_scaling_group(context: RequestContext, request: Request) -> Request:
     group = lc.group_of(context.account_id, context.region, request["AutoScalingGroupName"])
     backend = group.autoscaling_backend
@@ -278,6 +316,7 @@ OVERRIDES = {
     "DescribeAutoScalingNotificationTypes": describe_auto_scaling_notification_types,
     "DescribeScalingActivities": describe_scaling_activities,
     "TerminateInstanceInAutoScalingGroup": terminate_instance_in_auto_scaling_group,
+    "SetInstanceHealth": set_instance_health,
     "DeleteAutoScalingGroup": delete_auto_scaling_group,
 }
 

@@ -51,6 +51,7 @@ def _documents() -> NodeDocuments:
         configure_target=settings.configure_target_document,
         connect_path=settings.connect_path_document,
         disconnect_path=settings.disconnect_path_document,
+        report_paths=settings.report_paths_document,
     )
 
 

@@ -32,6 +32,8 @@ class NodeDocuments:
     configure_target: str
     connect_path: str
     disconnect_path: str
+    report_paths: str = ""
+    """the health check's read-only host report (empty: not deployed)"""
 
     @property
     def controller(self) -> tuple[str, ...]:
@@ -39,10 +41,15 @@ class NodeDocuments:
 
     @property
     def host(self) -> tuple[str, ...]:
-        return tuple(d for d in (self.connect_path, self.disconnect_path) if d)
+        return tuple(d for d in (self.connect_path, self.disconnect_path, self.report_paths) if d)
 
 
-REPORT_KEY = {"configure-target": "exports", "connect-path": "subsystems", "disconnect-path": "subsystems"}
+REPORT_KEY = {
+    "configure-target": "exports",
+    "connect-path": "subsystems",
+    "disconnect-path": "subsystems",
+    "report-paths": "subsystems",
+}
 """The key a full report of each document carries (a report of a script that failed early
 holds only ``error``)."""
 

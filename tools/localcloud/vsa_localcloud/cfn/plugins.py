@@ -57,3 +57,12 @@ class LifecycleHookPlugin(_Plugin):
         from vsa_localcloud.cfn.autoscaling_lifecyclehook import LifecycleHookProvider
 
         self.factory = LifecycleHookProvider
+
+
+class CloudWatchDashboardPlugin(_Plugin):
+    name = "AWS::CloudWatch::Dashboard"
+
+    def load(self) -> None:
+        from vsa_localcloud.cfn.cloudwatch_dashboard import CloudWatchDashboardProvider
+
+        self.factory = CloudWatchDashboardProvider

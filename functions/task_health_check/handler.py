@@ -1,0 +1,46 @@
+"""On a schedule: check every array's health (``vsa_core.health.aws_check.run``): the hosts'
+paths from their own reports, dead controllers replaced, backups overdue, metrics published."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from vsa_core.arrays.aws_observe import ArrayClients
+from vsa_core.arrays.aws_reports import NodeDocuments
+from vsa_core.clients import client
+from vsa_core.health.aws_check import HealthContext, run
+from vsa_core.observability import logger, tracer
+from vsa_core.registry import ArrayRegistry, BackupRegistry
+from vsa_core.settings import get_settings
+
+__all__ = ["lambda_handler"]
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    settings = get_settings()
+    ctx = HealthContext(
+        registry=ArrayRegistry(settings.table_name),
+        backups=BackupRegistry(settings.table_name),
+        clients=ArrayClients(
+            ec2=client("ec2"),
+            autoscaling=client("autoscaling"),
+            cloudwatch=client("cloudwatch"),
+            scheduler=None,
+            ssm=client("ssm"),
+            scheduler_role_arn="",
+        ),
+        documents=NodeDocuments(
+            configure_target=settings.configure_target_document,
+            connect_path=settings.connect_path_document,
+            disconnect_path=settings.disconnect_path_document,
+            report_paths=settings.report_paths_document,
+        ),
+        deployment=settings.deployment,
+        period=timedelta(minutes=settings.health_check_minutes),
+        nvme_command=settings.node_nvme_command,
+        sysfs_root=settings.node_sysfs_root,
+    )
+    return run(ctx, datetime.now(UTC))

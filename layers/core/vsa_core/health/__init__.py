@@ -1,0 +1,1 @@
+"""Array health: the scheduled check of what the hosts see, backups overdue, dead controllers."""

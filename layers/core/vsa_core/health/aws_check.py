@@ -1,0 +1,252 @@
+"""The scheduled health check on AWS: for every array, read what its hosts last reported
+(``aws_reports``), judge it (``vsa_core.health.rules``), have Auto Scaling replace a controller
+confirmed dead (``SetInstanceHealth`` Unhealthy: the group terminates it through the drain hook
+and launches a replacement through the bootstrap hook), note a backup overdue, send report-paths
+to the hosts for the next run, and publish what it saw as metrics.
+
+Metrics: per array, namespace ``VSA/Arrays`` with dimension ``ArrayId`` (the dashboard's
+widgets find every array with a SEARCH expression): ``ServingControllers``,
+``ControllerCapacityIops`` (serving controllers x ``perControllerIops``), ``MinLivePaths``,
+``HostsShortOfPaths``, ``HostsUnreported``, ``DeadControllers``, ``BackupAgeSeconds`` (arrays
+with a backup policy and a completed set), ``BackupOverdue``. Per deployment, namespace ``VSA``
+with dimension ``Deployment`` (the stack's alarms watch these): ``HostsShortOfPaths``,
+``BackupsOverdue``, ``ControllersReplaced``, ``HealthCheckFailures`` (arrays the run could not
+check).
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from vsa_core.arrays import aws_observe, aws_reports, dataplane
+from vsa_core.arrays.aws_observe import ArrayClients
+from vsa_core.arrays.aws_reports import NodeDocuments
+from vsa_core.arrays.spec import RegisteredArray
+from vsa_core.health import rules
+from vsa_core.observability import logger
+from vsa_core.registry import ArrayRegistry, BackupRegistry
+
+ARRAY_NAMESPACE = "VSA/Arrays"
+DEPLOYMENT_NAMESPACE = "VSA"
+UNITS = {"ControllerCapacityIops": "Count/Second", "BackupAgeSeconds": "Seconds"}
+"""Every other per-array metric is a Count."""
+PUT_BATCH = 1000
+"""PutMetricData takes up to 1,000 metrics per call."""
+
+
+@dataclass(frozen=True)
+class HealthContext:
+    registry: ArrayRegistry
+    backups: BackupRegistry
+    clients: ArrayClients
+    documents: NodeDocuments
+    deployment: str
+    period: timedelta
+    """how often the check runs (the schedule's rate)"""
+    nvme_command: str = "nvme"
+    sysfs_root: str = "/sys"
+
+    @property
+    def max_age(self) -> timedelta:
+        """A host report older than this judges nothing: two periods (a run's report-paths is
+        read by the next one) and five minutes of delivery."""
+        return 2 * self.period + timedelta(minutes=5)
+
+
+@dataclass
+class ArrayHealth:
+    array_id: str
+    assessment: rules.Assessment
+    per_controller_iops: int = 0
+    replaced: str | None = None
+    held: str | None = None
+    backup_age_seconds: float | None = None
+    backup_overdue: bool = False
+    reports_requested: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        a = self.assessment
+        return {
+            "arrayId": self.array_id,
+            "servingControllers": a.serving,
+            "hostsReporting": a.hosts_reporting,
+            "hostsUnreported": a.hosts_stale,
+            "hostsShortOfPaths": a.hosts_short,
+            "minLivePaths": a.min_live_paths,
+            "deadControllers": {c: a.witnesses[c] for c in a.dead},
+            "replaced": self.replaced,
+            "held": self.held,
+            "backupAgeSeconds": self.backup_age_seconds,
+            "backupOverdue": self.backup_overdue,
+            "reportsRequested": self.reports_requested,
+        }
+
+
+def _when(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
+def _serving_since(slot: dict[str, str]) -> datetime | None:
+    """When the slot's controller began serving (bootstrap's ``servingSince``; else its lease)."""
+    return _when(slot.get("servingSince") or slot.get("since"))
+
+
+def _host_view(report: dataplane.Report | None, instance_id: str, array_id: str) -> rules.HostView:
+    subsystems = dataplane.subsystems_of(report, array_id)
+    return rules.HostView(
+        instance_id=instance_id,
+        reported_at=_when(report.at) if report is not None else None,
+        paths={
+            volume: [(str(p.get("address")), str(p.get("state"))) for p in entry.get("paths") or []]
+            for volume, entry in subsystems.items()
+        },
+    )
+
+
+def check_array(ctx: HealthContext, array: RegisteredArray, now: datetime) -> ArrayHealth:
+    """One array: judge, act, ask the hosts for the next run's reports, keep the state."""
+    spec = array.spec
+    array_id = spec.array_id
+    state = ctx.registry.health_state(array_id)
+    serving = [
+        rules.Serving(item["instanceId"], item["address"], _serving_since(item))
+        for item in ctx.registry.slots(array_id).values()
+        if item.get("state") == "serving" and item.get("address") and item.get("instanceId")
+    ]
+    volumes = aws_observe.volume_ids(ctx.clients, spec)
+    hosts = [h.instance_id for h in spec.hosts]
+    views = [
+        _host_view(aws_reports.last_report(ctx.clients.ssm, h, ctx.documents.host, array_id), h, array_id)
+        for h in hosts
+    ]
+    assessment = rules.assess(serving, views, volumes, now, ctx.max_age)
+    members = aws_observe.group_instances(ctx.clients, array_id)
+    replacing = sum(
+        1
+        for m in members
+        if str(m.get("LifecycleState", "")).startswith("Terminating") or m.get("HealthStatus") == "Unhealthy"
+    )
+    verdict = rules.verdict(assessment, state.get("suspects", {}), replacing)
+    health = ArrayHealth(array_id, assessment, spec.per_controller_iops, held=verdict.held)
+    if verdict.replace is not None:
+        witnesses = ", ".join(assessment.witnesses.get(verdict.replace, []))
+        ctx.clients.autoscaling.set_instance_health(
+            InstanceId=verdict.replace, HealthStatus="Unhealthy", ShouldRespectGracePeriod=True
+        )
+        health.replaced = verdict.replace
+        logger.warning(
+            "controller marked Unhealthy: no host has a live path through it",
+            extra={"array_id": array_id, "instance_id": verdict.replace, "witnesses": witnesses},
+        )
+    if verdict.held:
+        logger.warning("dead controller not replaced", extra={"array_id": array_id, "why": verdict.held})
+
+    backup_state: dict[str, str] = {}
+    if spec.backup is not None:
+        schedule = spec.backup.schedule
+        since = _when(state.get("backupSince")) if state.get("schedule") == schedule else None
+        since = since or now
+        completed = [s.created_at for s in ctx.backups.sets(array_id) if s.state == "completed"]
+        last = max(completed, default=None)
+        health.backup_age_seconds = (now - last).total_seconds() if last is not None else None
+        health.backup_overdue = rules.backup_overdue(schedule, last, since, now)
+        backup_state = {"schedule": schedule, "backupSince": since.isoformat()}
+
+    health.reports_requested = _request_reports(ctx, array_id, hosts, volumes)
+    ctx.registry.save_health_state(
+        array_id, {"suspects": verdict.suspects, "checkedAt": now.isoformat(), **backup_state}
+    )
+    return health
+
+
+def _request_reports(ctx: HealthContext, array_id: str, hosts: Sequence[str], volumes: Sequence[str]) -> int:
+    """Send report-paths to the array's hosts that SSM can reach now (an offline or unmanaged
+    host cannot run it: its report goes stale, which the assessment counts)."""
+    if not ctx.documents.report_paths or not hosts or not volumes:
+        return 0
+    nodes = aws_observe.managed_nodes(ctx.clients, list(hosts))
+    online = [h for h in hosts if nodes.get(h, {}).get("PingStatus") == "Online"]
+    for host in online:  # one command per host, as every Lambda sends (tests/infra: SendCommand batches)
+        ctx.clients.ssm.send_command(
+            DocumentName=ctx.documents.report_paths,
+            InstanceIds=[host],
+            Parameters={
+                "ArrayId": [array_id],
+                "Volumes": [",".join(volumes)],
+                "NvmeCommand": [ctx.nvme_command],
+                "SysfsRoot": [ctx.sysfs_root],
+            },
+            Comment=f"vsa health check: {array_id}"[:100],
+        )
+    return len(online)
+
+
+def run(ctx: HealthContext, now: datetime) -> dict[str, Any]:
+    """Every array once; one array's failure does not stop the others (it is counted in
+    ``HealthCheckFailures`` and the run raises at the end, so Lambda counts an error)."""
+    checked: list[ArrayHealth] = []
+    failed: dict[str, str] = {}
+    for array in ctx.registry.all():
+        if array.deleting is not None:
+            continue
+        try:
+            checked.append(check_array(ctx, array, now))
+        except (ClientError, BotoCoreError) as error:
+            logger.exception("health check failed", extra={"array_id": array.spec.array_id})
+            failed[array.spec.array_id] = f"{type(error).__name__}: {error}"
+    _publish(ctx, checked, len(failed), now)
+    answer = {"arrays": [h.as_dict() for h in checked], "failed": failed}
+    logger.info("health checked", extra=answer)
+    if failed:
+        raise RuntimeError(f"health check failed for {sorted(failed)}: {failed}")
+    return answer
+
+
+def _publish(ctx: HealthContext, checked: Sequence[ArrayHealth], failures: int, now: datetime) -> None:
+    per_array: list[dict[str, Any]] = []
+    for h in checked:
+        a = h.assessment
+        values: dict[str, float | None] = {
+            "ServingControllers": a.serving,
+            "ControllerCapacityIops": a.serving * h.per_controller_iops,
+            "MinLivePaths": a.min_live_paths,
+            "HostsShortOfPaths": len(a.hosts_short),
+            "HostsUnreported": len(a.hosts_stale),
+            "DeadControllers": len(a.dead),
+            "BackupAgeSeconds": h.backup_age_seconds,
+            "BackupOverdue": float(h.backup_overdue),
+        }
+        per_array += [
+            {
+                "MetricName": name,
+                "Dimensions": [{"Name": "ArrayId", "Value": h.array_id}],
+                "Timestamp": now,
+                "Value": float(value),
+                "Unit": UNITS.get(name, "Count"),
+            }
+            for name, value in values.items()
+            if value is not None
+        ]
+    totals = {
+        "HostsShortOfPaths": sum(len(h.assessment.hosts_short) for h in checked),
+        "BackupsOverdue": sum(h.backup_overdue for h in checked),
+        "ControllersReplaced": sum(h.replaced is not None for h in checked),
+        "HealthCheckFailures": failures,
+    }
+    deployment = [
+        {
+            "MetricName": name,
+            "Dimensions": [{"Name": "Deployment", "Value": ctx.deployment}],
+            "Timestamp": now,
+            "Value": float(value),
+            "Unit": "Count",
+        }
+        for name, value in totals.items()
+    ]
+    for namespace, data in ((ARRAY_NAMESPACE, per_array), (DEPLOYMENT_NAMESPACE, deployment)):
+        for i in range(0, len(data), PUT_BATCH):
+            ctx.clients.cloudwatch.put_metric_data(Namespace=namespace, MetricData=data[i : i + PUT_BATCH])
