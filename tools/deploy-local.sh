@@ -23,6 +23,9 @@ parameters=(
   NodeNvmeConfig=etc/nvme/config.json  # where connect-path keeps the failover settings
   "NodeNvmeCommand=$ROOT/tests/fakes/nvme"
   "NodeModprobeCommand=$ROOT/tests/fakes/modprobe"
+  # the tests and the demo invoke the health check when they mean it: a scheduled run in the
+  # middle of a test would send report-paths and replace the hosts' last reports it reads
+  "HealthCheckSchedule=${VSA_HEALTH_CHECK_SCHEDULE:-DISABLED}"
 )
 sam deploy --config-env local --parameter-overrides "${parameters[*]}" "$@"
 curl -fsS -X POST "$VSA_LOCALCLOUD_URL/_localcloud/ssm/configure" -d '{"auto_register": true}' >/dev/null

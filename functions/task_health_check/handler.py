@@ -1,15 +1,21 @@
 """On a schedule: check every array's health (``vsa_core.health.aws_check.run``): the hosts'
-paths from their own reports, dead controllers replaced, backups overdue, metrics published."""
+paths from their own reports, dead controllers replaced, backups overdue, metrics published.
+
+Invoked with ``{"arrayIds": ["…"]}`` it checks just those arrays now (an operator, the demo,
+the tests); the schedule's event (EventBridge's ``Scheduled Event``) checks every array."""
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vsa_core.arrays.aws_observe import ArrayClients
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.clients import client
+from vsa_core.errors import InvalidEventError
 from vsa_core.health.aws_check import HealthContext, run
+from vsa_core.naming import ARRAY_ID_PATTERN
 from vsa_core.observability import logger, tracer
 from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.settings import get_settings
@@ -17,9 +23,22 @@ from vsa_core.settings import get_settings
 __all__ = ["lambda_handler"]
 
 
+class CheckRequest(BaseModel):
+    """An invocation that names the arrays to check (anything else: every array)."""
+
+    model_config = ConfigDict(extra="ignore")
+    array_ids: list[Annotated[str, Field(pattern=ARRAY_ID_PATTERN)]] | None = Field(
+        default=None, alias="arrayIds", min_length=1, max_length=100
+    )
+
+
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    try:
+        request = CheckRequest.model_validate(event if isinstance(event, dict) else {})
+    except ValidationError as error:
+        raise InvalidEventError(f"health check: arrayIds must be 1-100 array ids: {error}") from error
     settings = get_settings()
     ctx = HealthContext(
         registry=ArrayRegistry(settings.table_name),
@@ -43,4 +62,4 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         nvme_command=settings.node_nvme_command,
         sysfs_root=settings.node_sysfs_root,
     )
-    return run(ctx, datetime.now(UTC))
+    return run(ctx, datetime.now(UTC), request.array_ids)

@@ -80,16 +80,26 @@ def create_auto_scaling_group(context: RequestContext, request: Request) -> Any:
     specs = request.get("LifecycleHookSpecificationList") or []
     with LOCK:
         if name in backend.autoscaling_groups or not specs:
-            return call_moto(context)
+            return _without_grace_default(backend, name, request, call_moto(context))
         # Hooks first: the group's initial instances already wait on them (moto ignores the list).
         hooks = lc.hook_table(context.account_id, context.region, name)
         for spec in specs:
             hooks[spec["LifecycleHookName"]] = _put_hook(name, spec, None)
         try:
-            return call_moto(context)
+            return _without_grace_default(backend, name, request, call_moto(context))
         except Exception:
             hooks.clear()
             raise
+
+
+def _without_grace_default(backend: Any, name: str, request: Request, answer: Any) -> Any:
+    """AWS, CreateAutoScalingGroup: HealthCheckGracePeriod "Default: 0 seconds" (through the API,
+    300 only in the console); moto defaults to 300, which would make SetInstanceHealth (respecting
+    the grace period) ignore every instance of its first five minutes."""
+    group = backend.autoscaling_groups.get(name)
+    if group is not None and request.get("HealthCheckGracePeriod") is None:
+        group.health_check_grace_period = 0
+    return answer
 
 
 def put_lifecycle_hook(context: RequestContext, request: Request) -> Request:

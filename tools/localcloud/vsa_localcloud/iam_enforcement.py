@@ -447,6 +447,24 @@ def _special_arns(
         # access on a DynamoDB table"). The Service Authorization Reference lists the table as
         # required for Query and Scan, which holds for a request without IndexName.
         return {"table": []}
+    if prefix == "autoscaling" and request.get("InstanceId") and not request.get("AutoScalingGroupName"):
+        # SetInstanceHealth and TerminateInstanceInAutoScalingGroup name only the instance; AWS
+        # authorizes them against its group (Service Authorization Reference, Amazon EC2 Auto
+        # Scaling: resource autoScalingGroup*, condition key aws:ResourceTag/${TagKey}), so a
+        # policy conditioned on the group's tags applies. The group is found in our state.
+        from vsa_localcloud import autoscaling_lifecycle as lc
+
+        names = [
+            g.name
+            for g in lc.backend(account, region).autoscaling_groups.values()
+            if any(s.instance.id == request["InstanceId"] for s in g.instance_states)
+        ]
+        return {
+            "autoScalingGroup": [
+                f"arn:{base['Partition']}:autoscaling:{region}:{account}:autoScalingGroup:*:autoScalingGroupName/{n}"
+                for n in names
+            ]
+        }
     if prefix == "ec2" and operation == "CreateSnapshots":
         spec = request.get("InstanceSpecification") or {}
         instance_id = spec.get("InstanceId", "")

@@ -1,0 +1,156 @@
+"""The health check on the local cloud: the real template deployed, the real Lambda code, the
+real documents on the nodes' sandboxes. Each run is invoked for the test's own array (the
+schedule is off on the local cloud: a run in the middle of another test would replace its
+hosts' last reports); a controller dies the way a wedged nvmet does, its port taken down on
+its node behind the control plane's back, and nothing but the health check notices."""
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+
+from tests.integration.arrays_world import World, group_of, host_paths, node_root, settle, spec_for
+from tests.integration.conftest import Api
+
+
+def check(stack_outputs: dict[str, str], array_id: str) -> dict[str, Any]:
+    """One health-check run for the array, and (waited for) the report-paths it sent."""
+    reply = boto3.client("lambda").invoke(
+        FunctionName=stack_outputs["TaskHealthCheckFunctionName"],
+        Payload=json.dumps({"arrayIds": [array_id]}).encode(),
+    )
+    payload = json.loads(reply["Payload"].read())
+    assert "FunctionError" not in reply, payload
+    (seen,) = payload["arrays"]
+    ssm = boto3.client("ssm")
+    deadline = time.monotonic() + 120
+    document = stack_outputs["ReportPathsDocumentName"]
+    while True:
+        pending = [
+            i
+            for i in ssm.list_command_invocations(Filters=[{"key": "DocumentName", "value": document}])[
+                "CommandInvocations"
+            ]
+            if i["Status"] in ("Pending", "InProgress", "Delayed")
+        ]
+        if not pending:
+            return dict(seen)
+        assert time.monotonic() < deadline, f"report-paths still running: {pending}"
+        time.sleep(0.5)
+
+
+def take_port_down(endpoint: str, instance_id: str) -> None:
+    """What a wedged nvmet looks like from outside: its TCP port no longer serves any subsystem
+    (configfs: the port's subsystem links gone), while the instance runs on."""
+    ports = node_root(endpoint, instance_id) / "sys/kernel/config/nvmet/ports"
+    links = [link for port in ports.iterdir() for link in (port / "subsystems").iterdir()]
+    assert links, f"{instance_id} exports nothing to take down"
+    for link in links:
+        if link.is_symlink() or link.is_file():
+            link.unlink()
+        else:
+            shutil.rmtree(link)
+
+
+def metric(name: str, array_id: str) -> float | None:
+    now = datetime.now(UTC)
+    points = boto3.client("cloudwatch").get_metric_statistics(
+        Namespace="VSA/Arrays",
+        MetricName=name,
+        Dimensions=[{"Name": "ArrayId", "Value": array_id}],
+        StartTime=now - timedelta(minutes=15),
+        EndTime=now + timedelta(minutes=1),
+        Period=60,
+        Statistics=["Maximum"],
+    )["Datapoints"]
+    return max(p["Maximum"] for p in points) if points else None
+
+
+def test_a_controller_no_host_reaches_is_replaced_and_the_hosts_end_with_a_live_path_per_controller(
+    api: Api, world: World, arrays: Callable[[], str], stack_outputs: dict[str, str]
+) -> None:
+    # Given an array of one volume and two hosts, served by two controllers
+    array_id = arrays()
+    volume = world.volume()
+    hosts = [{"instanceId": world.host(), "mountpoints": ["/data"]} for _ in range(2)]
+    spec = spec_for(
+        array_id, world, volumes=[{"volumeId": volume}], hosts=hosts, minControllers=2, maxControllers=2
+    )
+    code, reply = api.call("PUT", f"/arrays/{array_id}", spec)
+    assert code == 201, reply
+    settle(array_id)
+    status = api.call("GET", f"/arrays/{array_id}")[1]["status"]
+    assert status["dataPlane"]["converged"] is True, status["dataPlane"]
+    controllers = {c["instanceId"]: c["privateIp"] for c in status["controllers"]}
+
+    # When the health check runs: every host reports both paths live (report-paths, read only)
+    first = check(stack_outputs, array_id)
+    assert (first["servingControllers"], first["hostsShortOfPaths"], first["deadControllers"]) == (2, {}, {})
+    assert first["reportsRequested"] == 2
+    second = check(stack_outputs, array_id)  # reads the first run's report-paths
+    assert (second["hostsReporting"], second["minLivePaths"], second["replaced"]) == (2, 2, None)
+    shown = api.call("GET", f"/arrays/{array_id}")[1]["status"]["hosts"]
+    assert {h["observed"]["report"]["document"] for h in shown} == {"report-paths"}
+    # and publishes what it saw, which the deployed dashboard graphs
+    assert metric("ServingControllers", array_id) == 2
+    assert metric("MinLivePaths", array_id) == 2
+    body = boto3.client("cloudwatch").get_dashboard(DashboardName=stack_outputs["OperationsDashboardName"])
+    searched = json.dumps(json.loads(body["DashboardBody"]))
+    for name in (
+        "ServingControllers",
+        "MinLivePaths",
+        "HostsShortOfPaths",
+        "DeadControllers",
+        "BackupAgeSeconds",
+    ):
+        assert f'MetricName=\\"{name}\\"' in searched, name
+
+    # When one controller's nvmet stops serving while its instance runs
+    dead = sorted(controllers)[0]
+    take_port_down(world.endpoint, dead)
+    for host in hosts:  # (the hosts see it: its paths reconnect)
+        for states in host_paths(node_root(world.endpoint, host["instanceId"])).values():
+            assert states[controllers[dead]] == "connecting", states
+    # Then the next run (reading reports taken before) sees nothing yet; the one after suspects
+    # it, witnessed by both hosts; the one after that confirms it and has the group replace it
+    assert check(stack_outputs, array_id)["deadControllers"] == {}
+    suspected = check(stack_outputs, array_id)
+    assert suspected["deadControllers"] == {dead: sorted(h["instanceId"] for h in hosts)}
+    assert suspected["hostsShortOfPaths"] == {h["instanceId"]: 1 for h in hosts}
+    assert suspected["replaced"] is None
+    confirmed = check(stack_outputs, array_id)
+    assert confirmed["replaced"] == dead
+    group = group_of(array_id)
+    assert group is not None
+    assert {i["InstanceId"]: i.get("HealthStatus") for i in group["Instances"]}.get(dead) in (
+        "Unhealthy",
+        None,
+    )
+
+    # And the group replaces it: the lost controller drains (its dead path taken off every
+    # host), a new one bootstraps, and every host ends with a live path per serving controller
+    deadline = time.monotonic() + 300
+    while True:
+        group = group_of(array_id)
+        assert group is not None
+        members = {i["InstanceId"]: i["LifecycleState"] for i in group["Instances"]}
+        if dead not in members and list(members.values()) == ["InService", "InService"]:
+            break
+        assert time.monotonic() < deadline, f"no replacement after 300 s: {members}"
+        time.sleep(2)
+    settle(array_id)
+    status = api.call("GET", f"/arrays/{array_id}")[1]["status"]
+    assert status["dataPlane"]["converged"] is True, status["dataPlane"]["differences"]
+    serving = {c["instanceId"]: c["privateIp"] for c in status["controllers"]}
+    assert dead not in serving
+    assert len(serving) == 2
+    for host in hosts:
+        for states in host_paths(node_root(world.endpoint, host["instanceId"])).values():
+            assert {a: s for a, s in states.items() if s == "live"} == dict.fromkeys(serving.values(), "live")
+            assert controllers[dead] not in states or controllers[dead] in serving.values()
+    healed = check(stack_outputs, array_id)
+    assert (healed["deadControllers"], healed["replaced"]) == ({}, None)
