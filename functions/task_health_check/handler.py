@@ -57,6 +57,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             disconnect_path=settings.disconnect_path_document,
             report_paths=settings.report_paths_document,
         ),
+        dynamodb=client("dynamodb"),
+        table=settings.table_name,
         deployment=settings.deployment,
         period=timedelta(minutes=settings.health_check_minutes),
         nvme_command=settings.node_nvme_command,

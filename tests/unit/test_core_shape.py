@@ -13,7 +13,7 @@ CORE = ROOT / "layers" / "core" / "vsa_core"
 AWS_LIBRARIES = ("boto3", "botocore")
 BASE_ADAPTERS = {"vsa_core.clients", "vsa_core.registry", "vsa_core.waiters"}
 """The shared base's AWS side: the client factory, the DynamoDB registry, Step Functions waiters."""
-CAPABILITIES = ("arrays", "backups", "controllers", "reconcile", "scaling")
+CAPABILITIES = ("arrays", "backups", "controllers", "health", "reconcile", "scaling")
 MAX_CLASS_LINES = 250
 MAX_HANDLER_LINES = 80
 

@@ -279,6 +279,50 @@ def test_last_report_is_the_newest_full_report_of_the_array_across_documents() -
     assert report.at == (now - timedelta(hours=2)).isoformat()
 
 
+def test_report_paths_is_read_for_the_last_hour_only_and_its_newer_report_wins() -> None:
+    ssm = boto3.client("ssm", region_name="us-east-1")
+    now = datetime(2026, 11, 24, 10, 0, tzinfo=UTC)
+    older = host_report(H1, {V1: {ADDRESSES[C1]: "live", ADDRESSES[C2]: "live"}}).body
+    newer = {**host_report(H1, {V1: {ADDRESSES[C1]: "live", ADDRESSES[C2]: "connecting"}}).body}
+    newer["document"] = "report-paths"
+    with Stubber(ssm) as stub:
+        # Given a connect-path of yesterday (read in full) and the health check's report-paths
+        # (thousands a month: listed from an hour ago, InvokedAfter)
+        stub.add_response(
+            "list_command_invocations",
+            {"CommandInvocations": [_invocation(CMD["c-old"], now - timedelta(days=1))]},
+            {"InstanceId": H1, "Filters": [{"key": "DocumentName", "value": "vsa-connect-path"}]},
+        )
+        stub.add_response(
+            "list_command_invocations",
+            {"CommandInvocations": [_invocation(CMD["d-other"], now - timedelta(minutes=4))]},
+            {
+                "InstanceId": H1,
+                "Filters": [
+                    {"key": "DocumentName", "value": "vsa-report-paths"},
+                    {"key": "InvokedAfter", "value": "2026-11-24T09:00:00Z"},
+                ],
+            },
+        )
+        stub.add_response(
+            "get_command_invocation",
+            {
+                "CommandId": CMD["d-other"],
+                "InstanceId": H1,
+                "StandardOutputContent": json.dumps(newer) + "\n",
+            },
+            {"CommandId": CMD["d-other"], "InstanceId": H1},
+        )
+        report = aws_reports.last_report(
+            ssm, H1, ("vsa-connect-path", "vsa-report-paths"), ARRAY, ("vsa-report-paths",), now
+        )
+        stub.assert_no_pending_responses()
+    # Then the newest report is report-paths', which sees the path through C2 reconnecting
+    assert report is not None
+    assert (report.document, report.command_id) == ("report-paths", CMD["d-other"])
+    assert report.body != older
+
+
 # --- the data plane's part of a plan ---------------------------------------------------------------
 
 

@@ -225,34 +225,6 @@ class ArrayRegistry:
         )
         return registered
 
-    def health_state(self, array_id: str) -> dict[str, Any]:
-        """What the last health check kept of the array (``health``, JSON), or {}."""
-        item = self._dynamodb.get_item(
-            TableName=self._table,
-            Key=array_key(array_id),
-            ProjectionExpression="health",
-            ConsistentRead=True,
-        ).get("Item", {})
-        text = item.get("health", {}).get("S")
-        return dict(json.loads(text)) if text else {}
-
-    def save_health_state(self, array_id: str, state: dict[str, Any]) -> bool:
-        """Keep ``state`` for the next health check; False when the array is gone meanwhile.
-        Only the ``health`` attribute is written: never the spec, its version or the lock."""
-        try:
-            self._dynamodb.update_item(
-                TableName=self._table,
-                Key=array_key(array_id),
-                UpdateExpression="SET health = :health",
-                ConditionExpression="attribute_exists(pk)",
-                ExpressionAttributeValues={":health": {"S": json.dumps(state, sort_keys=True)}},
-            )
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
-            return False
-        return True
-
     def slots(self, array_id: str) -> dict[int, dict[str, str]]:
         """The array's leased controller slots: slot → {instanceId, state, address, since}."""
         paginator = self._dynamodb.get_paginator("query")

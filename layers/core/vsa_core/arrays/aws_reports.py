@@ -11,7 +11,7 @@ shows it.
 """
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from vsa_core.arrays.dataplane import Report, parse_report
@@ -22,6 +22,13 @@ failure it reports (a connect-path that found a path missing still reports every
 TRIES = 5
 """Reports read at most per node, newest first, to find one of the array (a host of several
 arrays runs the documents of each)."""
+
+
+RECENT = timedelta(hours=1)
+"""report-paths runs on every host at every health check (every few minutes: thousands of
+invocations a month per host), so its invocations are listed for the last hour only
+(``InvokedAfter``): a report older than that is stale for the health check anyway, and a GET
+reads one page, not SSM's 30 days. The documents that change paths run rarely: read in full."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,11 @@ class NodeDocuments:
     def host(self) -> tuple[str, ...]:
         return tuple(d for d in (self.connect_path, self.disconnect_path, self.report_paths) if d)
 
+    @property
+    def recent(self) -> tuple[str, ...]:
+        """The documents read for the last ``RECENT`` only."""
+        return tuple(d for d in (self.report_paths,) if d)
+
 
 REPORT_KEY = {
     "configure-target": "exports",
@@ -59,12 +71,24 @@ def _when(invocation: dict[str, Any]) -> datetime | None:
     return value if isinstance(value, datetime) else None
 
 
-def last_report(ssm: Any, instance_id: str, documents: tuple[str, ...], array_id: str) -> Report | None:
-    """The newest full report of ``array_id`` that any of ``documents`` printed on the node."""
+def last_report(
+    ssm: Any,
+    instance_id: str,
+    documents: tuple[str, ...],
+    array_id: str,
+    recent: tuple[str, ...] = (),
+    now: datetime | None = None,
+) -> Report | None:
+    """The newest full report of ``array_id`` that any of ``documents`` printed on the node;
+    those also in ``recent`` are read for the last ``RECENT`` only."""
     ended: list[dict[str, Any]] = []
+    since = (now or datetime.now(UTC)) - RECENT
     for document in documents:
+        filters = [{"key": "DocumentName", "value": document}]
+        if document in recent:
+            filters.append({"key": "InvokedAfter", "value": since.strftime("%Y-%m-%dT%H:%M:%SZ")})
         pages = ssm.get_paginator("list_command_invocations").paginate(
-            InstanceId=instance_id, Filters=[{"key": "DocumentName", "value": document}]
+            InstanceId=instance_id, Filters=filters
         )
         ended += [i for page in pages for i in page["CommandInvocations"] if i.get("Status") in ENDED]
     ended.sort(key=lambda i: (_when(i) is not None, _when(i) or datetime.min), reverse=True)

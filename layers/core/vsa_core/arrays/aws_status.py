@@ -94,7 +94,9 @@ def _data_plane(
             if n.state == "serving"
         },
         host_reports={
-            h.instance_id: aws_reports.last_report(clients.ssm, h.instance_id, documents.host, spec.array_id)
+            h.instance_id: aws_reports.last_report(
+                clients.ssm, h.instance_id, documents.host, spec.array_id, documents.recent
+            )
             for h in desired.hosts
         },
     )

@@ -25,7 +25,7 @@ from vsa_core.arrays import aws_observe, aws_reports, dataplane
 from vsa_core.arrays.aws_observe import ArrayClients
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.spec import RegisteredArray
-from vsa_core.health import rules
+from vsa_core.health import aws_state, rules
 from vsa_core.observability import logger
 from vsa_core.registry import ArrayRegistry, BackupRegistry
 
@@ -46,6 +46,9 @@ class HealthContext:
     deployment: str
     period: timedelta
     """how often the check runs (the schedule's rate)"""
+    dynamodb: Any = None
+    """the registry's table, for the check's own state (``aws_state``)"""
+    table: str = ""
     nvme_command: str = "nvme"
     sysfs_root: str = "/sys"
 
@@ -111,7 +114,7 @@ def check_array(ctx: HealthContext, array: RegisteredArray, now: datetime) -> Ar
     """One array: judge, act, ask the hosts for the next run's reports, keep the state."""
     spec = array.spec
     array_id = spec.array_id
-    state = ctx.registry.health_state(array_id)
+    state = aws_state.load(ctx.dynamodb, ctx.table, array_id)
     serving = [
         rules.Serving(item["instanceId"], item["address"], _serving_since(item))
         for item in ctx.registry.slots(array_id).values()
@@ -120,7 +123,13 @@ def check_array(ctx: HealthContext, array: RegisteredArray, now: datetime) -> Ar
     volumes = aws_observe.volume_ids(ctx.clients, spec)
     hosts = [h.instance_id for h in spec.hosts]
     views = [
-        _host_view(aws_reports.last_report(ctx.clients.ssm, h, ctx.documents.host, array_id), h, array_id)
+        _host_view(
+            aws_reports.last_report(
+                ctx.clients.ssm, h, ctx.documents.host, array_id, ctx.documents.recent, now
+            ),
+            h,
+            array_id,
+        )
         for h in hosts
     ]
     assessment = rules.assess(serving, views, volumes, now, ctx.max_age)
@@ -157,8 +166,11 @@ def check_array(ctx: HealthContext, array: RegisteredArray, now: datetime) -> Ar
         backup_state = {"schedule": schedule, "backupSince": since.isoformat()}
 
     health.reports_requested = _request_reports(ctx, array_id, hosts, volumes)
-    ctx.registry.save_health_state(
-        array_id, {"suspects": verdict.suspects, "checkedAt": now.isoformat(), **backup_state}
+    aws_state.save(
+        ctx.dynamodb,
+        ctx.table,
+        array_id,
+        {"suspects": verdict.suspects, "checkedAt": now.isoformat(), **backup_state},
     )
     return health
 
