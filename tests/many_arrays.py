@@ -464,7 +464,7 @@ class World:
             }
         )
         read_demand(array_id(index), self.registry, self.arrays, FakeCloudwatch(), NOW)
-        return plan_scale(request, self.registry, FakeAutoscaling(), NOW)
+        return plan_scale(request, self.registry, FakeAutoscaling(), NOW, FakeEc2())
 
     def list_arrays(self) -> int:
         """Not an event: GET /arrays and the every-minute demand publisher read every array."""

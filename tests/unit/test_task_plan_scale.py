@@ -282,3 +282,59 @@ def test_a_hold_on_the_recent_peak_rearms_its_alarm(registry, autoscaling):
     assert decision["action"] == "hold"
     assert "recent peak" in decision["reason"]
     assert decision["rearmSeconds"] == REQUEST["rearmSeconds"]
+
+
+def io2_volume(iops: int, tags: dict[str, str] | None = None) -> str:
+    """An io2 Multi-Attach volume in moto with ``iops`` provisioned."""
+    ec2 = boto3.client("ec2", region_name=REGION)
+    extra: dict[str, Any] = {}
+    if tags:
+        extra["TagSpecifications"] = [
+            {"ResourceType": "volume", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+        ]
+    volume = ec2.create_volume(
+        AvailabilityZone="us-east-1a", Size=100, VolumeType="io2", Iops=iops, MultiAttachEnabled=True, **extra
+    )
+    return str(volume["VolumeId"])
+
+
+def test_the_plan_reads_the_volumes_provisioned_iops_and_stops_where_they_do(registry, autoscaling):
+    # Given array "demo": an existing io2 volume of 32,000 IOPS and one it created (16,000 IOPS),
+    # 48,000 IOPS in all, with r5b.24xlarge controllers (260,000 IOPS each), 1 running
+    existing = io2_volume(32_000)
+    io2_volume(16_000, {"vsa:array": "demo", "vsa:owned": "true", "Name": "vsa-demo-data2"})
+    spec = ArraySpec.model_validate(
+        {
+            "arrayId": "demo",
+            "availabilityZone": "us-east-1a",
+            "volumes": [{"volumeId": existing}, {"name": "data2", "sizeGiB": 100, "iops": 16_000}],
+            "controllers": {"instanceType": "r5b.24xlarge", "imageId": "ami-0a1b2c3d4e5f60001"},
+            "minControllers": 1,
+            "maxControllers": 8,
+        }
+    )
+    registry.create(spec)
+    make_group(autoscaling, 1)
+    # When the high alarm reports 612,345 IOPS (what 4 controllers would serve at target)
+    decision = handler.plan_scale(
+        request(), registry, autoscaling, NOW, boto3.client("ec2", region_name=REGION)
+    )
+    # Then the plan knows the volumes give 48,000 IOPS, adds no controller, and says what to raise
+    assert decision["volume_iops"] == 48_000
+    assert decision["volume_controllers"] == 1
+    assert (decision["action"], decision["desired_controllers"]) == ("hold", 1)
+    assert decision["volume_bound"] is True
+    assert "volume-bound: the volumes provide 48,000 IOPS in total" in decision["reason"]
+    assert "raise the volumes' provisioned IOPS" in decision["reason"]
+
+
+def test_a_volume_not_found_leaves_the_volume_cap_off(registry, autoscaling):
+    # Given the demo spec, whose volume moto does not have
+    registry.create(DEMO)
+    make_group(autoscaling, 2)
+    decision = handler.plan_scale(
+        request(), registry, autoscaling, NOW, boto3.client("ec2", region_name=REGION)
+    )
+    # Then the planner plans on the controllers alone (a partial sum would cap it wrongly)
+    assert decision["volume_iops"] is None
+    assert decision["volume_bound"] is False

@@ -2,8 +2,10 @@
 its group's state.
 
 Called only by the ScaleArray workflow, which holds the array's scaling lock. Reads the registry
-(spec, cooldown clocks) and the controller group (desired capacity, controllers booting or
-draining, which controller leaves on a scale-in), and runs the pure planner. The decision is
+(spec, cooldown clocks), the controller group (desired capacity, controllers booting or
+draining, which controller leaves on a scale-in) and the volumes' provisioned IOPS
+(DescribeVolumes: what the array can deliver at most, ``vsa_core.scaling.capacity``), and runs
+the pure planner. The decision is
 returned, not written: the workflow sets the capacity and records it, with the ``expiresAt``
 given here (the registry's TTL attribute: the decision is history, kept ``HistoryRetentionDays``).
 """
@@ -11,10 +13,11 @@ given here (the registry's TTL attribute: the decision is history, kept ``Histor
 from datetime import datetime, timedelta
 from typing import Any
 
-from vsa_core.arrays.spec import ArraySpec
+from vsa_core.arrays.spec import ARRAY_TAG, OWNED_TAG, ArraySpec
+from vsa_core.clients import client
 from vsa_core.controllers import slots
 from vsa_core.errors import ArrayNotFoundError
-from vsa_core.naming import group_name
+from vsa_core.naming import group_name, owned_volume_name
 from vsa_core.observability import logger
 from vsa_core.registry import ArrayRegistry, expires_at
 from vsa_core.scaling import demand, rules
@@ -29,8 +32,48 @@ def _parse(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
 
 
+def provisioned_iops(ec2: Any, spec: ArraySpec) -> int | None:
+    """The array's volumes' provisioned IOPS in total (DescribeVolumes): the spec's existing
+    volumes, and the volumes created for it (their declared IOPS while one is not created
+    yet). None when a declared volume is not found or reports no IOPS: the planner then
+    does not cap on the volumes, rather than cap on part of them."""
+    found: dict[str, Any] = {}
+    if spec.existing_volume_ids:
+        found.update(
+            {
+                v["VolumeId"]: v
+                for v in _describe(ec2, [{"Name": "volume-id", "Values": list(spec.existing_volume_ids)}])
+            }
+        )
+    owned_filters = [
+        {"Name": f"tag:{ARRAY_TAG}", "Values": [spec.array_id]},
+        {"Name": f"tag:{OWNED_TAG}", "Values": ["true"]},
+    ]
+    owned = {
+        tag["Value"]: v
+        for v in (_describe(ec2, owned_filters) if spec.new_volumes else [])
+        for tag in v.get("Tags", [])
+        if tag["Key"] == "Name"
+    }
+    total = 0
+    for volume_id in spec.existing_volume_ids:
+        iops = found.get(volume_id, {}).get("Iops")
+        if not iops:
+            logger.warning("volume IOPS unknown: no cap on the volumes", extra={"volume_id": volume_id})
+            return None
+        total += int(iops)
+    for new in spec.new_volumes:
+        total += int(owned.get(owned_volume_name(spec.array_id, new.name), {}).get("Iops") or new.iops)
+    return total
+
+
+def _describe(ec2: Any, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    pages = ec2.get_paginator("describe_volumes").paginate(Filters=filters)
+    return [dict(v) for page in pages for v in page["Volumes"]]
+
+
 def plan_scale(
-    request: ScaleRequest, registry: ArrayRegistry, autoscaling: Any, now: datetime
+    request: ScaleRequest, registry: ArrayRegistry, autoscaling: Any, now: datetime, ec2: Any = None
 ) -> dict[str, Any]:
     array = registry.get(request.array_id)
     name = group_name(request.array_id)
@@ -60,6 +103,7 @@ def plan_scale(
         last_scale_in_at=_parse(array.last_scale_in_at),
         in_flight=in_flight,
         recent_demand=recent,
+        volume_iops=provisioned_iops(ec2 or client("ec2"), array.spec),
         # the same tuning the simulator and the benchmark measure
         **planner_inputs(array.spec),
     )

@@ -61,8 +61,13 @@ def stale_decision(
 
 def at_target(decision: ScaleDecision) -> bool:
     """The decision leaves the array at what its current demand needs, as far as [min, max]
-    allows: nothing in flight, nothing changed, and desired = clamp(needed)."""
-    wanted = max(decision.min_controllers, min(decision.needed_controllers, decision.max_controllers))
+    and the volumes allow: nothing in flight, nothing changed, and desired = clamp(needed) (a
+    volume-bound array at the controllers that move its volumes' IOPS is at target: more would
+    add none)."""
+    ceiling = decision.max_controllers
+    if decision.volume_controllers is not None:
+        ceiling = min(ceiling, decision.volume_controllers)
+    wanted = max(decision.min_controllers, min(decision.needed_controllers, ceiling))
     return decision.action == "hold" and not decision.waiting and decision.desired_controllers == wanted
 
 
