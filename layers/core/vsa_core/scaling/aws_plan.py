@@ -10,8 +10,10 @@ returned, not written: the workflow sets the capacity and records it, with the `
 given here (the registry's TTL attribute: the decision is history, kept ``HistoryRetentionDays``).
 """
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
 
 from vsa_core.arrays.spec import ARRAY_TAG, OWNED_TAG, ArraySpec
 from vsa_core.clients import client
@@ -23,7 +25,7 @@ from vsa_core.registry import ArrayRegistry, expires_at
 from vsa_core.scaling import demand, rules
 from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.planner import plan
-from vsa_core.scaling.rules import EVALUATION_PERIODS, IN_FLIGHT, SCALE_FIELDS, rearm_after
+from vsa_core.scaling.rules import IN_FLIGHT, SCALE_FIELDS, rearm_after
 from vsa_core.scaling.tuning import planner_inputs
 from vsa_core.settings import get_settings
 
@@ -73,7 +75,12 @@ def _describe(ec2: Any, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def plan_scale(
-    request: ScaleRequest, registry: ArrayRegistry, autoscaling: Any, now: datetime, ec2: Any = None
+    request: ScaleRequest,
+    registry: ArrayRegistry,
+    autoscaling: Any,
+    now: datetime,
+    ec2: Any = None,
+    cloudwatch: Any = None,
 ) -> dict[str, Any]:
     array = registry.get(request.array_id)
     name = group_name(request.array_id)
@@ -85,15 +92,23 @@ def plan_scale(
     in_flight = sum(1 for i in instances if i["LifecycleState"] in IN_FLIGHT)
     read = request.demand
     current = int(group["DesiredCapacity"])
-    age = demand.alarm_datapoint_age(request.state_timestamp, now)
-    max_age = demand.alarm_datapoint_max_age(EVALUATION_PERIODS[request.alarm_kind])
-    if read is not None and read.newest_minute is not None:
+    # no decision on stale data (rules.MAX_DATA_AGE): GetMetricData's newest datapoint, else the
+    # alarm's own (its state change's age), else hold and say how old the newest data is
+    newest = (
+        None if read is None or read.newest_minute is None else datetime.fromisoformat(read.newest_minute)
+    )
+    read_age = None if newest is None else rules.data_age(newest, now)
+    alarm_age = rules.data_age(datetime.fromisoformat(request.state_timestamp), now)
+    if read is not None and not rules.is_stale(read_age):
         demand_iops, recent, source = read.demand_iops, tuple(read.recent_demand), read.source
-    elif request.demand_iops is not None and age <= max_age:
-        # GetMetricData had no datapoint in its window: the alarm's own datapoint, while fresh
+    elif request.demand_iops is not None and not rules.is_stale(alarm_age):
+        # GetMetricData had nothing recent: the alarm's own datapoint, while fresh
         demand_iops, recent, source = request.demand_iops, (), "alarm"
     else:
-        return _stale(request, array.spec, current, now, name, age, max_age)
+        reason = rules.stale_reason(read_age, demand.RECENT_MINUTES + demand.FRESH_MINUTES)
+        if request.demand_iops is None:
+            reason += "; the alarm went to ALARM on missing data (no datapoint of its own)"
+        return _stale(request, array.spec, current, now, name, reason, cloudwatch)
     decision = plan(
         array.spec,
         demand_iops,
@@ -136,15 +151,30 @@ def _stale(
     current: int,
     now: datetime,
     group: str,
-    age: timedelta,
-    max_age: timedelta,
+    reason: str,
+    cloudwatch: Any,
 ) -> dict[str, Any]:
-    """No decision on stale data: GetMetricData found no datapoint and the alarm's is older than
-    its window allows (or it went to ALARM on missing data). Hold, say why, and re-arm the
-    alarm (``waiting``: the base pause) so a breach that still holds comes back as a fresh state
-    change."""
-    decision = rules.stale_decision(request, spec, current, now, age, max_age)
+    """No decision on stale data: neither GetMetricData's newest datapoint nor the alarm's is
+    recent enough (``rules.MAX_DATA_AGE``). Hold, say why, count it (``rules.STALE_METRIC``:
+    its alarm pages when staleness persists) and re-arm the alarm (``waiting``: the base pause)
+    so a breach that still holds comes back as a fresh state change."""
+    decision = rules.stale_decision(request, spec, current, now, reason)
     logger.warning("scale decision on stale data refused", extra=decision.as_dict())
+    try:
+        (cloudwatch or client("cloudwatch")).put_metric_data(
+            Namespace=rules.STALE_NAMESPACE,
+            MetricData=[
+                {
+                    "MetricName": rules.STALE_METRIC,
+                    "Dimensions": [{"Name": "Deployment", "Value": get_settings().deployment}],
+                    "Timestamp": now,
+                    "Value": 1.0,
+                    "Unit": "Count",
+                }
+            ],
+        )
+    except (ClientError, BotoCoreError):  # the hold stands; the count is lost and logged
+        logger.exception("stale decision not counted", extra={"array_id": spec.array_id})
     return {
         **decision.as_dict(),
         "groupName": group,
