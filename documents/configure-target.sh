@@ -13,7 +13,11 @@
 # * attr_serial and attr_model are refused once a host has identified the subsystem, even for
 #   the same value: written only when they differ;
 # * attr_cntlid_min must stay <= attr_cntlid_max at every write: the order depends on the move;
-# * allowed_hosts links and attr_allow_any_host=1 exclude each other.
+# * allowed_hosts links and attr_allow_any_host=1 exclude each other;
+# * nvmet reads a namespace's size from its device when the namespace is enabled, and again
+#   only when 1 is written to its revalidate_size (write-only; EINVAL while disabled): then, if
+#   the size changed, it sends every connected host a namespace-attribute-changed event and the
+#   hosts re-read the namespace (an EBS volume grown by ModifyVolume is seen only so).
 # Every write is made only when the value differs, so a second run changes nothing.
 # On a plain directory tree (tests: no configfs) attributes are files and default groups are
 # directories; the script creates and removes them like configfs would show them.
@@ -26,6 +30,9 @@ changed() { CHANGES=$((CHANGES + 1)); log "$*"; }
 NVMET=$(absolute "$CONFIGFS_ROOT")/nvmet
 DEVICES=$(absolute "$DEVICE_DIR")
 short() { printf '%s' "${1#"$NVMET"/}"; }
+# this kernel's runs: their lock, and the size nvmet last read of each namespace (below)
+KERNEL=${TMPDIR:-/tmp}/vsa-configure-target-$(printf '%s' "$NVMET" | sha256sum | cut -c1-16)
+SIZES=$KERNEL.sizes
 
 read_attr() { # the attribute's value without its newline; empty when it does not exist
   if [[ -f $1 ]]; then
@@ -132,8 +139,36 @@ configure_hosts() {
   done
 }
 
+# The size nvmet exports a namespace at is not readable: configfs has no size attribute (the
+# namespace's device_path, device_uuid, device_nguid, enable, buffered_io, ana_grpid and the
+# write-only revalidate_size), and the controller is no host of itself. So this document keeps,
+# per namespace, the device size at which it last had nvmet read it (at enable, or by writing
+# revalidate_size) in $SIZES, and writes revalidate_size when the device's size differs from
+# that record: only the namespaces whose device grew are touched. Without a record (a
+# namespace enabled before records were kept, or a record lost with /tmp) it writes it once:
+# harmless, as nvmet sends hosts an event only when the size did change, and a namespace is
+# never disabled for it, so no path blinks.
+size_record() { printf '%s/%s' "$SIZES" "$(short "$1" | tr / '#')"; }
+
+record_size() { # record_size NS SIZE: nvmet has read the device at SIZE bytes
+  [[ $2 != null ]] || return 0
+  mkdir -p "$SIZES" && printf '%s\n' "$2" >"$(size_record "$1")" || fail "cannot record a size in $SIZES"
+}
+
+revalidate_size() { # revalidate_size NS DEVICE: an enabled namespace re-reads a changed device size
+  local ns=$1 size recorded
+  size=$(device_size "$2")
+  [[ $size != null ]] || return 0
+  recorded=$(read_attr "$(size_record "$ns")")
+  [[ $size == "$recorded" ]] && return 0
+  printf '1\n' >"$ns/revalidate_size" ||
+    fail "cannot write 1 to $ns/revalidate_size: nvmet re-reads a namespace's size only through it (Linux 5.8 and later)"
+  changed "revalidated $(short "$ns") at $size bytes (recorded: ${recorded:-none})"
+  record_size "$ns" "$size"
+}
+
 configure_namespace() {
-  local ns=$1 device=$2 uuid=$3 nguid=$4 buffered=""
+  local ns=$1 device=$2 uuid=$3 nguid=$4 buffered="" enabled
   make_group "$ns"
   [[ -f $ns/buffered_io ]] && buffered=0 # two controllers write one device: never cache
   if [[ "$(read_attr "$ns/device_path")" != "$device" || "$(read_attr "$ns/device_uuid")" != "$uuid" ||
@@ -147,7 +182,13 @@ configure_namespace() {
     set_attr "$ns/device_nguid" "$nguid"
     [[ -z $buffered ]] || set_attr "$ns/buffered_io" "$buffered"
   fi
+  enabled=$(read_attr "$ns/enable")
   set_attr "$ns/enable" 1
+  if [[ $enabled == 1 ]]; then
+    revalidate_size "$ns" "$device"
+  else
+    record_size "$ns" "$(device_size "$device")" # enabling read the device's size
+  fi
 }
 
 configure_subsystem() {
@@ -208,6 +249,7 @@ remove_subsystem() {
   for ns in "$sub"/namespaces/*; do
     if [[ "$(read_attr "$ns/enable")" == 1 ]]; then set_attr "$ns/enable" 0; fi
     remove_group "$ns"
+    rm -f "$(size_record "$ns")"
   done
   for link in "$sub"/allowed_hosts/*; do
     TOUCHED_HOSTS[${link##*/}]=1
@@ -241,16 +283,20 @@ device_size() { # bytes: a block device as the kernel sizes it, a file (nvmet's 
 }
 
 exports_json() { # what nvmet exports for this array now, read back from configfs (not what was asked)
-  local sub nqn ns link port hosts namespaces ports first=1
+  local sub nqn ns link port hosts namespaces ports device_bytes size_bytes first=1
   EXPORTS_JSON=""
   for sub in "$NVMET"/subsystems/"$PREFIX"*; do
     nqn=${sub##*/}
     hosts="" namespaces="" ports=""
     for link in "$sub"/allowed_hosts/*; do hosts+=${hosts:+,}$(json "${link##*/}"); done
     for ns in "$sub"/namespaces/*; do
-      namespaces+=${namespaces:+,}$(printf '{"nsid":%s,"enabled":%s,"device":%s,"sizeBytes":%s}' \
+      # sizeBytes: the size nvmet last read (recorded, see size_record; the device's without a
+      # record), deviceBytes: the device's now
+      device_bytes=$(device_size "$(read_attr "$ns/device_path")")
+      size_bytes=$(read_attr "$(size_record "$ns")")
+      namespaces+=${namespaces:+,}$(printf '{"nsid":%s,"enabled":%s,"device":%s,"sizeBytes":%s,"deviceBytes":%s}' \
         "${ns##*/}" "$([[ "$(read_attr "$ns/enable")" == 1 ]] && echo true || echo false)" \
-        "$(json "$(read_attr "$ns/device_path")")" "$(device_size "$(read_attr "$ns/device_path")")")
+        "$(json "$(read_attr "$ns/device_path")")" "${size_bytes:-$device_bytes}" "$device_bytes")
     done
     for link in "$NVMET"/ports/*/subsystems/"$nqn"; do
       port=${link%/subsystems/*}
@@ -328,7 +374,7 @@ teardown() {
 }
 
 # configure-target runs are serialised per kernel: two at once would interleave their writes
-exec 9>"${TMPDIR:-/tmp}/vsa-configure-target-$(printf '%s' "$NVMET" | sha256sum | cut -c1-16).lock"
+exec 9>"$KERNEL.lock"
 flock -w 120 9 || fail "another configure-target still runs on this instance after 120 s"
 case $MODE in
   apply) apply ;;

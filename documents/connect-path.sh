@@ -44,10 +44,17 @@ CONFIG=none
 
 # nvme-cli's JSON config: this host's entry, each subsystem's port ADDRESS:PORT (tcp) with the
 # failover settings; every other host, subsystem, port and key is kept. Written whole, renamed
-# in (a reader never sees half a file).
+# in (a reader never sees half a file). Runs on one host overlap (a connect-path per controller,
+# sent side by side: ReconcileArray's connect phase, two controllers bootstrapping at once), so
+# the read-modify-write holds an exclusive lock on a file beside the config and writes through
+# a temporary file of its own: without it, two runs renamed the same .tmp (the second failed)
+# and one run's ports could be lost.
 CONFIG_FILTER='
-import json, os, sys
+import fcntl, json, os, sys, tempfile
 path, hostnqn, hostid, traddr, trsvcid, kato, loss, delay, failfast, *nqns = sys.argv[1:]
+os.makedirs(os.path.dirname(path), exist_ok=True)
+lock = open(path + ".lock", "a")
+fcntl.flock(lock, fcntl.LOCK_EX)
 try:
     with open(path) as f:
         text = f.read().strip()
@@ -77,11 +84,12 @@ for nqn in nqns:
         port["fast_io_fail_tmo"] = int(failfast)
     else:
         port.pop("fast_io_fail_tmo", None)
-os.makedirs(os.path.dirname(path), exist_ok=True)
-with open(path + ".tmp", "w") as f:
+fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".config.", suffix=".json")
+with os.fdopen(fd, "w") as f:
     json.dump(hosts, f, indent=2)
     f.write("\n")
-os.replace(path + ".tmp", path)
+os.chmod(temporary, 0o644)
+os.replace(temporary, path)
 '
 if [[ $CONFIG != none ]]; then
   output=$(python3 -c "$CONFIG_FILTER" "$CONFIG" "$HOST_NQN" "$HOST_ID" "$ADDRESS" "$PORT" \

@@ -7,7 +7,8 @@ schedule), a bad spec refused with its reason, the array's live state, then real
 on its volumes tripping the high alarm, whose state-change event runs the ScaleArray workflow;
 every controller the group launches brought into service by BootstrapController (volumes
 attached, nvmet configured, a live path from every host) and one replaced through
-DrainController without the host ever losing its last path; last, an application-consistent
+DrainController without the host ever losing its last path; a volume added to the running
+array's spec, converged by ReconcileArray onto every controller and the host; last, an application-consistent
 backup of the whole array: the host's filesystem (real XFS on a loop device, when run as root)
 frozen by freeze-io with its on-host watchdog armed, one multi-volume snapshot, thawed at once.
 """
@@ -297,7 +298,19 @@ def run(
         f"{high} -> {states[high]}; the trigger reacts to ALARM only. ScaleArray runs in this surge: {count}"
     )
 
-    say("10.", "replace the controller in slot 0, as for an AMI update: drain first, then a new one joins")
+    say("10.", "a spec change on the running array: one more volume, on the host through every controller")
+    grown = {**spec, "volumes": [*spec["volumes"], {"name": "scratch", "sizeGiB": 100, "iops": 8000}]}
+    spec_file.write_text(yaml.safe_dump(grown, sort_keys=False))
+    note("first ask what the apply would change, without changing anything (the API's dry run):")
+    vsactl("apply", "-f", str(spec_file), "--dry-run")
+    note("then apply it: the PUT creates the volume and starts ReconcileArray, which takes the array's lock")
+    note("and runs its phases: settle (the volume is available), attach it to every serving controller,")
+    note("export it (configure-target adds one subsystem; the others are not touched), connect the host")
+    note("through every controller, then verify what the nodes report. Paths in use never blink:")
+    vsactl("apply", "-f", str(spec_file), "--wait", "--timeout", "600")
+    show_paths(host)
+
+    say("11.", "replace the controller in slot 0, as for an AMI update: drain first, then a new one joins")
     first = min(serving, key=lambda c: c["slot"])
     boto3.client("autoscaling").terminate_instance_in_auto_scaling_group(
         InstanceId=first["instanceId"], ShouldDecrementDesiredCapacity=False
@@ -312,7 +325,7 @@ def run(
     show_paths(host)
 
     mode = "application" if mountpoints else "crash"
-    say("11.", f"an {mode}-consistent backup of the whole array: one point in time across every volume")
+    say("12.", f"an {mode}-consistent backup of the whole array: one point in time across every volume")
     if mountpoints:
         note("ConsistentBackup: preflight (a serving controller, the host online, freeze-io dry run on every")
         note("host), freeze-io on every host at once (each arms an on-host watchdog that thaws by itself")
@@ -326,7 +339,7 @@ def run(
     note("window; otherwise crash-consistent with the reason. Retention keeps the policy's 7 sets;")
     note(f"vsactl backup list {array_id} lists them, vsactl restore makes volumes (or a new array) from one.")
 
-    say("12.", "the array's live state, with the decisions, the controllers' slots and the last backups")
+    say("13.", "the array's live state, with the decisions, the controllers' slots and the last backups")
     vsactl("get", array_id)
     vsactl("list")
     console.print(f"\n[bold green]done[/]: array {array_id} is declared and running on the local cloud.")

@@ -180,7 +180,7 @@ def _follow_reconcile(ctx: typer.Context, array_id: str, timeout: float) -> None
             last = shown
         if record.get("state") == "converged":
             return
-        if record.get("state") == "failed":
+        if record.get("state") in ("failed", "stopped"):  # stopped: the array is being deleted
             raise _fail(CliError(f"array {array_id} did not converge: {record.get('error')}"))
         if time.monotonic() > deadline:
             raise _fail(CliError(f"array {array_id} still converging after {timeout:.0f} s"))

@@ -3,10 +3,12 @@ derive are vsa_core.controllers.nvme's, they respect the kernel's configfs rules
 kernel and nvme-cli do where the documents depend on it."""
 
 import json
+import os
 import re
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -425,6 +427,28 @@ def test_connect_keeps_the_failover_settings_in_nvme_clis_config_across_a_reboot
     assert controller["reconnect_delay"] == delay
 
 
+def test_connect_paths_run_side_by_side_on_one_host_keep_every_port_in_the_config(node: Nodes):
+    # ReconcileArray's connect phase sends one connect-path per controller to each host at
+    # once (and two bootstraps can overlap): the runs update nvme-cli's config side by side.
+    # Before the lock, two runs renamed the same config.json.tmp and the second failed.
+    addresses = [f"10.0.0.{n}" for n in range(11, 17)]
+    for n, address in enumerate(addresses):
+        target = node(f"c{n}")
+        target.attach(*VOLUMES)
+        assert configure(target, address, Slot=str(n)).code == 0
+    host = node("h0")
+    # (rounds: a race shows only sometimes; a later round finds the paths and rewrites the config)
+    for _ in range(4):
+        (host.root / NVME_CONFIG).unlink(missing_ok=True)
+        with ThreadPoolExecutor(len(addresses)) as pool:
+            results = list(pool.map(lambda a: connect(host, a), addresses))
+        assert [r.code for r in results] == [0] * len(addresses), [r.stderr for r in results if r.code]
+        (ours,) = json.loads((host.root / NVME_CONFIG).read_text())
+        ports = {s["nqn"]: sorted(p["traddr"] for p in s["ports"]) for s in ours["subsystems"]}
+        assert ports == {nvme.subsystem_nqn(ARRAY, v): addresses for v in VOLUMES}
+        assert not list((host.root / NVME_CONFIG).parent.glob(".config.*"))  # no temporary left
+
+
 def test_fast_io_fail_tmo_reaches_the_controller_through_the_config_only(node: Nodes):
     # nvme-cli 2.3's connect has no fast_io_fail_tmo option: the config is the only way
     target, host = node("c0"), node("h0")
@@ -575,6 +599,7 @@ def test_configure_target_reports_what_configfs_exports_read_back(node: Nodes):
                         "enabled": (namespace / "enable").read_text().strip() == "1",
                         "device": device,
                         "sizeBytes": Path(device).stat().st_size,
+                        "deviceBytes": Path(device).stat().st_size,
                     }
                 ],
                 "ports": [
@@ -641,3 +666,52 @@ def test_host_reports_each_subsystems_paths_states_io_policy_and_size(node: Node
     assert [(e["ioPolicy"], e["sizeBytes"], e["livePaths"]) for e in left.report["subsystems"]] == [
         ("round-robin", None, 1)
     ] * len(VOLUMES)
+
+
+def test_configure_target_revalidates_only_the_namespaces_whose_device_grew(node: Nodes):
+    # Given two controllers exporting two 8 GiB volumes, and a host connected through both
+    c0, c1, host = node("c0"), node("c1"), node("h0")
+    targets = ((c0, "10.0.0.5"), (c1, "10.0.0.6"))
+    for slot, (target, address) in enumerate(targets):
+        target.attach(*VOLUMES, size_gib=8)
+        assert configure(target, address, Slot=str(slot)).code == 0
+    assert connect(host, "10.0.0.5").code == 0
+    assert connect(host, "10.0.0.6").code == 0
+    grown, kept = VOLUMES[1], VOLUMES[0]
+    namespace = {v: nvme.subsystem_nqn(ARRAY, v) for v in VOLUMES}
+    # When EBS grows one volume to 16 GiB (its device on every controller it is attached to)
+    for target, _ in targets:
+        os.truncate(target.root / DEVICES / nvme.device_name(grown), 16 * 2**30)
+    # Then no host sees it before a target announces it
+    seen = connect(host, "10.0.0.5").report["subsystems"]
+    assert {s["volume"]: s["sizeBytes"] for s in seen} == {kept: 8 * 2**30, grown: 8 * 2**30}
+    before = {t.root.name: tree(t.nvmet) for t, _ in targets}
+    # When configure-target applies on each controller
+    for slot, (target, address) in enumerate(targets):
+        result = configure(target, address, Slot=str(slot))
+        # Then it writes revalidate_size of the grown volume's namespace only, and nothing else
+        assert result.code == 0, result.stderr
+        assert writes(result.stderr) == []
+        assert result.report["changes"] == 1
+        assert (
+            f"revalidated subsystems/{namespace[grown]}/namespaces/1 at {16 * 2**30} bytes" in result.stderr
+        )
+        after = tree(target.nvmet)
+        revalidate = f"subsystems/{namespace[grown]}/namespaces/1/revalidate_size"
+        assert after.pop(revalidate) == ("file", "1\n")
+        assert after == before[target.root.name]
+        assert not (target.nvmet / f"subsystems/{namespace[kept]}/namespaces/1/revalidate_size").exists()
+        # and its report shows the namespace at the size nvmet re-read
+        sizes = {e["volume"]: e["namespaces"][0]["sizeBytes"] for e in result.report["exports"]}
+        assert sizes == {kept: 8 * 2**30, grown: 16 * 2**30}
+    # When it applies again, nothing is written (the size nvmet read is recorded)
+    stamp = (c0.nvmet / f"subsystems/{namespace[grown]}/namespaces/1/revalidate_size").stat().st_mtime_ns
+    again = configure(c0, "10.0.0.5", Slot="0")
+    assert (again.code, again.report["changes"]) == (0, 0), again.stderr
+    assert (
+        c0.nvmet / f"subsystems/{namespace[grown]}/namespaces/1/revalidate_size"
+    ).stat().st_mtime_ns == stamp
+    # Then the host's next report sees the new size, with both paths live all along
+    report = connect(host, "10.0.0.6").report["subsystems"]
+    assert {s["volume"]: s["sizeBytes"] for s in report} == {kept: 8 * 2**30, grown: 16 * 2**30}
+    assert all(sorted(p["state"] for p in s["paths"]) == ["live", "live"] for s in report)

@@ -27,6 +27,7 @@ from tests.integration.arrays_world import (
     spec_for,
     wait_until_gone,
 )
+from tests.integration.conftest import wait_for_execution
 
 
 def test_apply_creates_the_group_hooks_alarms_schedule_and_owned_volume(
@@ -203,6 +204,36 @@ def test_delete_refuses_while_bootstrapping_then_removes_what_it_created(
     assert api.call("GET", f"/arrays/{array_id}")[0] == 404
     # The volume the control plane did not create is still there
     assert boto3.client("ec2").describe_volumes(VolumeIds=[existing])["Volumes"][0]["VolumeId"] == existing
+
+
+def test_delete_stops_a_converging_reconcile_run_then_removes_the_array(
+    api: Api, world: World, arrays: Callable[[], str], stack_outputs: dict[str, str]
+) -> None:
+    # Given a running array whose spec just gained a volume: ReconcileArray is converging it
+    array_id = arrays()
+    spec = spec_for(array_id, world)
+    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    settle(array_id)
+    more = {**spec, "volumes": [*spec["volumes"], {"volumeId": world.volume()}]}
+    status, applied = api.call("PUT", f"/arrays/{array_id}", more)
+    assert status == 200, applied
+    run = applied["reconcile"]["executionName"]
+    # When the array is deleted at once
+    status, reply = api.call("DELETE", f"/arrays/{array_id}?deleteVolumes=true")
+    # Then the run is stopped (ABORTED, not FAILED: no workflow-failed alarm for a deletion),
+    # with the reason in its history, and the array goes as any other
+    assert status == 202, reply
+    assert reply["stoppedReconcile"] == [run], reply
+    # (the local cloud's engine stops a run when its current state ends: wait for the stop)
+    stopped = wait_for_execution(stack_outputs["ReconcileArrayStateMachineArn"], run)
+    assert stopped["status"] == "ABORTED", stopped["status"]
+    history = boto3.client("stepfunctions").get_execution_history(
+        executionArn=stopped["executionArn"], reverseOrder=True, maxResults=1
+    )["events"]
+    assert history[0]["type"] == "ExecutionAborted", history
+    assert history[0]["executionAbortedEventDetails"]["error"] == "ArrayDeleted", history
+    wait_until_gone(api, array_id)
+    no_trace(array_id)
 
 
 def test_get_and_list_show_the_array_and_its_live_status(

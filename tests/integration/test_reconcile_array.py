@@ -13,7 +13,7 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.integration.arrays_world import exported, host_paths, node_root, settle, spec_for
+from tests.integration.arrays_world import exported, host_paths, node_root, owned_volumes, settle, spec_for
 from tests.integration.conftest import wait_for_execution
 from tests.integration.test_controller_lifecycle import PathWatch, attached_to, check_serving
 from vsa_core.controllers.nvme import default_host_nqn, subsystem_nqn
@@ -160,3 +160,84 @@ def test_a_host_added_then_removed_is_allowed_then_connected_and_disconnected_th
     assert watch.fewest[0] >= CONTROLLERS, watch.fewest
     shown = api.call("GET", f"/arrays/{array_id}")[1]["reconcile"]
     assert (shown["state"], shown["pendingHostRemovals"]) == ("converged", []), shown
+
+
+GIB = 2**30
+
+
+def _revalidated(root: Any, nqn: str) -> bool:
+    """Whether configure-target wrote the namespace's revalidate_size on this controller."""
+    return bool((root / "sys/kernel/config/nvmet/subsystems" / nqn / "namespaces/1/revalidate_size").exists())
+
+
+def test_an_owned_volume_grown_is_re_read_by_every_controller_and_seen_by_every_host_without_a_blink(
+    stack_outputs, api, world, arrays, scripted_alarms
+):
+    # Given a running array of 2 controllers, 2 hosts, an existing volume and an owned 8 GiB one
+    array_id = arrays()
+    scripted_alarms(array_id)
+    spec = spec_for(
+        array_id,
+        world,
+        volumes=[{"volumeId": world.volume()}, {"name": "data", "sizeGiB": 8, "iops": 3000}],
+        minControllers=2,
+        maxControllers=2,
+    )
+    spec["hosts"] = [{"instanceId": world.host(), "mountpoints": ["/data"]} for _ in range(2)]
+    status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
+    assert status == 201, reply
+    settle(array_id, timeout=300)
+    (owned,) = [v["VolumeId"] for v in owned_volumes(array_id)]
+    existing = spec["volumes"][0]["volumeId"]
+    array = {
+        "arrayId": array_id,
+        "volumes": [existing, owned],
+        "nqns": [subsystem_nqn(array_id, v) for v in (existing, owned)],
+        "hosts": {h["instanceId"]: node_root(world.endpoint, h["instanceId"]) for h in spec["hosts"]},
+    }
+    controllers = check_serving(stack_outputs, world, array, 2)
+    shown = api.call("GET", f"/arrays/{array_id}")[1]["status"]
+    assert {h["instanceId"]: [v["sizeBytes"] for v in h["observed"]["volumes"]] for h in shown["hosts"]} == {
+        h: [100 * GIB, 8 * GIB] for h in array["hosts"]
+    }
+    grown = {**spec, "volumes": [spec["volumes"][0], {"name": "data", "sizeGiB": 16, "iops": 3000}]}
+    # When the owned volume is grown to 16 GiB, with the sampler watching every host's paths
+    with PathWatch(array["hosts"], array["nqns"]) as watch:
+        started = time.monotonic()
+        status, reply = api.call("PUT", f"/arrays/{array_id}", grown)
+        assert status == 200, reply
+        assert reply["reconcile"]["remaining"] == [
+            "volume data: grow to 16 GiB (from 8 GiB), re-read the size on every controller, "
+            "verify on every host"
+        ]
+        run = wait_for_execution(
+            stack_outputs["ReconcileArrayStateMachineArn"], reply["reconcile"]["executionName"]
+        )
+        took = time.monotonic() - started
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    print(
+        f"grow a volume on 2 controllers x 2 hosts: {took:.1f} s from the PUT, "
+        f"run {(run['stopDate'] - run['startDate']).total_seconds():.1f} s; sampler: {watch.samples} samples"
+    )
+    # Then EBS has it at 16 GiB, and every controller's device grew and nvmet re-read it (only it)
+    assert boto3.client("ec2").describe_volumes(VolumeIds=[owned])["Volumes"][0]["Size"] == 16
+    for instance in controllers:
+        root = node_root(world.endpoint, instance)
+        assert _revalidated(root, subsystem_nqn(array_id, owned))
+        assert not _revalidated(root, subsystem_nqn(array_id, existing))
+    # and every controller's exports report and every host's report show the new size
+    answer = api.call("GET", f"/arrays/{array_id}")[1]
+    assert answer["reconcile"]["state"] == "converged", answer["reconcile"]
+    shown = answer["status"]
+    for controller in shown["controllers"]:
+        sizes = {e["volumeId"]: e["sizeBytes"] for e in controller["observed"]["exports"]}
+        assert sizes == {existing: 100 * GIB, owned: 16 * GIB}, controller
+    for host in shown["hosts"]:
+        sizes = {v["volumeId"]: v["sizeBytes"] for v in host["observed"]["volumes"]}
+        assert sizes == {existing: 100 * GIB, owned: 16 * GIB}, host
+        assert host["paths"] == 2
+    assert shown["dataPlane"]["differences"] == []
+    # and no host's path ever left live, none had fewer than one per controller
+    assert watch.samples > 5, watch.samples
+    assert watch.not_live == set(), watch.not_live
+    assert watch.fewest[0] >= 2, watch.fewest

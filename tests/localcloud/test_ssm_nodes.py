@@ -91,6 +91,53 @@ def test_attached_volumes_appear_in_the_node_sandbox_and_go_on_detach_and_termin
         ec2.delete_volume(VolumeId=volume)
 
 
+def test_a_modified_volume_grows_on_every_node_once_its_modification_is_optimizing(
+    aws: Callable[[str], Any], control: Callable[..., dict[str, Any]], instances: list[str]
+):
+    """ "Monitor the progress of Amazon EBS volume modifications"
+    (https://docs.aws.amazon.com/ebs/latest/userguide/monitoring-volume-modifications.html): the
+    volume enters modifying, then optimizing, then completed; "Size increases take effect once
+    the volume modification reaches the optimizing state". "Extend the file system after
+    resizing an EBS volume" (https://docs.aws.amazon.com/ebs/latest/userguide/recognize-expanded-volume-linux.html):
+    on a Nitro instance the NVMe device shows the new size without a detach (lsblk)."""
+    ec2 = aws("ec2")
+    control("timings", "configure", profile="fast", volume_modifying=3.0, volume_optimizing=3.0)
+    try:
+        # Given an io2 Multi-Attach volume of 4 GiB attached to two managed nodes, with data on it
+        first, second = (i["InstanceId"] for i in launch(aws, instances, 2))
+        roots = [Path(control("ssm", "register_node", InstanceId=i)["Root"]) for i in (first, second)]
+        volume = ec2.create_volume(
+            AvailabilityZone=AZ, Size=4, VolumeType="io2", Iops=100, MultiAttachEnabled=True
+        )["VolumeId"]
+        for instance_id in (first, second):
+            ec2.attach_volume(VolumeId=volume, InstanceId=instance_id, Device="/dev/sdf")
+        devices = [root / DEVICES / device(volume) for root in roots]
+        # When it is modified to 8 GiB
+        ec2.modify_volume(VolumeId=volume, Size=8)
+        # Then while the modification is modifying, each device keeps its size
+        (modification,) = ec2.describe_volumes_modifications(VolumeIds=[volume])["VolumesModifications"]
+        assert modification["ModificationState"] == "modifying"
+        assert [d.stat().st_size for d in devices] == [4 * 2**30] * 2
+
+        # and once it is optimizing, each node's device is 8 GiB, what it held kept
+        def optimizing() -> bool:
+            found = ec2.describe_volumes_modifications(VolumeIds=[volume])["VolumesModifications"]
+            return bool(found[0]["ModificationState"] in ("optimizing", "completed"))
+
+        until(optimizing, what="optimizing")
+        assert ec2.describe_volumes(VolumeIds=[volume])["Volumes"][0]["Size"] == 8
+        assert [d.stat().st_size for d in devices] == [8 * 2**30] * 2
+        for held in devices:
+            with held.open() as data:
+                assert data.readline().strip() == volume
+    finally:
+        control("timings", "configure", profile="fast")
+        for instance_id in instances:
+            ec2.detach_volume(VolumeId=volume, InstanceId=instance_id)
+        until(lambda: ec2.describe_volumes(VolumeIds=[volume])["Volumes"][0]["State"] == "available")
+        ec2.delete_volume(VolumeId=volume)
+
+
 def test_a_node_registered_after_the_attach_already_has_the_device(
     aws: Callable[[str], Any], control: Callable[..., dict[str, Any]], instances: list[str]
 ):

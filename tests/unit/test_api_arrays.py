@@ -2,6 +2,7 @@
 
 import base64
 import json
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -12,7 +13,7 @@ from api_arrays import handler
 from botocore.stub import Stubber
 
 from tests.unit.conftest import REGION, FakeLambdaContext, hooks_keep_metadata, load_event
-from vsa_core.arrays import replies
+from vsa_core.arrays import aws_lock, replies
 from vsa_core.clients import client
 from vsa_core.settings import get_settings
 
@@ -509,3 +510,44 @@ def test_a_body_that_is_not_sent_as_json_is_415(api_env: dict[str, Any], content
     status, reply = call(event)
     assert status == 415, reply
     assert "application/json" in reply["message"]
+
+
+def test_delete_stops_the_arrays_reconcile_runs_and_lets_go_of_their_lock(
+    api_env: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an array whose apply started a ReconcileArray run (moto keeps it RUNNING), the run
+    # holding the array lock, and the DeleteArray state machine
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    machine = sfn.create_state_machine(
+        name="vsa-delete-array",
+        definition=json.dumps({"StartAt": "S", "States": {"S": {"Type": "Succeed"}}}),
+        roleArn="arn:aws:iam::123456789012:role/sfn",
+    )["stateMachineArn"]
+    monkeypatch.setenv("VSA_DELETE_STATE_MACHINE_ARN", machine)
+    get_settings.cache_clear()
+    call(put_event(api_env))
+    added = boto3.client("ec2", region_name=REGION).create_volume(
+        AvailabilityZone="us-east-1a", Size=100, VolumeType="io2", Iops=3000, MultiAttachEnabled=True
+    )["VolumeId"]
+    spec = json.loads(put_event(api_env)["body"])
+    status, applied = call(put_event(api_env, volumes=[*spec["volumes"], {"volumeId": added}]))
+    assert status == 200, applied
+    run = applied["reconcile"]["executionName"]
+    table = get_settings().table_name
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    assert aws_lock.acquire(dynamodb, table, "demo", run, 900, int(time.time()))["acquired"]
+    # When the array is deleted
+    status, reply = call(load_event("apigateway/delete_array.json"))
+    # Then the run is stopped with the reason in its history, its lock released, its record stopped
+    assert status == 202, reply
+    assert reply["stoppedReconcile"] == [run]
+    stopped = sfn.describe_execution(
+        executionArn=f"{api_env['reconcile'].replace(':stateMachine:', ':execution:')}:{run}"
+    )
+    assert stopped["status"] == "ABORTED"
+    assert aws_lock.read(dynamodb, table, "demo").holder is None
+    status, described = call(load_event("apigateway/get_array.json"))
+    assert described["reconcile"]["state"] == "stopped", described["reconcile"]
+    # and a repeated DELETE stops nothing more
+    status, again = call(load_event("apigateway/delete_array.json"))
+    assert (status, again["stoppedReconcile"]) == (202, [])

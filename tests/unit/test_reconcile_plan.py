@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.specs import CONTROLLERS
+from vsa_core.arrays.dataplane import Report
 from vsa_core.arrays.spec import ArraySpec
-from vsa_core.controllers.nvme import default_host_nqn
+from vsa_core.controllers.nvme import default_host_nqn, subsystem_nqn
 from vsa_core.reconcile import plan
 from vsa_core.reconcile.plan import Controller, Documents, NodePaths, Observed
 from vsa_core.reconcile.steps import Node
@@ -218,3 +219,85 @@ def test_reconcile_sends_each_document_every_node_setting_the_other_workflows_se
     for document, settings in sent.items():
         missing = expected[document] - settings
         assert not missing, f"{document}: reconcile does not send {missing}"
+
+
+OWNED = [{"name": "data", "sizeGiB": 16, "iops": 3000}]
+
+
+def test_a_grown_volume_is_one_line_of_work_and_starts_a_run() -> None:
+    # Given an owned volume grown from 16 to 32 GiB, and another whose IOPS alone changed
+    before = spec(new=[*OWNED, {"name": "logs", "sizeGiB": 8, "iops": 3000}])
+    after = spec(new=[{**OWNED[0], "sizeGiB": 32}, {"name": "logs", "sizeGiB": 8, "iops": 4000}])
+    # Then the apply starts ReconcileArray and says what it will do for each
+    assert plan.needs_reconcile(before, after, "converged")
+    assert plan.pending_work(before, after) == [
+        "volume data: grow to 32 GiB (from 16 GiB), re-read the size on every controller, "
+        "verify on every host",
+        "volume logs: modified by EBS (3000 -> 4000 IOPS); nothing changes on the controllers or hosts",
+    ]
+
+
+def _grown(modification: str | None) -> Observed:
+    return Observed(
+        spec=spec((V1, V2)),
+        volume_ids=(V1, V2),
+        controllers=CONTROLLERS_2,
+        volume_states={V1: "in-use", V2: "in-use"},
+        attachments={V1: ALL, V2: ALL},
+        sizes={V1: 8, V2: 32},
+        modifications={V2: modification} if modification else {},
+    )
+
+
+def test_settle_waits_while_a_grown_volumes_modification_is_modifying_only() -> None:
+    # EBS: "Size increases take effect once the volume modification reaches the optimizing state"
+    assert plan.unready_volumes(_grown("modifying")) == [
+        f"volume {V2} is being modified (modifying): its new size is usable once the modification "
+        "is optimizing"
+    ]
+    assert "modifying" in " ".join(plan.remaining(_grown("modifying")))
+    for state in ("optimizing", "completed", "failed", None):
+        assert plan.unready_volumes(_grown(state)) == [], state
+
+
+def _controller_report(instance_id: str, sizes: dict[str, int]) -> Report:
+    exports = [
+        {
+            "nqn": subsystem_nqn("demo", v),
+            "namespaces": [{"nsid": 1, "enabled": True, "sizeBytes": gib * 2**30}],
+            "ports": [{"id": "4420", "traddr": "10.0.0.1", "trsvcid": "4420"}],
+            "allowedHosts": sorted(default_host_nqn(h) for h in (H1, H2)),
+        }
+        for v, gib in sizes.items()
+    ]
+    body = {"document": "configure-target", "arrayId": "demo", "exports": exports}
+    return Report("configure-target", f"c-{instance_id}", None, "Success", body)
+
+
+def _host_report(instance_id: str, sizes: dict[str, int]) -> Report:
+    subsystems = [
+        {
+            "nqn": subsystem_nqn("demo", v),
+            "paths": [{"address": "10.0.0.1", "state": "live"}, {"address": "10.0.0.2", "state": "live"}],
+            "ioPolicy": "round-robin",
+            "sizeBytes": gib * 2**30,
+        }
+        for v, gib in sizes.items()
+    ]
+    body = {"document": "connect-path", "arrayId": "demo", "subsystems": subsystems}
+    return Report("connect-path", f"h-{instance_id}", None, "Success", body)
+
+
+def test_verify_names_every_node_that_does_not_show_a_grown_volume_at_its_ebs_size() -> None:
+    # Given V2 grown to 32 GiB on EBS; C2 has not re-read it, H2 still sees 16 GiB
+    seen = _grown("optimizing")
+    controllers = {C1: _controller_report(C1, {V1: 8, V2: 32}), C2: _controller_report(C2, {V1: 8, V2: 16})}
+    hosts = {H1: _host_report(H1, {V1: 8, V2: 32}), H2: _host_report(H2, {V1: 8, V2: 16})}
+    # Then only the sizes are named (the verify of a run judges sizes, the rest is AWS's)
+    assert plan.size_differences(seen, controllers, hosts) == [
+        f"controller {C2} (slot 1, 10.0.0.2) exports volume {V2} at 16 GiB, EBS says 32 GiB",
+        f"host {H2} sees volume {V2} at 16 GiB, EBS says 32 GiB",
+    ]
+    # and once every node shows 32 GiB, nothing; a node without a report is no size difference
+    grown = {C1: _controller_report(C1, {V1: 8, V2: 32}), C2: None}
+    assert plan.size_differences(seen, grown, {H1: _host_report(H1, {V1: 8, V2: 32}), H2: None}) == []

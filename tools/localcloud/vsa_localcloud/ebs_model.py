@@ -325,6 +325,16 @@ def teardown_defaults(self: Instance) -> None:
     _devices_changed(self)
 
 
+def attachments_of(volume: Volume) -> list[VolumeAttachment]:
+    """(Caller holds LOCK.) The volume's attachments, every instance's (Multi-Attach)."""
+    return list(_attachments(volume))
+
+
+def devices_changed(instance: Instance) -> None:
+    """An instance's devices changed (a volume attached, detached, or grown): its node follows."""
+    _devices_changed(instance)
+
+
 def _devices_changed(instance: Instance) -> None:
     """An SSM node's /dev/disk/by-id follows its instance's attachments (called outside LOCK)."""
     backend = instance.ec2_backend

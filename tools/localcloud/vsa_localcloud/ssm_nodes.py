@@ -12,10 +12,10 @@ its connection would.
 
 The sandbox is the node's root file system: every EBS volume attached to its instance appears as
 ``<sandbox>/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol<hex>`` (a sparse file holding the
-volume id, as long as the volume was when attached), as udev names an EBS NVMe device on a Nitro
-instance, and disappears when the volume is
-detached or the instance terminates (``sync_devices``, called by the EBS model on every attach
-and detach, and when a node registers).
+volume id, as long as the volume: grown in place when a modification of the volume reaches
+``optimizing``), as udev names an EBS NVMe device on a Nitro instance, and disappears when the
+volume is detached or the instance terminates (``sync_devices``, called by the EBS model on
+every attach, detach and growth, and when a node registers).
 """
 
 from __future__ import annotations
@@ -230,11 +230,14 @@ def _sync_devices(managed: Node, instance: Any | None) -> None:
         if existing.name not in wanted:
             existing.unlink(missing_ok=True)
     for name, volume_id in wanted.items():
-        if not (directory / name).exists():
-            (directory / name).write_text(volume_id + "\n")
-            # as long as the volume (sparse): a block device's size is what the controllers
-            # export and the hosts see (GiB, EBS's unit)
-            os.truncate(directory / name, sizes.get(volume_id, 0) * 2**30)
+        device = directory / name
+        if not device.exists():
+            device.write_text(volume_id + "\n")
+        # as long as the volume (sparse): a block device's size is what the controllers export
+        # and the hosts see (GiB, EBS's unit); a volume modified to a larger size grows in place
+        # (its data kept), never shrinks (EBS refuses to)
+        if device.stat().st_size < sizes.get(volume_id, 0) * 2**30:
+            os.truncate(device, sizes.get(volume_id, 0) * 2**30)
 
 
 def sync_devices(account_id: str, region: str, instance_id: str) -> None:

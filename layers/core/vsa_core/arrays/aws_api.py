@@ -145,6 +145,9 @@ def delete_array(
         service=_service(),
         sfn=client("stepfunctions"),
         state_machine_arn=get_settings().delete_state_machine_arn,
+        reconcile_state_machine_arn=get_settings().reconcile_state_machine_arn,
+        dynamodb=client("dynamodb"),
+        table=get_settings().table_name,
     )
     logger.info("array deletion started", extra={"execution": reply["executionArn"]})
     return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=reply)

@@ -25,6 +25,7 @@ from vsa_core.arrays.plan import Change
 from vsa_core.arrays.spec import ArraySpec, Deletion, RegisteredArray
 from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError, ReconcileError
 from vsa_core.naming import delete_execution_name, group_name
+from vsa_core.reconcile import aws_stop
 from vsa_core.reconcile.aws_start import ReconcileStarter
 from vsa_core.reconcile.plan import left_hosts, needs_reconcile, pending_work
 from vsa_core.registry import ArrayRegistry, BackupRegistry
@@ -260,8 +261,12 @@ def delete_array(
     service: ArrayService,
     sfn: Any,
     state_machine_arn: str,
+    reconcile_state_machine_arn: str,
+    dynamodb: Any,
+    table: str,
 ) -> dict[str, Any]:
-    """Start (or answer, when already started) the DeleteArray workflow of the array."""
+    """Start (or answer, when already started) the DeleteArray workflow of the array, after
+    stopping its ReconcileArray runs still going (``vsa_core.reconcile.aws_stop``)."""
     array = registry.get(array_id)
     if array.deleting is None:
         reason = service.busy_reason(array.spec)
@@ -282,6 +287,7 @@ def delete_array(
         )
         array = registry.retry_deleting(array_id, deletion)
     assert array.deleting is not None
+    stopped = aws_stop.stop_runs(sfn, dynamodb, table, reconcile_state_machine_arn, array)
     try:
         started = sfn.start_execution(
             stateMachineArn=state_machine_arn,
@@ -301,4 +307,5 @@ def delete_array(
         "deleteVolumes": array.deleting.delete_volumes,
         "executionArn": started,
         "requestedAt": array.deleting.requested_at,
+        "stoppedReconcile": stopped,
     }

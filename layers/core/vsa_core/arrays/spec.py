@@ -393,4 +393,4 @@ class RegisteredArray(BaseModel):
     """Hosts an apply dropped from the spec that ReconcileArray has not disconnected yet."""
     reconcile: dict[str, str] | None = None
     """The last ReconcileArray run as recorded: execution, state (converging, converged,
-    failed), step, version, startedAt, updatedAt, error."""
+    failed, stopped: by a DELETE), step, version, startedAt, updatedAt, error."""

@@ -9,7 +9,8 @@ the order of the phases, the waits, the bounds and the failure path.
   started, or ``pending: false`` when there was nothing to do.
 - ``poll``: renew the lease and say whether the phase has finished (attachments seen by EC2,
   every invocation's status from one ListCommandInvocations).
-- ``verify``: what is still not converged (``remaining``).
+- ``verify``: what is still not converged (``remaining``), and where the nodes' last reports
+  show a volume at another size than EBS has it (``size_differences``).
 """
 
 import dataclasses
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from vsa_core.arrays import aws_lock, aws_observe, lock
+from vsa_core.arrays import aws_lock, aws_observe, aws_reports, lock
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.controllers import aws_commands, slots
 from vsa_core.reconcile import aws_record, plan
@@ -60,6 +61,13 @@ def observe(ctx: ReconcileContext, array_id: str) -> tuple[Observed, dict[int, d
             Filters=[{"Name": "attachment.instance-id", "Values": [c.instance_id for c in controllers]}]
         ):
             described.update({v["VolumeId"]: v for v in page["Volumes"]})
+    modifications: dict[str, str] = {}
+    if ids:
+        # a filter, not VolumeIds: by id, a volume never modified fails the whole call
+        # (InvalidVolumeModification.NotFound); the answer holds each volume's latest only
+        answer = ctx.ec2.describe_volumes_modifications(Filters=[{"Name": "volume-id", "Values": list(ids)}])
+        found = answer.get("VolumesModifications", [])
+        modifications = {str(m["VolumeId"]): str(m.get("ModificationState")) for m in found}
     hosts = {h.instance_id for h in spec.hosts}
     data = set(slots.DEVICE_NAMES)  # a controller's data volumes (its root volume is not one)
     observed = Observed(
@@ -73,6 +81,8 @@ def observe(ctx: ReconcileContext, array_id: str) -> tuple[Observed, dict[int, d
         },
         removed_hosts=tuple(h for h in array.pending_host_removals if h not in hosts),
         missing_volumes=tuple(v.name for v in spec.new_volumes if v.name not in owned),
+        sizes={v: int(d["Size"]) for v, d in described.items() if v in ids and d.get("Size") is not None},
+        modifications=modifications,
     )
     return observed, held
 
@@ -208,6 +218,23 @@ def verify(ctx: ReconcileContext, request: Verify) -> dict[str, Any]:
     _hold(ctx, request.array_id, request.owner)
     observed, held = observe(ctx, request.array_id)
     left = plan.remaining(observed)
+    if request.documents is not None and not left:
+        # the nodes' own reports (Run Command's history): every controller re-read each
+        # volume's size in the export phase, every host reported what it sees in connect
+        names = request.documents
+        controller_reports = {
+            c.instance_id: aws_reports.last_report(
+                ctx.ssm, c.instance_id, (names.configure_target,), request.array_id
+            )
+            for c in observed.controllers
+        }
+        host_reports = {
+            h: aws_reports.last_report(
+                ctx.ssm, h, (names.connect_path, names.disconnect_path), request.array_id
+            )
+            for h, _ in observed.hosts
+        }
+        left += plan.size_differences(observed, controller_reports, host_reports)
     return {
         "converged": not left,
         "remaining": left,

@@ -4,7 +4,10 @@ The workflow runs the phases in this order, every run, each idempotent (a phase 
 to do answers so at once): re-running converges from wherever a run stopped.
 
 1. ``settle``: wait until every spec volume is available or in use (a volume the API created
-   moments ago is ``creating``).
+   moments ago is ``creating``), and until no spec volume's modification is still ``modifying``
+   (an apply that grew a volume started its ModifyVolume; EBS: "size increases take effect once
+   the volume modification reaches the optimizing state", so ``optimizing`` and ``completed``
+   are both good: the device already has its new size).
 2. ``attach``: every spec volume to every serving controller (AttachVolume, io2 Multi-Attach);
    wait until attached.
 3. ``disconnect``: hosts let go first. A volume leaving the spec: every host disconnects it
@@ -12,19 +15,25 @@ to do answers so at once): re-running converges from wherever a run stopped.
 4. ``export``: configure-target on every serving controller with the spec's volumes and hosts:
    a new volume becomes a subsystem with the same identities everywhere, a new host is
    allowed, a removed volume's subsystem and a removed host's link go; existing subsystems are
-   left as they are (the document writes only what differs).
+   left as they are (the document writes only what differs); a namespace whose device grew
+   since nvmet last read its size is told to re-read it (``revalidate_size``), which makes
+   nvmet announce the change to every connected host.
 5. ``connect``: connect-path on every host to every serving controller (it connects only the
-   subsystems without a path there; paths in use are untouched).
+   subsystems without a path there; paths in use are untouched), and reports the size each
+   host sees.
 6. ``detach``: a volume no longer in the spec, from every serving controller.
 
 Then ``verify``: whether anything is left (a controller that started serving meanwhile, short
-of a volume); the workflow runs the phases again if so (bounded rounds).
+of a volume; a controller or host whose last report shows a volume at another size than EBS
+has it); the workflow runs the phases again if so (bounded rounds).
 """
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from vsa_core.arrays import dataplane
+from vsa_core.arrays.dataplane import Report
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.controllers.nvme import host_nqn
 
@@ -32,7 +41,10 @@ Phase = Literal["settle", "attach", "disconnect", "export", "connect", "detach"]
 PHASES: tuple[Phase, ...] = ("settle", "attach", "disconnect", "export", "connect", "detach")
 
 PHASE_TIMEOUT_SECONDS: Mapping[Phase, int] = {
-    "settle": 300,  # EBS creates an io2 volume in seconds to a few minutes
+    # EBS creates an io2 volume in seconds to a few minutes; a modification leaves ``modifying``
+    # for ``optimizing`` in about as long (the size is usable from then on; optimizing itself,
+    # which can take hours, is not waited for)
+    "settle": 600,
     "attach": 180,
     "disconnect": 300,  # disconnect-path's TimeoutSeconds + delivery
     "export": 600,  # configure-target's TimeoutSeconds
@@ -43,6 +55,10 @@ COMMAND_TIMEOUT_SECONDS: Mapping[Phase, int] = {"disconnect": 120, "export": 600
 
 ATTACHED = ("attaching", "attached")
 READY = ("available", "in-use")
+MODIFYING = "modifying"
+"""The one modification state whose new size the volume does not have yet (EBS: then
+``optimizing``, where the size is usable, then ``completed``; or ``failed``, where it keeps its
+old size and nothing is left to wait for)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +86,10 @@ class Observed:
     """Hosts that left the spec and have not been disconnected yet (and are not back in it)."""
     missing_volumes: tuple[str, ...] = field(default=())
     """Owned volumes the spec declares that do not exist yet (names)."""
+    sizes: Mapping[str, int] = field(default_factory=dict)
+    """volume id → its size on EBS (GiB; the new one from ``optimizing`` on)."""
+    modifications: Mapping[str, str] = field(default_factory=dict)
+    """volume id → the state of its most recent modification (a volume never modified: absent)."""
 
     @property
     def hosts(self) -> tuple[tuple[str, str], ...]:
@@ -122,6 +142,11 @@ def unready_volumes(observed: Observed) -> list[str]:
         state = observed.volume_states.get(volume_id)
         if state not in READY:
             waiting.append(f"volume {volume_id} is {state or 'not found'}")
+        elif observed.modifications.get(volume_id) == MODIFYING:
+            waiting.append(
+                f"volume {volume_id} is being modified (modifying): its new size is usable once "
+                "the modification is optimizing"
+            )
     return waiting
 
 
@@ -263,6 +288,33 @@ def remaining(observed: Observed) -> list[str]:
     return left
 
 
+def size_differences(
+    observed: Observed,
+    controller_reports: Mapping[str, Report | None],
+    host_reports: Mapping[str, Report | None],
+) -> list[str]:
+    """Where the nodes do not show a spec volume at its EBS size, in words: a serving
+    controller whose last configure-target report exports it at another size, a host whose
+    last connect-path (or disconnect-path) report sees it so. The reports are this run's when
+    its export and connect phases ran (every run runs both); a node with no report, or no size
+    in it, is no size difference (``GET /arrays/{id}`` names what it lacks)."""
+    desired = dataplane.Desired(
+        array_id=observed.spec.array_id,
+        volumes=[dataplane.Volume(v, v, observed.sizes.get(v)) for v in observed.volume_ids],
+        hosts=[dataplane.Host(h, nqn) for h, nqn in observed.hosts],
+        allow_any_host=observed.spec.allow_any_host,
+    )
+    seen = dataplane.Observed(
+        controllers=[
+            dataplane.Controller(c.instance_id, c.address, c.slot, "serving") for c in observed.controllers
+        ],
+        controller_reports={k: v for k, v in controller_reports.items() if v is not None},
+        host_reports={k: v for k, v in host_reports.items() if v is not None},
+    )
+    differences = dataplane.compare(desired, seen)
+    return [d.text for d in differences if d.kind == "size"]
+
+
 def data_plane(spec: ArraySpec) -> tuple[Any, ...]:
     """The part of a spec that ReconcileArray converges: the volumes (and their sizes), the hosts
     and their NQNs, whether any host may connect."""
@@ -298,10 +350,15 @@ def pending_work(before: ArraySpec | None, after: ArraySpec) -> list[str]:
             work.append(
                 f"volume {volume.name}: create, attach to every serving controller, export, connect hosts"
             )
-        elif (was.size_gib, was.iops) != (volume.size_gib, volume.iops):
+        elif was.size_gib != volume.size_gib:
             work.append(
-                f"volume {volume.name}: modified by EBS ({was.size_gib} -> {volume.size_gib} GiB, "
-                f"{was.iops} -> {volume.iops} IOPS); controllers re-reading the size is not done yet"
+                f"volume {volume.name}: grow to {volume.size_gib} GiB (from {was.size_gib} GiB), "
+                "re-read the size on every controller, verify on every host"
+            )
+        elif was.iops != volume.iops:
+            work.append(
+                f"volume {volume.name}: modified by EBS ({was.iops} -> {volume.iops} IOPS); "
+                "nothing changes on the controllers or hosts"
             )
     gone = sorted(old_ids - new_ids) + sorted(set(old_new) - {v.name for v in after.new_volumes})
     for name in gone:

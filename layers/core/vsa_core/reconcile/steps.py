@@ -58,6 +58,9 @@ class Poll(_Step):
 
 class Verify(_Step):
     step: Literal["verify"]
+    documents: DocumentNames | None = None
+    """The node documents, whose last reports say what size each node sees (without them the
+    verify judges AWS only)."""
 
 
 class Request(RootModel[Annotated[Lock | Start | Poll | Verify, Field(discriminator="step")]]):
