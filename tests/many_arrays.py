@@ -365,6 +365,10 @@ class FakeCloudwatch:
         assert name == "get_metric_data", name
         return _Paginator(lambda _: [{"MetricDataResults": []}])
 
+    @staticmethod
+    def put_metric_data(**_: Any) -> None:
+        """A stale-data hold counts itself (nothing to record here)."""
+
 
 class FakeStepFunctions:
     """Records the executions the trigger starts."""
@@ -464,7 +468,7 @@ class World:
             }
         )
         read_demand(array_id(index), self.registry, self.arrays, FakeCloudwatch(), NOW)
-        return plan_scale(request, self.registry, FakeAutoscaling(), NOW)
+        return plan_scale(request, self.registry, FakeAutoscaling(), NOW, FakeEc2(), FakeCloudwatch())
 
     def list_arrays(self) -> int:
         """Not an event: GET /arrays and the every-minute demand publisher read every array."""

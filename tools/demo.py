@@ -36,6 +36,13 @@ AZ = "us-east-1a"
 AMI = "ami-1e749f67"  # an image the local cloud (moto) knows
 console = Console(highlight=False, width=110)
 ENDPOINT = os.environ["AWS_ENDPOINT_URL"]
+# The figures of the story. A controller (r5b.2xlarge) sustains its EBS-optimized baseline,
+# 21,667 IOPS (perControllerIops' default), 15,167 at the 0.7 target; on io2 Multi-Attach the
+# array delivers at most its volumes' provisioned IOPS (64,000 here: 4 controllers are not
+# volume-bound). DEMAND needs 4 controllers: ceil(52,345 / 15,167) = 4.
+EXISTING_GIB, EXISTING_IOPS = 500, 40_000  # io2: at most 1,000 IOPS per GiB, 256,000 a volume
+LOGS_GIB, LOGS_IOPS = 200, 24_000
+DEMAND = 52_345
 
 
 def say(step: str, text: str) -> None:
@@ -74,9 +81,9 @@ def existing_infrastructure() -> tuple[str, str, str]:
     ec2 = boto3.client("ec2")
     volume = ec2.create_volume(
         AvailabilityZone=AZ,
-        Size=500,
+        Size=EXISTING_GIB,
         VolumeType="io2",
-        Iops=32000,
+        Iops=EXISTING_IOPS,
         MultiAttachEnabled=True,
         TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": "Name", "Value": "oltp-data"}]}],
     )["VolumeId"]
@@ -93,7 +100,7 @@ def write_spec(path: Path, array_id: str, volume: str, host: str, mountpoints: l
         "specVersion": 1,
         "arrayId": array_id,
         "availabilityZone": AZ,
-        "volumes": [{"volumeId": volume}, {"name": "logs", "sizeGiB": 200, "iops": 16000}],
+        "volumes": [{"volumeId": volume}, {"name": "logs", "sizeGiB": LOGS_GIB, "iops": LOGS_IOPS}],
         "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI},
         "minControllers": 2,
         "maxControllers": 8,
@@ -204,6 +211,21 @@ def wait_for_scale_execution(state_machine: str, array_id: str, known: set[str])
     raise SystemExit("no ScaleArray execution finished within 60 s: see `make localcloud-logs`")
 
 
+def high_threshold(alarm: str) -> float:
+    """The high alarm's threshold as ScaleArray left it (n x perControllerIops x target)."""
+    found = boto3.client("cloudwatch").describe_alarms(AlarmNames=[alarm])["MetricAlarms"]
+    return float(found[0]["Threshold"])
+
+
+def capacity(array_id: str) -> dict[str, Any]:
+    """status.capacity of the array, as ``vsactl get -o json`` shows it."""
+    vsactl_bin = str(Path(sys.executable).parent / "vsactl")
+    shown = subprocess.run(  # noqa: S603
+        [vsactl_bin, "get", array_id, "-o", "json"], capture_output=True, text=True, check=True
+    )
+    return dict(json.loads(shown.stdout)["status"]["capacity"])
+
+
 def scale_executions(state_machine: str, array_id: str) -> set[str]:
     executions = boto3.client("stepfunctions").list_executions(stateMachineArn=state_machine)["executions"]
     return {e["name"] for e in executions if e["name"].startswith(f"scale-{array_id}-")}
@@ -216,7 +238,8 @@ def main() -> None:
 
     say("4.", "what an operator already has: an io2 Multi-Attach volume and a client host")
     volume, gp3, host = existing_infrastructure()
-    note(f"volume {volume} (io2, 500 GiB, 32,000 IOPS, Multi-Attach) in {AZ}; host {host}")
+    note(f"volume {volume} (io2, {EXISTING_GIB} GiB, {EXISTING_IOPS:,} IOPS, Multi-Attach) in {AZ};")
+    note(f"host {host}")
     note("the host runs the SSM agent (here: registered as a local managed node with its own sandbox)")
     lab: Lab | None = None
     mountpoints: list[str] = []
@@ -265,14 +288,28 @@ def run(
     show_paths(host)
     vsactl("get", array_id)
 
-    say("8.", "the hosts push 612,345 IOPS: EBS metrics trip the array's high IOPS alarm")
+    cap = capacity(array_id)
+    per = cap["perControllerIops"]
+    n, bound = cap["controllers"], str(cap["volumeBound"]).lower()
+    note(f"status.capacity: {n} controllers x {per:,} IOPS each (r5b.2xlarge's EBS baseline);")
+    note(
+        f"the volumes provide {cap['volumeIops']:,} IOPS in total, usable by up to "
+        f"{cap['volumeControllers']} controllers:"
+    )
+    note(f"volume-bound {bound}, deliverable now {cap['deliverableIops']:,.0f} IOPS")
+
+    say("8.", f"the hosts push {DEMAND:,} IOPS: EBS metrics trip the array's high IOPS alarm")
     volumes = array_volumes(array_id, volume)
     known = scale_executions(out["ScaleArrayStateMachineArn"], array_id)
-    publish_demand(volumes, 612_345)
     high = f"vsa-{array_id}-iops-high"
+    before = high_threshold(high)
+    publish_demand(volumes, DEMAND)
     states = control("cloudwatch", "evaluate", AlarmName=high)["States"]
     note(f"{high}: sum over {len(volumes)} volumes of (VolumeReadOps + VolumeWriteOps) / period")
-    note(f"-> {states[high]} (threshold = 2 controllers x 260,000 IOPS x 0.7 target = 364,000 IOPS)")
+    note(
+        f"-> {states[high]} (threshold = {cap['controllers']} controllers x {per:,} IOPS x 0.7 target "
+        f"= {before:,.0f} IOPS)"
+    )
     started = time.monotonic()
     execution = wait_for_scale_execution(out["ScaleArrayStateMachineArn"], array_id, known)
     decision = json.loads(execution["output"])
@@ -284,8 +321,12 @@ def run(
         f"    decision: {decision['action']} {decision['current_controllers']} -> "
         f"{decision['desired_controllers']} ({decision['reason']})"
     )
+    after, count = high_threshold(high), decision["desired_controllers"]
     note("ScaleArray took the array's scaling lock, set the group's desired capacity, moved the alarm")
-    note("thresholds to the new count (high: 4 x 182,000 = 728,000 IOPS), recorded the decision, unlocked")
+    note(
+        f"thresholds to the new count (high: {count} x {after / count:,.0f} = {after:,.0f} IOPS), "
+        "recorded the decision, unlocked"
+    )
     note("the group launched the new controllers; each is bootstrapped the same way:")
     serving = controllers_settled(array_id, out)
     show_paths(host)

@@ -22,4 +22,6 @@ __all__ = ["lambda_handler", "plan_scale"]
 def lambda_handler(event: ScaleRequest, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(array_id=event.array_id)
     registry = ArrayRegistry(get_settings().table_name)
-    return plan_scale(event, registry, client("autoscaling"), datetime.now(UTC))
+    return plan_scale(
+        event, registry, client("autoscaling"), datetime.now(UTC), client("ec2"), client("cloudwatch")
+    )

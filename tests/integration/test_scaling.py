@@ -47,10 +47,10 @@ def test_high_alarm_sets_the_groups_capacity_and_moves_the_thresholds(
     array_id = arrays()
     scripted_alarms(array_id)  # the test plays the array's alarms
     _apply(api, array_id, spec_for(array_id, world, minControllers=2, maxControllers=8))
-    # When its high alarm fires at 612,345 IOPS
-    name = fire_alarm(array_id, 612_345.0, recent_stamp())
+    # When its high alarm fires at 61,234 IOPS
+    name = fire_alarm(array_id, 61_234.0, recent_stamp())
     execution = wait_for_execution(stack_outputs["ScaleArrayStateMachineArn"], name)
-    # Then the group wants ceil(612,345 / (260,000 x 0.7)) = 4 controllers
+    # Then the group wants ceil(61,234 / (26,000 x 0.7)) = 4 controllers
     assert execution["status"] == "SUCCEEDED", execution
     group = group_of(array_id)
     assert group is not None
@@ -63,8 +63,8 @@ def test_high_alarm_sets_the_groups_capacity_and_moves_the_thresholds(
             "MetricAlarms"
         ]
     }
-    assert alarms[f"vsa-{array_id}-iops-high"] == 4 * 260_000 * 0.7
-    assert alarms[f"vsa-{array_id}-iops-low"] == 3 * 260_000 * 0.7 * SCALE_IN_HYSTERESIS
+    assert alarms[f"vsa-{array_id}-iops-high"] == 4 * 26_000 * 0.7
+    assert alarms[f"vsa-{array_id}-iops-low"] == 3 * 26_000 * 0.7 * SCALE_IN_HYSTERESIS
     # And the registry has the decision, the count, the scale-out clock, and no lock left
     item = _spec_item(stack_outputs, array_id)
     assert item["desiredControllers"] == {"N": "4"}
@@ -80,7 +80,7 @@ def test_a_burst_of_100_alarm_events_scales_once_one_operation_at_a_time(
     scripted_alarms(array_id)  # the test plays the array's alarms
     _apply(api, array_id, spec_for(array_id, world, minControllers=2, maxControllers=8))
     # When 100 distinct alarm state changes arrive at once (a storm)
-    names = [fire_alarm(array_id, 612_345.0, recent_stamp(60 * m + s)) for m, s in (
+    names = [fire_alarm(array_id, 61_234.0, recent_stamp(60 * m + s)) for m, s in (
         divmod(i, 60) for i in range(100))]  # fmt: skip
     executions = [wait_for_execution(stack_outputs["ScaleArrayStateMachineArn"], n) for n in names]
     # Then every run ended cleanly, exactly one scaled, and it asked for 4, not 4 x 100
@@ -149,14 +149,14 @@ def test_low_alarm_removes_one_chosen_controller_never_below_demand_or_min(
     _apply(api, array_id, spec)
     wait_for_execution(
         stack_outputs["ScaleArrayStateMachineArn"],
-        fire_alarm(array_id, 450_000.0, recent_stamp()),
+        fire_alarm(array_id, 45_000.0, recent_stamp()),
     )
     settle(array_id)
     assert group_of(array_id)["DesiredCapacity"] == 3  # type: ignore[index]
     # When demand falls to what 1 controller serves
     execution = wait_for_execution(
         stack_outputs["ScaleArrayStateMachineArn"],
-        fire_alarm(array_id, 100_000.0, recent_stamp(), "low"),
+        fire_alarm(array_id, 10_000.0, recent_stamp(), "low"),
     )
     # Then one controller leaves (3 -> 2): unprotected first, so the group removes that one
     decision = json.loads(execution["output"])
@@ -198,10 +198,12 @@ def settle_drains(array_id: str) -> None:
 def test_capacity_never_goes_above_16(stack_outputs, api, world, arrays, scripted_alarms):
     array_id = arrays()
     scripted_alarms(array_id)  # the test plays the array's alarms
-    _apply(api, array_id, spec_for(array_id, world, minControllers=2, maxControllers=16))
+    # three volumes: 300,000 provisioned IOPS, which 17 controllers could use (not the bound here)
+    volumes = [{"volumeId": world.volume()} for _ in range(3)]
+    _apply(api, array_id, spec_for(array_id, world, volumes=volumes, minControllers=2, maxControllers=16))
     execution = wait_for_execution(
         stack_outputs["ScaleArrayStateMachineArn"],
-        fire_alarm(array_id, 50_000_000.0, recent_stamp()),
+        fire_alarm(array_id, 5_000_000.0, recent_stamp()),
     )
     decision = json.loads(execution["output"])
     assert decision["desired_controllers"] == 16
@@ -214,8 +216,8 @@ def test_repeated_alarm_event_starts_one_workflow(stack_outputs, api, world, arr
     scripted_alarms(array_id)  # the test plays the array's alarms
     _apply(api, array_id, spec_for(array_id, world))
     stamp = recent_stamp()
-    name = fire_alarm(array_id, 300_000.0, stamp)
-    fire_alarm(array_id, 300_000.0, stamp)
+    name = fire_alarm(array_id, 30_000.0, stamp)
+    fire_alarm(array_id, 30_000.0, stamp)
     execution = wait_for_execution(stack_outputs["ScaleArrayStateMachineArn"], name)
     assert execution["status"] == "SUCCEEDED"
     duplicates = function_logs(stack_outputs["OnIopsAlarmFunctionName"], "duplicate alarm event")
@@ -261,26 +263,26 @@ def _volumes(array_id: str, spec: dict[str, Any]) -> list[str]:
 def test_the_workflow_plans_on_the_metrics_it_reads_not_only_the_alarms_datapoint(
     stack_outputs, api, world, local_env, arrays
 ):
-    # Given an array at 2 controllers whose volumes' metrics show demand rising 50,000 IOPS a minute
+    # Given an array at 2 controllers whose volumes' metrics show demand rising 5,000 IOPS a minute
     array_id = arrays()
     spec = spec_for(array_id, world, minControllers=2, maxControllers=12)
     _apply(api, array_id, spec)
-    ramp = [200_000.0 + 50_000.0 * m for m in range(6)]  # ... 450,000 in the newest minute
+    ramp = [20_000.0 + 5_000.0 * m for m in range(6)]  # ... 45,000 in the newest minute
     _publish_ebs(local_env["AWS_ENDPOINT_URL"], _volumes(array_id, spec), ramp)
-    # When the high alarm fires with an older datapoint (400,000)
+    # When the high alarm fires with an older datapoint (40,000)
     execution = wait_for_execution(
         stack_outputs["ScaleArrayStateMachineArn"],
-        fire_alarm(array_id, 400_000.0, recent_stamp()),
+        fire_alarm(array_id, 40_000.0, recent_stamp()),
     )
     # Then the decision is made on the newest minute read with GetMetricData and its trend:
-    # 450,000 + 50,000/min x 10 min lead = 950,000 IOPS -> ceil(950,000 / 182,000) = 6
+    # 45,000 + 5,000/min x 10 min lead = 95,000 IOPS -> ceil(95,000 / 18,200) = 6
     assert execution["status"] == "SUCCEEDED", execution
     decision = json.loads(execution["output"])
     assert decision["demandSource"] == "AWS/EBS"
-    assert decision["demand_iops"] == 450_000.0
-    assert decision["alarmDemandIops"] == 400_000.0
+    assert decision["demand_iops"] == 45_000.0
+    assert decision["alarmDemandIops"] == 40_000.0
     assert decision["recent_samples"] >= 5
-    assert decision["forecast_iops"] == 950_000.0
+    assert decision["forecast_iops"] == 95_000.0
     assert (decision["action"], decision["desired_controllers"]) == ("scale-out", 6)
     assert group_of(array_id)["DesiredCapacity"] == 6  # type: ignore[index]
 
@@ -299,8 +301,8 @@ def test_an_array_too_large_for_alarm_math_alarms_on_the_published_aggregate(
         metric = query["MetricStat"]["Metric"]
         assert (metric["Namespace"], metric["MetricName"]) == ("VSA/Arrays", "DemandIops")
         assert metric["Dimensions"] == [{"Name": "ArrayId", "Value": array_id}]
-    # When the volumes carry 300,000 IOPS and the per-minute publisher runs
-    _publish_ebs(local_env["AWS_ENDPOINT_URL"], volumes, [300_000.0, 300_000.0])
+    # When the volumes carry 30,000 IOPS and the per-minute publisher runs
+    _publish_ebs(local_env["AWS_ENDPOINT_URL"], volumes, [30_000.0, 30_000.0])
     reply = boto3.client("lambda").invoke(
         FunctionName=stack_outputs["TaskPublishDemandFunctionName"], Payload=b"{}"
     )
@@ -316,4 +318,4 @@ def test_an_array_too_large_for_alarm_math_alarms_on_the_published_aggregate(
         Period=60,
         Statistics=["Maximum"],
     )["Datapoints"]
-    assert sorted(round(p["Maximum"]) for p in stats) == [300_000, 300_000]
+    assert sorted(round(p["Maximum"]) for p in stats) == [30_000, 30_000]

@@ -3,7 +3,7 @@ every minute by the local cloud as CloudWatch does, nothing scripted), EBS metri
 AWS/EBS, ScaleArray with its re-arming, and the real controller lifecycle (BootstrapController
 and DrainController on the nodes' sandboxes).
 
-The measured case of issue #18: a surge, then demand at 100,000 IOPS for good. Before, the low
+The measured case of issue #18: a surge, then demand at 10,000 IOPS for good. Before, the low
 alarm's first run held ("the recent peak still needs ...") without re-arming the alarm, which
 stayed in ALARM: the array sat above minControllers for as long as anyone watched.
 """
@@ -22,8 +22,8 @@ from vsa_core.controllers.nvme import subsystem_nqn
 
 pytestmark = [pytest.mark.usefixtures("realistic_timings"), pytest.mark.minutes]
 
-SURGE_IOPS = 650_000.0  # 4 controllers at 182,000 IOPS each (260,000 x 70%)
-CALM_IOPS = 100_000.0  # what one controller serves: minControllers (2) from here on
+SURGE_IOPS = 65_000.0  # 4 controllers at 18,200 IOPS each (26,000 x 70%)
+CALM_IOPS = 10_000.0  # what one controller serves: minControllers (2) from here on
 SETTLE_MINUTES = 20
 
 
@@ -76,9 +76,9 @@ def test_after_a_surge_the_array_returns_to_min_and_stays_there(stack_outputs, a
     _wait_for(lambda: _in_service(array_id) == 2, 300, "2 serving controllers", array_id)
     host = spec["hosts"][0]["instanceId"]
     endpoint = local_env["AWS_ENDPOINT_URL"]
-    # When a surge of 650,000 IOPS lands (the last 3 minutes, this one and the next 2: the high
+    # When a surge of 65,000 IOPS lands (the last 3 minutes, this one and the next 2: the high
     # alarm needs 2 of its 2 newest minutes, whenever in the minute it is evaluated), then demand
-    # falls to 100,000 IOPS for good (EBS's datapoints for the next 40 minutes: no new surge)
+    # falls to 10,000 IOPS for good (EBS's datapoints for the next 40 minutes: no new surge)
     _publish(endpoint, volume, {m: SURGE_IOPS for m in range(-3, 3)} | {m: CALM_IOPS for m in range(3, 43)})
     # Then the high alarm scales the array out to 4 controllers
     wanted = lambda: (group_of(array_id) or {}).get("DesiredCapacity") == 4  # noqa: E731

@@ -68,6 +68,7 @@ class World:
             "availabilityZone": AZ,
             "volumes": volumes,
             "controllers": {"instanceType": "r5b.2xlarge", "imageId": self.image_id},
+            "perControllerIops": 260_000,
             "minControllers": 2,
             "maxControllers": 8,
             **overrides,

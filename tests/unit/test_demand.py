@@ -123,43 +123,35 @@ def test_a_volume_without_datapoints_counts_as_no_io_in_the_sum() -> None:
     assert demand.sum_volume_results(results[3:]) == ([], [])
 
 
-def test_an_alarm_datapoint_is_fresh_for_its_window_plus_the_landing_delay() -> None:
-    # The high alarm looks at 2 one-minute periods, the low one at 5; a minute lands up to 3 late
-    assert demand.alarm_datapoint_max_age(plan.HIGH_EVALUATION_PERIODS) == timedelta(minutes=5)
-    assert demand.alarm_datapoint_max_age(plan.LOW_EVALUATION_PERIODS) == timedelta(minutes=8)
-    assert demand.alarm_datapoint_age("2026-11-22T10:28:25.000+0000", NOW) == timedelta(minutes=2)
-
-
-# --- minutes of demand from one GetMetricData result -------------------------------------------------
-
-
 def test_window_is_whole_minutes_before_now() -> None:
     start, end = demand.window(NOW)
     assert end == datetime(2026, 11, 22, 10, 30, tzinfo=UTC)
     assert (end - start) == timedelta(minutes=demand.RECENT_MINUTES + demand.FRESH_MINUTES)
 
 
-def test_series_takes_the_newest_fresh_minute_as_demand_and_the_minutes_before_as_recent() -> None:
+def test_series_takes_the_newest_minute_as_demand_and_the_minutes_before_as_recent() -> None:
     start, end = demand.window(NOW)
     # datapoints for the 10 minutes up to 2 minutes ago (a late minute is not zero demand)
     stamps = [end - timedelta(minutes=m) for m in range(12, 2, -1)]
     values = [1000.0 * (12 - m) for m in range(12, 2, -1)]
     read = demand.series(list(reversed(stamps)), list(reversed(values)), start=start, end=end)
     assert read.demand_iops == 9000.0
-    assert read.recent_demand[-9:] == tuple(1000.0 * k for k in range(9))
-    assert len(read.recent_demand) == demand.RECENT_MINUTES
+    # only the minutes with a datapoint: a missing minute is missing, not zero demand
+    assert read.recent_demand == tuple(1000.0 * k for k in range(9))
     assert read.newest_minute == (end - timedelta(minutes=3)).isoformat()
 
 
-def test_series_without_fresh_data_is_no_demand_and_missing_minutes_are_zero() -> None:
+def test_series_reports_an_old_newest_minute_as_it_is_and_never_reads_missing_as_zero() -> None:
     start, end = demand.window(NOW)
-    stale = [start + timedelta(minutes=1)]
-    read = demand.series(stale, [5000.0], start=start, end=end)
-    assert read.demand_iops == 0.0
-    assert read.newest_minute == stale[0].isoformat()
+    # Given one datapoint 17 minutes back, and a gap before the newest of two
+    old = [start + timedelta(minutes=1)]
+    read = demand.series(old, [5000.0], start=start, end=end)
+    # Then it is the newest datapoint, with its minute (whether it is too old is the rules' call)
+    assert (read.demand_iops, read.newest_minute) == (5000.0, old[0].isoformat())
+    gap = demand.series([start, start + timedelta(minutes=5)], [7000.0, 3000.0], start=start, end=end)
+    assert (gap.demand_iops, gap.recent_demand) == (3000.0, (7000.0,))
     nothing = demand.series([], [], start=start, end=end)
-    assert (nothing.demand_iops, nothing.newest_minute) == (0.0, None)
-    assert set(nothing.recent_demand) == {0.0}
+    assert (nothing.demand_iops, nothing.newest_minute, nothing.recent_demand) == (0.0, None, ())
 
 
 def test_series_refuses_a_result_whose_timestamps_and_values_differ() -> None:

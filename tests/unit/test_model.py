@@ -11,7 +11,6 @@ from tests.specs import BASE
 from vsa_core.arrays.spec import (
     MAX_CONTROLLER_IOPS,
     MULTI_ATTACH_LIMIT,
-    R5B_CONTROLLER_IOPS,
     ArraySpec,
     RegisteredArray,
 )
@@ -33,11 +32,13 @@ def error_fields(error: ValidationError) -> set[str]:
     return {str(part) for detail in error.errors() for part in detail["loc"]}
 
 
-def test_minimal_spec_gets_r5b_defaults():
-    # Given a spec with only the required fields / When validated
+def test_minimal_spec_gets_its_instance_types_defaults():
+    # Given a spec with only the required fields (r5b.24xlarge controllers) / When validated
     spec = ArraySpec.model_validate(spec_fields())
-    # Then one controller is an r5b at a 70 % target, spec version 1
-    assert spec.per_controller_iops == R5B_CONTROLLER_IOPS == 260_000
+    # Then one controller is worth the type's sustained EBS IOPS (260,000), at a 70 % target,
+    # spec version 1 (a smaller size's default is its own: tests/unit/test_capacity.py)
+    assert spec.controllers.instance_type == "r5b.24xlarge"
+    assert spec.per_controller_iops == 260_000
     assert spec.target_utilisation == 0.7
     assert spec.spec_version == 1
 

@@ -4,6 +4,7 @@ than a bound without a ScaleArray run, whatever the runs decide."""
 
 import itertools
 import math
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
@@ -174,3 +175,25 @@ def test_a_plan_the_planner_makes_is_judged_by_the_same_rule():
     assert rearm_after(held, BASE_SECONDS) == BASE_SECONDS * REARM_AT_TARGET_FACTOR
     shrink = plan(SPEC, 100_000.0, 4)
     assert (shrink.action, rearm_after(shrink, BASE_SECONDS)) == ("scale-in", BASE_SECONDS)
+
+
+def test_a_stale_hold_rearms_after_the_base_pause():
+    # Given a run that found only stale data (rules.MAX_DATA_AGE): it holds, waiting
+    array = ArraySpec(
+        arrayId="demo", availabilityZone="us-east-1a", **BASE, minControllers=2, maxControllers=8
+    )
+    request = aws_plan.ScaleRequest.model_validate(
+        {
+            "arrayId": "demo",
+            "alarmName": "vsa-demo-iops-low",
+            "alarmKind": "low",
+            "stateTimestamp": "2026-11-02T17:04:40.989+0000",
+            "eventId": "e",
+            "lockNow": 0,
+            "lockUntil": 0,
+        }
+    )
+    decision = rules.stale_decision(request, array, 4, datetime(2026, 11, 2, 17, 30, tzinfo=UTC), "stale: …")
+    # Then it re-arms like any run that waits: a breach that persists fires again
+    assert (decision.action, decision.waiting) == ("hold", True)
+    assert rearm_after(decision, 60) == 60

@@ -131,7 +131,10 @@ def test_launch_template_from_instance_settings() -> None:
 
 
 def test_a_referenced_launch_template_is_not_created() -> None:
-    spec = make_spec(controllers={"launchTemplate": {"launchTemplateName": "mine", "version": "3"}})
+    spec = make_spec(
+        controllers={"launchTemplate": {"launchTemplateName": "mine", "version": "3"}},
+        perControllerIops=260_000,
+    )
     desired = resources(spec)
     assert desired.launch_template is None
     assert desired.group is not None

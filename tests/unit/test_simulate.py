@@ -164,7 +164,7 @@ def test_vsactl_simulate_json_and_a_spec_file(tmp_path: Path):
     spec_file = tmp_path / "array.yaml"
     spec_file.write_text(
         "arrayId: sim\navailabilityZone: us-east-1a\nvolumes: [{volumeId: vol-0a1b2c3d4e5f60001}]\n"
-        "controllers: {instanceType: r5b.2xlarge, imageId: ami-0a1b2c3d4e5f60001}\n"
+        "controllers: {instanceType: r5b.24xlarge, imageId: ami-0a1b2c3d4e5f60001}\n"
         "minControllers: 4\nmaxControllers: 6\n",
         encoding="utf-8",
     )

@@ -181,10 +181,10 @@ def test_without_any_datapoint_read_the_alarms_datapoint_is_the_demand(registry,
 @pytest.mark.parametrize(
     ("kind", "age", "fresh"),
     [
-        ("high", timedelta(minutes=5), True),  # 2 one-minute periods + 3 minutes' landing delay
+        ("high", timedelta(minutes=5), True),  # rules.MAX_DATA_AGE, one bound for every source
         ("high", timedelta(minutes=5, seconds=1), False),
-        ("low", timedelta(minutes=8), True),  # 5 one-minute periods + 3
-        ("low", timedelta(minutes=8, seconds=1), False),
+        ("low", timedelta(minutes=5), True),
+        ("low", timedelta(minutes=8), False),
         ("high", timedelta(days=1), False),
     ],
 )
@@ -207,7 +207,7 @@ def test_the_alarms_datapoint_stands_for_the_demand_only_while_fresh(
         # (a breach that still holds comes back as a fresh state change)
         assert (decision["action"], decision["desired_controllers"]) == ("hold", 2)
         assert decision["demandSource"] == "stale"
-        assert decision["reason"].startswith("no fresh demand")
+        assert decision["reason"].startswith("stale: no datapoint in the last 18 min")
         assert (decision["waiting"], decision["rearmSeconds"], decision["leaver"]) == (True, 60, None)
         assert decision["scaleField"] == "lastHoldAt"
 
@@ -282,3 +282,100 @@ def test_a_hold_on_the_recent_peak_rearms_its_alarm(registry, autoscaling):
     assert decision["action"] == "hold"
     assert "recent peak" in decision["reason"]
     assert decision["rearmSeconds"] == REQUEST["rearmSeconds"]
+
+
+def io2_volume(iops: int, tags: dict[str, str] | None = None) -> str:
+    """An io2 Multi-Attach volume in moto with ``iops`` provisioned."""
+    ec2 = boto3.client("ec2", region_name=REGION)
+    extra: dict[str, Any] = {}
+    if tags:
+        extra["TagSpecifications"] = [
+            {"ResourceType": "volume", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+        ]
+    volume = ec2.create_volume(
+        AvailabilityZone="us-east-1a", Size=100, VolumeType="io2", Iops=iops, MultiAttachEnabled=True, **extra
+    )
+    return str(volume["VolumeId"])
+
+
+def test_the_plan_reads_the_volumes_provisioned_iops_and_stops_where_they_do(registry, autoscaling):
+    # Given array "demo": an existing io2 volume of 32,000 IOPS and one it created (16,000 IOPS),
+    # 48,000 IOPS in all, with r5b.24xlarge controllers (260,000 IOPS each), 1 running
+    existing = io2_volume(32_000)
+    io2_volume(16_000, {"vsa:array": "demo", "vsa:owned": "true", "Name": "vsa-demo-data2"})
+    spec = ArraySpec.model_validate(
+        {
+            "arrayId": "demo",
+            "availabilityZone": "us-east-1a",
+            "volumes": [{"volumeId": existing}, {"name": "data2", "sizeGiB": 100, "iops": 16_000}],
+            "controllers": {"instanceType": "r5b.24xlarge", "imageId": "ami-0a1b2c3d4e5f60001"},
+            "minControllers": 1,
+            "maxControllers": 8,
+        }
+    )
+    registry.create(spec)
+    make_group(autoscaling, 1)
+    # When the high alarm reports 612,345 IOPS (what 4 controllers would serve at target)
+    decision = handler.plan_scale(
+        request(), registry, autoscaling, NOW, boto3.client("ec2", region_name=REGION)
+    )
+    # Then the plan knows the volumes give 48,000 IOPS, adds no controller, and says what to raise
+    assert decision["volume_iops"] == 48_000
+    assert decision["volume_controllers"] == 1
+    assert (decision["action"], decision["desired_controllers"]) == ("hold", 1)
+    assert decision["volume_bound"] is True
+    assert "volume-bound: the volumes provide 48,000 IOPS in total" in decision["reason"]
+    assert "raise the volumes' provisioned IOPS" in decision["reason"]
+
+
+def test_a_volume_not_found_leaves_the_volume_cap_off(registry, autoscaling):
+    # Given the demo spec, whose volume moto does not have
+    registry.create(DEMO)
+    make_group(autoscaling, 2)
+    decision = handler.plan_scale(
+        request(), registry, autoscaling, NOW, boto3.client("ec2", region_name=REGION)
+    )
+    # Then the planner plans on the controllers alone (a partial sum would cap it wrongly)
+    assert decision["volume_iops"] is None
+    assert decision["volume_bound"] is False
+
+
+def test_a_stale_read_holds_says_how_old_counts_itself_and_rearms(registry, autoscaling):
+    # Given GetMetricData's newest datapoint is 12 minutes old and the alarm's state change a day old
+    registry.create(DEMO)
+    make_group(autoscaling, 2)
+    old = {
+        "demandIops": 900_000.0,
+        "recentDemand": [],
+        "newestMinute": (NOW - timedelta(minutes=12)).isoformat(),
+    }
+    stamp = (NOW - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%S.000+0000")
+    cloudwatch = boto3.client("cloudwatch", region_name=REGION)
+    # When planned
+    decision = handler.plan_scale(
+        request(demand=old, stateTimestamp=stamp), registry, autoscaling, NOW, None, cloudwatch
+    )
+    # Then it holds at the group's count (900,000 IOPS would scale out), says why, and re-arms
+    assert (decision["action"], decision["desired_controllers"], decision["demandSource"]) == (
+        "hold",
+        2,
+        "stale",
+    )
+    assert decision["reason"].startswith("stale: newest datapoint 12 min old")
+    assert (decision["waiting"], decision["rearmSeconds"]) == (True, 60)
+    # And the hold is counted where the scaling-stale-data alarm watches
+    [metric] = cloudwatch.list_metrics(Namespace="VSA/Scaling")["Metrics"]
+    assert metric["MetricName"] == "StaleDecisions"
+    assert metric["Dimensions"] == [{"Name": "Deployment", "Value": get_settings().deployment}]
+
+
+def test_a_recent_read_is_decided_on(registry, autoscaling):
+    registry.create(DEMO)
+    make_group(autoscaling, 2)
+    recent = {
+        "demandIops": 900_000.0,
+        "recentDemand": [],
+        "newestMinute": (NOW - timedelta(minutes=4)).isoformat(),
+    }
+    decision = handler.plan_scale(request(demand=recent), registry, autoscaling, NOW)
+    assert (decision["action"], decision["demandSource"]) == ("scale-out", "AWS/EBS")

@@ -14,6 +14,7 @@ from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.controllers.nvme import host_nqn
 from vsa_core.naming import backup_schedule_name, group_name, iops_alarm_name
+from vsa_core.scaling.capacity import deliverable_iops, volume_bound_reason, volume_controllers
 
 
 def status(
@@ -46,6 +47,7 @@ def status(
         },
         "controllers": controllers,
         "volumes": volumes,
+        "capacity": capacity_status(spec, None if group is None else int(group["DesiredCapacity"]), volumes),
         "alarms": _alarms_status(clients, spec.array_id),
         "backupSchedule": _schedule_status(clients, spec.array_id),
         "hosts": hosts,
@@ -167,10 +169,39 @@ def _volumes_status(clients: ArrayClients, spec: ArraySpec) -> list[dict[str, An
             "owned": v["VolumeId"] in owned,
             "state": v.get("State"),
             "sizeGiB": v.get("Size"),
+            "iops": v.get("Iops"),
             "attachments": sorted(a["InstanceId"] for a in v.get("Attachments", [])),
         }
         for name, v in volumes
     ]
+
+
+def capacity_status(spec: ArraySpec, desired: int | None, volumes: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the array can deliver (``vsa_core.scaling.capacity``, the planner's rule): its
+    controllers' part, its volumes' provisioned IOPS in total (None while a volume is missing or
+    reports none), and whether the volumes are the limit (``volumeBound``: its controllers
+    already move all the volumes give, so more controllers add none) with what to raise."""
+    iops = [v.get("iops") for v in volumes]
+    declared = len(spec.existing_volume_ids) + len(spec.new_volumes)
+    total = sum(int(i) for i in iops if i) if iops and all(iops) and len(iops) >= declared else None
+    count = desired or 0
+    useful = (
+        None
+        if total is None
+        else volume_controllers(total, spec.per_controller_iops, spec.target_utilisation)
+    )
+    bound = useful is not None and count >= useful
+    return {
+        "perControllerIops": spec.per_controller_iops,
+        "volumeIops": total,
+        "controllers": count,
+        "deliverableIops": deliverable_iops(count, spec.per_controller_iops, total),
+        "volumeControllers": useful,
+        "volumeBound": bound,
+        "message": volume_bound_reason(total, useful)
+        if bound and total is not None and useful is not None
+        else None,
+    }
 
 
 def _alarms_status(clients: ArrayClients, array_id: str) -> list[dict[str, Any]]:

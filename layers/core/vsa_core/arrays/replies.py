@@ -154,9 +154,13 @@ def screen(event: Mapping[str, Any]) -> dict[str, Any] | None:
 def field_errors(error: RequestValidationError) -> list[dict[str, Any]]:
     """Each failing field: where (``loc``), why (``msg``, pydantic's "Value error, " prefix
     dropped: our validators' messages already say what to fix) and the error's type. The value
-    itself is not echoed (it may be large, or be what an attacker wants reflected)."""
+    itself is not echoed (it may be large, or be what an attacker wants reflected). A default
+    that could not be worked out because another field failed (``perControllerIops`` from an
+    invalid ``controllers``) is left out: that other field's error says what to fix."""
     found = []
     for item in error.errors():
+        if item.get("type") == "default_factory_not_called":
+            continue
         message = str(item.get("msg", ""))
         found.append(
             {

@@ -23,12 +23,15 @@ from vsa_core.arrays.ids import ArrayId as ArrayId
 from vsa_core.arrays.ids import InstanceId as InstanceId
 from vsa_core.arrays.ids import Nqn as Nqn
 from vsa_core.arrays.ids import VolumeId as VolumeId
+from vsa_core.scaling.instances import default_controller_iops
 
 MULTI_ATTACH_LIMIT = 16
 """io2 Multi-Attach attaches one volume to at most 16 instances: the controller ceiling."""
 
 R5B_CONTROLLER_IOPS = 260_000
-"""Per-instance EBS IOPS ceiling of the r5b class (seed 004): one controller's worth."""
+"""Per-instance EBS IOPS ceiling of the largest r5b sizes (r5b.24xlarge, r5b.metal; seed 004). No
+longer a default: ``perControllerIops`` defaults from the instance type
+(``vsa_core.scaling.instances``)."""
 
 ARRAY_TAG = "vsa:array"
 """Everything the control plane creates carries ``vsa:array=<id>``."""
@@ -255,6 +258,33 @@ class DemandMetric(_Strict):
         return value
 
 
+_UNKNOWN_IOPS = 0
+"""``perControllerIops`` left out and no default for it: ``ArraySpec`` refuses the spec (the
+field's own bounds are not applied to a default, so the sentinel reaches the model's check)."""
+
+
+def _default_controller_iops(controllers: object) -> int:
+    """The default of ``perControllerIops``: the controllers' instance type's sustained EBS IOPS,
+    or ``_UNKNOWN_IOPS`` (a launch template's type is not in the spec; a type not in the table)."""
+    if isinstance(controllers, ControllerSettings) and controllers.instance_type is not None:
+        return default_controller_iops(controllers.instance_type) or _UNKNOWN_IOPS
+    return _UNKNOWN_IOPS
+
+
+def _no_default_iops(controllers: ControllerSettings) -> str:
+    if controllers.instance_type is None:
+        return (
+            "perControllerIops is required with controllers.launchTemplate (the instance type is in "
+            "the launch template, not the spec): set it to the type's sustained EBS IOPS (baseline "
+            "IOPS in AWS's Amazon EBS-optimized instances table), e.g. 260000 for r5b.24xlarge"
+        )
+    return (
+        f"perControllerIops: no default for instance type {controllers.instance_type} (not in the "
+        "control plane's table of EBS-optimized instance types): set perControllerIops to its "
+        "sustained EBS IOPS (baseline IOPS in AWS's Amazon EBS-optimized instances table)"
+    )
+
+
 class ArraySpec(_Strict):
     spec_version: Literal[1] = Field(default=1, alias="specVersion")
     array_id: ArrayId = Field(alias="arrayId")
@@ -266,7 +296,13 @@ class ArraySpec(_Strict):
     min_controllers: StrictInt = Field(alias="minControllers", ge=1, le=MULTI_ATTACH_LIMIT)
     max_controllers: StrictInt = Field(alias="maxControllers", ge=1, le=MULTI_ATTACH_LIMIT)
     per_controller_iops: StrictInt = Field(
-        default=R5B_CONTROLLER_IOPS, alias="perControllerIops", gt=0, le=MAX_CONTROLLER_IOPS
+        default_factory=lambda fields: _default_controller_iops(fields.get("controllers")),
+        alias="perControllerIops",
+        gt=0,
+        le=MAX_CONTROLLER_IOPS,
+        description="one controller's IOPS; default: the instance type's sustained (baseline) EBS "
+        "IOPS from the Amazon EBS-optimized instances table (required with a launchTemplate, or "
+        "for a type the table does not list)",
     )
     target_utilisation: StrictFloat = Field(default=0.7, alias="targetUtilisation", gt=0.0, le=1.0)
     scale_out_cooldown_seconds: StrictInt = Field(default=60, alias="scaleOutCooldownSeconds", ge=0, le=86400)
@@ -294,6 +330,8 @@ class ArraySpec(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> "ArraySpec":
+        if self.per_controller_iops == _UNKNOWN_IOPS:
+            raise ValueError(_no_default_iops(self.controllers))
         if self.min_controllers > self.max_controllers:
             raise ValueError(
                 f"minControllers ({self.min_controllers}) is above maxControllers "

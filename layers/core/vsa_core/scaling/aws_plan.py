@@ -2,25 +2,30 @@
 its group's state.
 
 Called only by the ScaleArray workflow, which holds the array's scaling lock. Reads the registry
-(spec, cooldown clocks) and the controller group (desired capacity, controllers booting or
-draining, which controller leaves on a scale-in), and runs the pure planner. The decision is
+(spec, cooldown clocks), the controller group (desired capacity, controllers booting or
+draining, which controller leaves on a scale-in) and the volumes' provisioned IOPS
+(DescribeVolumes: what the array can deliver at most, ``vsa_core.scaling.capacity``), and runs
+the pure planner. The decision is
 returned, not written: the workflow sets the capacity and records it, with the ``expiresAt``
 given here (the registry's TTL attribute: the decision is history, kept ``HistoryRetentionDays``).
 """
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from vsa_core.arrays.spec import ArraySpec
+from botocore.exceptions import BotoCoreError, ClientError
+
+from vsa_core.arrays.spec import ARRAY_TAG, OWNED_TAG, ArraySpec
+from vsa_core.clients import client
 from vsa_core.controllers import slots
 from vsa_core.errors import ArrayNotFoundError
-from vsa_core.naming import group_name
+from vsa_core.naming import group_name, owned_volume_name
 from vsa_core.observability import logger
 from vsa_core.registry import ArrayRegistry, expires_at
 from vsa_core.scaling import demand, rules
 from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.planner import plan
-from vsa_core.scaling.rules import EVALUATION_PERIODS, IN_FLIGHT, SCALE_FIELDS, rearm_after
+from vsa_core.scaling.rules import IN_FLIGHT, SCALE_FIELDS, rearm_after
 from vsa_core.scaling.tuning import planner_inputs
 from vsa_core.settings import get_settings
 
@@ -29,8 +34,53 @@ def _parse(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
 
 
+def provisioned_iops(ec2: Any, spec: ArraySpec) -> int | None:
+    """The array's volumes' provisioned IOPS in total (DescribeVolumes): the spec's existing
+    volumes, and the volumes created for it (their declared IOPS while one is not created
+    yet). None when a declared volume is not found or reports no IOPS: the planner then
+    does not cap on the volumes, rather than cap on part of them."""
+    found: dict[str, Any] = {}
+    if spec.existing_volume_ids:
+        found.update(
+            {
+                v["VolumeId"]: v
+                for v in _describe(ec2, [{"Name": "volume-id", "Values": list(spec.existing_volume_ids)}])
+            }
+        )
+    owned_filters = [
+        {"Name": f"tag:{ARRAY_TAG}", "Values": [spec.array_id]},
+        {"Name": f"tag:{OWNED_TAG}", "Values": ["true"]},
+    ]
+    owned = {
+        tag["Value"]: v
+        for v in (_describe(ec2, owned_filters) if spec.new_volumes else [])
+        for tag in v.get("Tags", [])
+        if tag["Key"] == "Name"
+    }
+    total = 0
+    for volume_id in spec.existing_volume_ids:
+        iops = found.get(volume_id, {}).get("Iops")
+        if not iops:
+            logger.warning("volume IOPS unknown: no cap on the volumes", extra={"volume_id": volume_id})
+            return None
+        total += int(iops)
+    for new in spec.new_volumes:
+        total += int(owned.get(owned_volume_name(spec.array_id, new.name), {}).get("Iops") or new.iops)
+    return total
+
+
+def _describe(ec2: Any, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    pages = ec2.get_paginator("describe_volumes").paginate(Filters=filters)
+    return [dict(v) for page in pages for v in page["Volumes"]]
+
+
 def plan_scale(
-    request: ScaleRequest, registry: ArrayRegistry, autoscaling: Any, now: datetime
+    request: ScaleRequest,
+    registry: ArrayRegistry,
+    autoscaling: Any,
+    now: datetime,
+    ec2: Any = None,
+    cloudwatch: Any = None,
 ) -> dict[str, Any]:
     array = registry.get(request.array_id)
     name = group_name(request.array_id)
@@ -42,15 +92,23 @@ def plan_scale(
     in_flight = sum(1 for i in instances if i["LifecycleState"] in IN_FLIGHT)
     read = request.demand
     current = int(group["DesiredCapacity"])
-    age = demand.alarm_datapoint_age(request.state_timestamp, now)
-    max_age = demand.alarm_datapoint_max_age(EVALUATION_PERIODS[request.alarm_kind])
-    if read is not None and read.newest_minute is not None:
+    # no decision on stale data (rules.MAX_DATA_AGE): GetMetricData's newest datapoint, else the
+    # alarm's own (its state change's age), else hold and say how old the newest data is
+    newest = (
+        None if read is None or read.newest_minute is None else datetime.fromisoformat(read.newest_minute)
+    )
+    read_age = None if newest is None else rules.data_age(newest, now)
+    alarm_age = rules.data_age(datetime.fromisoformat(request.state_timestamp), now)
+    if read is not None and not rules.is_stale(read_age):
         demand_iops, recent, source = read.demand_iops, tuple(read.recent_demand), read.source
-    elif request.demand_iops is not None and age <= max_age:
-        # GetMetricData had no datapoint in its window: the alarm's own datapoint, while fresh
+    elif request.demand_iops is not None and not rules.is_stale(alarm_age):
+        # GetMetricData had nothing recent: the alarm's own datapoint, while fresh
         demand_iops, recent, source = request.demand_iops, (), "alarm"
     else:
-        return _stale(request, array.spec, current, now, name, age, max_age)
+        reason = rules.stale_reason(read_age, demand.RECENT_MINUTES + demand.FRESH_MINUTES)
+        if request.demand_iops is None:
+            reason += "; the alarm went to ALARM on missing data (no datapoint of its own)"
+        return _stale(request, array.spec, current, now, name, reason, cloudwatch)
     decision = plan(
         array.spec,
         demand_iops,
@@ -60,6 +118,7 @@ def plan_scale(
         last_scale_in_at=_parse(array.last_scale_in_at),
         in_flight=in_flight,
         recent_demand=recent,
+        volume_iops=provisioned_iops(ec2 or client("ec2"), array.spec),
         # the same tuning the simulator and the benchmark measure
         **planner_inputs(array.spec),
     )
@@ -92,15 +151,30 @@ def _stale(
     current: int,
     now: datetime,
     group: str,
-    age: timedelta,
-    max_age: timedelta,
+    reason: str,
+    cloudwatch: Any,
 ) -> dict[str, Any]:
-    """No decision on stale data: GetMetricData found no datapoint and the alarm's is older than
-    its window allows (or it went to ALARM on missing data). Hold, say why, and re-arm the
-    alarm (``waiting``: the base pause) so a breach that still holds comes back as a fresh state
-    change."""
-    decision = rules.stale_decision(request, spec, current, now, age, max_age)
+    """No decision on stale data: neither GetMetricData's newest datapoint nor the alarm's is
+    recent enough (``rules.MAX_DATA_AGE``). Hold, say why, count it (``rules.STALE_METRIC``:
+    its alarm pages when staleness persists) and re-arm the alarm (``waiting``: the base pause)
+    so a breach that still holds comes back as a fresh state change."""
+    decision = rules.stale_decision(request, spec, current, now, reason)
     logger.warning("scale decision on stale data refused", extra=decision.as_dict())
+    try:
+        (cloudwatch or client("cloudwatch")).put_metric_data(
+            Namespace=rules.STALE_NAMESPACE,
+            MetricData=[
+                {
+                    "MetricName": rules.STALE_METRIC,
+                    "Dimensions": [{"Name": "Deployment", "Value": get_settings().deployment}],
+                    "Timestamp": now,
+                    "Value": 1.0,
+                    "Unit": "Count",
+                }
+            ],
+        )
+    except (ClientError, BotoCoreError):  # the hold stands; the count is lost and logged
+        logger.exception("stale decision not counted", extra={"array_id": spec.array_id})
     return {
         **decision.as_dict(),
         "groupName": group,

@@ -158,27 +158,15 @@ FRESH_MINUTES = 3
 demand if it is at most this many minutes old; later minutes are not taken as zero demand."""
 
 
-def alarm_datapoint_max_age(evaluation_periods: int) -> timedelta:
-    """How old an alarm's state change may be for its datapoint to stand for the current demand:
-    the alarm's evaluation window (``evaluation_periods`` one-minute periods) plus
-    ``FRESH_MINUTES`` (its newest minute may have landed that late). An older event (redelivered,
-    or queued behind the scaling lock) says nothing about now: the decision waits for fresh data."""
-    return timedelta(seconds=evaluation_periods * METRIC_PERIOD_SECONDS) + timedelta(minutes=FRESH_MINUTES)
-
-
-def alarm_datapoint_age(state_timestamp: str, now: datetime) -> timedelta:
-    """Age of an alarm state change (``detail.state.timestamp``, e.g. ``2026-11-02T17:04:40.989+0000``)."""
-    return now - datetime.fromisoformat(state_timestamp)
-
-
 @dataclass(frozen=True)
 class Demand:
     """What GetMetricData said about the array's demand, minute by minute."""
 
     demand_iops: float
-    """The newest minute with a datapoint, if fresh (see ``FRESH_MINUTES``); else 0 (no IO)."""
+    """The newest minute with a datapoint, however old (``newest_minute`` says when); 0 with none."""
     recent_demand: tuple[float, ...]
-    """The minutes before it, oldest first, missing minutes as 0 (EBS sends nothing for no IO)."""
+    """Up to ``RECENT_MINUTES`` minutes before it that have a datapoint, oldest first (a minute
+    without one is missing, not zero demand)."""
     newest_minute: str | None
     """ISO 8601 start of the newest minute with a datapoint; None when there was none."""
 
@@ -205,7 +193,7 @@ def series(
     minutes = int((end - start).total_seconds() // METRIC_PERIOD_SECONDS)
     if minutes < 1:
         raise ValueError("the demand window must cover at least one minute")
-    slots: list[float] = [0.0] * minutes
+    slots: list[float | None] = [None] * minutes
     seen: set[int] = set()
     for when, value in zip(timestamps, values, strict=True):
         index = int((when - start).total_seconds() // METRIC_PERIOD_SECONDS)
@@ -213,13 +201,14 @@ def series(
             slots[index] = max(0.0, float(value))
             seen.add(index)
     newest = max(seen, default=None)
-    if newest is None or newest < minutes - FRESH_MINUTES:
-        # nothing fresh: no IO lately (EBS publishes nothing for an idle volume)
-        current, recent = 0.0, slots
-    else:
-        current, recent = slots[newest], slots[:newest]
+    # the newest minute with a datapoint is the current demand however old: whether it is recent
+    # enough to decide on is ScaleArray's rule (rules.MAX_DATA_AGE), not a zero here; a minute
+    # without a datapoint is missing, not zero demand, and is left out of the recent minutes
+    current = 0.0 if newest is None else float(slots[newest] or 0.0)
+    before = slots if newest is None else slots[:newest]
+    recent = [v for v in before[-RECENT_MINUTES:] if v is not None]
     return Demand(
         demand_iops=current,
-        recent_demand=tuple(recent[-RECENT_MINUTES:]),
+        recent_demand=tuple(recent),
         newest_minute=(start + timedelta(minutes=newest)).isoformat() if newest is not None else None,
     )

@@ -8,7 +8,10 @@ one more rule, named in the decision's reason:
 - ``in_flight``: nothing changes while a controller is bootstrapping or draining;
 - ``recent_demand``: the demand trend (scale out ahead of a rising demand) and sustained demand
   (scale in only when every recent minute fits one controller fewer);
-- ``scale_in_headroom``: scale in only with a margin under target.
+- ``scale_in_headroom``: scale in only with a margin under target;
+- ``volume_iops``: the volumes' provisioned IOPS in total, what the array can deliver at most
+  (``vsa_core.scaling.capacity``): no controller beyond what moves it all, and the decision says
+  when the array is volume-bound.
 """
 
 import itertools
@@ -19,6 +22,9 @@ from datetime import datetime
 from typing import Any
 
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
+from vsa_core.scaling.capacity import controllers_needed, volume_bound_reason, volume_controllers
+
+__all__ = ["ScaleDecision", "controllers_needed", "demand_trend", "plan"]
 
 DEFAULT_LEAD_MINUTES = 10.0
 """How far ahead a rising demand is extrapolated by default: a controller takes ~5 minutes to
@@ -64,16 +70,17 @@ class ScaleDecision:
     """The highest of ``recent_demand`` and the current demand: what a scale-in must still serve."""
     lead_minutes: float | None = None
     scale_in_headroom: float = 1.0
+    volume_iops: int | None = None
+    """The volumes' provisioned IOPS in total (None: not known to the decision)."""
+    volume_controllers: int | None = None
+    """The most controllers that add IOPS (``capacity.volume_controllers``; None without
+    ``volume_iops``): desired never goes above it (nor below minControllers)."""
+    volume_bound: bool = False
+    """The demand (or its forecast) reaches what the volumes provide: more controllers would not
+    serve it; the volumes' provisioned IOPS must rise."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def controllers_needed(demand_iops: float, per_controller_iops: int, target_utilisation: float) -> int:
-    """ceil(demand / (per-controller IOPS x target utilisation)); 0 for no demand."""
-    if demand_iops <= 0:
-        return 0
-    return math.ceil(demand_iops / (per_controller_iops * target_utilisation))
 
 
 def demand_trend(recent_demand: Sequence[float], demand_iops: float) -> float:
@@ -125,6 +132,7 @@ def plan(
     lead_minutes: float = DEFAULT_LEAD_MINUTES,
     scale_in_headroom: float = 1.0,
     sustained_minutes: int | None = None,
+    volume_iops: int | None = None,
 ) -> ScaleDecision:
     """Desired controllers for ``demand_iops`` with ``current_controllers`` asked for.
 
@@ -156,6 +164,10 @@ def plan(
       minutes, the current one included (default: every sample given, and the current one). Pass
       the low alarm's evaluation periods: a scale-in the low alarm asks for is then judged on the
       minutes the alarm judged, no more.
+    - ``volume_iops``: the volumes' provisioned IOPS in total. Desired never goes above the
+      controllers that move it all at target (``capacity.volume_controllers``; minControllers
+      still holds), and scale-in may remove controllers above it; when the demand (or its
+      forecast) reaches it the decision is volume-bound and says what to raise.
     """
     _check_demand(demand_iops, "demand")
     for sample in recent_demand:
@@ -173,6 +185,9 @@ def plan(
     needed = controllers_needed(demand_iops, per_iops, target_util)
     ceiling = min(spec.max_controllers, MULTI_ATTACH_LIMIT)
     floor = spec.min_controllers
+    # controllers beyond what moves the volumes' whole provisioned IOPS add none
+    by_volumes = None if volume_iops is None else volume_controllers(volume_iops, per_iops, target_util)
+    useful = ceiling if by_volumes is None else min(ceiling, by_volumes)
 
     # scale-out: current demand, or its rising trend
     slope = demand_trend(recent_demand, demand_iops) if recent_demand else 0.0
@@ -190,9 +205,11 @@ def plan(
         controllers_needed(sustained or 0.0, per_iops, target_util * scale_in_headroom),
     )
 
-    out_target = max(floor, min(needed_out, ceiling))
-    in_target = max(floor, min(needed_in, ceiling))
-    under = needed > ceiling
+    out_target = max(floor, min(needed_out, useful))
+    in_target = max(floor, min(needed_in, useful))
+    volume_bound = volume_iops is not None and planned_for >= volume_iops
+    # under-provisioned: maxControllers, not the volumes, stops the array serving its demand
+    under = needed > ceiling and (by_volumes is None or by_volumes > ceiling)
     shown = f"demand {demand_iops:,.0f} IOPS needs {needed} controller(s), {current_controllers} running"
     notes: list[str] = []
     if forecast is not None and needed_out > needed:
@@ -258,6 +275,12 @@ def plan(
     elif needed_out > needed and max(floor, min(needed, ceiling)) < current_controllers:
         # the current demand alone would scale in; its rising trend keeps what it will need
         notes.append(f"no scale-in: the rising demand needs {needed_out} within {lead_minutes:g} min")
+    if volume_bound and volume_iops is not None:
+        notes.append(volume_bound_reason(volume_iops, useful))
+    elif by_volumes is not None and current_controllers > by_volumes and action == "scale-in":
+        notes.append(
+            f"{current_controllers} controllers run where {by_volumes} move the volumes' {volume_iops:,} IOPS"
+        )
     if action == "hold" and not notes:
         shown = f"demand {demand_iops:,.0f} IOPS is served by {current_controllers} controller(s)"
     if under and action != "scale-out":
@@ -286,4 +309,7 @@ def plan(
         sustained_iops=sustained,
         lead_minutes=lead_minutes if recent_demand else None,
         scale_in_headroom=scale_in_headroom,
+        volume_iops=volume_iops,
+        volume_controllers=by_volumes,
+        volume_bound=volume_bound,
     )

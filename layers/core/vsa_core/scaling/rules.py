@@ -9,6 +9,41 @@ from vsa_core.arrays.spec import ArraySpec
 from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.planner import ScaleDecision
 
+MAX_DATA_AGE = timedelta(minutes=5)
+"""The oldest demand a decision uses (the newest datapoint's minute, or an alarm's state change).
+EBS publishes one-minute metrics a few minutes late (the newest minute GetMetricData returns is
+typically 2-4 minutes old), so 5 minutes passes every normal delay; older means the data has
+stopped (a volume detached, a custom demand metric whose publisher died, CloudWatch delayed) and
+a decision on it would act on a past that may no longer hold. The one bound: ScaleArray's
+PlanScale applies it to GetMetricData's newest datapoint and to the alarm's own."""
+
+STALE_NAMESPACE = "VSA/Scaling"
+STALE_METRIC = "StaleDecisions"
+"""One datapoint (1) per ScaleArray run that held on stale data, per deployment (dimension
+``Deployment``); the ``scaling-stale-data`` alarm fires when some run held on stale data in each
+of 3 consecutive 5-minute periods (template.yaml: staleness that outlasts EBS's delays)."""
+
+
+def data_age(newest: datetime, now: datetime) -> timedelta:
+    """How old a datapoint (its minute's start) or a state change is at ``now``."""
+    return now - newest
+
+
+def is_stale(age: timedelta | None) -> bool:
+    """Whether demand this old (None: no datapoint at all) is too old to decide on."""
+    return age is None or age > MAX_DATA_AGE
+
+
+def stale_reason(age: timedelta | None, window_minutes: int) -> str:
+    """What a stale hold says: how old the newest datapoint is, or that there is none."""
+    bound = int(MAX_DATA_AGE.total_seconds() // 60)
+    if age is None:
+        seen = f"no datapoint in the last {window_minutes} min"
+    else:
+        seen = f"newest datapoint {int(age.total_seconds() // 60)} min old"
+    return f"stale: {seen} (a decision uses data at most {bound} min old): holding, not deciding"
+
+
 REARM_AT_TARGET_FACTOR = 5
 """A run that leaves the array at what its demand needs re-arms its alarm after this many times
 the base pause (5 minutes at the deployed 60 s): a safety net, not a loop."""
@@ -26,21 +61,11 @@ SCALE_FIELDS = {"scale-out": "lastScaleOutAt", "scale-in": "lastScaleInAt", "hol
 
 
 def stale_decision(
-    request: ScaleRequest, spec: ArraySpec, current: int, now: datetime, age: timedelta, max_age: timedelta
+    request: ScaleRequest, spec: ArraySpec, current: int, now: datetime, reason: str
 ) -> ScaleDecision:
-    """No decision on stale data: GetMetricData found no datapoint and the alarm's is older than
-    its window allows. Hold, say why, and wait (the alarm is re-armed) so a breach that still
-    holds comes back as a fresh state change."""
-    if request.demand_iops is None:
-        reason = (
-            "no fresh demand: GetMetricData found no datapoint and the alarm went to ALARM on "
-            "missing data (no datapoint of its own): not deciding without data"
-        )
-    else:
-        reason = (
-            f"no fresh demand: GetMetricData found no datapoint and the alarm's state change is "
-            f"{int(age.total_seconds())} s old (at most {int(max_age.total_seconds())} s): not deciding on it"
-        )
+    """No decision on stale data (``MAX_DATA_AGE``): hold, say why, and wait (``waiting``: the
+    alarm is re-armed after the base pause) so a breach that still holds comes back as a fresh
+    state change."""
     return ScaleDecision(
         array_id=spec.array_id,
         demand_iops=request.demand_iops or 0.0,
@@ -61,8 +86,13 @@ def stale_decision(
 
 def at_target(decision: ScaleDecision) -> bool:
     """The decision leaves the array at what its current demand needs, as far as [min, max]
-    allows: nothing in flight, nothing changed, and desired = clamp(needed)."""
-    wanted = max(decision.min_controllers, min(decision.needed_controllers, decision.max_controllers))
+    and the volumes allow: nothing in flight, nothing changed, and desired = clamp(needed) (a
+    volume-bound array at the controllers that move its volumes' IOPS is at target: more would
+    add none)."""
+    ceiling = decision.max_controllers
+    if decision.volume_controllers is not None:
+        ceiling = min(ceiling, decision.volume_controllers)
+    wanted = max(decision.min_controllers, min(decision.needed_controllers, ceiling))
     return decision.action == "hold" and not decision.waiting and decision.desired_controllers == wanted
 
 

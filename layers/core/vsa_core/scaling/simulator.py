@@ -30,9 +30,15 @@ What is modelled, minute by minute (one trace sample = one minute of demand, in 
 Every controller bills from its launch: booting (``boot_minutes``, not yet serving), serving,
 draining (``drain_minutes`` after a scale-in, already not serving: its paths are being
 disconnected). A minute is **under-provisioned** when its demand exceeds what the serving
-controllers deliver at 100% (``serving x perControllerIops``): IOPS actually starved, not merely
-above target. Average utilisation is the trace's total demand over its total serving capacity at
-100%. At minute 0 each policy starts with its controllers already serving.
+controllers deliver at 100% (``capacity.deliverable_iops``: ``serving x perControllerIops``, and
+never more than the volumes' provisioned IOPS when ``volume_iops`` is given): IOPS actually
+starved, not merely above target. Average utilisation is the trace's total demand over its total
+serving capacity at 100%. At minute 0 each policy starts with its controllers already serving.
+
+``volume_iops`` (the volumes' provisioned IOPS in total; default None: not modelled) is what the
+array can deliver at most, whatever its controllers (io2 Multi-Attach): the planner gets it as
+ScaleArray's PlanScale does, and the oracle and static-for-peak never run a controller beyond
+``capacity.volume_controllers`` either (the same functions).
 """
 
 import csv
@@ -52,7 +58,8 @@ from vsa_core.arrays.plan import (
     alarm_thresholds,
 )
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
-from vsa_core.scaling.planner import ScaleDecision, controllers_needed, plan
+from vsa_core.scaling.capacity import controllers_needed, deliverable_iops, volume_controllers
+from vsa_core.scaling.planner import ScaleDecision, plan
 from vsa_core.scaling.rules import rearm_after
 from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES, planner_inputs
 
@@ -133,6 +140,8 @@ class Result:
     """Scale-outs plus scale-ins (0 for the references' bookkeeping)."""
     decisions: tuple[ScaleDecision, ...] = field(default=(), repr=False)
     """Every decision that changed the count (planner only)."""
+    volume_iops: int | None = None
+    """The volumes' provisioned IOPS in total (None: not modelled)."""
 
     @property
     def minutes(self) -> int:
@@ -148,12 +157,15 @@ class Result:
 
     @property
     def average_utilisation(self) -> float:
-        capacity = sum(self.serving) * self.per_controller_iops
+        capacity = sum(deliverable_iops(s, self.per_controller_iops, self.volume_iops) for s in self.serving)
         return sum(self.demand) / capacity if capacity else 0.0
 
     @property
     def under_provisioned_minutes(self) -> int:
-        return sum(d > s * self.per_controller_iops for d, s in zip(self.demand, self.serving, strict=True))
+        return sum(
+            d > deliverable_iops(s, self.per_controller_iops, self.volume_iops)
+            for d, s in zip(self.demand, self.serving, strict=True)
+        )
 
     @property
     def under_provisioned_share(self) -> float:
@@ -164,8 +176,12 @@ class Result:
         return max(self.billed)
 
 
-def _needed(spec: ArraySpec, demand: float) -> int:
+def _needed(spec: ArraySpec, demand: float, volume_iops: int | None = None) -> int:
     ceiling = min(spec.max_controllers, MULTI_ATTACH_LIMIT)
+    if volume_iops is not None:
+        ceiling = min(
+            ceiling, volume_controllers(volume_iops, spec.per_controller_iops, spec.target_utilisation)
+        )
     return max(
         spec.min_controllers,
         min(ceiling, controllers_needed(demand, spec.per_controller_iops, spec.target_utilisation)),
@@ -181,11 +197,12 @@ def simulate_planner(
     price_per_hour: float = DEFAULT_PRICE_PER_HOUR,
     trigger: Trigger = "alarms",
     scale_in_headroom: float = SCALE_IN_HYSTERESIS,
+    volume_iops: int | None = None,
 ) -> Result:
     """The control plane replayed on ``demand`` (see the module's docstring for the model)."""
     if boot_minutes < 0 or drain_minutes < 0:
         raise ValueError("boot and drain take 0 or more minutes")
-    serving = _needed(spec, demand[0])
+    serving = _needed(spec, demand[0], volume_iops)
     desired = serving  # what the registry holds: serving + booting
     booting: list[int] = []  # minute each serves from
     draining: list[int] = []  # minute each is gone at
@@ -225,6 +242,7 @@ def simulate_planner(
                 lead_minutes=tuning["lead_minutes"],
                 scale_in_headroom=scale_in_headroom,
                 sustained_minutes=tuning["sustained_minutes"],
+                volume_iops=volume_iops,
             )
             added = decision.desired_controllers - desired
             if added > 0:
@@ -257,6 +275,7 @@ def simulate_planner(
         price_per_hour=price_per_hour,
         scalings=len(changes),
         decisions=tuple(changes),
+        volume_iops=volume_iops,
     )
 
 
@@ -324,10 +343,11 @@ def simulate_oracle(
     boot_minutes: int = DEFAULT_BOOT_MINUTES,
     drain_minutes: int = DEFAULT_DRAIN_MINUTES,
     price_per_hour: float = DEFAULT_PRICE_PER_HOUR,
+    volume_iops: int | None = None,
 ) -> Result:
     """Perfect foresight under the same delays (see the module's docstring)."""
     n = len(demand)
-    needed = [_needed(spec, d) for d in demand]
+    needed = [_needed(spec, d, volume_iops) for d in demand]
     serving = [0] * n
     billed = [0] * n
     start_count = needed[0]
@@ -360,14 +380,19 @@ def simulate_oracle(
         billed=tuple(billed),
         per_controller_iops=spec.per_controller_iops,
         price_per_hour=price_per_hour,
+        volume_iops=volume_iops,
     )
 
 
 def simulate_static(
-    spec: ArraySpec, demand: Sequence[float], *, price_per_hour: float = DEFAULT_PRICE_PER_HOUR
+    spec: ArraySpec,
+    demand: Sequence[float],
+    *,
+    price_per_hour: float = DEFAULT_PRICE_PER_HOUR,
+    volume_iops: int | None = None,
 ) -> Result:
     """Sized once for the trace's peak at target utilisation (what an on-premises array does)."""
-    peak = _needed(spec, max(demand))
+    peak = _needed(spec, max(demand), volume_iops)
     return Result(
         policy="static for peak",
         demand=tuple(demand),
@@ -375,6 +400,7 @@ def simulate_static(
         billed=(peak,) * len(demand),
         per_controller_iops=spec.per_controller_iops,
         price_per_hour=price_per_hour,
+        volume_iops=volume_iops,
     )
 
 
@@ -397,6 +423,7 @@ def compare(
     drain_minutes: int = DEFAULT_DRAIN_MINUTES,
     price_per_hour: float = DEFAULT_PRICE_PER_HOUR,
     trigger: Trigger = "alarms",
+    volume_iops: int | None = None,
 ) -> Comparison:
     """The planner, the oracle and static-for-peak on one trace, with the same delays and price."""
     if not demand:
@@ -409,6 +436,7 @@ def compare(
             drain_minutes=drain_minutes,
             price_per_hour=price_per_hour,
             trigger=trigger,
+            volume_iops=volume_iops,
         ),
         oracle=simulate_oracle(
             spec,
@@ -416,6 +444,7 @@ def compare(
             boot_minutes=boot_minutes,
             drain_minutes=drain_minutes,
             price_per_hour=price_per_hour,
+            volume_iops=volume_iops,
         ),
-        static=simulate_static(spec, demand, price_per_hour=price_per_hour),
+        static=simulate_static(spec, demand, price_per_hour=price_per_hour, volume_iops=volume_iops),
     )
