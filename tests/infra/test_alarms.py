@@ -127,3 +127,35 @@ def test_persistent_stale_data_has_its_own_alarm_on_what_plan_scale_publishes() 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     assert "| `scaling-stale-data` |" in readme
     assert alarm["AlarmName"] == {"Sub": "${AWS::StackName}-scaling-stale-data"}
+
+
+def test_the_health_checks_alarms_and_dashboard_watch_what_it_publishes() -> None:
+    import json
+    import re
+
+    from vsa_core.health import aws_check
+
+    # the deployment-wide alarms on the health check's own metrics, under the stack's dimension
+    health = {n: a for n, a in ALARMS.items() if a.get("Namespace") == aws_check.DEPLOYMENT_NAMESPACE}
+    assert {a["MetricName"] for a in health.values()} == {
+        "HostsShortOfPaths",
+        "BackupsOverdue",
+        "ControllersReplaced",
+    }
+    for alarm in health.values():
+        assert alarm["MetricName"] in aws_check.DEPLOYMENT_METRICS
+        assert alarm["Dimensions"] == [{"Name": "Deployment", "Value": {"Ref": "AWS::StackName"}}]
+    function = RESOURCES["TaskHealthCheckFunction"]["Properties"]
+    assert function["Environment"]["Variables"]["VSA_DEPLOYMENT"] == {"Ref": "AWS::StackName"}
+    # its failures: Lambda's own Errors metric of the function
+    [failed] = [a for a in ALARMS.values() if a.get("Namespace") == "AWS/Lambda"]
+    assert failed["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": "TaskHealthCheckFunction"}}]
+    # the dashboard: valid JSON, every SEARCH over a per-array metric someone publishes
+    body = RESOURCES["OperationsDashboard"]["Properties"]["DashboardBody"]
+    text = next(iter(body.values())) if isinstance(body, dict) else body  # !Sub
+    widgets = json.loads(re.sub(r"\$\{[^}]+\}", "x", text))["widgets"]
+    searched = set(re.findall(r'MetricName=\\"(\w+)\\"', text))
+    assert searched <= {*aws_check.ARRAY_METRICS, "DemandIops"}, searched
+    assert {"ServingControllers", "MinLivePaths", "BackupAgeSeconds", "DemandIops"} <= searched
+    alarm_widget = next(w for w in widgets if w["type"] == "alarm")
+    assert len(alarm_widget["properties"]["alarms"]) == len(ALARMS)

@@ -33,6 +33,17 @@ ARRAY_NAMESPACE = "VSA/Arrays"
 DEPLOYMENT_NAMESPACE = "VSA"
 UNITS = {"ControllerCapacityIops": "Count/Second", "BackupAgeSeconds": "Seconds"}
 """Every other per-array metric is a Count."""
+ARRAY_METRICS = (
+    "ServingControllers",
+    "ControllerCapacityIops",
+    "MinLivePaths",
+    "HostsShortOfPaths",
+    "HostsUnreported",
+    "DeadControllers",
+    "BackupAgeSeconds",
+    "BackupOverdue",
+)
+DEPLOYMENT_METRICS = ("HostsShortOfPaths", "BackupsOverdue", "ControllersReplaced", "HealthCheckFailures")
 PUT_BATCH = 1000
 """PutMetricData takes up to 1,000 metrics per call."""
 
@@ -245,7 +256,7 @@ def _publish(ctx: HealthContext, checked: Sequence[ArrayHealth], failures: int, 
             for name, value in values.items()
             if value is not None
         ]
-    totals = {
+    totals: dict[str, float] = {
         "HostsShortOfPaths": sum(len(h.assessment.hosts_short) for h in checked),
         "BackupsOverdue": sum(h.backup_overdue for h in checked),
         "ControllersReplaced": sum(h.replaced is not None for h in checked),
