@@ -1,5 +1,6 @@
 """On a schedule: check every array's health (``vsa_core.health.aws_check.run``): the hosts'
-paths from their own reports, dead controllers replaced, backups overdue, metrics published.
+paths from their own reports, dead controllers replaced, backups overdue, a persisting drift
+of the data plane from the spec converged by ReconcileArray, metrics published.
 
 Invoked with ``{"arrayIds": ["…"]}`` it checks just those arrays now (an operator, the demo,
 the tests); the schedule's event (EventBridge's ``Scheduled Event``) checks every array."""
@@ -17,6 +18,7 @@ from vsa_core.errors import InvalidEventError
 from vsa_core.health.aws_check import HealthContext, run
 from vsa_core.naming import ARRAY_ID_PATTERN
 from vsa_core.observability import logger, tracer
+from vsa_core.reconcile.aws_start import ReconcileStarter
 from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.settings import get_settings
 
@@ -57,6 +59,14 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             disconnect_path=settings.disconnect_path_document,
             report_paths=settings.report_paths_document,
         ),
+        reconcile=ReconcileStarter(
+            sfn=client("stepfunctions"),
+            dynamodb=client("dynamodb"),
+            table=settings.table_name,
+            state_machine_arn=settings.reconcile_state_machine_arn,
+        )
+        if settings.reconcile_state_machine_arn
+        else None,
         dynamodb=client("dynamodb"),
         table=settings.table_name,
         deployment=settings.deployment,

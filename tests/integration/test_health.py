@@ -13,8 +13,8 @@ from typing import Any
 
 import boto3
 
-from tests.integration.arrays_world import World, group_of, host_paths, node_root, settle, spec_for
-from tests.integration.conftest import Api
+from tests.integration.arrays_world import FAKES, World, group_of, host_paths, node_root, settle, spec_for
+from tests.integration.conftest import Api, wait_for_execution
 
 
 def check(stack_outputs: dict[str, str], array_id: str) -> dict[str, Any]:
@@ -154,3 +154,57 @@ def test_a_controller_no_host_reaches_is_replaced_and_the_hosts_end_with_a_live_
             assert controllers[dead] not in states or controllers[dead] in serving.values()
     healed = check(stack_outputs, array_id)
     assert (healed["deadControllers"], healed["replaced"]) == ({}, None)
+
+
+def test_a_path_lost_behind_the_control_planes_back_is_drift_that_the_health_check_converges(
+    api: Api, world: World, arrays: Callable[[], str], stack_outputs: dict[str, str]
+) -> None:
+    # Given an array of one volume and two hosts, served by two controllers, converged
+    array_id = arrays()
+    volume = world.volume()
+    hosts = [world.host() for _ in range(2)]
+    spec = spec_for(
+        array_id,
+        world,
+        volumes=[{"volumeId": volume}],
+        hosts=[{"instanceId": h, "mountpoints": ["/data"]} for h in hosts],
+        minControllers=2,
+        maxControllers=2,
+    )
+    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    settle(array_id)
+    assert check(stack_outputs, array_id)["drift"] == []
+    status = api.call("GET", f"/arrays/{array_id}")[1]["status"]
+    lost = sorted(c["privateIp"] for c in status["controllers"])[0]
+
+    # When one host's path through one controller is disconnected behind the control plane's back
+    ssm = boto3.client("ssm")
+    command = ssm.send_command(
+        DocumentName=stack_outputs["DisconnectPathDocumentName"],
+        InstanceIds=[hosts[0]],
+        Parameters={
+            "ArrayId": [array_id],
+            "Volumes": [volume],
+            "Address": [lost],
+            "NvmeCommand": [str(FAKES / "nvme")],
+        },
+    )["Command"]["CommandId"]
+    ssm.get_waiter("command_executed").wait(
+        CommandId=command, InstanceId=hosts[0], WaiterConfig={"Delay": 1, "MaxAttempts": 120}
+    )
+
+    # Then the health check names the drift on its first run (the host's own report says so) and
+    # holds; the controller is not dead (the other host reaches it)
+    first = check(stack_outputs, array_id)
+    assert first["drift"], first
+    assert (first["deadControllers"], first["reconcileStarted"]) == ({}, None)
+    assert first["hostsShortOfPaths"] == {hosts[0]: 1}
+    # and on the second it starts ReconcileArray, which connects the host again
+    second = check(stack_outputs, array_id)
+    assert second["reconcileStarted"], second
+    run = wait_for_execution(stack_outputs["ReconcileArrayStateMachineArn"], second["reconcileStarted"])
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    for states in host_paths(node_root(world.endpoint, hosts[0])).values():
+        assert states.get(lost) == "live", states
+    healed = check(stack_outputs, array_id)
+    assert (healed["drift"], healed["hostsShortOfPaths"], healed["reconcileStarted"]) == ([], {}, None)

@@ -182,3 +182,26 @@ def test_a_backup_is_overdue_an_hour_after_a_missed_fire_time():
     since = datetime(2026, 11, 24, 11, 0, tzinfo=UTC)
     assert not rules.backup_overdue("rate(1 hour)", None, since, NOW + timedelta(minutes=59))
     assert rules.backup_overdue("rate(1 hour)", None, since, NOW + timedelta(hours=1))
+
+
+def test_drift_starts_a_reconcile_on_its_second_run_and_not_again_within_the_backoff():
+    kinds = ["no-path", "path-not-live"]
+    first = rules.drift(kinds, 0, None, NOW, dead=[], converging=False)
+    assert (first.start, first.runs) == (False, 1)
+    second = rules.drift(kinds, first.runs, None, NOW, dead=[], converging=False)
+    assert (second.start, second.runs) == (True, 0)
+    assert "no-path" in second.why
+    assert "path-not-live" not in second.why
+    soon = rules.drift(kinds, 1, NOW - timedelta(minutes=10), NOW, dead=[], converging=False)
+    assert not soon.start
+    later = rules.drift(kinds, 1, NOW - rules.DRIFT_BACKOFF, NOW, dead=[], converging=False)
+    assert later.start
+
+
+def test_no_drift_run_for_a_reconnecting_path_a_dead_controller_or_a_run_already_converging():
+    assert rules.drift(
+        ["path-not-live", "no-report"], 5, None, NOW, dead=[], converging=False
+    ) == rules.Drift(False, 0, "no drift")
+    assert not rules.drift(["not-exported"], 5, None, NOW, dead=["i-c1"], converging=False).start
+    busy = rules.drift(["not-exported"], 5, None, NOW, dead=[], converging=True)
+    assert (busy.start, busy.runs) == (False, 6)

@@ -55,6 +55,24 @@ def status(
     }
 
 
+def data_plane_differences(
+    clients: ArrayClients,
+    spec: ArraySpec,
+    slots: Mapping[int, Mapping[str, str]],
+    documents: NodeDocuments,
+) -> list[dict[str, Any]]:
+    """Only the data plane's differences from the spec (what ``status`` shows under
+    ``dataPlane.differences``), without the alarms and the schedule: the health check's drift."""
+    group = aws_observe.describe_group(clients, group_name(spec.array_id))
+    controllers = _controllers_status(clients, group)
+    volumes = _volumes_status(clients, spec)
+    hosts = _hosts_status(clients, spec)
+    found: list[dict[str, Any]] = _data_plane(clients, spec, slots, documents, controllers, volumes, hosts)[
+        "differences"
+    ]
+    return found
+
+
 def _with_slots(controllers: list[dict[str, Any]], slots: Mapping[int, Mapping[str, str]]) -> None:
     held = {item.get("instanceId"): (slot, item) for slot, item in slots.items()}
     for controller in controllers:

@@ -21,12 +21,13 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from vsa_core.arrays import aws_observe, aws_reports, dataplane
+from vsa_core.arrays import aws_observe, aws_reports, aws_status, dataplane
 from vsa_core.arrays.aws_observe import ArrayClients
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.spec import RegisteredArray
 from vsa_core.health import aws_state, rules
 from vsa_core.observability import logger
+from vsa_core.reconcile.aws_start import ReconcileStarter
 from vsa_core.registry import ArrayRegistry, BackupRegistry
 
 ARRAY_NAMESPACE = "VSA/Arrays"
@@ -57,6 +58,8 @@ class HealthContext:
     deployment: str
     period: timedelta
     """how often the check runs (the schedule's rate)"""
+    reconcile: ReconcileStarter | None = None
+    """starts ReconcileArray for a drift (None: the drift check is off)"""
     dynamodb: Any = None
     """the registry's table, for the check's own state (``aws_state``)"""
     table: str = ""
@@ -80,7 +83,10 @@ class ArrayHealth:
     backup_age_seconds: float | None = None
     backup_overdue: bool = False
     reports_requested: int = 0
-    notes: list[str] = field(default_factory=list)
+    drift: list[str] = field(default_factory=list)
+    """the data plane's differences from the spec (drift), in words"""
+    reconcile: str | None = None
+    """the ReconcileArray run this check started for the drift"""
 
     def as_dict(self) -> dict[str, Any]:
         a = self.assessment
@@ -97,6 +103,8 @@ class ArrayHealth:
             "backupAgeSeconds": self.backup_age_seconds,
             "backupOverdue": self.backup_overdue,
             "reportsRequested": self.reports_requested,
+            "drift": self.drift,
+            "reconcileStarted": self.reconcile,
         }
 
 
@@ -126,9 +134,10 @@ def check_array(ctx: HealthContext, array: RegisteredArray, now: datetime) -> Ar
     spec = array.spec
     array_id = spec.array_id
     state = aws_state.load(ctx.dynamodb, ctx.table, array_id)
+    slots = ctx.registry.slots(array_id)
     serving = [
         rules.Serving(item["instanceId"], item["address"], _serving_since(item))
-        for item in ctx.registry.slots(array_id).values()
+        for item in slots.values()
         if item.get("state") == "serving" and item.get("address") and item.get("instanceId")
     ]
     volumes = aws_observe.volume_ids(ctx.clients, spec)
@@ -176,14 +185,53 @@ def check_array(ctx: HealthContext, array: RegisteredArray, now: datetime) -> Ar
         health.backup_overdue = rules.backup_overdue(schedule, last, since, now)
         backup_state = {"schedule": schedule, "backupSince": since.isoformat()}
 
+    drift_state = _drift(ctx, array, health, state, now, slots)
     health.reports_requested = _request_reports(ctx, array_id, hosts, volumes)
     aws_state.save(
         ctx.dynamodb,
         ctx.table,
         array_id,
-        {"suspects": verdict.suspects, "checkedAt": now.isoformat(), **backup_state},
+        {"suspects": verdict.suspects, "checkedAt": now.isoformat(), **backup_state, **drift_state},
     )
     return health
+
+
+def _drift(
+    ctx: HealthContext,
+    array: RegisteredArray,
+    health: ArrayHealth,
+    state: dict[str, Any],
+    now: datetime,
+    slots: dict[int, dict[str, str]],
+) -> dict[str, Any]:
+    """The periodic drift check: the data plane against the spec, as the status names it; a
+    drift that persists starts ReconcileArray (``rules.drift`` says when). Answers what to keep."""
+    if ctx.reconcile is None:
+        return {}
+    differences = aws_status.data_plane_differences(ctx.clients, array.spec, slots, ctx.documents)
+    converging = (array.reconcile or {}).get("state") == "converging"
+    decided = rules.drift(
+        [str(d.get("kind")) for d in differences],
+        int(state.get("driftRuns", 0)),
+        _when(state.get("driftStartedAt")),
+        now,
+        health.assessment.dead,
+        converging,
+    )
+    health.drift = [str(d.get("text")) for d in differences if d.get("kind") not in rules.NOT_DRIFT]
+    kept: dict[str, Any] = {"driftRuns": decided.runs}
+    if state.get("driftStartedAt"):
+        kept["driftStartedAt"] = state["driftStartedAt"]
+    if decided.start:
+        started = ctx.reconcile.start(array.spec.array_id, array.version, health.drift)
+        health.reconcile = str(started.get("executionName", ""))
+        kept["driftStartedAt"] = now.isoformat()
+        logger.warning(
+            "drift: ReconcileArray started", extra={"array_id": array.spec.array_id, "drift": health.drift}
+        )
+    elif health.drift:
+        logger.info(decided.why, extra={"array_id": array.spec.array_id})
+    return kept
 
 
 def _request_reports(ctx: HealthContext, array_id: str, hosts: Sequence[str], volumes: Sequence[str]) -> int:

@@ -189,3 +189,50 @@ def backup_overdue(schedule: str, last_completed: datetime | None, since: dateti
     """Whether a completed set is missing: the schedule fired after the newest completed set
     (or, with none, after ``since``: the policy's start) at least ``OVERDUE_GRACE`` ago."""
     return next_backup_due(schedule, last_completed or since) + OVERDUE_GRACE <= now
+
+
+DRIFT_RUNS = 2
+"""Consecutive runs the data plane must differ from the spec before a ReconcileArray starts."""
+DRIFT_BACKOFF = timedelta(minutes=30)
+"""The least time between two runs the health check starts for one array: a difference a run
+cannot fix (a host that refuses) is not retried every few minutes; its failure alarms."""
+NOT_DRIFT = frozenset({"no-report", "path-not-live"})
+"""Differences that are not drift: a node that never reported (nothing to converge from) and a
+path reconnecting (a controller's health, judged above, not the spec's)."""
+
+
+@dataclass(frozen=True)
+class Drift:
+    start: bool
+    """whether to start ReconcileArray now"""
+    runs: int
+    """consecutive runs with drift (what the next run starts from)"""
+    why: str
+    """in words: what differs, or why nothing starts"""
+
+
+def drift(
+    kinds: Sequence[str],
+    runs_before: int,
+    last_started: datetime | None,
+    now: datetime,
+    dead: Sequence[str],
+    converging: bool,
+) -> Drift:
+    """Whether the array's data plane has drifted from its spec long enough, and nothing else
+    is already at it, for the health check to start a ReconcileArray run. ``kinds``: the kinds
+    of the differences the status names (``vsa_core.arrays.dataplane``)."""
+    real = sorted({k for k in kinds if k not in NOT_DRIFT})
+    if not real:
+        return Drift(False, 0, "no drift")
+    runs = runs_before + 1
+    what = ", ".join(real)
+    if converging:
+        return Drift(False, runs, f"drift ({what}); a ReconcileArray run is already converging")
+    if dead:
+        return Drift(False, runs, f"drift ({what}); a dead controller is the health check's first")
+    if runs < DRIFT_RUNS:
+        return Drift(False, runs, f"drift ({what}) on {runs} run(s); starting at {DRIFT_RUNS}")
+    if last_started is not None and now - last_started < DRIFT_BACKOFF:
+        return Drift(False, runs, f"drift ({what}); the last drift run started {last_started.isoformat()}")
+    return Drift(True, 0, f"drift ({what}) on {runs} runs: ReconcileArray started")
