@@ -7,6 +7,7 @@ validates (422 with the failing fields),
                                                (dryRun=true: the plan, nothing changed)
     GET    /arrays                             every array, one line each
     GET    /arrays/{arrayId}                   spec + live status + last decisions
+    GET    /arrays/{arrayId}/events?since=&limit=  the array's timeline, oldest first
     DELETE /arrays/{arrayId}?deleteVolumes=    202: the DeleteArray workflow tears down what the
                                                control plane created, then forgets the array
 """
@@ -15,10 +16,12 @@ from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
+from pydantic import AwareDatetime
 
-from vsa_core.arrays import aws_operations, replies
+from vsa_core.arrays import aws_events, aws_operations, replies
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.arrays.events import MAX_LIMIT
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.clients import client
 from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError, ReconcileError
@@ -122,6 +125,49 @@ def get_array(array_id: ArrayIdPath) -> dict[str, Any]:
         service=_service(),
         backups=BackupRegistry(get_settings().table_name),
         documents=_documents(),
+    )
+
+
+@app.get(
+    "/arrays/<array_id>/events",
+    summary="An array's timeline: decisions, bootstraps, drains, reconciles, backups, failures",
+    tags=["arrays"],
+    responses=replies.responses(404),
+)
+def get_array_events(
+    array_id: ArrayIdPath,
+    since: Annotated[
+        AwareDatetime | None,
+        Query(description="only events at or after this time (ISO 8601 with a zone: 2025-01-31T08:00:00Z)"),
+    ] = None,
+    limit: Annotated[
+        int,
+        Query(
+            ge=1,
+            le=MAX_LIMIT,
+            description=f"at most this many events, the newest (1-{MAX_LIMIT})",
+        ),
+    ] = 100,
+) -> dict[str, Any]:
+    logger.append_keys(array_id=array_id)
+    settings = get_settings()
+    return aws_events.read_events(
+        aws_events.EventClients(
+            sfn=client("stepfunctions"),
+            dynamodb=client("dynamodb"),
+            autoscaling=client("autoscaling"),
+            table=settings.table_name,
+            workflows=aws_events.Workflows(
+                scale=settings.scale_state_machine_arn,
+                bootstrap=settings.bootstrap_state_machine_arn,
+                drain=settings.drain_state_machine_arn,
+                reconcile=settings.reconcile_state_machine_arn,
+                delete=settings.delete_state_machine_arn,
+            ),
+        ),
+        array_id,
+        since=since,
+        limit=limit,
     )
 
 
