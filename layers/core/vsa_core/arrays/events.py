@@ -16,7 +16,7 @@ Execution names say what a run is about (``naming``): ``scale-<array>-<hash>``,
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from vsa_core.backups.sets import BackupSet
@@ -62,12 +62,12 @@ class Event:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "at": self.at.isoformat(),
+            "at": self.at.astimezone(UTC).isoformat(),
             "kind": self.kind,
             "what": self.what,
             "outcome": self.outcome,
             "reference": self.reference,
-            "endedAt": self.ended_at.isoformat() if self.ended_at else None,
+            "endedAt": self.ended_at.astimezone(UTC).isoformat() if self.ended_at else None,
             "error": self.error,
             "cause": self.cause,
         }
