@@ -99,15 +99,15 @@ def test_only_the_arrays_controllers_runs_are_its_events() -> None:
     assert found[2].what == f"controller {I2} lost (terminated): drained"
 
 
+def backup_set(minute: int, state: str, failure: str | None = None) -> BackupSet:
+    return BackupSet.model_validate(
+        {"backupId": new_backup_id(at(minute), entropy=state), "arrayId": "demo", "mode": "application",
+         "state": state, "createdAt": at(minute), "failure": failure}
+    )  # fmt: skip
+
+
 def test_a_failed_backup_says_why() -> None:
-    backup = BackupSet(
-        backupId=new_backup_id(at(0), entropy="x"),
-        arrayId="demo",
-        mode="application",
-        state="failed",
-        createdAt=at(0),
-        failure="FreezeFailed: host i-1 offline",
-    )
+    backup = backup_set(0, "failed", "FreezeFailed: host i-1 offline")
     event = events.backup_event(backup)
     assert (event.kind, event.outcome, event.cause) == ("backup", "failed", "FreezeFailed: host i-1 offline")
     assert event.reference == backup.backup_id
@@ -229,14 +229,7 @@ def test_read_events_merges_the_registry_the_runs_and_the_group_in_order(
         scale_name,
         {"action": "scale-out", "current_controllers": 1, "desired_controllers": 2, "reason": "demand"},
     )
-    backup = BackupSet(
-        backupId=new_backup_id(at(9), entropy="b"),
-        arrayId="demo",
-        mode="crash",
-        state="completed",
-        createdAt=at(9),
-    )
-    BackupRegistry(registry_table).create(backup)
+    BackupRegistry(registry_table).create(backup_set(9, "completed"))
     autoscaling, sfn = Stubber(stubbed["autoscaling"]), Stubber(stubbed["sfn"])
     autoscaling.add_response(
         "describe_scaling_activities",
