@@ -397,6 +397,7 @@ def api(registry_table: str, function_env: None, monkeypatch: pytest.MonkeyPatch
         ({"limit": "many"}, "query.limit"),
         ({"since": "yesterday"}, "query.since"),
         ({"since": "2025-01-31T08:00:00"}, "query.since"),  # no timezone: which 08:00?
+        ({"since": "9999-12-31T23:59:59-23:59"}, "out of range in UTC"),
     ],
 )
 def test_bad_query_parameters_answer_422_naming_the_parameter(

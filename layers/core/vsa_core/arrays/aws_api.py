@@ -12,11 +12,12 @@ validates (422 with the failing fields),
                                                control plane created, then forgets the array
 """
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
-from pydantic import AwareDatetime
+from pydantic import AfterValidator, AwareDatetime
 
 from vsa_core.arrays import aws_events, aws_operations, replies
 from vsa_core.arrays.aws_reports import NodeDocuments
@@ -33,6 +34,17 @@ from vsa_core.settings import get_settings
 
 app = APIGatewayRestResolver(enable_validation=True)
 ArrayIdPath = Annotated[str, Path(pattern=ARRAY_ID_PATTERN, description="the array id")]
+
+
+def _in_utc(value: datetime) -> datetime:
+    """``since`` in UTC (a 422 for one that leaves datetime's range there: 9999-12-31T23:59-05:00)."""
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("the time is out of range in UTC: give one between years 1 and 9999") from None
+
+
+SinceTime = Annotated[AwareDatetime, AfterValidator(_in_utc)]
 
 
 def _registry() -> ArrayRegistry:
@@ -137,7 +149,7 @@ def get_array(array_id: ArrayIdPath) -> dict[str, Any]:
 def get_array_events(
     array_id: ArrayIdPath,
     since: Annotated[
-        AwareDatetime | None,
+        SinceTime | None,
         Query(description="only events at or after this time (ISO 8601 with a zone: 2025-01-31T08:00:00Z)"),
     ] = None,
     limit: Annotated[
