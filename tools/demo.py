@@ -383,6 +383,10 @@ def run(
     say("13.", "the array's live state, with the decisions, the controllers' slots and the last backups")
     vsactl("get", array_id)
     vsactl("list")
+
+    say("14.", "the array's story so far, oldest first: each decision, bootstrap, drain, reconcile, backup")
+    note("from the registry and the workflows' runs; a failure would show its error and cause on its line")
+    vsactl("events", array_id)
     console.print(f"\n[bold green]done[/]: array {array_id} is declared and running on the local cloud.")
     console.print(f"    look around: .venv/bin/vsactl get {array_id}")
     console.print(f"    remove it:   .venv/bin/vsactl delete {array_id} --delete-volumes")

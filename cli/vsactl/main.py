@@ -8,7 +8,9 @@ command line or its input file is wrong.
 from __future__ import annotations
 
 import json
+import re
 import time
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -202,6 +204,63 @@ def get(
         render.print_json(out, answer)
         return
     out.print(render.array_view(array_id, answer))
+
+
+_SINCE = re.compile(r"(?P<count>\d+)(?P<unit>[mhd])")
+
+
+def since_time(value: str, now: datetime | None = None) -> str:
+    """``--since``: a time ago (``30m``, ``24h``, ``7d``) or an ISO 8601 time with its zone, as
+    the ISO 8601 UTC time the API takes."""
+    match = _SINCE.fullmatch(value.strip())
+    if match:
+        minutes = int(match["count"]) * {"m": 1, "h": 60, "d": 1440}[match["unit"]]
+        at = (now or datetime.now(UTC)) - timedelta(minutes=minutes)
+    else:
+        try:
+            at = datetime.fromisoformat(value.strip())
+        except ValueError:
+            at = datetime.min  # no zone: refused below
+        if at.tzinfo is None:
+            raise CliError(
+                f"--since {value!r}: give a time ago (30m, 24h, 7d) or an ISO 8601 time with its zone "
+                "(2025-01-31T08:00:00Z)",
+                exit_code=2,
+            )
+    return at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@app.command()
+def events(
+    ctx: typer.Context,
+    array_id: Annotated[str, typer.Argument(metavar="ID", help="The array's id.")],
+    since: Annotated[
+        str | None,
+        typer.Option(help="Only events since: a time ago (30m, 24h, 7d) or an ISO 8601 time with its zone."),
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="At most this many events, the newest.")] = 100,
+    output: OutputOption = Output.table,
+) -> None:
+    """The array's timeline, oldest first, one line per event: scale decisions, controller
+    bootstraps and drains (a lost controller too), data-plane reconciles, backups, deletion, and
+    failures with their error and cause."""
+    try:
+        query = {"limit": str(limit), **({"since": since_time(since)} if since else {})}
+        answer = _client(ctx).request("GET", f"/arrays/{array_id}/events", query=query) or {}
+    except CliError as e:
+        raise _fail(e) from e
+    if output is Output.json:
+        render.print_json(out, answer)
+        return
+    found = answer.get("events") or []
+    if not found:
+        out.print(f"array {array_id}: no events" + (f" since {since}" if since else ""), highlight=False)
+    for line in render.event_lines(found):
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
+    if answer.get("truncated"):
+        err.print(f"only the newest {limit} events are shown: --limit or --since for more", highlight=False)
+    for note in answer.get("incomplete") or []:
+        err.print(f"note: {note}", markup=False, highlight=False)
 
 
 @app.command(name="list")

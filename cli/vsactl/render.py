@@ -319,3 +319,23 @@ def reconcile_lines(reconcile: Any) -> list[str]:
     lines = [f"data plane converging: ReconcileArray {reconcile.get('executionName')} (vsactl get to follow)"]
     lines += [f"  - {item}" for item in reconcile.get("remaining") or []]
     return lines
+
+
+def event_lines(events: list[Any]) -> list[str]:
+    """One line per event of an array's timeline, oldest first: when (UTC, to the second), kind,
+    outcome, what happened, the run or set to look up, and a failure's error and cause (its
+    first line: ``-o json`` has all of it)."""
+    lines = []
+    for event in events:
+        if not isinstance(event, dict):
+            continue
+        when = str(event.get("at", "?"))[:19].replace("T", " ")
+        kind, outcome = _cell(event.get("kind")), _cell(event.get("outcome"))
+        line = f"{when}  {kind:<9} {outcome:<10} {_cell(event.get('what'))}"
+        if event.get("reference"):
+            line += f" [{event['reference']}]"
+        if event.get("error") or event.get("cause"):
+            cause = str(event.get("cause") or "").strip().splitlines()
+            line += f": {event.get('error') or 'failed'}" + (f": {cause[0][:200]}" if cause else "")
+        lines.append(line)
+    return lines

@@ -738,3 +738,72 @@ def test_apply_wait_exits_1_with_the_error_when_the_data_plane_did_not_converge(
 
     assert result.exit_code == 1, result.output
     assert "did not converge: ReconcilePhaseFailed: phase export failed on 1" in result.output
+
+
+EVENTS_ANSWER = {
+    "arrayId": "demo",
+    "since": None,
+    "limit": 100,
+    "truncated": True,
+    "incomplete": ["failed runs: only the newest 20 of 25 carry their error and cause"],
+    "events": [
+        {"at": "2026-01-31T08:00:01.250000+00:00", "kind": "bootstrap", "outcome": "succeeded",
+         "what": "controller i-0a1b2c3d4e5f60201 bootstrap",
+         "reference": "bootstrap-i-0a1b2c3d4e5f60201-0a1b",
+         "endedAt": None, "error": None, "cause": None},
+        {"at": "2026-01-31T08:05:00+00:00", "kind": "decision", "outcome": "succeeded",
+         "what": "scale-out 1 -> 2 controllers at 250,000 IOPS: demand above target",
+         "reference": "scale-demo-0123", "endedAt": None, "error": None, "cause": None},
+        {"at": "2026-01-31T08:09:00+00:00", "kind": "reconcile", "outcome": "failed",
+         "what": "data plane converges on spec v3", "reference": "reconcile-demo-v3", "endedAt": None,
+         "error": "ReconcileFailed", "cause": "connect-path failed on i-0a1b2c3d4e5f60101\nstderr: ..."},
+    ],
+}  # fmt: skip
+
+
+def test_events_prints_one_line_per_event_oldest_first_with_failures_and_notes(run, api):
+    api.answer("GET", "/v1/arrays/demo/events?limit=100", 200, EVENTS_ANSWER)
+
+    result = run("events", "demo")
+
+    assert result.exit_code == 0, result.output
+    assert_signed(api.only_request())
+    lines = result.stdout.splitlines()
+    assert lines == [
+        "2026-01-31 08:00:01  bootstrap succeeded  controller i-0a1b2c3d4e5f60201 bootstrap "
+        "[bootstrap-i-0a1b2c3d4e5f60201-0a1b]",
+        "2026-01-31 08:05:00  decision  succeeded  scale-out 1 -> 2 controllers at 250,000 IOPS: "
+        "demand above target [scale-demo-0123]",
+        "2026-01-31 08:09:00  reconcile failed     data plane converges on spec v3 [reconcile-demo-v3]: "
+        "ReconcileFailed: connect-path failed on i-0a1b2c3d4e5f60101",
+    ]
+    assert "only the newest 100 events are shown" in result.stderr
+    assert "note: failed runs: only the newest 20" in result.stderr
+
+
+def test_events_since_is_sent_as_utc_and_json_prints_the_answer(run, api):
+    api.answer("GET", "/v1/arrays/demo/events?limit=5&since=2026-01-31T07%3A00%3A00Z", 200, EVENTS_ANSWER)
+
+    result = run("events", "demo", "--since", "2026-01-31T08:00:00+01:00", "--limit", "5", "-o", "json")
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["events"][2]["error"] == "ReconcileFailed"
+
+
+def test_events_since_a_duration_is_that_long_before_now():
+    from datetime import UTC, datetime
+
+    from vsactl.main import since_time
+
+    now = datetime(2026, 1, 31, 8, 0, tzinfo=UTC)
+    assert since_time("90m", now) == "2026-01-31T06:30:00Z"
+    assert since_time("7d", now) == "2026-01-24T08:00:00Z"
+
+
+def test_events_refuses_a_since_it_cannot_read_and_sends_nothing(run, api):
+    result = run("events", "demo", "--since", "2026-01-31T08:00:00")
+    assert result.exit_code == 2
+    assert "with its zone" in result.output
+    assert api.requests == []
+    missing = run("events", "nope")
+    assert missing.exit_code == 1

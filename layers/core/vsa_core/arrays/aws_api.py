@@ -7,18 +7,22 @@ validates (422 with the failing fields),
                                                (dryRun=true: the plan, nothing changed)
     GET    /arrays                             every array, one line each
     GET    /arrays/{arrayId}                   spec + live status + last decisions
+    GET    /arrays/{arrayId}/events?since=&limit=  the array's timeline, oldest first
     DELETE /arrays/{arrayId}?deleteVolumes=    202: the DeleteArray workflow tears down what the
                                                control plane created, then forgets the array
 """
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
+from pydantic import AfterValidator, AwareDatetime
 
-from vsa_core.arrays import aws_operations, replies
+from vsa_core.arrays import aws_events, aws_operations, replies
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.arrays.events import MAX_LIMIT
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.clients import client
 from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError, ReconcileError
@@ -30,6 +34,17 @@ from vsa_core.settings import get_settings
 
 app = APIGatewayRestResolver(enable_validation=True)
 ArrayIdPath = Annotated[str, Path(pattern=ARRAY_ID_PATTERN, description="the array id")]
+
+
+def _in_utc(value: datetime) -> datetime:
+    """``since`` in UTC (a 422 for one that leaves datetime's range there: 9999-12-31T23:59-05:00)."""
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("the time is out of range in UTC: give one between years 1 and 9999") from None
+
+
+SinceTime = Annotated[AwareDatetime, AfterValidator(_in_utc)]
 
 
 def _registry() -> ArrayRegistry:
@@ -123,6 +138,49 @@ def get_array(array_id: ArrayIdPath) -> dict[str, Any]:
         service=_service(),
         backups=BackupRegistry(get_settings().table_name),
         documents=_documents(),
+    )
+
+
+@app.get(
+    "/arrays/<array_id>/events",
+    summary="An array's timeline: decisions, bootstraps, drains, reconciles, backups, failures",
+    tags=["arrays"],
+    responses=replies.responses(404),
+)
+def get_array_events(
+    array_id: ArrayIdPath,
+    since: Annotated[
+        SinceTime | None,
+        Query(description="only events at or after this time (ISO 8601 with a zone: 2025-01-31T08:00:00Z)"),
+    ] = None,
+    limit: Annotated[
+        int,
+        Query(
+            ge=1,
+            le=MAX_LIMIT,
+            description=f"at most this many events, the newest (1-{MAX_LIMIT})",
+        ),
+    ] = 100,
+) -> dict[str, Any]:
+    logger.append_keys(array_id=array_id)
+    settings = get_settings()
+    return aws_events.read_events(
+        aws_events.EventClients(
+            sfn=client("stepfunctions"),
+            dynamodb=client("dynamodb"),
+            autoscaling=client("autoscaling"),
+            table=settings.table_name,
+            workflows=aws_events.Workflows(
+                scale=settings.scale_state_machine_arn,
+                bootstrap=settings.bootstrap_state_machine_arn,
+                drain=settings.drain_state_machine_arn,
+                reconcile=settings.reconcile_state_machine_arn,
+                delete=settings.delete_state_machine_arn,
+            ),
+        ),
+        array_id,
+        since=since,
+        limit=limit,
     )
 
 
