@@ -387,6 +387,34 @@ def run(
     say("14.", "the array's story so far, oldest first: each decision, bootstrap, drain, reconcile, backup")
     note("from the registry and the workflows' runs; a failure would show its error and cause on its line")
     vsactl("events", array_id)
+
+    say("15.", "the health check: what every host sees, every few minutes (here invoked, twice)")
+    note("on its schedule it reads each host's newest report, counts each host's live paths against the")
+    note("serving controllers, replaces a controller no host reaches (two runs in a row), starts")
+    note("ReconcileArray for a data plane that drifted from the spec, flags an overdue backup, sends the")
+    note("read-only report-paths to every host for the next run, and feeds the dashboard and alarms:")
+    for _ in range(2):  # the second run reads the report-paths the first one sent
+        reply = boto3.client("lambda").invoke(
+            FunctionName=out["TaskHealthCheckFunctionName"],
+            Payload=json.dumps({"arrayIds": [array_id]}).encode(),
+        )
+        answer = json.loads(reply["Payload"].read())
+        if "FunctionError" in reply:
+            raise SystemExit(f"the health check failed: {answer}")
+        time.sleep(3)
+    (seen,) = answer["arrays"]
+    console.print(
+        f"    serving controllers {seen['servingControllers']}, hosts reporting {seen['hostsReporting']}, "
+        f"fewest live paths {seen['minLivePaths']}, "
+        f"hosts short of paths {seen['hostsShortOfPaths'] or 'none'}, "
+        f"dead controllers {seen['deadControllers'] or 'none'}, drift {seen['drift'] or 'none'}, "
+        f"last backup {seen['backupAgeSeconds'] and round(seen['backupAgeSeconds'])} s ago"
+        f"{', OVERDUE' if seen['backupOverdue'] else ''}"
+    )
+    note(f"the dashboard {out['OperationsDashboardName']} graphs these per array; a dead controller or a")
+    note(
+        "host short of paths raises <stack>-controller-replaced / -hosts-short-of-paths (README, Operations)"
+    )
     console.print(f"\n[bold green]done[/]: array {array_id} is declared and running on the local cloud.")
     console.print(f"    look around: .venv/bin/vsactl get {array_id}")
     console.print(f"    remove it:   .venv/bin/vsactl delete {array_id} --delete-volumes")
