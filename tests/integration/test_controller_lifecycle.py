@@ -444,7 +444,10 @@ def test_a_serving_controller_terminated_through_ec2_is_drained_as_lost_and_repl
     slots = serving(array_id, stack_outputs)
     lost = slots[1]["instanceId"]
     lost_address = slots[1]["address"]
-    # When EC2 terminates a serving controller (no lifecycle action: an operator, a failure)
+    # When EC2 terminates a serving controller (no lifecycle action: an operator, a failure),
+    # with the sampler watching every host's paths from then on
+    watch = PathWatch(array["hosts"], array["nqns"]).__enter__()
+    started = time.monotonic()
     boto3.client("ec2").terminate_instances(InstanceIds=[lost])
     # Then its state changes (shutting-down, terminated) drain it as a lost controller: the
     # first to arrive starts a DrainController (the second one too while the slot is still held,
@@ -463,6 +466,25 @@ def test_a_serving_controller_terminated_through_ec2_is_drained_as_lost_and_repl
     two = check_serving(stack_outputs, world, array, 2, packed=False)
     assert lost not in two
     assert slots[0]["instanceId"] in two  # the other controller served on
+    # every host ends with a live path through each serving controller and none to the lost one
+    addresses = {s["address"] for s in serving(array_id, stack_outputs).values()}
+    deadline = time.monotonic() + 120
+    while True:
+        seen = {
+            (h, n): host_paths(root).get(n, {}) for h, root in array["hosts"].items() for n in array["nqns"]
+        }
+        if all(found == dict.fromkeys(addresses, "live") for found in seen.values()):
+            break
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.5)
+    healed_after = time.monotonic() - started
+    watch.__exit__()
+    print(
+        f"lost controller: every host back to a live path per serving controller {healed_after:.1f} s after"
+    )
     for host, root in array["hosts"].items():
         for nqn in array["nqns"]:
             assert lost_address not in host_paths(root).get(nqn, {}), (host, nqn)
+    # And the sampler saw no host without a live path to any volume at any moment
+    assert watch.samples > 5, watch.samples
+    assert watch.fewest[0] >= 1, watch.fewest

@@ -137,7 +137,10 @@ def test_no_event_when_the_state_does_not_change(aws, event_capture, alarms) -> 
     changes = [
         (e["detail"]["previousState"]["value"], e["detail"]["state"]["value"]) for e in capture.settle()
     ]
-    assert changes == [("INSUFFICIENT_DATA", "ALARM"), ("ALARM", "OK")]
+    # two changes, one event each, none for a repeated state. Compared as a set: EventBridge
+    # does not promise delivery in order (its targets may see events out of order; seen in CI)
+    assert sorted(changes) == sorted([("INSUFFICIENT_DATA", "ALARM"), ("ALARM", "OK")])
+    assert len(changes) == 2
 
 
 def _product_metrics(vol1: str, vol2: str) -> list[dict[str, Any]]:
