@@ -14,9 +14,9 @@ def test_the_events_tell_the_arrays_story_in_order(stack_outputs, api: Api, worl
     status, reply = api.call("PUT", f"/arrays/{array_id}", spec_for(array_id, world, maxControllers=4))
     assert status == 201, reply
     settle(array_id)
-    # When its high alarm fires at 300,000 IOPS: ceil(300,000 / (260,000 x 0.7)) = 2 controllers,
-    # and the second one is bootstrapped
-    scaled = fire_alarm(array_id, 300_000.0, recent_stamp())
+    # When its high alarm fires at 30,000 IOPS: ceil(30,000 / (26,000 x 0.7)) = 2 controllers
+    # (the volumes carry 150,000: not volume-bound), and the second one is bootstrapped
+    scaled = fire_alarm(array_id, 30_000.0, recent_stamp())
     run = wait_for_execution(stack_outputs["ScaleArrayStateMachineArn"], scaled)
     assert run["status"] == "SUCCEEDED", run
     settle(array_id)
@@ -31,7 +31,7 @@ def test_the_events_tell_the_arrays_story_in_order(stack_outputs, api: Api, worl
     assert story == [("bootstrap", "succeeded"), ("decision", "succeeded"), ("bootstrap", "succeeded")], found
     decision = next(e for e in found if e["kind"] == "decision")
     assert decision["reference"] == scaled
-    assert decision["what"].startswith("scale-out 1 -> 2 controllers at 300,000 IOPS"), decision
+    assert decision["what"].startswith("scale-out 1 -> 2 controllers at 30,000 IOPS"), decision
     bootstraps = [e for e in found if e["kind"] == "bootstrap"]
     assert len({e["reference"] for e in bootstraps}) == 2
     assert all(e["error"] is None for e in found if e["outcome"] == "succeeded")
