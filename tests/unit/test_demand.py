@@ -234,21 +234,20 @@ def test_read_demand_asks_for_the_arrays_queries_and_returns_its_minutes(registr
     assert (result["source"], result["datapoints"]) == ("AWS/EBS", 3)
 
 
-def test_publish_puts_the_aggregate_only_for_arrays_too_large_for_alarm_math(registry, cloudwatch) -> None:
+def test_publish_puts_the_demand_of_every_array_whose_demand_is_its_volumes(registry, cloudwatch) -> None:
+    # Given an array too large for alarm math, a small one, and one with a host-published metric
     registry.create(spec(2, "small"))
     registry.create(spec(7, "large"))
     registry.create(spec(9, "hosted", demandMetric=CUSTOM))
     start, end = demand.window(NOW, minutes=demand.FRESH_MINUTES)
     stamps = [end - timedelta(minutes=2), end - timedelta(minutes=1)]
-    with Stubber(cloudwatch) as stub:
+
+    def expect(array_id: str, n: int, per_volume: dict[int, list[float]], sums: list[float]) -> None:
         stub.add_response(
             "get_metric_data",
-            # volume 6 has no datapoints (not attached yet): it must not blank the sum
-            volume_answer(
-                7, stamps, {i: [600_000.0, 612_000.0] for i in range(6)} | {0: [1_200_000.0, 1_200_000.0]}
-            ),
+            volume_answer(n, stamps, per_volume),
             {
-                "MetricDataQueries": demand.ebs_volume_queries(volume_ids(7), returned=True),
+                "MetricDataQueries": demand.ebs_volume_queries(volume_ids(n), returned=True),
                 "StartTime": start,
                 "EndTime": end,
             },
@@ -261,18 +260,30 @@ def test_publish_puts_the_aggregate_only_for_arrays_too_large_for_alarm_math(reg
                 "MetricData": [
                     {
                         "MetricName": "DemandIops",
-                        "Dimensions": [{"Name": "ArrayId", "Value": "large"}],
+                        "Dimensions": [{"Name": "ArrayId", "Value": array_id}],
                         "Timestamp": when,
                         "Value": value,
                         "Unit": "Count/Second",
                     }
-                    for when, value in zip(stamps, [70_000.0, 71_000.0], strict=True)
+                    for when, value in zip(stamps, sums, strict=True)
                 ],
             },
         )
+
+    with Stubber(cloudwatch) as stub:
+        # volume 6 has no datapoints (not attached yet): it must not blank the sum
+        expect(
+            "large",
+            7,
+            {i: [600_000.0, 612_000.0] for i in range(6)} | {0: [1_200_000.0, 1_200_000.0]},
+            [70_000.0, 71_000.0],
+        )
+        expect("small", 2, {0: [60_000.0, 120_000.0], 1: [0.0, 60_000.0]}, [1_000.0, 3_000.0])
         result = publish_handler.publish(registry, service(cloudwatch), cloudwatch, NOW)
         stub.assert_no_pending_responses()
-    assert result == {"published": {"large": 2}}
+    # Then each is published (the dashboard graphs them; the large one's alarms watch it), never
+    # the hosted one's (its demand is the hosts' own metric)
+    assert result == {"published": {"large": 2, "small": 2}}
 
 
 def test_one_arrays_failure_does_not_stop_the_others_and_is_reported(registry, cloudwatch) -> None:

@@ -11,11 +11,14 @@ rising demand, the peak a scale-in must still serve). The queries come from the 
 has no datapoint (not attached yet: EBS sends nothing) counting as no IO, or the spec's
 host-published metric.
 
-Publish: every minute, publish ``VSA/Arrays DemandIops`` for the arrays whose alarms watch it.
+Publish: every minute, publish ``VSA/Arrays DemandIops`` for every array whose demand is its
+volumes' EBS IOPS (not a host-published metric): the operations dashboard graphs it per array,
+and the alarms of the larger arrays watch it.
 
 A CloudWatch alarm on metric math references at most 10 metrics, two per volume here; an array
 with more volumes than that allows (and no host-published demand metric) has alarms on this one
-aggregated metric instead (``vsa_core.scaling.demand``). This function runs the array's metric math with
+aggregated metric instead (``vsa_core.scaling.demand``); a smaller array's alarms keep their own
+metric math, and the published metric is only graphed. This function runs the array's metric math with
 GetMetricData (500 queries a call) over the last minutes and puts each minute's value. Minutes
 are re-published while they settle (EBS datapoints can land late); the alarms read ``Maximum``,
 so a minute put twice still counts once.
@@ -68,9 +71,9 @@ def publish(registry: ArrayRegistry, service: ArrayService, cloudwatch: Any, now
         if array.deleting is not None:
             continue
         try:
+            if spec.demand_metric is not None:
+                continue  # its demand is the hosts' own metric
             volume_ids = service.volume_ids(spec)
-            if not demand.needs_aggregation(spec, volume_ids):
-                continue
             # every volume's series, summed with a volume without datapoints counting as no IO
             # (a volume not attached yet has no EBS metrics; it must not blank the array's sum)
             results = [
