@@ -29,18 +29,7 @@ changed() { CHANGES=$((CHANGES + 1)); log "$*"; }
 # --- configfs -------------------------------------------------------------------------------
 NVMET=$(absolute "$CONFIGFS_ROOT")/nvmet
 DEVICES=$(absolute "$DEVICE_DIR")
-short() { printf '%s' "${1#"$NVMET"/}"; }
-# this kernel's runs: their lock, and the size nvmet last read of each namespace (below)
-KERNEL=${TMPDIR:-/tmp}/vsa-configure-target-$(printf '%s' "$NVMET" | sha256sum | cut -c1-16)
-SIZES=$KERNEL.sizes
-
-read_attr() { # the attribute's value without its newline; empty when it does not exist
-  if [[ -f $1 ]]; then
-    local value
-    value=$(<"$1")
-    printf '%s' "$value"
-  fi
-}
+# vsa:include lib/target-exports.sh
 
 set_attr() { # write the value only when it differs
   [[ "$(read_attr "$1")" == "$2" ]] && return 0
@@ -148,7 +137,6 @@ configure_hosts() {
 # namespace enabled before records were kept, or a record lost with /tmp) it writes it once:
 # harmless, as nvmet sends hosts an event only when the size did change, and a namespace is
 # never disabled for it, so no path blinks.
-size_record() { printf '%s/%s' "$SIZES" "$(short "$1" | tr / '#')"; }
 
 record_size() { # record_size NS SIZE: nvmet has read the device at SIZE bytes
   [[ $2 != null ]] || return 0
@@ -269,46 +257,6 @@ prune() { # ports and hosts this run left unused (never another array's)
     if [[ $MODE == apply && $ALLOW_ANY_HOST != true ]] && allowed_host "$host"; then continue; fi
     links=("$NVMET"/subsystems/*/allowed_hosts/"$host")
     if ((${#links[@]} == 0)); then remove_group "$NVMET/hosts/$host"; fi
-  done
-}
-
-device_size() { # bytes: a block device as the kernel sizes it, a file (nvmet's file backend) its length
-  if [[ -b $1 ]]; then
-    blockdev --getsize64 "$1" 2>/dev/null || printf null
-  elif [[ -f $1 ]]; then
-    stat -L -c %s "$1"
-  else
-    printf null
-  fi
-}
-
-exports_json() { # what nvmet exports for this array now, read back from configfs (not what was asked)
-  local sub nqn ns link port hosts namespaces ports device_bytes size_bytes first=1
-  EXPORTS_JSON=""
-  for sub in "$NVMET"/subsystems/"$PREFIX"*; do
-    nqn=${sub##*/}
-    hosts="" namespaces="" ports=""
-    for link in "$sub"/allowed_hosts/*; do hosts+=${hosts:+,}$(json "${link##*/}"); done
-    for ns in "$sub"/namespaces/*; do
-      # sizeBytes: the size nvmet last read (recorded, see size_record; the device's without a
-      # record), deviceBytes: the device's now
-      device_bytes=$(device_size "$(read_attr "$ns/device_path")")
-      size_bytes=$(read_attr "$(size_record "$ns")")
-      namespaces+=${namespaces:+,}$(printf '{"nsid":%s,"enabled":%s,"device":%s,"sizeBytes":%s,"deviceBytes":%s}' \
-        "${ns##*/}" "$([[ "$(read_attr "$ns/enable")" == 1 ]] && echo true || echo false)" \
-        "$(json "$(read_attr "$ns/device_path")")" "${size_bytes:-$device_bytes}" "$device_bytes")
-    done
-    for link in "$NVMET"/ports/*/subsystems/"$nqn"; do
-      port=${link%/subsystems/*}
-      ports+=${ports:+,}$(printf '{"id":%s,"traddr":%s,"trsvcid":%s}' "$(json "${port##*/}")" \
-        "$(json "$(read_attr "$port/addr_traddr")")" "$(json "$(read_attr "$port/addr_trsvcid")")")
-    done
-    ((first)) || EXPORTS_JSON+=,
-    first=0
-    EXPORTS_JSON+=$(printf '{"nqn":%s,"volume":%s,"allowAnyHost":%s,"allowedHosts":[%s],"namespaces":[%s],"ports":[%s]}' \
-      "$(json "$nqn")" "$(json "${nqn##*:}")" \
-      "$([[ "$(read_attr "$sub/attr_allow_any_host")" == 1 ]] && echo true || echo false)" \
-      "$hosts" "$namespaces" "$ports")
   done
 }
 

@@ -58,6 +58,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             connect_path=settings.connect_path_document,
             disconnect_path=settings.disconnect_path_document,
             report_paths=settings.report_paths_document,
+            report_exports=settings.report_exports_document,
         ),
         reconcile=ReconcileStarter(
             sfn=client("stepfunctions"),
@@ -73,5 +74,6 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         period=timedelta(minutes=settings.health_check_minutes),
         nvme_command=settings.node_nvme_command,
         sysfs_root=settings.node_sysfs_root,
+        configfs_root=settings.node_configfs_root,
     )
     return run(ctx, datetime.now(UTC), request.array_ids)

@@ -753,3 +753,38 @@ def test_report_paths_reports_what_connect_path_does_and_changes_nothing(node: N
     assert json.loads((host.root / ".fakes/nvme-state.json").read_text())["controllers"].keys() == (
         json.loads(state)["controllers"].keys()
     )
+
+
+def _configfs_tree(root: Path) -> dict[str, str]:
+    """Every file and link under configfs with its content or target: a whole-tree snapshot."""
+    return {
+        str(p.relative_to(root)): os.readlink(p) if p.is_symlink() else (p.read_text() if p.is_file() else "")
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def test_report_exports_reports_configure_targets_exports_and_changes_nothing(node: Nodes):
+    # Given a controller that exports the array, then loses one subsystem's port link behind the
+    # control plane's back (what a wedged or hand-edited nvmet looks like)
+    target = node("c0")
+    target.attach(*VOLUMES, size_gib=16)
+    configured = configure(target, "10.0.0.5")
+    assert configured.code == 0, configured.stderr
+    gone = nvme.subsystem_nqn(ARRAY, VOLUMES[1])
+    for link in (target.nvmet / "ports").glob(f"*/subsystems/{gone}"):
+        link.unlink()
+    before = _configfs_tree(target.nvmet)
+
+    # When report-exports runs
+    result = target.run("report-exports", ArrayId=ARRAY, ConfigfsRoot=CONFIGFS)
+
+    # Then it reports the exports as configure-target's report shape, the unlinked subsystem
+    # without a port, and writes nothing
+    assert result.code == 0, result.stderr
+    assert result.report["document"] == "report-exports"
+    by_volume = {e["volume"]: e for e in result.report["exports"]}
+    first = {e["volume"]: e for e in configured.report["exports"]}[VOLUMES[0]]
+    assert by_volume[VOLUMES[0]] == first
+    assert by_volume[VOLUMES[1]]["ports"] == []
+    assert by_volume[VOLUMES[1]]["namespaces"][0]["sizeBytes"] == 16 * 2**30
+    assert _configfs_tree(target.nvmet) == before

@@ -90,7 +90,7 @@ def test_a_controller_no_host_reaches_is_replaced_and_the_hosts_end_with_a_live_
     # When the health check runs: every host reports both paths live (report-paths, read only)
     first = check(stack_outputs, array_id)
     assert (first["servingControllers"], first["hostsShortOfPaths"], first["deadControllers"]) == (2, {}, {})
-    assert first["reportsRequested"] == 2
+    assert first["reportsRequested"] == 4  # report-paths to 2 hosts, report-exports to 2 controllers
     second = check(stack_outputs, array_id)  # reads the first run's report-paths
     assert (second["hostsReporting"], second["minLivePaths"], second["replaced"]) == (2, 2, None)
     shown = api.call("GET", f"/arrays/{array_id}")[1]["status"]["hosts"]
@@ -208,3 +208,55 @@ def test_a_path_lost_behind_the_control_planes_back_is_drift_that_the_health_che
         assert states.get(lost) == "live", states
     healed = check(stack_outputs, array_id)
     assert (healed["drift"], healed["hostsShortOfPaths"], healed["reconcileStarted"]) == ([], {}, None)
+
+
+def test_a_subsystem_unlinked_from_a_controllers_port_is_seen_by_report_exports_and_converged(
+    api: Api, world: World, arrays: Callable[[], str], stack_outputs: dict[str, str]
+) -> None:
+    # Given an array of two volumes and two hosts, served by two controllers, converged
+    array_id = arrays()
+    volumes = [world.volume(), world.volume()]
+    hosts = [world.host() for _ in range(2)]
+    spec = spec_for(
+        array_id,
+        world,
+        volumes=[{"volumeId": v} for v in volumes],
+        hosts=[{"instanceId": h, "mountpoints": ["/data"]} for h in hosts],
+        minControllers=2,
+        maxControllers=2,
+    )
+    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    settle(array_id)
+    status = api.call("GET", f"/arrays/{array_id}")[1]["status"]
+    victim = sorted(status["controllers"], key=lambda c: c["instanceId"])[1]
+    assert check(stack_outputs, array_id)["drift"] == []
+
+    # When one volume's subsystem is unlinked from that controller's port behind our back
+    nqn = f"nqn.2025-01.org.vsa-control-plane:array:{array_id}:{volumes[1]}"
+    ports = node_root(world.endpoint, victim["instanceId"]) / "sys/kernel/config/nvmet/ports"
+    links = list(ports.glob(f"*/subsystems/{nqn}"))
+    assert links
+    for link in links:
+        link.unlink()
+
+    # Then the controller's own report-exports shows it (the next run reads it), the controller
+    # is not dead (the hosts reach it for the other volume), and the drift starts ReconcileArray
+    seen = check(stack_outputs, array_id)  # reads the reports sent before the change
+    seen = check(stack_outputs, array_id)
+    shown = api.call("GET", f"/arrays/{array_id}")[1]["status"]["controllers"]
+    report = next(c for c in shown if c["instanceId"] == victim["instanceId"])["observed"]["report"]
+    assert report["document"] == "report-exports", report
+    assert seen["deadControllers"] == {}
+    assert any(volumes[1] in text for text in seen["drift"]), seen["drift"]
+    started = check(stack_outputs, array_id)["reconcileStarted"]
+    assert started, "no ReconcileArray for a drift seen on two runs"
+    run = wait_for_execution(stack_outputs["ReconcileArrayStateMachineArn"], started)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    # And the subsystem is linked again: every host has a live path to it through both
+    assert list(ports.glob(f"*/subsystems/{nqn}"))
+    for host in hosts:
+        states = host_paths(node_root(world.endpoint, host))[nqn]
+        assert sorted(states.values()) == ["live", "live"], states
+    healed = check(stack_outputs, array_id)
+    healed = check(stack_outputs, array_id)
+    assert (healed["drift"], healed["hostsShortOfPaths"]) == ([], {})

@@ -26,6 +26,8 @@ class Settings(BaseModel):
     connect_path_document: str = ""
     disconnect_path_document: str = ""
     report_paths_document: str = ""
+    report_exports_document: str = ""
+    node_configfs_root: str = "/sys/kernel/config"
     node_nvme_command: str = "nvme"
     node_sysfs_root: str = "/sys"
     health_check_minutes: int = Field(default=5, ge=1, le=60)
@@ -53,6 +55,8 @@ def get_settings() -> Settings:
         connect_path_document=os.environ.get("VSA_CONNECT_PATH_DOCUMENT", ""),
         disconnect_path_document=os.environ.get("VSA_DISCONNECT_PATH_DOCUMENT", ""),
         report_paths_document=os.environ.get("VSA_REPORT_PATHS_DOCUMENT", ""),
+        report_exports_document=os.environ.get("VSA_REPORT_EXPORTS_DOCUMENT", ""),
+        node_configfs_root=os.environ.get("VSA_NODE_CONFIGFS_ROOT", "/sys/kernel/config"),
         node_nvme_command=os.environ.get("VSA_NODE_NVME_COMMAND", "nvme"),
         node_sysfs_root=os.environ.get("VSA_NODE_SYSFS_ROOT", "/sys"),
         health_check_minutes=int(os.environ.get("VSA_HEALTH_CHECK_MINUTES", "5")),

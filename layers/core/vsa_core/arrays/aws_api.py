@@ -67,6 +67,7 @@ def _documents() -> NodeDocuments:
         connect_path=settings.connect_path_document,
         disconnect_path=settings.disconnect_path_document,
         report_paths=settings.report_paths_document,
+        report_exports=settings.report_exports_document,
     )
 
 

@@ -25,10 +25,11 @@ arrays runs the documents of each)."""
 
 
 RECENT = timedelta(hours=1)
-"""report-paths runs on every host at every health check (every few minutes: thousands of
-invocations a month per host), so its invocations are listed for the last hour only
-(``InvokedAfter``): a report older than that is stale for the health check anyway, and a GET
-reads one page, not SSM's 30 days. The documents that change paths run rarely: read in full."""
+"""report-paths (report-exports) runs on every host (serving controller) at every health
+check, every few minutes: thousands of invocations a month per node. So their invocations are
+listed for the last hour only (``InvokedAfter``): a report older than that is stale for the
+health check anyway, and a GET reads one page, not SSM's 30 days. The documents that change
+paths and exports run rarely: read in full."""
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,12 @@ class NodeDocuments:
     disconnect_path: str
     report_paths: str = ""
     """the health check's read-only host report (empty: not deployed)"""
+    report_exports: str = ""
+    """the health check's read-only controller report (empty: not deployed)"""
 
     @property
     def controller(self) -> tuple[str, ...]:
-        return tuple(d for d in (self.configure_target,) if d)
+        return tuple(d for d in (self.configure_target, self.report_exports) if d)
 
     @property
     def host(self) -> tuple[str, ...]:
@@ -53,7 +56,7 @@ class NodeDocuments:
     @property
     def recent(self) -> tuple[str, ...]:
         """The documents read for the last ``RECENT`` only."""
-        return tuple(d for d in (self.report_paths,) if d)
+        return tuple(d for d in (self.report_paths, self.report_exports) if d)
 
 
 REPORT_KEY = {
@@ -61,6 +64,7 @@ REPORT_KEY = {
     "connect-path": "subsystems",
     "disconnect-path": "subsystems",
     "report-paths": "subsystems",
+    "report-exports": "exports",
 }
 """The key a full report of each document carries (a report of a script that failed early
 holds only ``error``)."""

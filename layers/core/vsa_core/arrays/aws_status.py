@@ -108,7 +108,7 @@ def _data_plane(
         attachments={v["volumeId"]: frozenset(v["attachments"]) for v in volumes},
         controller_reports={
             n.instance_id: aws_reports.last_report(
-                clients.ssm, n.instance_id, documents.controller, spec.array_id
+                clients.ssm, n.instance_id, documents.controller, spec.array_id, documents.recent
             )
             for n in nodes
             if n.state == "serving"

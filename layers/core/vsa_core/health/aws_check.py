@@ -65,6 +65,7 @@ class HealthContext:
     table: str = ""
     nvme_command: str = "nvme"
     sysfs_root: str = "/sys"
+    configfs_root: str = "/sys/kernel/config"
 
     @property
     def max_age(self) -> timedelta:
@@ -186,7 +187,9 @@ def check_array(ctx: HealthContext, array: RegisteredArray, now: datetime) -> Ar
         backup_state = {"schedule": schedule, "backupSince": since.isoformat()}
 
     drift_state = _drift(ctx, array, health, state, now, slots)
-    health.reports_requested = _request_reports(ctx, array_id, hosts, volumes)
+    health.reports_requested = _request_reports(
+        ctx, array_id, hosts, volumes, [s.instance_id for s in serving]
+    )
     aws_state.save(
         ctx.dynamodb,
         ctx.table,
@@ -234,14 +237,34 @@ def _drift(
     return kept
 
 
-def _request_reports(ctx: HealthContext, array_id: str, hosts: Sequence[str], volumes: Sequence[str]) -> int:
-    """Send report-paths to the array's hosts that SSM can reach now (an offline or unmanaged
-    host cannot run it: its report goes stale, which the assessment counts)."""
-    if not ctx.documents.report_paths or not hosts or not volumes:
+def _request_reports(
+    ctx: HealthContext,
+    array_id: str,
+    hosts: Sequence[str],
+    volumes: Sequence[str],
+    controllers: Sequence[str],
+) -> int:
+    """Send report-paths to the array's hosts and report-exports to its serving controllers
+    that SSM can reach now (an offline or unmanaged node cannot run it: its report goes stale,
+    which the assessment counts). Answers how many were sent."""
+    if not volumes or not (hosts or controllers):
         return 0
-    nodes = aws_observe.managed_nodes(ctx.clients, list(hosts))
-    online = [h for h in hosts if nodes.get(h, {}).get("PingStatus") == "Online"]
-    for host in online:  # one command per host, as every Lambda sends (tests/infra: SendCommand batches)
+    nodes = aws_observe.managed_nodes(ctx.clients, [*hosts, *controllers])
+    online = {n for n, info in nodes.items() if info.get("PingStatus") == "Online"}
+    sent = 0
+    for controller in (c for c in controllers if c in online and ctx.documents.report_exports):
+        ctx.clients.ssm.send_command(
+            DocumentName=ctx.documents.report_exports,
+            InstanceIds=[controller],
+            Parameters={"ArrayId": [array_id], "ConfigfsRoot": [ctx.configfs_root]},
+            Comment=f"vsa health check: {array_id}"[:100],
+        )
+        sent += 1
+    if not ctx.documents.report_paths:
+        return sent
+    for host in (
+        h for h in hosts if h in online
+    ):  # one command per host, as every Lambda sends (tests/infra: SendCommand batches)
         ctx.clients.ssm.send_command(
             DocumentName=ctx.documents.report_paths,
             InstanceIds=[host],
@@ -253,7 +276,8 @@ def _request_reports(ctx: HealthContext, array_id: str, hosts: Sequence[str], vo
             },
             Comment=f"vsa health check: {array_id}"[:100],
         )
-    return len(online)
+        sent += 1
+    return sent
 
 
 def run(ctx: HealthContext, now: datetime, only: Sequence[str] | None = None) -> dict[str, Any]:
