@@ -167,18 +167,32 @@ def test_a_workflow_stopped_mid_freeze_leaves_the_hosts_to_their_watchdogs(
         assert time.monotonic() < deadline, "the hosts never armed their watchdogs"
         time.sleep(0.02)
     armed = max(p.stat().st_mtime for p in pid_files)
-    sfn = boto3.client("stepfunctions")
-    arn = stack_outputs["ConsistentBackupStateMachineArn"].replace(":stateMachine:", ":execution:")
-    sfn.stop_execution(executionArn=f"{arn}:{backup_id}", error="Test", cause="stopped mid-freeze")
+    # (the hosts drop off SSM at once, so that nothing but their watchdogs can thaw them: a
+    # thaw-io the workflow sent before the stop took effect is never delivered. Under CI load the
+    # stop could land after the workflow's own thaw-io, and the freeze itself comes a moment
+    # after the watchdog is armed: both made this test pass or fail by timing, ci-run11)
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    for host in array.hosts:
+        control(endpoint, "ssm", "set_ping", InstanceId=host, PingStatus="ConnectionLost")
+    try:
+        sfn = boto3.client("stepfunctions")
+        arn = stack_outputs["ConsistentBackupStateMachineArn"].replace(":stateMachine:", ":execution:")
+        sfn.stop_execution(executionArn=f"{arn}:{backup_id}", error="Test", cause="stopped mid-freeze")
 
-    # Then every host is thawed by its watchdog within the timeout + 1 s of arming
-    mounts = [m for ms in array.hosts.values() for m in ms]
-    while any(frozen(xfs_lab, m) for m in mounts):
-        assert time.time() < armed + 3 + 1 + 2, "a host stayed frozen past its watchdog"  # + probe time
-    fired = [xfs_lab.state_dir / f"{backup_id}.{host}.fired" for host in array.hosts]
-    assert all(f.exists() for f in fired), "not thawed by the watchdogs"
-    fired_at = max(float(f.read_text()) for f in fired)
-    assert fired_at <= armed + 3 + 1, f"a watchdog fired {fired_at - armed:.2f} s after arming (timeout 3 s)"
+        # Then every host's watchdog fires within the timeout + 1 s of arming, and thaws it
+        fired = [xfs_lab.state_dir / f"{backup_id}.{host}.fired" for host in array.hosts]
+        while not all(f.exists() and f.read_text().strip() for f in fired):
+            assert time.time() < armed + 3 + 1 + 2, "a watchdog never fired"  # + the lab's file write
+            time.sleep(0.05)
+        fired_at = max(float(f.read_text()) for f in fired)
+        assert fired_at <= armed + 3 + 1, (
+            f"a watchdog fired {fired_at - armed:.2f} s after arming (timeout 3 s)"
+        )
+        mounts = [m for ms in array.hosts.values() for m in ms]
+        assert not any(frozen(xfs_lab, m) for m in mounts), "a host stayed frozen after its watchdog fired"
+    finally:
+        for host in array.hosts:
+            control(endpoint, "ssm", "set_ping", InstanceId=host, PingStatus="Online")
     # And the set reads as failed, its snapshots (if any were taken) deleted. (AWS ends a stopped
     # execution ABORTED; the local cloud's engine, stopped inside a Map, ends it FAILED with
     # States.Runtime "'str' object has no attribute 'get'" — a local-cloud gap; either way the
