@@ -223,21 +223,27 @@ def describe_scaling_activities(context: RequestContext, request: Request) -> Re
     return {"Activities": found[: int(request.get("MaxRecords") or 100)]}
 
 
+def _member(context: RequestContext, instance_id: str) -> tuple[Any, Any]:
+    """The group holding the instance and its state there (under LOCK); AWS's ValidationError
+    for an instance no group manages."""
+    backend = lc.backend(context.account_id, context.region)
+    found = [
+        (g, s)
+        for g in backend.autoscaling_groups.values()
+        for s in g.instance_states
+        if s.instance.id == instance_id
+    ]
+    if not found:
+        raise ValidationError(
+            f"Instance Id not found - No managed instance found for instance ID: {instance_id}"
+        )
+    return found[0]
+
+
 def terminate_instance_in_auto_scaling_group(context: RequestContext, request: Request) -> Request:
     instance_id = request["InstanceId"]
-    backend = lc.backend(context.account_id, context.region)
     with LOCK:
-        found = [
-            (g, s)
-            for g in backend.autoscaling_groups.values()
-            for s in g.instance_states
-            if s.instance.id == instance_id
-        ]
-        if not found:
-            raise ValidationError(
-                f"Instance Id not found - No managed instance found for instance ID: {instance_id}"
-            )
-        group, state = found[0]
+        group, state = _member(context, instance_id)
         if state.lifecycle_state.startswith("Terminating"):
             return {"Activity": dict(lc.CURRENT_ACTIVITY[instance_id])}
         desired = group.desired_capacity or 0
@@ -269,19 +275,8 @@ def set_instance_health(context: RequestContext, request: Request) -> Request:
     true) ignores the call while the group's HealthCheckGracePeriod has not passed since the
     instance launched (AWS counts from InService; launch time is the nearest this model keeps)."""
     instance_id, status = request["InstanceId"], request["HealthStatus"]
-    backend = lc.backend(context.account_id, context.region)
     with LOCK:
-        found = [
-            (g, s)
-            for g in backend.autoscaling_groups.values()
-            for s in g.instance_states
-            if s.instance.id == instance_id
-        ]
-        if not found:
-            raise ValidationError(
-                f"Instance Id not found - No managed instance found for instance ID: {instance_id}"
-            )
-        group, state = found[0]
+        group, state = _member(context, instance_id)
         if request.get("ShouldRespectGracePeriod", True):
             launched: datetime = state.instance.launch_time  # moto: naive UTC
             launched = launched if launched.tzinfo else launched.replace(tzinfo=UTC)

@@ -11,6 +11,7 @@ from typing import Any
 from vsa_core.arrays import aws_observe, aws_reports, dataplane
 from vsa_core.arrays.aws_observe import ArrayClients
 from vsa_core.arrays.aws_reports import NodeDocuments
+from vsa_core.arrays.dataplane import Report
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.controllers.nvme import host_nqn
 from vsa_core.naming import backup_schedule_name, group_name, iops_alarm_name
@@ -60,16 +61,18 @@ def data_plane_differences(
     spec: ArraySpec,
     slots: Mapping[int, Mapping[str, str]],
     documents: NodeDocuments,
+    host_reports: Mapping[str, Report | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Only the data plane's differences from the spec (what ``status`` shows under
-    ``dataPlane.differences``), without the alarms and the schedule: the health check's drift."""
+    ``dataPlane.differences``), without the alarms and the schedule: the health check's drift.
+    ``host_reports``: the hosts' last reports when the caller has read them already."""
     group = aws_observe.describe_group(clients, group_name(spec.array_id))
     controllers = _controllers_status(clients, group)
     volumes = _volumes_status(clients, spec)
     hosts = _hosts_status(clients, spec)
-    found: list[dict[str, Any]] = _data_plane(clients, spec, slots, documents, controllers, volumes, hosts)[
-        "differences"
-    ]
+    found: list[dict[str, Any]] = _data_plane(
+        clients, spec, slots, documents, controllers, volumes, hosts, host_reports
+    )["differences"]
     return found
 
 
@@ -88,6 +91,7 @@ def _data_plane(
     controllers: list[dict[str, Any]],
     volumes: list[dict[str, Any]],
     hosts: list[dict[str, Any]],
+    host_reports: Mapping[str, Report | None] | None = None,
 ) -> dict[str, Any]:
     """Desired against observed, per controller and per host; fills each controller's slot and
     exports and each host's paths (from its own report) in place; answers the differences."""
@@ -113,7 +117,9 @@ def _data_plane(
             for n in nodes
             if n.state == "serving"
         },
-        host_reports={
+        host_reports=dict(host_reports)
+        if host_reports is not None
+        else {
             h.instance_id: aws_reports.last_report(
                 clients.ssm, h.instance_id, documents.host, spec.array_id, documents.recent
             )

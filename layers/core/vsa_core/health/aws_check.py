@@ -143,16 +143,13 @@ def check_array(ctx: HealthContext, array: RegisteredArray, now: datetime) -> Ar
     ]
     volumes = aws_observe.volume_ids(ctx.clients, spec)
     hosts = [h.instance_id for h in spec.hosts]
-    views = [
-        _host_view(
-            aws_reports.last_report(
-                ctx.clients.ssm, h, ctx.documents.host, array_id, ctx.documents.recent, now
-            ),
-            h,
-            array_id,
+    reports = {
+        h: aws_reports.last_report(
+            ctx.clients.ssm, h, ctx.documents.host, array_id, ctx.documents.recent, now
         )
         for h in hosts
-    ]
+    }
+    views = [_host_view(reports[h], h, array_id) for h in hosts]
     assessment = rules.assess(serving, views, volumes, now, ctx.max_age)
     members = aws_observe.group_instances(ctx.clients, array_id)
     replacing = sum(
@@ -186,7 +183,7 @@ def check_array(ctx: HealthContext, array: RegisteredArray, now: datetime) -> Ar
         health.backup_overdue = rules.backup_overdue(schedule, last, since, now)
         backup_state = {"schedule": schedule, "backupSince": since.isoformat()}
 
-    drift_state = _drift(ctx, array, health, state, now, slots)
+    drift_state = _drift(ctx, array, health, state, now, slots, reports)
     health.reports_requested = _request_reports(
         ctx, array_id, hosts, volumes, [s.instance_id for s in serving]
     )
@@ -206,12 +203,13 @@ def _drift(
     state: dict[str, Any],
     now: datetime,
     slots: dict[int, dict[str, str]],
+    reports: dict[str, dataplane.Report | None],
 ) -> dict[str, Any]:
     """The periodic drift check: the data plane against the spec, as the status names it; a
     drift that persists starts ReconcileArray (``rules.drift`` says when). Answers what to keep."""
     if ctx.reconcile is None:
         return {}
-    differences = aws_status.data_plane_differences(ctx.clients, array.spec, slots, ctx.documents)
+    differences = aws_status.data_plane_differences(ctx.clients, array.spec, slots, ctx.documents, reports)
     converging = (array.reconcile or {}).get("state") == "converging"
     decided = rules.drift(
         [str(d.get("kind")) for d in differences],
