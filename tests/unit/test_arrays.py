@@ -15,7 +15,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from tests.unit.conftest import ACCOUNT, REGION, hooks_keep_metadata
+from tests.unit.conftest import ACCOUNT, REGION, an_image_id, hooks_keep_metadata
 from vsa_core.arrays import plan
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import ArraySpec, RegisteredArray
@@ -48,7 +48,7 @@ class World:
             wait_delay_seconds=0,
             wait_max_attempts=3,
         )
-        self.image_id = self.ec2.describe_images()["Images"][0]["ImageId"]
+        self.image_id = an_image_id(self.ec2)
 
     def volume(self, *, az: str = AZ, volume_type: str = "io2", multi_attach: bool = True) -> str:
         params: dict[str, Any] = {"AvailabilityZone": az, "Size": 100, "VolumeType": volume_type}
