@@ -140,7 +140,7 @@ step "integration (minutes of CloudWatch's cadence; started with the integration
 wait "$long_pid" || status=1
 cat "$long_log"
 rm -f "$long_log"
-phase "… then the minutes tests' wait" "$SECONDS"
+phase "data plane, then what was left of the minutes tests" "$SECONDS"
 if [[ $status -ne 0 ]]; then show_log; fi
 timings "$FAST_PORT" fast
 stop_clouds
