@@ -39,7 +39,7 @@ phase "static checks (ruff, mypy, sam validate)" "$SECONDS"
 # tests mostly wait on AWS-like delays (about half a core between them), so they run beside the
 # fast ones instead of after them: the phase takes the longer of the two, not their sum.
 FAST_PORT="${VSA_LOCALCLOUD_PORT:-4566}"
-REALISTIC_PORT="$((VSA_LOCALCLOUD_PORT + 100))"
+REALISTIC_PORT="$((FAST_PORT + 100))"
 on() { local port="$1"; shift; env VSA_LOCALCLOUD_PORT="$port" VSA_LOCALCLOUD_URL="http://127.0.0.1:$port" \
   AWS_ENDPOINT_URL="http://127.0.0.1:$port" "$@"; }
 started=()
@@ -74,7 +74,7 @@ phase "local cloud started" "$SECONDS"
 # hosts.
 step "tests: unit + infra (no network); local-cloud fidelity; host documents (real XFS on loop devices, as root; SSM documents on sandbox nodes); workflows (the deployed ASL, tasks mocked)"
 SECONDS=0
-"$VENV/python" -m pytest -n 3 --dist loadgroup --durations=10 tests/unit tests/infra tests/localcloud tests/documents tests/workflows || status=1
+on "$FAST_PORT" "$VENV/python" -m pytest -n 3 --dist loadgroup --durations=10 tests/unit tests/infra tests/localcloud tests/documents tests/workflows || status=1
 phase "unit, infra, local cloud, documents, workflows" "$SECONDS"
 
 step "integration: the real template built once (sam build), deployed to both local clouds (sam deploy), the real Lambda code"
