@@ -6,6 +6,7 @@ workflows (``settle``) and looking into the nodes they configure (``node_root``,
 import contextlib
 import json
 import os
+import re
 import subprocess
 import time
 import uuid
@@ -268,3 +269,16 @@ def exported(root: Path) -> dict[str, dict[str, str]]:
             "cntlid": f"{read(subsystem / 'attr_cntlid_min')}-{read(subsystem / 'attr_cntlid_max')}",
         }
     return out
+
+
+def write_mounts(root: Any, nqn: str | None, mountpoint: str) -> None:
+    """Write the host's mount table (``proc/self/mounts`` in its sandbox, what report-paths
+    reads there): ``nqn``'s multipath head mounted at ``mountpoint``, or nothing of the array."""
+    lines = ["proc /proc proc rw 0 0"]
+    for folder in (root / "sys/class/nvme-subsystem").iterdir():
+        if nqn is not None and (folder / "subsysnqn").read_text().strip() == nqn:
+            (head,) = [h.name for h in folder.iterdir() if re.fullmatch(r"nvme\d+n\d+", h.name)]
+            lines.append(f"/dev/{head} {mountpoint} xfs rw,relatime 0 0")
+    assert nqn is None or len(lines) == 2, lines
+    (root / "proc/self").mkdir(parents=True, exist_ok=True)
+    (root / "proc/self/mounts").write_text("\n".join(lines) + "\n")

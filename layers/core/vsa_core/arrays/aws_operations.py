@@ -18,7 +18,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from vsa_core.arrays import dataplane
+from vsa_core.arrays import aws_removals, dataplane, removals
+from vsa_core.arrays.aws_removals import MountCheck
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.plan import Change
@@ -67,12 +68,16 @@ def apply_array(
     if_match: str | None = None,
     reconcile: ReconcileStarter | None = None,
     dry_run: bool = False,
+    mounts: MountCheck | None = None,
+    force: bool = False,
 ) -> tuple[bool, dict[str, Any]]:
     """Create or update; ``(created, reply)`` with the stored spec, its version, the changes
     made, and the ReconcileArray run started for what remains (``reconcile``: its execution and
     the remaining work per volume and host; null when the data plane did not change).
     ``dry_run``: validate and answer the plan (control plane and data plane) without storing or
-    changing anything, and start nothing."""
+    changing anything, and start nothing. A volume the apply removes that a host has mounted (or
+    may have: its report cannot tell) is refused (409, nothing changed) unless ``force``
+    (``mounts``: where the hosts' reports are; None: not checked)."""
     if spec.array_id != array_id:
         raise InvalidSpecError(
             f"the body's arrayId {spec.array_id!r} differs from the path's {array_id!r}: make them equal"
@@ -88,6 +93,8 @@ def apply_array(
             "apply again once it is gone"
         )
     service.validate(spec, current)
+    removed = aws_removals.removed_volumes(service.ctx, current.spec, spec) if current is not None else []
+    forced = _check_removals(current, spec, removed, mounts, force)
     if dry_run:
         return False, dry_run_plan(spec, current, registry=registry, service=service)
     try:
@@ -129,7 +136,32 @@ def apply_array(
         "desiredControllers": stored.desired_controllers,
         "changes": _json(changes),
         "reconcile": started,
+        **({"forced": forced} if forced else {}),
     }
+
+
+def _check_removals(
+    current: RegisteredArray | None,
+    spec: ArraySpec,
+    removed: list[removals.Removed],
+    mounts: MountCheck | None,
+    force: bool,
+) -> list[str]:
+    """Refuse (409) removing a volume a host has mounted, or may have, unless ``force``;
+    forced, what was overridden, in words (the answer's ``forced``)."""
+    if current is None or mounts is None:
+        return []
+    hosts = [h.instance_id for h in current.spec.hosts]
+    found, unknown = aws_removals.mounted(mounts, spec.array_id, hosts, removed)
+    message = removals.refusal(found, unknown)
+    if message is None:
+        return []
+    if not force:
+        raise ConflictError(message)
+    return [
+        *(f"removed although host {m.host} has {m.volume.label} mounted at {m.mountpoint}" for m in found),
+        *(f"removed although host {u.host} could not tell: {u.reason}" for u in unknown),
+    ]
 
 
 def dry_run_plan(
