@@ -19,6 +19,7 @@ import pytest
 import urllib3
 
 from tests.integration.conftest import Api
+from vsa_core.waiters import execution_finished
 
 AZ, OTHER_AZ = "us-east-1a", "us-east-1b"
 AMI = "ami-1e749f67"  # one of the local cloud's (moto's) registered images
@@ -282,3 +283,20 @@ def write_mounts(root: Any, nqn: str | None, mountpoint: str) -> None:
     assert nqn is None or len(lines) == 2, lines
     (root / "proc/self").mkdir(parents=True, exist_ok=True)
     (root / "proc/self/mounts").write_text("\n".join(lines) + "\n")
+
+
+def put_new(api: Api, spec: Spec) -> dict[str, Any]:
+    """PUT a new array: 201, or 202 while owned volumes remain to be created by the ReconcileArray
+    run the answer names, followed here to its end (it creates them, waits for the bootstraps,
+    then attaches, exports and connects what they missed). The answer."""
+    status, reply = api.call("PUT", f"/arrays/{spec['arrayId']}", spec)
+    owned = [v["name"] for v in spec["volumes"] if "name" in v]
+    assert status == (202 if owned else 201), reply
+    if owned:
+        assert reply["creating"] == owned, reply
+        sfn = boto3.client("stepfunctions")
+        arn = reply["reconcile"]["executionArn"]
+        execution_finished(sfn).wait(executionArn=arn)
+        run = sfn.describe_execution(executionArn=arn)
+        assert run["status"] == "SUCCEEDED", run.get("cause")
+    return dict(reply)

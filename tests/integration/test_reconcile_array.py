@@ -18,6 +18,7 @@ from tests.integration.arrays_world import (
     host_paths,
     node_root,
     owned_volumes,
+    put_new,
     settle,
     spec_for,
     write_mounts,
@@ -220,8 +221,7 @@ def test_an_owned_volume_grown_is_re_read_by_every_controller_and_seen_by_every_
         maxControllers=2,
     )
     spec["hosts"] = [{"instanceId": world.host(), "mountpoints": ["/data"]} for _ in range(2)]
-    status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
-    assert status == 201, reply
+    put_new(api, spec)  # 202: its ReconcileArray run creates the owned volume
     settle(array_id, timeout=300)
     (owned,) = [v["VolumeId"] for v in owned_volumes(array_id)]
     existing = spec["volumes"][0]["volumeId"]

@@ -75,7 +75,7 @@ replies.install(
     "/arrays/<array_id>",
     summary="Create or update an array",
     tags=["arrays"],
-    responses=replies.responses(400, 409, 502, ok=(200, 201)),
+    responses=replies.responses(400, 409, 502, ok=(200, 201, 202)),
 )
 def put_array(
     array_id: ArrayIdPath,
@@ -124,9 +124,10 @@ def put_array(
         force=force,
     )
     logger.info("array applied", extra={"new_array": created, "changes": len(reply["changes"])})
-    return Response(
-        status_code=201 if created else 200, content_type=content_types.APPLICATION_JSON, body=reply
-    )
+    # 202: owned volumes are still to be created, by the ReconcileArray run the answer names
+    # (``reconcile``; GET /arrays/{id} and ``vsactl apply --wait`` follow it)
+    status = 202 if reply.get("creating") else 201 if created else 200
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=reply)
 
 
 @app.get("/arrays", summary="List arrays", tags=["arrays"], responses=replies.responses())

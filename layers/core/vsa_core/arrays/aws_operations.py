@@ -28,7 +28,7 @@ from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError,
 from vsa_core.naming import delete_execution_name, group_name
 from vsa_core.reconcile import aws_stop
 from vsa_core.reconcile.aws_start import ReconcileStarter
-from vsa_core.reconcile.plan import left_hosts, needs_reconcile, pending_work
+from vsa_core.reconcile.plan import creation_work, left_hosts, needs_reconcile, pending_work
 from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.waiters import execution_arn
 
@@ -115,12 +115,15 @@ def apply_array(
             spec, expected_version=current.version if current else None, left_hosts=left_hosts(before, spec)
         )
     last_state = (current.reconcile or {}).get("state") if current is not None else None
+    creating = service.missing_volumes(spec)
     started = None
-    if reconcile is not None and needs_reconcile(before, spec, last_state):
+    if reconcile is not None and (creating or needs_reconcile(before, spec, last_state)):
         # started before the AWS calls below: whatever they leave undone, the run converges
-        # the data plane on the stored spec once they are done (its first phase waits for the
-        # volumes created here), and an apply that fails half-way says the spec is stored
-        started = reconcile.start(array_id, stored.version, pending_work(before, spec))
+        # the data plane on the stored spec once they are done (its first step creates the
+        # owned volumes not created yet, its settle phase waits for them), and an apply that
+        # fails half-way says the spec is stored
+        work = creation_work(before, spec, creating) + pending_work(before, spec)
+        started = reconcile.start(array_id, stored.version, work)
     try:
         applied = service.apply(spec, stored.desired_controllers)
         changes = grown + [c for c in applied if c.resource not in {g.resource for g in grown}]
@@ -136,6 +139,8 @@ def apply_array(
         "desiredControllers": stored.desired_controllers,
         "changes": _json(changes),
         "reconcile": started,
+        # the owned volumes the workflow creates (the API answers 202: accepted, not yet made)
+        "creating": creating if started is not None else [],
         **({"forced": forced} if forced else {}),
     }
 

@@ -1,6 +1,8 @@
 """ReconcileArray's steps on AWS, one per invocation (``step`` in the input); the workflow owns
 the order of the phases, the waits, the bounds and the failure path.
 
+- ``create``: create the owned volumes the stored spec declares that do not exist yet (the
+  API no longer does: it answers within its 29 s however many there are), before the lock.
 - ``lock``: take the array lock (``vsa_core.arrays.lock``) unless a controller is bootstrapping
   or draining; answers whether it was taken and, if not, why.
 - ``start``: renew the lease, record the phase as the array's current step, then start the
@@ -24,7 +26,7 @@ from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.controllers import aws_commands, slots
 from vsa_core.reconcile import aws_record, plan
 from vsa_core.reconcile.plan import Observed
-from vsa_core.reconcile.steps import Lock, Poll, Start, Verify
+from vsa_core.reconcile.steps import Create, Lock, Poll, Start, Verify
 from vsa_core.registry import ArrayRegistry
 
 
@@ -95,6 +97,19 @@ def take_lock(ctx: ReconcileContext, request: Lock) -> dict[str, Any]:
     return aws_lock.acquire(
         ctx.dynamodb, ctx.table, request.array_id, request.owner, lock.RECONCILE_LEASE_SECONDS, _now()
     )
+
+
+def create(ctx: ReconcileContext, request: Create) -> dict[str, Any]:
+    """Create the owned volumes the stored spec declares that do not exist yet (no lock: no
+    node is touched), recorded as the run's step while it does."""
+    array = ctx.registry.get(request.array_id)
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    missing = ctx.arrays.missing_volumes(array.spec)
+    if missing:
+        step = f"creating volumes {', '.join(missing)}"
+        aws_record.progress(ctx.dynamodb, ctx.table, request.array_id, request.owner, step, now)
+    done = ctx.arrays.create_volumes(array.spec, array.desired_controllers) if array.spec.new_volumes else {}
+    return {"created": done.get("created", []), "existing": done.get("existing", [])}
 
 
 def _hold(ctx: ReconcileContext, array_id: str, owner: str) -> None:
@@ -251,10 +266,12 @@ class Steps:
     def __init__(self, ctx: ReconcileContext) -> None:
         self.ctx = ctx
 
-    def run(self, request: Lock | Start | Poll | Verify) -> dict[str, Any]:
+    def run(self, request: Lock | Create | Start | Poll | Verify) -> dict[str, Any]:
         match request:
             case Lock():
                 return take_lock(self.ctx, request)
+            case Create():
+                return create(self.ctx, request)
             case Start():
                 return start(self.ctx, request)
             case Poll():

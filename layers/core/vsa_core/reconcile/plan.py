@@ -376,6 +376,24 @@ def pending_work(before: ArraySpec | None, after: ArraySpec) -> list[str]:
     return work
 
 
+def creation_work(before: ArraySpec | None, after: ArraySpec, missing: list[str]) -> list[str]:
+    """The answer's lines for the owned volumes ReconcileArray creates (``missing``: names), but
+    those ``pending_work`` already names (added to an existing array's spec)."""
+    named = {v.name for v in before.new_volumes} if before is not None else set()
+    lines = []
+    for volume in after.new_volumes:
+        if volume.name not in missing or (before is not None and volume.name not in named):
+            continue
+        what = f"io2 {volume.size_gib} GiB, {volume.iops:,} IOPS, Multi-Attach, tagged vsa:owned=true"
+        then = (
+            "then each controller's bootstrap attaches and exports it"
+            if before is None
+            else "then attach to every serving controller, export, connect every host"
+        )
+        lines.append(f"volume {volume.name}: create ({what}), wait until available; {then}")
+    return lines
+
+
 def needs_reconcile(before: ArraySpec | None, after: ArraySpec, last_state: str | None) -> bool:
     """Whether an apply starts ReconcileArray: the data plane changed on an existing array, or
     the last run did not converge (re-applying resumes it). A new array's controllers get
