@@ -140,6 +140,14 @@ def apply(
             "disconnect then fails every IO on that mount.",
         ),
     ] = False,
+    delete_removed_volumes: Annotated[
+        bool,
+        typer.Option(
+            "--delete-removed-volumes",
+            help="Delete the volumes the array created that the spec no longer lists, once "
+            "detached (default: kept). A volume it did not create is never deleted.",
+        ),
+    ] = False,
     output: OutputOption = Output.table,
 ) -> None:
     """Create or update the array declared in FILE and show the plan: one line per resource and
@@ -151,6 +159,8 @@ def apply(
         query = {"dryRun": "true"} if dry_run else {}
         if force:
             query["force"] = "true"
+        if delete_removed_volumes:
+            query["deleteRemovedVolumes"] = "true"
         path = f"/arrays/{array_id}"
         answer = _client(ctx).request("PUT", path, body=spec, headers=headers, query=query or None) or {}
     except CliError as e:

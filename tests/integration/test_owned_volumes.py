@@ -6,9 +6,12 @@ unless the apply asks to delete it, then deleted only once detached from every c
 import time
 from typing import Any
 
-from tests.integration.arrays_world import alarms_of, node_root, owned_volumes, settle, spec_for
+import boto3
+
+from tests.integration.arrays_world import alarms_of, node_root, owned_volumes, settle, spec_for, write_mounts
 from tests.integration.conftest import wait_for_execution
 from tests.integration.test_controller_lifecycle import check_serving
+from tests.integration.test_health import check
 from vsa_core.controllers.nvme import subsystem_nqn
 
 
@@ -76,3 +79,60 @@ def test_put_answers_202_with_the_plan_and_the_workflow_creates_tags_and_serves_
     # and GET shows the run converged
     shown = api.call("GET", f"/arrays/{array_id}")[1]["reconcile"]
     assert (shown["state"], shown["error"]) == ("converged", None), shown
+
+
+def test_a_removed_owned_volume_is_kept_unless_asked_then_deleted_once_detached(
+    stack_outputs, api, world, arrays, scripted_alarms
+):
+    # Given a running array with an existing volume and three owned ones, nothing mounted
+    made = _array(api, stack_outputs, world, arrays, scripted_alarms)
+    spec = made["spec"]
+    array_id, existing = spec["arrayId"], spec["volumes"][0]["volumeId"]
+    owned = {tags(v)["Name"].rsplit("-", 1)[1]: v["VolumeId"] for v in owned_volumes(array_id)}
+    root = node_root(world.endpoint, spec["hosts"][0]["instanceId"])
+    write_mounts(root, None, "")
+    check(stack_outputs, array_id)
+    ec2 = boto3.client("ec2")
+    # When data0 is removed from the spec without asking for deletion
+    without = {**spec, "volumes": [v for v in spec["volumes"] if v.get("name") != "data0"]}
+    status, reply = api.call("PUT", f"/arrays/{array_id}", without)
+    assert status == 200, reply
+    assert any(
+        "data0" in line and "deleteRemovedVolumes=true" in line for line in reply["reconcile"]["remaining"]
+    )
+    run = wait_for_execution(
+        stack_outputs["ReconcileArrayStateMachineArn"], reply["reconcile"]["executionName"]
+    )
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    # Then it is kept, detached, and GET names it with how to delete it
+    kept = ec2.describe_volumes(VolumeIds=[owned["data0"]])["Volumes"][0]
+    assert (kept["State"], kept["Attachments"]) == ("available", [])
+    shown = api.call("GET", f"/arrays/{array_id}")[1]
+    assert [(k["name"], k["volumeId"]) for k in shown["keptVolumes"]] == [("data0", owned["data0"])]
+    assert "deleteRemovedVolumes=true" in shown["keptVolumes"][0]["howToDelete"]
+    # When data1 is removed too, now asking for deletion (data0, kept earlier, goes with it)
+    asked = {**without, "volumes": [v for v in without["volumes"] if v.get("name") != "data1"]}
+    check(stack_outputs, array_id)
+    started = time.monotonic()
+    status, reply = api.call("PUT", f"/arrays/{array_id}?deleteRemovedVolumes=true", asked)
+    assert status == 200, reply
+    run = wait_for_execution(
+        stack_outputs["ReconcileArrayStateMachineArn"], reply["reconcile"]["executionName"]
+    )
+    took = time.monotonic() - started
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    print(f"remove an owned volume and delete two: {took:.1f} s from the PUT")
+    # Then both are deleted (EBS no longer has them), after being detached from the controller
+    for name in ("data0", "data1"):
+        found = ec2.describe_volumes(Filters=[{"Name": "volume-id", "Values": [owned[name]]}])["Volumes"]
+        assert [v["State"] for v in found] in ([], ["deleted"]), (name, found)
+    # and the volume the array did not create, and the owned one still declared, are untouched
+    left = {
+        v["VolumeId"]: v["State"]
+        for v in ec2.describe_volumes(VolumeIds=[existing, owned["data2"]])["Volumes"]
+    }
+    assert left == {existing: "in-use", owned["data2"]: "in-use"}
+    shown = api.call("GET", f"/arrays/{array_id}")[1]
+    assert shown["keptVolumes"] == []
+    assert shown["reconcile"]["pendingVolumeDeletions"] == []
+    assert shown["reconcile"]["state"] == "converged"

@@ -98,6 +98,14 @@ def put_array(
             "hosts' disconnect then fails every IO on that mount",
         ),
     ] = False,
+    delete_removed_volumes: Annotated[
+        bool,
+        Query(
+            alias="deleteRemovedVolumes",
+            description="delete the volumes the array created that the spec no longer lists, once "
+            "detached from every controller (default: kept); a volume it did not create never is",
+        ),
+    ] = False,
 ) -> Response[dict[str, Any]]:
     logger.append_keys(array_id=array_id)
     settings = get_settings()
@@ -122,6 +130,7 @@ def put_array(
         if settings.report_paths_document
         else None,
         force=force,
+        delete_removed_volumes=delete_removed_volumes,
     )
     logger.info("array applied", extra={"new_array": created, "changes": len(reply["changes"])})
     # 202: owned volumes are still to be created, by the ReconcileArray run the answer names

@@ -53,9 +53,11 @@ def observe(ctx: ReconcileContext, array_id: str) -> tuple[Observed, dict[int, d
     held = ctx.registry.slots(array_id)
     controllers = plan.controllers_of(held)
     described: dict[str, dict[str, Any]] = {}
-    if ids:
+    if ids or array.pending_volume_deletions:
+        # a filter, not VolumeIds: a volume deleted since is absent, not an error
+        wanted = [*ids, *array.pending_volume_deletions]
         for page in ctx.ec2.get_paginator("describe_volumes").paginate(
-            Filters=[{"Name": "volume-id", "Values": list(ids)}]
+            Filters=[{"Name": "volume-id", "Values": wanted}]
         ):
             described.update({v["VolumeId"]: v for v in page["Volumes"]})
     if controllers:
@@ -85,6 +87,8 @@ def observe(ctx: ReconcileContext, array_id: str) -> tuple[Observed, dict[int, d
         missing_volumes=tuple(v.name for v in spec.new_volumes if v.name not in owned),
         sizes={v: int(d["Size"]) for v, d in described.items() if v in ids and d.get("Size") is not None},
         modifications=modifications,
+        deletions=array.pending_volume_deletions,
+        tags={v: aws_observe.tag_dict(d.get("Tags")) for v, d in described.items()},
     )
     return observed, held
 
@@ -141,7 +145,22 @@ def start(ctx: ReconcileContext, request: Start) -> dict[str, Any]:
             for instance_id in holders:
                 ctx.ec2.detach_volume(VolumeId=volume_id, InstanceId=instance_id)
                 detached.append(f"{volume_id} from {instance_id}")
-        answer.update(pending=bool(detached), detached=detached)
+        # a volume to delete must become available (its attachments gone) before the next phase
+        answer.update(pending=bool(detached) or bool(plan.detaching(observed)), detached=detached)
+    elif request.phase == "delete":
+        refused = plan.refused_deletions(observed)
+        if refused:  # never deleted: no longer pending (the run's answer names them)
+            keep = [r.split(":", 1)[0] for r in refused]
+            aws_record.clear_volume_deletions(ctx.dynamodb, ctx.table, request.array_id, keep)
+        deleted = []
+        for volume_id in plan.deletable(observed):
+            # only available volumes (the detach phase waited for it); DeleteVolume is
+            # conditional in IAM too: only a volume tagged vsa:owned=true
+            ctx.ec2.delete_volume(VolumeId=volume_id)
+            deleted.append(volume_id)
+        gone = [v for v in observed.deletions if v not in observed.volume_states]
+        aws_record.clear_volume_deletions(ctx.dynamodb, ctx.table, request.array_id, gone)
+        answer.update(pending=bool(deleted), deleted=deleted, refused=refused)
     else:
         if request.phase == "disconnect" and observed.removed_hosts:
             observed, answer["unreachable"] = _reachable(ctx, request.array_id, observed)
@@ -200,13 +219,18 @@ def _attach(ctx: ReconcileContext, observed: Observed) -> list[str]:
 def poll(ctx: ReconcileContext, request: Poll) -> dict[str, Any]:
     _hold(ctx, request.array_id, request.owner)
     started = request.started
-    if request.phase in ("settle", "attach", "detach"):
+    if request.phase in ("settle", "attach", "detach", "delete"):
         observed, _ = observe(ctx, request.array_id)
         waiting = {
             "settle": plan.unready_volumes,
             "attach": plan.unattached,
             "detach": plan.detaching,
+            "delete": plan.deleting,
         }[request.phase](observed)
+        if request.phase == "delete" and not waiting:
+            aws_record.clear_volume_deletions(
+                ctx.dynamodb, ctx.table, request.array_id, list(started.get("deleted", []))
+            )
         waited = _waited(started)
         return {
             "done": not waiting,
