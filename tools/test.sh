@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The test command (make test; .ci/run calls it). Runs, in order: ruff, mypy, sam validate
 # --lint; the unit, infra, local-cloud, documents and workflow tests side by side (pytest-xdist);
-# the stack built and deployed once to the local cloud; the integration tests against it, side by
-# side, first those under the fast latency profile, then those under the realistic one (the
-# profile is the local cloud's, so it is set once per phase, never per test). It starts the local
-# cloud unless one is already running and stops it again if it started it, even on failure. When
-# a test fails, the local cloud's log is printed. Last, the data-plane tier (tests/dataplane: the
-# documents on real kernels in QEMU guests; no local cloud).
+# the stack built once and deployed to two local clouds; the integration tests against them, side
+# by side: those under the fast latency profile on the first cloud while those under the
+# realistic one run on the second (the profile is a local cloud's, so each cloud keeps one for
+# the whole phase, never switched per test). It starts the local clouds unless one is already
+# running on that port and stops those it started, even on failure. When a test fails, the
+# local clouds' logs are printed. Last, the data-plane tier (tests/dataplane: the documents on
+# real kernels in QEMU guests; no local cloud), while the realistic cloud's minutes-long tests
+# finish.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT" || exit 1
@@ -15,6 +17,10 @@ status=0
 step() { echo; echo "=== $*"; }
 offline() { env -u AWS_ENDPOINT_URL "$@"; }
 
+phase_times=()
+phase() { phase_times+=("$(printf '%-48s %5d s' "$1" "$2")"); }
+TOTAL_START="$(date +%s)"
+SECONDS=0
 step "ruff (lint + format)"
 "$VENV/ruff" check . && "$VENV/ruff" format --check . || status=1
 step "mypy (strict, pydantic plugin, boto3 stubs)"
@@ -25,67 +31,120 @@ if [[ $status -ne 0 ]]; then
   echo "static checks failed; not running the tests" >&2
   exit $status
 fi
+phase "static checks (ruff, mypy, sam validate)" "$SECONDS"
 
-started_here=0
-stop_cloud() {
-  if [[ $started_here -eq 1 ]]; then tools/localcloud.sh stop; fi
+# Two local clouds: the first (VSA_LOCALCLOUD_PORT) for the tests before the deploy and the
+# integration tests under the fast profile, the second (100 ports up; its service port range,
+# +1000..+1050, then overlaps no other's) for those under the realistic profile. The realistic
+# tests mostly wait on AWS-like delays (about half a core between them), so they run beside the
+# fast ones instead of after them: the phase takes the longer of the two, not their sum.
+FAST_PORT="${VSA_LOCALCLOUD_PORT:-4566}"
+REALISTIC_PORT="$((VSA_LOCALCLOUD_PORT + 100))"
+on() { local port="$1"; shift; env VSA_LOCALCLOUD_PORT="$port" VSA_LOCALCLOUD_URL="http://127.0.0.1:$port" \
+  AWS_ENDPOINT_URL="http://127.0.0.1:$port" "$@"; }
+started=()
+stop_clouds() {
+  for port in "${started[@]}"; do on "$port" tools/localcloud.sh stop; done
+  started=()
 }
-trap stop_cloud EXIT
+trap stop_clouds EXIT
+start_cloud() {
+  if ! on "$1" tools/localcloud.sh status >/dev/null 2>&1; then
+    on "$1" tools/localcloud.sh start || exit 1
+    started+=("$1")
+  fi
+}
+show_log() {
+  for port in "$FAST_PORT" "$REALISTIC_PORT"; do
+    echo; echo "=== local cloud log, port $port (tests failed)"
+    tail -n 400 "${VSA_STATE:-$ROOT/.localcloud}/run-$port/localstack.log"
+  done
+}
+timings() {
+  curl -fsS -X POST "http://127.0.0.1:$1/_localcloud/timings/configure" -d "{\"profile\": \"$2\"}" >/dev/null
+}
+SECONDS=0
+start_cloud "$FAST_PORT"
+phase "local cloud started" "$SECONDS"
 
 # Tests run side by side (pytest-xdist) where they do not share state: with --dist loadgroup,
 # tests/conftest.py keeps each group on one worker (the local-cloud fidelity tests switch its
 # global controls, the documents tests take loop devices and time freezes); everything else
 # spreads over the workers. The integration tests each make their own arrays, volumes and
-# hosts; the latency profile is the local cloud's, so it is set once for each phase.
-if ! tools/localcloud.sh status >/dev/null 2>&1; then
-  tools/localcloud.sh start || exit 1
-  started_here=1
-fi
-show_log() {
-  echo; echo "=== local cloud log (tests failed)"
-  tail -n 400 "${VSA_STATE:-$ROOT/.localcloud}/run-${VSA_LOCALCLOUD_PORT:-4566}/localstack.log"
-}
-timings() {
-  curl -fsS -X POST "${AWS_ENDPOINT_URL}/_localcloud/timings/configure" -d "{\"profile\": \"$1\"}" >/dev/null
-}
-
+# hosts.
 step "tests: unit + infra (no network); local-cloud fidelity; host documents (real XFS on loop devices, as root; SSM documents on sandbox nodes); workflows (the deployed ASL, tasks mocked)"
-"$VENV/python" -m pytest -n 3 --dist loadgroup --durations=10 tests/unit tests/infra tests/localcloud tests/documents tests/workflows || status=1
-
-step "integration: the real template deployed once (sam build + sam deploy), the real Lambda code"
 SECONDS=0
-if ! { sam build --config-env local >/dev/null && bash tools/deploy-local.sh >/dev/null; }; then
+"$VENV/python" -m pytest -n 3 --dist loadgroup --durations=10 tests/unit tests/infra tests/localcloud tests/documents tests/workflows || status=1
+phase "unit, infra, local cloud, documents, workflows" "$SECONDS"
+
+step "integration: the real template built once (sam build), deployed to both local clouds (sam deploy), the real Lambda code"
+SECONDS=0
+# the second cloud starts while the stack builds
+realistic_start=""
+if ! on "$REALISTIC_PORT" tools/localcloud.sh status >/dev/null 2>&1; then
+  on "$REALISTIC_PORT" tools/localcloud.sh start & realistic_start=$!
+  started+=("$REALISTIC_PORT")
+fi
+if ! sam build --config-env local >/dev/null; then
+  exit 1
+fi
+if [[ -n "$realistic_start" ]] && ! wait "$realistic_start"; then
+  exit 1
+fi
+on "$FAST_PORT" bash tools/deploy-local.sh >/dev/null & fast_deploy=$!
+on "$REALISTIC_PORT" bash tools/deploy-local.sh >/dev/null & realistic_deploy=$!
+deployed=0
+wait "$fast_deploy" || deployed=1
+wait "$realistic_deploy" || deployed=1
+if [[ $deployed -ne 0 ]]; then
   show_log
   exit 1
 fi
 echo "built and deployed in ${SECONDS} s"
+phase "build + deploy (both clouds)" "$SECONDS"
 export VSA_STACK_DEPLOYED=1
+timings "$FAST_PORT" fast
+timings "$REALISTIC_PORT" realistic
 
-step "integration (fast latency profile), side by side"
-timings fast
-"$VENV/python" -m pytest -n 4 -m "not realistic" --durations=10 tests/integration || status=1
-
-step "integration (realistic latency profile: AWS-like waits), side by side"
-timings realistic
+step "integration, side by side: the fast latency profile (port $FAST_PORT) and the realistic one (AWS-like waits, port $REALISTIC_PORT)"
+SECONDS=0
 # The tests marked minutes wait on CloudWatch's own minute-by-minute cadence (alarms evaluated
 # every minute, cooldowns): a quarter of an hour of mostly waiting, little CPU. They start now, in
 # a process of their own, and run on through the data-plane tier (which needs no local cloud);
-# the local cloud stays up until they end.
+# the realistic cloud stays up until they end. Each phase's output is kept apart and printed
+# whole when it ends.
 long_log="$(mktemp)"
-VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest -m "realistic and minutes" --durations=5 tests/integration \
-  >"$long_log" 2>&1 &
+realistic_log="$(mktemp)"
+on "$REALISTIC_PORT" env VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest -m "realistic and minutes" \
+  --durations=5 tests/integration >"$long_log" 2>&1 &
 long_pid=$!
-VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest -n 7 -m "realistic and not minutes" --durations=10 tests/integration || status=1
+on "$REALISTIC_PORT" env VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest -n 7 -m "realistic and not minutes" \
+  --durations=10 tests/integration >"$realistic_log" 2>&1 &
+realistic_pid=$!
+echo; echo "=== integration (fast latency profile), side by side"
+on "$FAST_PORT" "$VENV/python" -m pytest -n 4 -m "not realistic" --durations=10 tests/integration || status=1
+phase "integration, fast profile" "$SECONDS"
+wait "$realistic_pid" || status=1
+phase "integration, realistic profile (beside it)" "$SECONDS"
+echo; echo "=== integration (realistic latency profile: AWS-like waits), side by side; ran beside the fast ones"
+cat "$realistic_log"
+rm -f "$realistic_log"
+if [[ $status -ne 0 ]]; then show_log; fi
 
 step "tests: data plane (the documents on real Linux kernels in QEMU guests: controllers + a host, NVMe/TCP multipath, fio, XFS)"
+SECONDS=0
 offline "$VENV/python" -m pytest --durations=10 tests/dataplane || status=1
+phase "data plane (QEMU)" "$SECONDS"
 
-step "integration (minutes of CloudWatch's cadence; started with the realistic phase)"
+step "integration (minutes of CloudWatch's cadence; started with the integration phase)"
 wait "$long_pid" || status=1
 cat "$long_log"
 rm -f "$long_log"
-timings fast
+phase "data plane, then what was left of the minutes tests" "$SECONDS"
 if [[ $status -ne 0 ]]; then show_log; fi
-stop_cloud
-started_here=0
+timings "$FAST_PORT" fast
+stop_clouds
+step "times"
+printf '%s\n' "${phase_times[@]}"
+printf '%-48s %5d s\n' "the test command (after the install)" "$(($(date +%s) - TOTAL_START))"
 exit $status

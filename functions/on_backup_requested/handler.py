@@ -8,7 +8,6 @@ set, so a redelivered event starts nothing new.
 
 from typing import Any, Literal
 
-from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,7 +16,7 @@ from vsa_core.arrays.spec import ArrayId
 from vsa_core.backups import sets
 from vsa_core.backups.aws_service import BackupService, from_settings
 from vsa_core.errors import ArrayNotFoundError
-from vsa_core.observability import logger, tracer
+from vsa_core.observability import logger, parses, tracer
 from vsa_core.settings import get_settings
 
 
@@ -48,7 +47,7 @@ def handle(event: BackupRequested, service: BackupService) -> dict[str, Any]:
 
 @logger.inject_lambda_context(clear_state=True, correlation_id_path="id")
 @tracer.capture_lambda_handler
-@event_parser(model=BackupRequested)
+@parses(BackupRequested)
 def lambda_handler(event: BackupRequested, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(array_id=event.detail.array_id)
     result = handle(event, from_settings(get_settings()))

@@ -9,14 +9,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from vsa_core.arrays.lock import SCALE_LEASE_SECONDS
 from vsa_core.clients import client
 from vsa_core.naming import match_iops_alarm_name, scale_execution_name
-from vsa_core.observability import logger, metrics, tracer
-from vsa_core.scaling.events import AlarmStateChangeEvent, ScaleRequest
+from vsa_core.observability import logger, metrics, parses, tracer
+from vsa_core.scaling.alarm_event import AlarmStateChangeEvent
+from vsa_core.scaling.events import ScaleRequest
 from vsa_core.settings import get_settings
 
 if TYPE_CHECKING:
@@ -69,6 +69,6 @@ def start_scale(event: AlarmStateChangeEvent, sfn: "SFNClient") -> dict[str, Any
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-@event_parser(model=AlarmStateChangeEvent)
+@parses(AlarmStateChangeEvent)
 def lambda_handler(event: AlarmStateChangeEvent, context: LambdaContext) -> dict[str, Any]:
     return start_scale(event, client("stepfunctions"))

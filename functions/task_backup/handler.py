@@ -3,13 +3,12 @@ invocation (``step`` in the input), run by ``vsa_core.backups.aws_steps``."""
 
 from typing import Any
 
-from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from vsa_core.backups.aws_service import BackupService, from_settings
 from vsa_core.backups.aws_steps import run
 from vsa_core.backups.steps import Request, Snapshot
-from vsa_core.observability import logger, tracer
+from vsa_core.observability import logger, parses, tracer
 from vsa_core.settings import get_settings
 
 __all__ = ["Request", "Snapshot", "lambda_handler", "run"]
@@ -21,7 +20,7 @@ def _service() -> BackupService:
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
-@event_parser(model=Request)
+@parses(Request)
 def lambda_handler(event: Request, context: LambdaContext) -> dict[str, Any]:
     request = event.root
     logger.append_keys(step=request.step, array_id=request.array_id, backup_id=request.backup_id)

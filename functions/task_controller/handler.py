@@ -3,21 +3,20 @@ one step per invocation (``step`` in the input), done by ``vsa_core.controllers.
 
 from typing import Any
 
-from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.clients import client
 from vsa_core.controllers.aws_steps import Steps
 from vsa_core.controllers.steps import Request
-from vsa_core.observability import logger, tracer
+from vsa_core.observability import logger, parses, tracer
 from vsa_core.registry import ArrayRegistry
 from vsa_core.settings import get_settings
 
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
-@event_parser(model=Request)
+@parses(Request)
 def lambda_handler(event: Request, context: LambdaContext) -> dict[str, Any]:
     request = event.root
     logger.append_keys(step=request.step, instance_id=request.instance_id)

@@ -3,11 +3,10 @@
 from datetime import UTC, datetime
 from typing import Any
 
-from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from vsa_core.clients import client
-from vsa_core.observability import logger, tracer
+from vsa_core.observability import logger, parses, tracer
 from vsa_core.registry import ArrayRegistry
 from vsa_core.scaling.aws_plan import plan_scale
 from vsa_core.scaling.events import ScaleRequest
@@ -18,7 +17,7 @@ __all__ = ["lambda_handler", "plan_scale"]
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
-@event_parser(model=ScaleRequest)
+@parses(ScaleRequest)
 def lambda_handler(event: ScaleRequest, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(array_id=event.array_id)
     registry = ArrayRegistry(get_settings().table_name)

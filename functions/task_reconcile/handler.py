@@ -3,12 +3,11 @@ input), done by ``vsa_core.reconcile.aws_steps``."""
 
 from typing import Any
 
-from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.clients import client
-from vsa_core.observability import logger, tracer
+from vsa_core.observability import logger, parses, tracer
 from vsa_core.reconcile.aws_steps import ReconcileContext, Steps
 from vsa_core.reconcile.steps import Request
 from vsa_core.registry import ArrayRegistry
@@ -17,7 +16,7 @@ from vsa_core.settings import get_settings
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
-@event_parser(model=Request)
+@parses(Request)
 def lambda_handler(event: Request, context: LambdaContext) -> dict[str, Any]:
     request = event.root
     logger.append_keys(step=request.step, array_id=request.array_id, execution=request.owner)

@@ -6,13 +6,12 @@ again for a further surge (CloudWatch emits state changes, not levels).
 
 from typing import Any
 
-from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field
 
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArrayId
-from vsa_core.observability import logger, tracer
+from vsa_core.observability import logger, parses, tracer
 from vsa_core.registry import ArrayRegistry
 from vsa_core.settings import get_settings
 
@@ -26,7 +25,7 @@ class ThresholdRequest(BaseModel):
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
-@event_parser(model=ThresholdRequest)
+@parses(ThresholdRequest)
 def lambda_handler(event: ThresholdRequest, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(array_id=event.array_id)
     settings = get_settings()

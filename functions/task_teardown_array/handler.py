@@ -11,13 +11,12 @@ Waiting is the workflow's (Wait/Choice loop on the group, Retry on TeardownPendi
 
 from typing import Any, Literal
 
-from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field
 
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import ArrayId
-from vsa_core.observability import logger, tracer
+from vsa_core.observability import logger, parses, tracer
 from vsa_core.registry import ArrayRegistry
 from vsa_core.settings import get_settings
 
@@ -45,7 +44,7 @@ def run_step(request: TeardownStep, registry: ArrayRegistry, service: ArrayServi
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
-@event_parser(model=TeardownStep)
+@parses(TeardownStep)
 def lambda_handler(event: TeardownStep, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(array_id=event.array_id, step=event.step)
     settings = get_settings()

@@ -21,15 +21,15 @@ HOSTILE = ["'", ";", "$(", "`", "\n", '"', "$", "|", "&", " ", "<", ">", "\\"]
 NAMES = documents.names()
 
 
-class _CfnLoader(yaml.SafeLoader):
-    """Reads template.yaml's short-form intrinsics (!Ref, !Sub, ...) as plain values."""
+class _CfnLoader(yaml.CSafeLoader):
+    """Reads template.yaml's short-form intrinsics (!Ref, !Sub, ...) as plain values (libyaml)."""
 
 
 _CfnLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
 
 
 def _template() -> dict[str, Any]:
-    return yaml.load((ROOT / "template.yaml").read_text(), Loader=_CfnLoader)  # a SafeLoader subclass
+    return yaml.load((ROOT / "template.yaml").read_text(), Loader=_CfnLoader)
 
 
 def _parameters() -> list[tuple[str, str, dict[str, str], str]]:

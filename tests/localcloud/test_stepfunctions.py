@@ -1,6 +1,10 @@
 """Step Functions behaviours the workflows rely on, as the local cloud's engine provides them."""
 
+import io
 import json
+import time
+import uuid
+import zipfile
 from collections.abc import Callable
 from typing import Any
 
@@ -166,3 +170,69 @@ def test_what_the_local_cloud_answers_for_variables_in_choices(aws) -> None:
     execution = _run(aws, definition)
     assert execution["status"] == "SUCCEEDED", execution.get("cause")
     assert json.loads(execution["output"]) == {"present": True, "below": True, "hostCount": 0}
+
+
+FAILS_LATE = """
+import time
+
+def handler(event, context):
+    time.sleep(4)
+    raise RuntimeError("the task failed after the execution was stopped")
+"""
+
+
+def _zip(source: str) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("app.py", source)
+    return buffer.getvalue()
+
+
+def test_a_stopped_execution_is_aborted_even_when_its_running_task_then_fails(aws) -> None:
+    # AWS: StopExecution answers the "date the execution is stopped", and DescribeExecution then
+    # says ABORTED; a task still running at the stop cannot turn the execution FAILED later.
+    # LocalStack's engine let the running state finish, and its failure replaced the stop
+    # (vsa_localcloud/patches.py: _a_stopped_execution_stays_stopped).
+    lam, sfn = aws("lambda"), aws("stepfunctions")
+    name = f"fails-late-{uuid.uuid4().hex[:8]}"
+    function_arn = lam.create_function(
+        FunctionName=name,
+        Runtime="python3.13",
+        Role="arn:aws:iam::000000000000:role/fails-late-test",
+        Handler="app.handler",
+        Code={"ZipFile": _zip(FAILS_LATE)},
+        Timeout=30,
+    )["FunctionArn"]
+    lam.get_waiter("function_active_v2").wait(FunctionName=name)
+    definition = {
+        "StartAt": "Work",
+        "States": {"Work": {"Type": "Task", "Resource": function_arn, "End": True}},
+    }
+    machine = sfn.create_state_machine(
+        name=f"vsa-t-{uuid.uuid4().hex[:8]}", definition=json.dumps(definition), roleArn=ROLE
+    )["stateMachineArn"]
+    try:
+        # Given an execution whose task is running (the function sleeps, then raises)
+        execution = sfn.start_execution(stateMachineArn=machine, input="{}")["executionArn"]
+        deadline = time.monotonic() + 30
+        while not any(
+            e["type"] == "LambdaFunctionStarted"
+            for e in sfn.get_execution_history(executionArn=execution)["events"]
+        ):
+            assert time.monotonic() < deadline, "the task never started"
+            time.sleep(0.2)
+        # When it is stopped
+        stopped = sfn.stop_execution(
+            executionArn=execution, error="Deleted", cause="the array is being deleted"
+        )
+        assert "stopDate" in stopped
+        # Then the execution is ABORTED, even after the task failed (the
+        # local engine ends the execution only when the running task has returned)
+        deadline = time.monotonic() + 30
+        while (described := sfn.describe_execution(executionArn=execution))["status"] == "RUNNING":
+            assert time.monotonic() < deadline, "the stopped execution never ended"
+            time.sleep(0.2)
+        assert described["status"] == "ABORTED", described
+    finally:
+        sfn.delete_state_machine(stateMachineArn=machine)
+        lam.delete_function(FunctionName=name)

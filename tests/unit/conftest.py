@@ -27,6 +27,18 @@ ACCOUNT = "123456789012"  # moto's default account, also the one in the sample e
 TABLE_NAME = "vsa-unit-registry"
 
 
+# One of moto's default AMIs (moto/ec2/resources/amis.json.gz), present in every region.
+MOTO_IMAGE_ID = "ami-12c6146b"
+
+
+def an_image_id(ec2: Any) -> str:
+    """An AMI moto knows, read with DescribeImages of that one id: moto holds over a thousand
+    images per region, and serializing all of them (``describe_images()`` unfiltered) was most
+    of the setup of every test that needed one (about 1 s each)."""
+    image_id: str = ec2.describe_images(ImageIds=[MOTO_IMAGE_ID])["Images"][0]["ImageId"]
+    return image_id
+
+
 def load_event(relative: str) -> dict[str, Any]:
     """A sample event from ``events/`` (a fresh copy: tests may edit it)."""
     return json.loads((EVENTS / relative).read_text())

@@ -12,7 +12,7 @@ import pytest
 from api_arrays import handler
 from botocore.stub import Stubber
 
-from tests.unit.conftest import REGION, FakeLambdaContext, hooks_keep_metadata, load_event
+from tests.unit.conftest import REGION, FakeLambdaContext, an_image_id, hooks_keep_metadata, load_event
 from vsa_core.arrays import aws_lock, replies
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.clients import client
@@ -33,7 +33,7 @@ def api_env(registry_table: str, function_env: None, monkeypatch: pytest.MonkeyP
     subnet = ec2.describe_subnets(Filters=[{"Name": "availability-zone", "Values": ["us-east-1a"]}])[
         "Subnets"
     ][0]["SubnetId"]
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = an_image_id(ec2)
     hooks_keep_metadata(client("autoscaling"))  # the handler's own (cached) client
     # a ReconcileArray state machine in moto (which records executions without running them)
     reconcile = boto3.client("stepfunctions", region_name=REGION).create_state_machine(

@@ -16,7 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-from tests.unit.conftest import ACCOUNT, REGION, hooks_keep_metadata
+from tests.unit.conftest import ACCOUNT, REGION, an_image_id, hooks_keep_metadata
 from vsa_core.arrays import plan
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import ArraySpec, RegisteredArray
@@ -49,7 +49,7 @@ class World:
             wait_delay_seconds=0,
             wait_max_attempts=3,
         )
-        self.image_id = self.ec2.describe_images()["Images"][0]["ImageId"]
+        self.image_id = an_image_id(self.ec2)
 
     def apply(self, spec: ArraySpec, desired: int) -> list[plan.Change]:
         """What a PUT and its ReconcileArray run's first step do together: converge AWS on the

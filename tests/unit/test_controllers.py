@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from on_controller_event import handler as trigger
 from tests.specs import CONTROLLERS
-from tests.unit.conftest import REGION, load_event
+from tests.unit.conftest import REGION, an_image_id, load_event
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.controllers import nvme, slots
@@ -263,7 +263,7 @@ def test_the_node_step_tells_an_unregistered_node_from_a_gone_instance(
 ) -> None:
     # moto has no DescribeInstanceInformation: SSM answers through a Stubber, EC2 is moto's
     (runner, ssm), ec2 = stubbed_ssm(steps), steps[2]
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = an_image_id(ec2)
     instance = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
     asked = {"Filters": [{"Key": "InstanceIds", "Values": [instance]}]}
     with Stubber(ssm) as stub:
@@ -301,7 +301,7 @@ def test_prepare_attach_and_detach_a_controller(steps: tuple[Steps, ArrayRegistr
         for _ in range(2)
     ]
     registry.create(spec(volumes=[{"volumeId": v} for v in volumes]))
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = an_image_id(ec2)
     instance = ec2.run_instances(
         ImageId=image, MinCount=1, MaxCount=1, Placement={"AvailabilityZone": "us-east-1a"}
     )["Instances"][0]["InstanceId"]
@@ -378,7 +378,7 @@ def test_attach_starts_every_attachment_in_one_step_and_a_retry_skips_what_it_st
         )["VolumeId"]
         for _ in range(3)
     ]
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = an_image_id(ec2)
     instance = ec2.run_instances(
         ImageId=image, MinCount=1, MaxCount=1, Placement={"AvailabilityZone": "us-east-1a"}
     )["Instances"][0]["InstanceId"]

@@ -12,7 +12,8 @@ from task_backup.handler import Snapshot as BackupSnapshotRequest
 from task_read_demand.handler import ReadDemandRequest
 from tests.unit.conftest import EVENTS, alarm_event, load_event
 from vsa_core.errors import InvalidEventError
-from vsa_core.scaling.events import AlarmState, AlarmStateChangeEvent, ScaleRequest
+from vsa_core.scaling.alarm_event import AlarmState, AlarmStateChangeEvent
+from vsa_core.scaling.events import ScaleRequest
 
 CLOUDWATCH_EVENTS = sorted((EVENTS / "cloudwatch").glob("*.json"))
 

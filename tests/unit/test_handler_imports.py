@@ -11,6 +11,11 @@ in a fresh interpreter (``sys.modules`` empty of the core), as Lambda does, and 
   event data class) and idempotency;
 * the two triggers that read no array (``on_iops_alarm``, ``on_controller_event``) import
   neither the registry nor the array spec (whose models are built at import);
+* only the three EventBridge triggers import powertools' parser package (its
+  ``EventBridgeModel`` lives there), and the REST APIs its middleware factory (through the
+  event handler); the others validate their event with ``parses``
+  (``vsa_core.observability``) and never pay the parser's imports (``pydantic.networks``,
+  ``pydantic.types``, the middleware factory);
 * no handler has built a model that most of its invocations do not validate: the backup set's
   (only the backup handlers use them, the others import them through the registry), the
   backups API's request bodies (one per route), the scaling payloads (each of their three
@@ -39,8 +44,15 @@ ONLY_REST_APIS = {
     "aws_lambda_powertools.utilities.idempotency",
     "asyncio",
 }
+EVENTBRIDGE_TRIGGERS = {"on_iops_alarm", "on_controller_event", "on_backup_requested"}
+POWERTOOLS_PARSER = {"aws_lambda_powertools.utilities.parser", "aws_lambda_powertools.middleware_factory"}
 ARRAY_READS = {"vsa_core.registry", "vsa_core.arrays.spec"}
-DEFERRED_MODULES = ("vsa_core.backups.sets", "vsa_core.backups.aws_api", "vsa_core.scaling.events")
+DEFERRED_MODULES = (
+    "vsa_core.backups.sets",
+    "vsa_core.backups.aws_api",
+    "vsa_core.scaling.events",
+    "vsa_core.scaling.alarm_event",
+)
 DEFERRED_MODELS = (
     "vsa_core.controllers.events.LifecycleDetail",
     "vsa_core.controllers.events.StateChangeDetail",
@@ -86,7 +98,7 @@ def deferred(model: str) -> bool:
 def test_every_handler_is_covered() -> None:
     # Given the functions' packages / Then every one has a handler and the sets above name real ones
     assert len(HANDLERS) >= 12
-    assert set(HANDLERS) >= REST_APIS | NO_ARRAY_READ
+    assert set(HANDLERS) >= REST_APIS | NO_ARRAY_READ | EVENTBRIDGE_TRIGGERS
 
 
 @pytest.mark.parametrize("handler", HANDLERS)
@@ -98,6 +110,11 @@ def test_handler_import_loads_only_what_its_invocations_need(handler: str) -> No
     # and the event handler (asyncio with it) and idempotency only by the REST APIs
     if handler not in REST_APIS:
         assert loaded(modules, ONLY_REST_APIS) == set()
+    # and powertools' parser only by the EventBridge triggers (for EventBridgeModel)
+    if handler not in EVENTBRIDGE_TRIGGERS | REST_APIS:
+        assert loaded(modules, POWERTOOLS_PARSER) == set()
+    if handler in REST_APIS:
+        assert loaded(modules, {"aws_lambda_powertools.utilities.parser"}) == set()
     # and a trigger that reads no array loads neither the registry nor the spec
     if handler in NO_ARRAY_READ:
         assert loaded(modules, ARRAY_READS) == set()

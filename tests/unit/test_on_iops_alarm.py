@@ -15,7 +15,8 @@ from on_iops_alarm.handler import lambda_handler, start_scale
 from tests.unit.conftest import ACCOUNT, REGION, FakeLambdaContext, alarm_event, load_event
 from vsa_core.errors import InvalidEventError
 from vsa_core.naming import scale_execution_name
-from vsa_core.scaling.events import AlarmStateChangeEvent, ScaleRequest
+from vsa_core.scaling.alarm_event import AlarmStateChangeEvent
+from vsa_core.scaling.events import ScaleRequest
 
 STATE_MACHINE_ARN = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:ScaleArray-unit"
 SAMPLE_ALARM_ARN = "arn:aws:cloudwatch:us-east-1:123456789012:alarm:vsa-demo-iops-high"

@@ -11,7 +11,7 @@ import pytest
 
 from task_plan_scale import handler
 from tests.specs import BASE
-from tests.unit.conftest import REGION, FakeLambdaContext, load_event
+from tests.unit.conftest import REGION, FakeLambdaContext, an_image_id, load_event
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.errors import ArrayNotFoundError
 from vsa_core.naming import slot_key
@@ -38,7 +38,7 @@ def autoscaling(aws: None) -> Any:
 def make_group(autoscaling: Any, desired: int, array_id: str = "demo") -> list[str]:
     """The array's controller group with ``desired`` controllers (moto: all InService at once)."""
     ec2 = boto3.client("ec2", region_name=REGION)
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = an_image_id(ec2)
     ec2.create_launch_template(
         LaunchTemplateName=f"vsa-{array_id}-controller",
         LaunchTemplateData={"ImageId": image, "InstanceType": "r5b.2xlarge"},

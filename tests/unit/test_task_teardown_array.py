@@ -8,7 +8,7 @@ import pytest
 from task_teardown_array import handler
 
 from tests.specs import BASE
-from tests.unit.conftest import REGION, FakeLambdaContext, hooks_keep_metadata
+from tests.unit.conftest import REGION, FakeLambdaContext, an_image_id, hooks_keep_metadata
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import ArraySpec, Deletion
 from vsa_core.errors import ArrayNotFoundError, TeardownPendingError
@@ -22,7 +22,7 @@ def applied(registry_table: str, function_env: None, monkeypatch: pytest.MonkeyP
     """An applied array with an owned volume, marked deleting as DELETE leaves it."""
     monkeypatch.setenv("VSA_BACKUP_SCHEDULER_ROLE_ARN", ROLE)
     ec2 = boto3.client("ec2", region_name=REGION)
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = an_image_id(ec2)
     existing = ec2.create_volume(
         AvailabilityZone="us-east-1a", Size=100, VolumeType="io2", Iops=3000, MultiAttachEnabled=True
     )["VolumeId"]

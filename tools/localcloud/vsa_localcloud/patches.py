@@ -36,6 +36,31 @@ def _mocked_dynamodb_throw_keeps_its_error_name() -> None:
         return fn(self, env, ex)
 
 
+def _a_stopped_execution_stays_stopped() -> None:
+    """StopExecution: on AWS an execution is stopped when the call answers (its ``stopDate`` is
+    "the date the execution is stopped"; DescribeExecution then says ``ABORTED``), and nothing
+    the state that was running does afterwards changes that. LocalStack's engine lets the
+    running state finish first, and when that state then fails (a Lambda task raising, as a
+    reconcile step's AttachVolume does once the array's controllers are being terminated), its
+    ``set_error`` replaces the stop and the execution ends ``FAILED``: a workflow-failed alarm
+    for a run that was stopped on purpose. A stopped program keeps its stop here (an error or a
+    timeout after it is ignored). Pinned by
+    tests/localcloud/test_stepfunctions.py::test_a_stopped_execution_is_aborted_even_when_its_running_task_then_fails.
+    """
+    from localstack.services.stepfunctions.asl.eval.environment import Environment
+    from localstack.services.stepfunctions.asl.eval.program_state import ProgramStopped
+
+    def keeps_stop(method: Any) -> None:
+        @patch(method)
+        def after_stop(fn: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(self._program_state, ProgramStopped):
+                return None
+            return fn(self, *args, **kwargs)
+
+    keeps_stop(Environment.set_error)
+    keeps_stop(Environment.set_timed_out)
+
+
 def _jsonpath_parsed_once() -> None:
     """Step Functions' JSONPath: LocalStack parses every path (``InputPath``, each
     ``Parameters`` ``.$`` field, ``ResultSelector``, ``ResultPath``, Choice variables) at every
@@ -131,6 +156,7 @@ def _role_update_puts_its_inline_policies() -> None:
 @hooks.on_infra_start()
 def apply_localcloud_patches() -> None:
     _mocked_dynamodb_throw_keeps_its_error_name()
+    _a_stopped_execution_stays_stopped()
     _role_update_puts_its_inline_policies()
     _jsonpath_parsed_once()
     _assumed_roles_reused()
@@ -155,7 +181,8 @@ def apply_localcloud_patches() -> None:
     __import__("vsa_localcloud.sfn_errors").sfn_errors.install()  # aws-sdk task errors named as on AWS
     __import__("vsa_localcloud.jsonata").jsonata.install()  # JSONata on the installed JRE, no download
     LOG.info(
-        "local-cloud patches applied: mocked DynamoDB task errors keep their names; JSONPath "
+        "local-cloud patches applied: mocked DynamoDB task errors keep their names; a stopped "
+        "execution stays stopped; JSONPath "
         "parsed once; role sessions reused; EBS model; "
         "AWS_IAM authorization of REST API methods; IAM enforcement of role-signed requests"
     )

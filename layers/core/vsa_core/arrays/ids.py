@@ -1,7 +1,7 @@
 """The ids an array's models share, as pydantic-annotated strings (pure).
 
 Apart from ``spec`` so that a module which only needs an id type (``vsa_core.scaling.events``,
-which ``on_iops_alarm`` parses its event with) does not build the spec's models when imported:
+whose ScaleRequest ``on_iops_alarm`` builds) does not build the spec's models when imported:
 ``spec`` re-exports them."""
 
 from typing import Annotated

@@ -1,74 +1,16 @@
-"""Models of the events and workflow payloads the control plane consumes.
+"""Models of the scaling workflow's payloads: ScaleArray's input (``ScaleRequest``, as
+``on_iops_alarm`` starts it) and its ReadDemand step's request and result.
 
-Three handlers import this module and each parses one of its payloads (on_iops_alarm the alarm
-event, task_plan_scale the ScaleRequest, task_read_demand the ReadDemandRequest): every model is
-built at its first use (``defer_build``), not at import, so none builds the others'."""
+Two steps import this module and each parses one of its payloads (task_plan_scale the
+ScaleRequest, task_read_demand the ReadDemandRequest), and on_iops_alarm builds the ScaleRequest:
+every model is built at its first use (``defer_build``), not at import, so none builds the
+others'. The alarm event itself is ``vsa_core.scaling.alarm_event``."""
 
-import json
-import math
-from typing import Any, Literal
+from typing import Literal
 
-from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field
 
 from vsa_core.arrays.ids import ArrayId
-from vsa_core.errors import InvalidEventError
-
-AlarmStateValue = Literal["OK", "ALARM", "INSUFFICIENT_DATA"]
-
-
-_DEFERRED = ConfigDict(defer_build=True)
-
-
-class AlarmState(BaseModel):
-    model_config = _DEFERRED
-
-    value: AlarmStateValue
-    reason: str = ""
-    reason_data: str | None = Field(default=None, alias="reasonData")
-    timestamp: str
-
-    def latest_datapoint(self) -> float | None:
-        """The newest datapoint CloudWatch evaluated (``reasonData.recentDatapoints[-1]``), or None
-        when the state change carries none: an alarm that went to ALARM on missing data (the low
-        alarm treats it as breaching) sends ``recentDatapoints: []`` and ``evaluatedDatapoints``
-        with timestamps only, and SetAlarmState may send no ``reasonData`` at all. Such a change
-        still starts ScaleArray, which reads the demand itself (GetMetricData); only a
-        ``reasonData`` that is not what CloudWatch writes is refused."""
-        if not self.reason_data:
-            return None
-        try:
-            data: Any = json.loads(self.reason_data)
-        except json.JSONDecodeError as error:
-            raise InvalidEventError(f"alarm reasonData is not JSON: {error}") from error
-        if not isinstance(data, dict):
-            raise InvalidEventError(f"alarm reasonData is not a JSON object: {self.reason_data!r}")
-        points = data.get("recentDatapoints")
-        if points is None or points == []:
-            return None
-        if not isinstance(points, list):
-            raise InvalidEventError(f"alarm reasonData's recentDatapoints is not a list: {points!r}")
-        latest = points[-1]
-        if isinstance(latest, bool) or not isinstance(latest, int | float) or not math.isfinite(latest):
-            raise InvalidEventError(f"alarm's latest datapoint {latest!r} is not a finite number of IOPS")
-        return float(latest)
-
-
-class AlarmStateChangeDetail(BaseModel):
-    model_config = _DEFERRED
-
-    alarm_name: str = Field(alias="alarmName")
-    state: AlarmState
-    previous_state: AlarmState | None = Field(default=None, alias="previousState")
-    configuration: dict[str, Any] = Field(default_factory=dict)
-
-
-class AlarmStateChangeEvent(EventBridgeModel):
-    """EventBridge ``CloudWatch Alarm State Change`` (source ``aws.cloudwatch``)."""
-
-    model_config = _DEFERRED  # merged with EventBridgeModel's
-
-    detail: AlarmStateChangeDetail
 
 
 class ReadDemand(BaseModel):
