@@ -20,6 +20,7 @@ parameters=(
   NodeConfigfsRoot=sys/kernel/config  # relative: inside each node's sandbox
   NodeDeviceDir=dev/disk/by-id
   NodeSysfsRoot=sys  # where connect-path sets the multipath IO policy
+  NodeMountsFile=proc/self/mounts  # report-paths reads what is mounted from each volume here
   NodeNvmeConfig=etc/nvme/config.json  # where connect-path keeps the failover settings
   "NodeNvmeCommand=$ROOT/tests/fakes/nvme"
   "NodeModprobeCommand=$ROOT/tests/fakes/modprobe"

@@ -132,6 +132,22 @@ def apply(
         bool,
         typer.Option("--dry-run", help="Show what the apply would change (AWS, the nodes); change nothing."),
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Remove volumes even though a host has one mounted (or cannot tell): the hosts' "
+            "disconnect then fails every IO on that mount.",
+        ),
+    ] = False,
+    delete_removed_volumes: Annotated[
+        bool,
+        typer.Option(
+            "--delete-removed-volumes",
+            help="Delete the volumes the array created that the spec no longer lists, once "
+            "detached (default: kept). A volume it did not create is never deleted.",
+        ),
+    ] = False,
     output: OutputOption = Output.table,
 ) -> None:
     """Create or update the array declared in FILE and show the plan: one line per resource and
@@ -140,10 +156,13 @@ def apply(
         spec = load_spec(file)
         array_id = spec["arrayId"]
         headers = {"If-Match": str(if_match)} if if_match is not None else None
-        query = {"dryRun": "true"} if dry_run else None
-        answer = (
-            _client(ctx).request("PUT", f"/arrays/{array_id}", body=spec, headers=headers, query=query) or {}
-        )
+        query = {"dryRun": "true"} if dry_run else {}
+        if force:
+            query["force"] = "true"
+        if delete_removed_volumes:
+            query["deleteRemovedVolumes"] = "true"
+        path = f"/arrays/{array_id}"
+        answer = _client(ctx).request("PUT", path, body=spec, headers=headers, query=query or None) or {}
     except CliError as e:
         raise _fail(e) from e
     if output is Output.json:
@@ -160,7 +179,8 @@ def apply(
         head = f"array {array_id} unchanged (version {version})"
     else:
         head = f"array {array_id} applied (version {version}): {render.summary(changes)}"
-    for line in [head, *lines, *render.reconcile_lines(answer.get("reconcile"))]:
+    forced = [f"! {line}" for line in answer.get("forced") or []]
+    for line in [head, *lines, *forced, *render.reconcile_lines(answer.get("reconcile"))]:
         out.print(line, highlight=False, markup=False, soft_wrap=True)
     if wait and answer.get("reconcile") and not answer.get("dryRun"):
         _follow_reconcile(ctx, array_id, timeout)

@@ -53,13 +53,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             ssm=client("ssm"),
             scheduler_role_arn="",
         ),
-        documents=NodeDocuments(
-            configure_target=settings.configure_target_document,
-            connect_path=settings.connect_path_document,
-            disconnect_path=settings.disconnect_path_document,
-            report_paths=settings.report_paths_document,
-            report_exports=settings.report_exports_document,
-        ),
+        documents=NodeDocuments.of(settings),
         reconcile=ReconcileStarter(
             sfn=client("stepfunctions"),
             dynamodb=client("dynamodb"),
@@ -74,6 +68,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         period=timedelta(minutes=settings.health_check_minutes),
         nvme_command=settings.node_nvme_command,
         sysfs_root=settings.node_sysfs_root,
+        mounts_file=settings.node_mounts_file,
         configfs_root=settings.node_configfs_root,
     )
     return run(ctx, datetime.now(UTC), request.array_ids)

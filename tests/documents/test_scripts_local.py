@@ -755,6 +755,55 @@ def test_report_paths_reports_what_connect_path_does_and_changes_nothing(node: N
     )
 
 
+def test_report_paths_says_what_is_mounted_from_each_subsystem_and_null_when_it_cannot_read(node: Nodes):
+    # Given a host with one path to each volume, the first mounted whole, a partition of the
+    # second mounted through device-mapper (LVM's shape in sysfs), an unrelated device mounted
+    c0, host = node("c0"), node("h0")
+    c0.attach(*VOLUMES, size_gib=8)
+    assert configure(c0, "10.0.0.5").code == 0
+    assert connect(host, "10.0.0.5").code == 0
+    subsystems = sorted((host.root / SYSFS / "class/nvme-subsystem").iterdir())
+    heads = {}
+    for folder in subsystems:
+        nqn = (folder / "subsysnqn").read_text().strip()
+        (head,) = [h.name for h in folder.iterdir() if re.fullmatch(r"nvme\d+n\d+", h.name)]
+        heads[nqn.rsplit(":", 1)[1]] = (folder, head)
+    first, second = heads[VOLUMES[0]][1], heads[VOLUMES[1]]
+    partition = second[0] / second[1] / f"{second[1]}p1"
+    (partition / "holders/dm-3/dm").mkdir(parents=True)
+    (partition / "holders/dm-3/dm/name").write_text("vg0-logs\n")
+    mounts = host.root / "proc/self/mounts"
+    mounts.parent.mkdir(parents=True)
+    mounts.write_text(
+        f"/dev/{first} /data xfs rw,relatime 0 0\n"
+        "/dev/mapper/vg0-logs /var/log/app ext4 rw 0 0\n"
+        "/dev/nvme9n1p1 / ext4 rw 0 0\n"
+        "proc /proc proc rw 0 0\n"
+    )
+    params = {"ArrayId": ARRAY, "Volumes": ",".join(VOLUMES), "NvmeCommand": FAKE_NVME, "SysfsRoot": SYSFS}
+
+    # When report-paths runs with the host's mount table
+    result = host.run("report-paths", **params, MountsFile="proc/self/mounts")
+
+    # Then each subsystem lists what is mounted from it, and only that
+    assert result.code == 0, result.stderr
+    shown = {s["volume"]: s["mounts"] for s in result.report["subsystems"]}
+    assert shown == {
+        VOLUMES[0]: [{"device": f"/dev/{first}", "mountpoint": "/data", "fstype": "xfs"}],
+        VOLUMES[1]: [{"device": "/dev/mapper/vg0-logs", "mountpoint": "/var/log/app", "fstype": "ext4"}],
+    }
+    # When nothing is mounted from them any more, the lists are empty
+    mounts.write_text("proc /proc proc rw 0 0\n")
+    result = host.run("report-paths", **params, MountsFile="proc/self/mounts")
+    assert [s["mounts"] for s in result.report["subsystems"]] == [[], []]
+    # When the mount table cannot be read, the report says it cannot tell (null), never "none"
+    result = host.run("report-paths", **params, MountsFile="proc/missing/mounts")
+    assert result.code == 0, result.stderr
+    assert [s["mounts"] for s in result.report["subsystems"]] == [None, None]
+    # and the documents that change paths report no mounts at all (they do not read the table)
+    assert all("mounts" not in s for s in connect(host, "10.0.0.5").report["subsystems"])
+
+
 def _configfs_tree(root: Path) -> dict[str, str]:
     """Every file and link under configfs with its content or target: a whole-tree snapshot."""
     return {

@@ -6,6 +6,7 @@ workflows (``settle``) and looking into the nodes they configure (``node_root``,
 import contextlib
 import json
 import os
+import re
 import subprocess
 import time
 import uuid
@@ -18,6 +19,7 @@ import pytest
 import urllib3
 
 from tests.integration.conftest import Api
+from vsa_core.waiters import execution_finished
 
 AZ, OTHER_AZ = "us-east-1a", "us-east-1b"
 AMI = "ami-1e749f67"  # one of the local cloud's (moto's) registered images
@@ -268,3 +270,33 @@ def exported(root: Path) -> dict[str, dict[str, str]]:
             "cntlid": f"{read(subsystem / 'attr_cntlid_min')}-{read(subsystem / 'attr_cntlid_max')}",
         }
     return out
+
+
+def write_mounts(root: Any, nqn: str | None, mountpoint: str) -> None:
+    """Write the host's mount table (``proc/self/mounts`` in its sandbox, what report-paths
+    reads there): ``nqn``'s multipath head mounted at ``mountpoint``, or nothing of the array."""
+    lines = ["proc /proc proc rw 0 0"]
+    for folder in (root / "sys/class/nvme-subsystem").iterdir():
+        if nqn is not None and (folder / "subsysnqn").read_text().strip() == nqn:
+            (head,) = [h.name for h in folder.iterdir() if re.fullmatch(r"nvme\d+n\d+", h.name)]
+            lines.append(f"/dev/{head} {mountpoint} xfs rw,relatime 0 0")
+    assert nqn is None or len(lines) == 2, lines
+    (root / "proc/self").mkdir(parents=True, exist_ok=True)
+    (root / "proc/self/mounts").write_text("\n".join(lines) + "\n")
+
+
+def put_new(api: Api, spec: Spec) -> dict[str, Any]:
+    """PUT a new array: 201, or 202 while owned volumes remain to be created by the ReconcileArray
+    run the answer names, followed here to its end (it creates them, waits for the bootstraps,
+    then attaches, exports and connects what they missed). The answer."""
+    status, reply = api.call("PUT", f"/arrays/{spec['arrayId']}", spec)
+    owned = [v["name"] for v in spec["volumes"] if "name" in v]
+    assert status == (202 if owned else 201), reply
+    if owned:
+        assert reply["creating"] == owned, reply
+        sfn = boto3.client("stepfunctions")
+        arn = reply["reconcile"]["executionArn"]
+        execution_finished(sfn).wait(executionArn=arn)
+        run = sfn.describe_execution(executionArn=arn)
+        assert run["status"] == "SUCCEEDED", run.get("cause")
+    return dict(reply)

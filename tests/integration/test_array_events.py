@@ -3,7 +3,7 @@ local cloud), the workflows' real runs and the registry's real records."""
 
 from datetime import datetime
 
-from tests.integration.arrays_world import settle, spec_for
+from tests.integration.arrays_world import put_new, settle, spec_for
 from tests.integration.conftest import Api, fire_alarm, recent_stamp, wait_for_execution
 
 
@@ -11,8 +11,7 @@ def test_the_events_tell_the_arrays_story_in_order(stack_outputs, api: Api, worl
     # Given an array declared with one controller, bootstrapped into service
     array_id = arrays()
     scripted_alarms(array_id)  # the test plays the array's alarms
-    status, reply = api.call("PUT", f"/arrays/{array_id}", spec_for(array_id, world, maxControllers=4))
-    assert status == 201, reply
+    put_new(api, spec_for(array_id, world, maxControllers=4))
     settle(array_id)
     # When its high alarm fires at 30,000 IOPS: ceil(30,000 / (26,000 x 0.7)) = 2 controllers
     # (the volumes carry 150,000: not volume-bound), and the second one is bootstrapped

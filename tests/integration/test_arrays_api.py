@@ -22,6 +22,7 @@ from tests.integration.arrays_world import (
     group_of,
     no_trace,
     owned_volumes,
+    put_new,
     schedule_of,
     settle,
     spec_for,
@@ -36,8 +37,7 @@ def test_apply_creates_the_group_hooks_alarms_schedule_and_owned_volume(
     array_id = arrays()
     spec = spec_for(array_id, world)
     existing = spec["volumes"][0]["volumeId"]
-    status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
-    assert status == 201, reply
+    reply = put_new(api, spec)
     assert reply["version"] == 1
     assert any(c["action"] == "create" for c in reply["changes"]), reply
     group = group_of(array_id)
@@ -83,7 +83,7 @@ def test_reapply_changes_nothing_and_an_update_changes_exactly_what_changed(
 ) -> None:
     array_id = arrays()
     spec = spec_for(array_id, world)
-    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    put_new(api, spec)
     # Re-applying the same spec: 200, same version, nothing created or updated
     status, again = api.call("PUT", f"/arrays/{array_id}", spec)
     assert status == 200, again
@@ -143,7 +143,7 @@ def test_max_below_the_serving_controllers_is_a_conflict(
 ) -> None:
     array_id = arrays()
     spec = spec_for(array_id, world, minControllers=2)
-    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    put_new(api, spec)
     settle(array_id)
     status, reply = api.call("PUT", f"/arrays/{array_id}", {**spec, "minControllers": 1, "maxControllers": 1})
     assert status == 409, reply
@@ -155,7 +155,7 @@ def test_concurrent_applies_lose_no_update(api: Api, world: World, arrays: Calla
     # Given an array at version 1 and two operators who both read version 1
     array_id = arrays()
     spec = spec_for(array_id, world)
-    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    put_new(api, spec)
     results: dict[int, tuple[int, Any]] = {}
 
     def apply(max_controllers: int) -> None:
@@ -187,7 +187,7 @@ def test_delete_refuses_while_bootstrapping_then_removes_what_it_created(
     array_id = arrays()
     spec = spec_for(array_id, world)
     existing = spec["volumes"][0]["volumeId"]
-    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    put_new(api, spec)
     # A controller waits in Pending:Wait (bootstrapping): delete is refused with the reason
     status, reply = api.call("DELETE", f"/arrays/{array_id}")
     assert status == 409, reply
@@ -212,7 +212,7 @@ def test_delete_stops_a_converging_reconcile_run_then_removes_the_array(
     # Given a running array whose spec just gained a volume: ReconcileArray is converging it
     array_id = arrays()
     spec = spec_for(array_id, world)
-    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    put_new(api, spec)
     settle(array_id)
     more = {**spec, "volumes": [*spec["volumes"], {"volumeId": world.volume()}]}
     status, applied = api.call("PUT", f"/arrays/{array_id}", more)
@@ -241,7 +241,7 @@ def test_get_and_list_show_the_array_and_its_live_status(
 ) -> None:
     array_id = arrays()
     spec = spec_for(array_id, world)
-    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    put_new(api, spec)
     status, described = api.call("GET", f"/arrays/{array_id}")
     assert status == 200, described
     assert described["spec"]["arrayId"] == array_id
@@ -289,7 +289,7 @@ def test_a_volume_still_being_modified_converges_on_reapply_and_refuses_another_
     # Given an array whose owned volume scratch (50 GiB) is available
     array_id = arrays()
     spec = spec_for(array_id, world)
-    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    put_new(api, spec)
     volume_id = owned_volumes(array_id)[0]["VolumeId"]
     boto3.client("ec2").get_waiter("volume_available").wait(VolumeIds=[volume_id], WaiterConfig={"Delay": 1})
     # When it is grown to 60 GiB: 200, the volume's modification starts (modifying: EBS shows
@@ -319,7 +319,7 @@ def test_a_fifth_modification_within_24_hours_is_a_409_saying_when_and_stores_no
     # Given an array whose owned volume was grown four times (the fast profile completes each at once)
     array_id = arrays()
     spec = spec_for(array_id, world)
-    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    put_new(api, spec)
     for size in (51, 52, 53, 54):
         status, reply = api.call("PUT", f"/arrays/{array_id}", _grow(spec, size))
         assert status == 200, reply

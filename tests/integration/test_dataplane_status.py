@@ -10,7 +10,7 @@ from typing import Any
 
 import boto3
 
-from tests.integration.arrays_world import FAKES, World, group_of, owned_volumes, settle, spec_for
+from tests.integration.arrays_world import FAKES, World, group_of, owned_volumes, put_new, settle, spec_for
 from tests.integration.conftest import Api
 
 
@@ -88,8 +88,7 @@ def test_a_dry_run_shows_the_plan_and_changes_nothing(
     # Given an applied array with one controller serving
     array_id = arrays()
     spec = spec_for(array_id, world, minControllers=1, maxControllers=4)
-    code, reply = api.call("PUT", f"/arrays/{array_id}", spec)
-    assert code == 201, reply
+    put_new(api, spec)
     settle(array_id)
     before = (group_of(array_id), sorted(v["VolumeId"] for v in owned_volumes(array_id)))
     # When a spec adding a volume and a host and raising maxControllers is dry-run

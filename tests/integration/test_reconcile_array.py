@@ -13,9 +13,19 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.integration.arrays_world import exported, host_paths, node_root, owned_volumes, settle, spec_for
+from tests.integration.arrays_world import (
+    exported,
+    host_paths,
+    node_root,
+    owned_volumes,
+    put_new,
+    settle,
+    spec_for,
+    write_mounts,
+)
 from tests.integration.conftest import wait_for_execution
 from tests.integration.test_controller_lifecycle import PathWatch, attached_to, check_serving
+from tests.integration.test_health import check
 from vsa_core.controllers.nvme import default_host_nqn, subsystem_nqn
 
 # AWS's timings: volumes attach in seconds, documents run through Run Command's delivery
@@ -52,14 +62,16 @@ def running_array(stack_outputs, api, world, arrays, scripted_alarms) -> dict[st
     return array
 
 
-def apply_and_follow(api: Any, stack_outputs: dict[str, str], spec: dict[str, Any]) -> tuple[dict, float]:
+def apply_and_follow(
+    api: Any, stack_outputs: dict[str, str], spec: dict[str, Any], query: str = ""
+) -> tuple[dict, float]:
     """PUT the spec, then follow the ReconcileArray run it started to its end: (run, seconds)."""
     started = time.monotonic()
-    status, reply = api.call("PUT", f"/arrays/{spec['arrayId']}", spec)
+    status, reply = api.call("PUT", f"/arrays/{spec['arrayId']}{query}", spec)
     answered = time.monotonic() - started
     assert status == 200, reply
     assert reply["reconcile"]["state"] == "converging", reply
-    print(f"PUT answered in {answered:.1f} s: {reply['reconcile']['remaining']}")
+    print(f"PUT answered in {answered:.1f} s: {reply['reconcile']['remaining']} {reply.get('forced', '')}")
     # while it runs, GET shows the array converging with its current step
     # (a 504 is API Gateway giving up on a status read that took over 29 s, seen with 8 test
     # processes on 2 cores in CI; a caller asks again, as wait_until_gone does)
@@ -102,9 +114,27 @@ def test_a_volume_added_then_removed_converges_on_every_controller_and_host_with
     assert watch.fewest[0] >= CONTROLLERS, watch.fewest
     shown = api.call("GET", f"/arrays/{array_id}")[1]["reconcile"]
     assert (shown["state"], shown["step"], shown["error"]) == ("converged", "done", None), shown
-    # When it is removed again
+    # Given one host has the new volume mounted (its mount table), the other nothing, as the
+    # hosts' report-paths say (the health check sends it)
+    mounted_on, other = sorted(array["hosts"])
+    write_mounts(array["hosts"][mounted_on], new_nqn, "/mnt/added")
+    write_mounts(array["hosts"][other], None, "")
+    check(stack_outputs, array_id)
+    # When it is removed from the spec, it is refused: 409 naming the host, the mountpoint and
+    # how to force, and nothing changed (the version, every host's paths)
+    version = api.call("GET", f"/arrays/{array_id}")[1]["version"]
+    started = time.monotonic()
+    status, refused = api.call("PUT", f"/arrays/{array_id}", array["spec"])
+    print(f"refused removal answered in {time.monotonic() - started:.1f} s")
+    assert status == 409, refused
+    assert f"host {mounted_on} has volume {added} mounted at /mnt/added" in refused["message"], refused
+    assert "force=true" in refused["message"], refused
+    assert other not in refused["message"], refused
+    assert api.call("GET", f"/arrays/{array_id}")[1]["version"] == version
+    assert all(host_paths(root)[new_nqn] for root in array["hosts"].values())
+    # When it is removed with force
     with PathWatch(array["hosts"], array["nqns"]) as watch:
-        _, seconds = apply_and_follow(api, stack_outputs, array["spec"])
+        _, seconds = apply_and_follow(api, stack_outputs, array["spec"], "?force=true")
     print(f"remove a volume from {CONTROLLERS} controllers x {len(array['hosts'])} hosts: {seconds:.1f} s")
     # Then no host has a path to it, no controller exports it or holds it, the rest is as before
     for root in array["hosts"].values():
@@ -191,8 +221,7 @@ def test_an_owned_volume_grown_is_re_read_by_every_controller_and_seen_by_every_
         maxControllers=2,
     )
     spec["hosts"] = [{"instanceId": world.host(), "mountpoints": ["/data"]} for _ in range(2)]
-    status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
-    assert status == 201, reply
+    put_new(api, spec)  # 202: its ReconcileArray run creates the owned volume
     settle(array_id, timeout=300)
     (owned,) = [v["VolumeId"] for v in owned_volumes(array_id)]
     existing = spec["volumes"][0]["volumeId"]

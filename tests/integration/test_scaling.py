@@ -13,7 +13,15 @@ from typing import Any
 
 import boto3
 
-from tests.integration.arrays_world import alarms_of, control, group_of, owned_volumes, settle, spec_for
+from tests.integration.arrays_world import (
+    alarms_of,
+    control,
+    group_of,
+    owned_volumes,
+    put_new,
+    settle,
+    spec_for,
+)
 from tests.integration.conftest import (
     Api,
     executions_of,
@@ -26,8 +34,7 @@ from vsa_core.arrays.plan import SCALE_IN_HYSTERESIS
 
 
 def _apply(api: Api, array_id: str, spec: dict[str, Any]) -> None:
-    status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
-    assert status == 201, reply
+    put_new(api, spec)
     settle(array_id)
 
 

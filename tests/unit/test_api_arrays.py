@@ -14,7 +14,9 @@ from botocore.stub import Stubber
 
 from tests.unit.conftest import REGION, FakeLambdaContext, an_image_id, hooks_keep_metadata, load_event
 from vsa_core.arrays import aws_lock, replies
+from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.clients import client
+from vsa_core.registry import ArrayRegistry
 from vsa_core.settings import get_settings
 
 ROLE = "arn:aws:iam::123456789012:role/vsa-backup-scheduler"
@@ -49,6 +51,22 @@ def call(event: dict[str, Any]) -> tuple[int, Any]:
     return reply["statusCode"], json.loads(reply["body"]) if reply.get("body") else None
 
 
+def create_step() -> dict[str, Any]:
+    """What the first step of the ReconcileArray run a PUT started does (moto records the run
+    without running it): create the stored spec's owned volumes not created yet."""
+    array = ArrayRegistry(get_settings().table_name).get("demo")
+    service = ArrayService(scheduler_role_arn=ROLE)
+    return service.create_volumes(array.spec, array.desired_controllers)
+
+
+def first_apply(env: dict[str, Any]) -> tuple[int, Any]:
+    """The sample PUT of a new array, and its run's create step (its owned volume data2)."""
+    status, reply = call(put_event(env))
+    assert status == 202, reply
+    create_step()
+    return status, reply
+
+
 def put_event(env: dict[str, Any], **changes: Any) -> dict[str, Any]:
     """The sample PUT, aimed at this account's volume, subnet and image, without hosts (moto has
     no SSM DescribeInstanceInformation; host validation is covered in test_arrays.py)."""
@@ -63,14 +81,28 @@ def put_event(env: dict[str, Any], **changes: Any) -> dict[str, Any]:
     return event
 
 
-def test_put_creates_the_array_and_answers_201_with_its_changes(api_env: dict[str, Any]) -> None:
+def test_put_creates_the_array_and_answers_202_with_its_plan_leaving_its_volume_to_the_workflow(
+    api_env: dict[str, Any],
+) -> None:
     status, reply = call(put_event(api_env))
-    assert status == 201, reply
+    # 202: the array is stored and made, but for its owned volume, which the ReconcileArray run
+    # it started creates (the PUT creates none: it answers within 29 s however many)
+    assert status == 202, reply
     assert reply["version"] == 1
     resources = {c["resource"]: c["action"] for c in reply["changes"]}
     assert resources["group/vsa-demo-controllers"] == "create"
     assert resources["alarm/vsa-demo-iops-high"] == "create"
-    # the same PUT again: 200, nothing to do
+    assert resources["volume/data2"] == "create"
+    assert reply["creating"] == ["data2"]
+    assert reply["reconcile"]["executionName"] == "reconcile-demo-v1"
+    assert reply["reconcile"]["remaining"][0].startswith("volume data2: create (io2 500 GiB, 16,000 IOPS")
+    assert _executions(api_env["reconcile"]) == ["reconcile-demo-v1"]
+    owned = boto3.client("ec2", region_name=REGION).describe_volumes(
+        Filters=[{"Name": "tag:vsa:owned", "Values": ["true"]}]
+    )["Volumes"]
+    assert owned == []
+    # once the run has created it, the same PUT again: 200, nothing to do
+    create_step()
     status, again = call(put_event(api_env))
     assert status == 200
     assert {c["action"] for c in again["changes"]} == {"unchanged"}, [
@@ -101,7 +133,7 @@ def test_delete_starts_the_delete_workflow_once(
     )["stateMachineArn"]
     monkeypatch.setenv("VSA_DELETE_STATE_MACHINE_ARN", machine)
     get_settings.cache_clear()
-    call(put_event(api_env))
+    first_apply(api_env)
     # When it is deleted
     status, reply = call(load_event("apigateway/delete_array.json"))
     # Then 202 names the workflow, started with the array's input; GET shows it deleting
@@ -116,7 +148,9 @@ def test_delete_starts_the_delete_workflow_once(
     status, described = call(load_event("apigateway/get_array.json"))
     assert described["deleting"]["executionName"] == "delete-demo-v1"
     # and a repeated DELETE answers the same workflow instead of starting another
-    assert call(load_event("apigateway/delete_array.json")) == (202, reply)
+    # (the run its apply started to create its volume, still running in moto, was stopped once)
+    assert reply["stoppedReconcile"] == ["reconcile-demo-v1"]
+    assert call(load_event("apigateway/delete_array.json")) == (202, {**reply, "stoppedReconcile": []})
     assert len(sfn.list_executions(stateMachineArn=machine)["executions"]) == 1
     # while an apply is refused until the array is gone
     status, refused = call(put_event(api_env))
@@ -175,9 +209,10 @@ def test_aws_refusing_a_step_is_502_and_the_spec_is_kept_for_a_retry(api_env: di
     assert "CreateSchedule: ThrottlingException: Rate exceeded" in reply["message"]
     assert "apply again" in reply["message"]
     assert call(load_event("apigateway/get_array.json"))[0] == 200
-    # and applying again (Scheduler answering) finishes the job
+    # and applying again (Scheduler answering) finishes the job (the owned volume still to be
+    # created by the run: 202)
     status, again = call(put_event(api_env))
-    assert status == 200, again
+    assert status == 202, again
     assert {c["resource"]: c["action"] for c in again["changes"]}["schedule/vsa-demo-backup"] == "create"
 
 
@@ -241,7 +276,7 @@ def test_growing_a_volume_ebs_cannot_modify_again_yet_is_409_saying_when_and_sto
     api_env: dict[str, Any], ebs: Callable[..., Ebs]
 ) -> None:
     # Given an applied array whose owned volume data2 EBS modified four times within 24 hours
-    assert call(put_event(api_env))[0] == 201
+    assert first_apply(api_env)[0] == 202
     started = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
     fake = ebs(
         ("VolumeModificationRateExceeded", "You've reached the maximum modification rate per volume limit."),
@@ -270,7 +305,7 @@ def test_growing_a_volume_whose_previous_modification_is_unfinished_is_409_and_s
     api_env: dict[str, Any], ebs: Callable[..., Ebs]
 ) -> None:
     # Given an applied array whose volume data2 is still optimizing towards 550 GiB
-    assert call(put_event(api_env))[0] == 201
+    assert first_apply(api_env)[0] == 202
     fake = ebs(
         ("IncorrectModificationState", "Volume cannot be modified in modification state OPTIMIZING"),
         ModificationState="optimizing",
@@ -307,10 +342,9 @@ def _executions(arn: str) -> list[str]:
 def test_a_data_plane_change_starts_reconcile_array_once_and_the_answer_says_what_remains(
     api_env: dict[str, Any],
 ) -> None:
-    # Given an applied array (a new array's controllers get everything from their bootstrap)
-    status, reply = call(put_event(api_env))
-    assert (status, reply["reconcile"]) == (201, None)
-    assert _executions(api_env["reconcile"]) == []
+    # Given an applied array (its run v1 created its owned volume)
+    first_apply(api_env)
+    assert _executions(api_env["reconcile"]) == ["reconcile-demo-v1"]
     ec2 = boto3.client("ec2", region_name=REGION)
     added = ec2.create_volume(
         AvailabilityZone="us-east-1a", Size=100, VolumeType="io2", Iops=3000, MultiAttachEnabled=True
@@ -326,7 +360,7 @@ def test_a_data_plane_change_starts_reconcile_array_once_and_the_answer_says_wha
     assert reply["reconcile"]["remaining"] == [
         f"volume {added}: attach to every serving controller, export, connect every host"
     ]
-    assert _executions(api_env["reconcile"]) == ["reconcile-demo-v2"]
+    assert sorted(_executions(api_env["reconcile"])) == ["reconcile-demo-v1", "reconcile-demo-v2"]
     # and GET shows the array converging, waiting for the lock
     shown = call(load_event("apigateway/get_array.json"))[1]["reconcile"]
     assert (shown["state"], shown["step"], shown["version"]) == (
@@ -337,7 +371,7 @@ def test_a_data_plane_change_starts_reconcile_array_once_and_the_answer_says_wha
     # When the same spec is applied again, nothing more starts
     status, reply = call(event)
     assert (status, reply["reconcile"]) == (200, None)
-    assert _executions(api_env["reconcile"]) == ["reconcile-demo-v2"]
+    assert sorted(_executions(api_env["reconcile"])) == ["reconcile-demo-v1", "reconcile-demo-v2"]
 
 
 def _aws_state(env: dict[str, Any]) -> dict[str, Any]:
@@ -384,13 +418,13 @@ def test_a_dry_run_answers_the_plan_and_creates_nothing(api_env: dict[str, Any])
     assert call(load_event("apigateway/get_array.json"))[0] == 404
     # and what an apply then does is what the dry run said
     status, applied = call(put_event(api_env))
-    assert status == 201
+    assert status == 202
     assert {c["resource"]: c["action"] for c in applied["changes"]} == planned
 
 
 def test_a_dry_run_of_a_change_names_the_changed_fields_and_modifies_nothing(api_env: dict[str, Any]) -> None:
     # Given an applied array
-    assert call(put_event(api_env))[0] == 201
+    assert first_apply(api_env)[0] == 202
     before = _aws_state(api_env)
     # When a spec that raises maxControllers and grows the owned volume is dry-run
     event = put_event(api_env, maxControllers=12)
@@ -525,7 +559,7 @@ def test_delete_stops_the_arrays_reconcile_runs_and_lets_go_of_their_lock(
     )["stateMachineArn"]
     monkeypatch.setenv("VSA_DELETE_STATE_MACHINE_ARN", machine)
     get_settings.cache_clear()
-    call(put_event(api_env))
+    first_apply(api_env)
     added = boto3.client("ec2", region_name=REGION).create_volume(
         AvailabilityZone="us-east-1a", Size=100, VolumeType="io2", Iops=3000, MultiAttachEnabled=True
     )["VolumeId"]

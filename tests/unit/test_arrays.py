@@ -13,13 +13,14 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
 from tests.unit.conftest import ACCOUNT, REGION, an_image_id, hooks_keep_metadata
 from vsa_core.arrays import plan
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import ArraySpec, RegisteredArray
-from vsa_core.errors import ConflictError, InvalidSpecError
+from vsa_core.errors import ConflictError, InvalidSpecError, VolumeCreationError
 
 AZ = "us-east-1a"
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/vsa-scheduler"
@@ -49,6 +50,14 @@ class World:
             wait_max_attempts=3,
         )
         self.image_id = an_image_id(self.ec2)
+
+    def apply(self, spec: ArraySpec, desired: int) -> list[plan.Change]:
+        """What a PUT and its ReconcileArray run's first step do together: converge AWS on the
+        spec (the API), then create the owned volumes not created yet (the workflow's
+        ``create`` step, which also puts the alarms over every volume)."""
+        changes = self.service.apply(spec, desired)
+        self.service.create_volumes(spec, desired)
+        return changes
 
     def volume(self, *, az: str = AZ, volume_type: str = "io2", multi_attach: bool = True) -> str:
         params: dict[str, Any] = {"AvailabilityZone": az, "Size": 100, "VolumeType": volume_type}
@@ -168,7 +177,7 @@ def test_validate_collects_every_problem_in_one_message(world: World) -> None:
 def test_validate_refuses_max_below_serving_controllers(world: World) -> None:
     # Given an applied array with 3 controllers in service
     spec = world.spec([{"volumeId": world.volume()}])
-    world.service.apply(spec, 3)
+    world.apply(spec, 3)
     registered = RegisteredArray(spec=spec, desired_controllers=3, version=1)
     # When maxControllers drops to 2
     lowered = spec.model_copy(update={"max_controllers": 2})
@@ -200,7 +209,7 @@ def _full_spec(world: World) -> ArraySpec:
 def test_apply_creates_everything_the_spec_implies(world: World) -> None:
     spec = _full_spec(world)
 
-    changes = world.service.apply(spec, 2)
+    changes = world.apply(spec, 2)
 
     assert {c.action for c in changes} == {"create"}
     assert sorted(c.resource for c in changes) == [
@@ -237,9 +246,9 @@ def test_apply_creates_everything_the_spec_implies(world: World) -> None:
 
 def test_reapply_changes_nothing_and_creates_no_second_volume(world: World) -> None:
     spec = _full_spec(world)
-    world.service.apply(spec, 2)
+    world.apply(spec, 2)
 
-    changes = world.service.apply(spec, 2)
+    changes = world.apply(spec, 2)
 
     assert [(c.resource, c.fields) for c in changes if c.action != "unchanged"] == []
     assert len(changes) == 8
@@ -250,7 +259,7 @@ def test_reapply_changes_nothing_and_creates_no_second_volume(world: World) -> N
 def test_an_update_changes_exactly_what_changed(world: World) -> None:
     # Given an applied array
     spec = _full_spec(world)
-    world.service.apply(spec, 2)
+    world.apply(spec, 2)
     # When maxControllers goes 8 -> 10 and a volume is added
     new_volume = world.volume()
     updated = world.spec(
@@ -258,7 +267,7 @@ def test_an_update_changes_exactly_what_changed(world: World) -> None:
         maxControllers=10,
         backup={"schedule": "rate(1 day)", "retention": 3},
     )
-    changes = {c.resource: c for c in world.service.apply(updated, 2) if c.action != "unchanged"}
+    changes = {c.resource: c for c in world.apply(updated, 2) if c.action != "unchanged"}
     # Then the group's MaxSize and the alarms' metrics change, nothing else (the hooks' timeouts do
     # not depend on the array's size)
     assert set(changes) == {
@@ -273,24 +282,22 @@ def test_an_update_changes_exactly_what_changed(world: World) -> None:
     alarm = world.cloudwatch.describe_alarms(AlarmNames=["vsa-demo-iops-high"])["MetricAlarms"][0]
     assert new_volume in str(alarm["Metrics"])
     # And applying again is a no-op
-    assert all(c.action == "unchanged" for c in world.service.apply(updated, 2))
+    assert all(c.action == "unchanged" for c in world.apply(updated, 2))
 
 
 def test_dropping_the_backup_policy_deletes_the_schedule(world: World) -> None:
     spec = _full_spec(world)
-    world.service.apply(spec, 2)
-    changes = world.service.apply(spec.model_copy(update={"backup": None}), 2)
+    world.apply(spec, 2)
+    changes = world.apply(spec.model_copy(update={"backup": None}), 2)
     assert [c.resource for c in changes if c.action == "delete"] == ["schedule/vsa-demo-backup"]
     assert world.scheduler.list_schedules()["Schedules"] == []
 
 
 def test_a_new_instance_type_makes_a_new_default_template_version(world: World) -> None:
     spec = _full_spec(world)
-    world.service.apply(spec, 2)
+    world.apply(spec, 2)
     controllers = {"instanceType": "r5b.4xlarge", "imageId": world.image_id}
-    changes = world.service.apply(
-        world.spec(list(_dump(spec)), controllers=controllers, backup=_backup(spec)), 2
-    )
+    changes = world.apply(world.spec(list(_dump(spec)), controllers=controllers, backup=_backup(spec)), 2)
     changed = [c for c in changes if c.action != "unchanged"]
     assert [(c.resource, c.fields) for c in changed] == [
         (
@@ -316,7 +323,7 @@ def _backup(spec: ArraySpec) -> dict[str, Any] | None:
 def test_status_reports_group_controllers_volumes_alarms_schedule_hosts(world: World) -> None:
     spec = _full_spec(world).model_copy(update={"hosts": ()})
     spec = ArraySpec.model_validate({**spec.model_dump(by_alias=True), "hosts": [{"instanceId": HOST}]})
-    world.service.apply(spec, 2)
+    world.apply(spec, 2)
     world.hosts_answer((HOST, "Online"))
 
     status = world.service.status(spec)
@@ -336,7 +343,7 @@ def test_status_reports_group_controllers_volumes_alarms_schedule_hosts(world: W
 
 def test_busy_reason_is_none_for_a_settled_array(world: World) -> None:
     spec = _full_spec(world)
-    world.service.apply(spec, 2)
+    world.apply(spec, 2)
     assert world.service.busy_reason(spec) is None
 
 
@@ -348,7 +355,7 @@ def teardown(world: World, spec: Any, *, delete_volumes: bool) -> list[Any]:
 def test_teardown_removes_what_apply_created_and_keeps_a_volume_it_does_not_own(world: World) -> None:
     spec = _full_spec(world)
     existing = spec.existing_volume_ids[0]
-    world.service.apply(spec, 2)
+    world.apply(spec, 2)
 
     changes = teardown(world, spec, delete_volumes=True)
 
@@ -362,7 +369,7 @@ def test_teardown_removes_what_apply_created_and_keeps_a_volume_it_does_not_own(
 
 def test_teardown_keeps_owned_volumes_unless_asked(world: World) -> None:
     spec = _full_spec(world)
-    world.service.apply(spec, 2)
+    world.apply(spec, 2)
     teardown(world, spec, delete_volumes=False)
     owned = world.ec2.describe_volumes(Filters=[{"Name": "tag:vsa:owned", "Values": ["true"]}])["Volumes"]
     assert len(owned) == 1
@@ -375,7 +382,7 @@ def test_teardown_never_deletes_a_launch_template_it_did_not_create(world: World
     spec = world.spec(
         [{"volumeId": world.volume()}], controllers={"launchTemplate": {"launchTemplateId": template_id}}
     )
-    world.service.apply(spec, 2)
+    world.apply(spec, 2)
     teardown(world, spec, delete_volumes=True)
     assert world.ec2.describe_launch_templates()["LaunchTemplates"][0]["LaunchTemplateId"] == template_id
 
@@ -391,11 +398,12 @@ def test_validate_refuses_to_take_over_a_launch_template_of_the_same_name(world:
         world.service.validate(spec, None)
 
 
-def test_apply_creates_every_owned_volume_without_waiting_and_idempotently(
+def test_apply_creates_no_volume_and_the_workflow_step_creates_each_once_without_waiting(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a spec with three volumes to create (the API answers within API Gateway's 29 s
-    # integration timeout: https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html)
+    # integration timeout, https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html,
+    # however many: ReconcileArray's first step creates them)
     spec = world.spec([{"name": f"data{i}", "sizeGiB": 100, "iops": 3000} for i in range(3)])
     created: list[dict[str, Any]] = []
     create = world.ec2.create_volume
@@ -405,21 +413,63 @@ def test_apply_creates_every_owned_volume_without_waiting_and_idempotently(
         return create(**params)
 
     def no_waiting(name: str) -> Any:
-        raise AssertionError(f"PUT /arrays waited on {name}: volumes are created, not waited for")
+        raise AssertionError(f"waited on {name} in a Lambda: the workflow's Wait states wait")
 
     monkeypatch.setattr(world.ec2, "create_volume", recording_create)
     monkeypatch.setattr(world.ec2, "get_waiter", no_waiting)
-    # When applied
-    world.service.apply(spec, 2)
-    # Then each volume was created once, with a client token of its own (EC2 idempotency:
+    # When the API applies it: nothing is created, each volume is planned as a create
+    changes = world.service.apply(spec, 2)
+    assert created == []
+    assert [c.action for c in changes if c.resource.startswith("volume/")] == ["create"] * 3
+    assert world.service.missing_volumes(spec) == ["data0", "data1", "data2"]
+    # When the workflow's create step runs: each volume was created once, tagged as owned, with
+    # a client token of its own (EC2 idempotency:
     # https://docs.aws.amazon.com/ec2/latest/devguide/ec2-api-idempotency.html), and nothing waited
+    done = world.service.create_volumes(spec, 2)
+    assert [c.split(" ")[0] for c in done["created"]] == ["data0", "data1", "data2"]
     tokens = [p["ClientToken"] for p in created]
     assert len(tokens) == len(set(tokens)) == 3
     assert all(len(t) <= 64 and t.isascii() for t in tokens)
-    # And a retried PUT creates nothing more, and asks with the same tokens had it to create
-    world.service.apply(spec, 2)
-    assert len(created) == 3
+    assert all({"Key": "vsa:owned", "Value": "true"} in p["TagSpecifications"][0]["Tags"] for p in created)
+    # and the alarms now watch every volume
+    alarm = world.cloudwatch.describe_alarms(AlarmNames=["vsa-demo-iops-high"])["MetricAlarms"][0]
+    watched = {
+        d["Value"]
+        for m in alarm["Metrics"]
+        if "MetricStat" in m
+        for d in m["MetricStat"]["Metric"]["Dimensions"]
+    }
+    assert len(watched) == 3
+    # And a retried step creates nothing more, and asks with the same tokens had it to create
+    again = world.service.create_volumes(spec, 2)
+    assert (len(created), again["created"], len(again["existing"])) == (3, [], 3)
     assert tokens == [plan.owned_volume_token(spec, v) for v in spec.new_volumes]
+    assert world.service.missing_volumes(spec) == []
+
+
+def test_a_volume_ebs_refuses_fails_the_step_saying_what_was_created_and_what_remains(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = world.spec([{"name": f"data{i}", "sizeGiB": 100, "iops": 3000} for i in range(3)])
+    create = world.ec2.create_volume
+
+    def refusing(**params: Any) -> Any:
+        if "vsa-demo-data1" in str(params["TagSpecifications"]):
+            raise ClientError(
+                {"Error": {"Code": "VolumeLimitExceeded", "Message": "io2 storage limit"}}, "CreateVolume"
+            )
+        return create(**params)
+
+    monkeypatch.setattr(world.ec2, "create_volume", refusing)
+    world.service.apply(spec, 2)
+    with pytest.raises(VolumeCreationError) as refused:
+        world.service.create_volumes(spec, 2)
+    message = str(refused.value)
+    assert "created data0 (vol-" in message
+    assert "data2 (vol-" in message
+    assert "not created: data1 (VolumeLimitExceeded: io2 storage limit)" in message
+    assert "apply it again to create the rest" in message
+    assert world.service.missing_volumes(spec) == ["data1"]
 
 
 # --- everything launching a controller needs, checked before anything is stored (issue #20) ------

@@ -169,7 +169,7 @@ def test_the_answer_says_what_remains_per_volume_and_host() -> None:
     after = spec((V1, V3), hosts=(H1, H3))
     assert plan.pending_work(before, after) == [
         f"volume {V3}: attach to every serving controller, export, connect every host",
-        f"volume {V2}: every host disconnects it, unexport, detach (the volume is kept)",
+        f"volume {V2}: every host disconnects it, unexport, detach (kept: the array did not create it)",
         f"host {H3}: allow on every controller, then connect through every controller",
         f"host {H2}: disconnect from every controller, then disallow",
     ]

@@ -43,6 +43,7 @@ def applied(registry_table: str, function_env: None, monkeypatch: pytest.MonkeyP
     hooks_keep_metadata(service._autoscaling)
     registered = registry.put(spec, expected_version=None)
     service.apply(spec, registered.desired_controllers)
+    service.create_volumes(spec, registered.desired_controllers)  # ReconcileArray's first step
     registry.mark_deleting(
         "gone", 1, Deletion(execution_name="delete-gone-v1", delete_volumes=True, requested_at="now")
     )

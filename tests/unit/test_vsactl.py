@@ -280,6 +280,24 @@ def test_apply_dry_run_asks_for_the_plan_and_prints_one_line_per_resource_and_ac
     assert json.loads(full.output) == FIRST_APPLY
 
 
+def test_apply_force_and_delete_removed_volumes_are_sent_as_query_flags_and_what_was_forced_shown(
+    run, api, tmp_path
+):
+    forced = "removed although host i-1 has vol-1 mounted at /data"
+    api.answer(
+        "PUT",
+        "/v1/arrays/demo?force=true&deleteRemovedVolumes=true",
+        200,
+        {"array": {}, "version": 4, "changes": [], "forced": [forced]},
+    )
+
+    result = run("apply", "-f", spec_file(tmp_path), "--force", "--delete-removed-volumes")
+
+    assert result.exit_code == 0, result.output
+    assert api.only_request().path == "/v1/arrays/demo?force=true&deleteRemovedVolumes=true"
+    assert f"! {forced}" in result.output.splitlines()
+
+
 def test_apply_with_if_match_sends_the_version_and_shows_unchanged(run, api, tmp_path):
     api.answer("PUT", "/v1/arrays/demo", 200, {"array": {}, "version": 3, "changes": []})
 

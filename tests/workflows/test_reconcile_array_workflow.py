@@ -28,8 +28,11 @@ def test_the_phases_run_in_order_under_the_lock_then_it_is_released(
 ) -> None:
     # Given the lock is free, attach/export/connect have something to do, the rest nothing
     run = run_case(sfn, workflow(NAME, "reconcile_array.asl.json"), "Converges", REQUEST)
-    # Then every phase starts once, in plan order, with the lock's owner being the execution
+    # Then the owned volumes are created first, before the lock is taken
     assert run["status"] == "SUCCEEDED", run.get("cause")
+    assert entered(run)[:3] == ["Init", "CreateVolumes", "AcquireLock"]
+    assert lambda_inputs(run, "create") == [{"step": "create", "arrayId": "wf-r", "owner": run["name"]}]
+    # and every phase starts once, in plan order, with the lock's owner being the execution
     starts = lambda_inputs(run, "start")
     assert [s["phase"] for s in starts] == list(PHASES)
     assert {s["owner"] for s in starts} == {run["name"]}
@@ -51,7 +54,7 @@ def test_it_waits_for_the_lock_instead_of_skipping(sfn: Any, workflow: Callable[
     run = run_case(sfn, workflow(NAME, "reconcile_array.asl.json"), "WaitsForTheLock", REQUEST)
     assert run["status"] == "SUCCEEDED", run.get("cause")
     states = entered(run)
-    assert states[:5] == ["Init", "AcquireLock", "Locked?", "WaitForLock", "AcquireLock"]
+    assert states[:6] == ["Init", "CreateVolumes", "AcquireLock", "Locked?", "WaitForLock", "AcquireLock"]
     assert len(lambda_inputs(run, "start")) == len(PHASES)
 
 
@@ -62,7 +65,7 @@ def test_a_lock_step_that_fails_records_it_and_releases_nothing(
     assert run["status"] == "FAILED"
     assert run["error"] == "ReconcileFailed"
     assert "ArrayNotFoundError" in run["cause"]
-    assert entered(run) == ["Init", "AcquireLock", "FailWithoutLock", "Failed"]
+    assert entered(run) == ["Init", "CreateVolumes", "AcquireLock", "FailWithoutLock", "Failed"]
     assert not any("scalingLock" in u for u in updates(run))
 
 
@@ -105,3 +108,21 @@ def test_rounds_are_bounded(sfn: Any, workflow: Callable[[str, str], str]) -> No
     assert len(lambda_inputs(run, "start")) == 3 * len(PHASES)
     assert "still not converged after 3 rounds" in run["cause"]
     assert "i-0a1b2c3d4e5f60015" in run["cause"]
+
+
+def test_volumes_it_could_not_create_fail_the_run_saying_what_was_done_and_what_remains(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    # Given EBS refuses one of the two owned volumes the stored spec declares (a quota)
+    run = run_case(sfn, workflow(NAME, "reconcile_array.asl.json"), "CreateFails", REQUEST)
+    # Then the run fails before taking the lock, recording the error on the array (what was
+    # created, what was not and why), and no phase starts
+    assert run["status"] == "FAILED"
+    assert entered(run) == ["Init", "CreateVolumes", "FailWithoutLock", "Failed"]
+    assert "VolumeCreationError" in run["cause"]
+    assert "created data (vol-0a1b2c3d4e5f60021)" in run["cause"]
+    assert "not created: logs (VolumeLimitExceeded" in run["cause"]
+    assert updates(run) == [
+        "SET reconcileState = :failed, reconcileError = :error, reconcileUpdatedAt = :now"
+    ]
+    assert lambda_inputs(run, "start") == []

@@ -35,6 +35,12 @@ class ReconcileError(VsaError):
     the spec is stored; applying it again resumes the convergence. The API answers 502."""
 
 
+class VolumeCreationError(VsaError):
+    """ReconcileArray's ``create`` step could not create every owned volume the stored spec
+    declares (a quota, a permission, an unsupported size): the message says which it created,
+    which were there already and which remain, with AWS's reason; applying again resumes."""
+
+
 class LockLostError(VsaError):
     """A workflow step found its execution no longer holds the array lock (its lease ran out and
     another run took it): the step does nothing and the workflow stops, saying who holds it."""

@@ -62,12 +62,17 @@ class ArrayRegistry:
         return self._from_item(item)
 
     def put(
-        self, spec: ArraySpec, expected_version: int | None, left_hosts: tuple[str, ...] = ()
+        self,
+        spec: ArraySpec,
+        expected_version: int | None,
+        left_hosts: tuple[str, ...] = (),
+        delete_volumes: tuple[str, ...] = (),
     ) -> RegisteredArray:
         """Store ``spec``: a new array when ``expected_version`` is None, else an update of the
         version the caller read. The desired count stays, clamped into the new [min, max].
         ``left_hosts`` (hosts the new spec drops) join the pending host removals in the same
-        write, so ReconcileArray learns of them however the apply ends."""
+        write, so ReconcileArray learns of them however the apply ends; so do ``delete_volumes``
+        (owned volumes the apply asked to delete once detached)."""
         if expected_version is None:
             try:
                 return self.create(spec)
@@ -79,12 +84,16 @@ class ArrayRegistry:
                 ) from None
         current = self.get(spec.array_id)
         desired = min(max(current.desired_controllers, spec.min_controllers), spec.max_controllers)
+        adds = [
+            *(["pendingHostRemovals :left"] if left_hosts else []),
+            *(["pendingVolumeDeletions :gone"] if delete_volumes else []),
+        ]
         try:
             self._dynamodb.update_item(
                 TableName=self._table,
                 Key=array_key(spec.array_id),
                 UpdateExpression="SET spec = :spec, desiredControllers = :desired, version = :next"
-                + (" ADD pendingHostRemovals :left" if left_hosts else ""),
+                + (" ADD " + ", ".join(adds) if adds else ""),
                 ConditionExpression="version = :expected",
                 ExpressionAttributeValues={
                     ":spec": {"S": spec.model_dump_json(by_alias=True)},
@@ -92,6 +101,7 @@ class ArrayRegistry:
                     ":next": {"N": str(expected_version + 1)},
                     ":expected": {"N": str(expected_version)},
                     **({":left": {"SS": list(left_hosts)}} if left_hosts else {}),
+                    **({":gone": {"SS": list(delete_volumes)}} if delete_volumes else {}),
                 },
             )
         except ClientError as error:
@@ -106,6 +116,7 @@ class ArrayRegistry:
             desired_controllers=desired,
             version=expected_version + 1,
             pending_host_removals=tuple(sorted({*current.pending_host_removals, *left_hosts})),
+            pending_volume_deletions=tuple(sorted({*current.pending_volume_deletions, *delete_volumes})),
             reconcile=current.reconcile,
         )
 
@@ -202,6 +213,7 @@ class ArrayRegistry:
             last_scale_out_at=item.get("lastScaleOutAt", {}).get("S"),
             last_scale_in_at=item.get("lastScaleInAt", {}).get("S"),
             pending_host_removals=tuple(sorted(item.get("pendingHostRemovals", {}).get("SS", []))),
+            pending_volume_deletions=tuple(sorted(item.get("pendingVolumeDeletions", {}).get("SS", []))),
             reconcile={
                 k.removeprefix("reconcile")[:1].lower() + k.removeprefix("reconcile")[1:]: v["S"]
                 for k, v in item.items()

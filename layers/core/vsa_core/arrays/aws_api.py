@@ -12,7 +12,7 @@ validates (422 with the failing fields),
                                                control plane created, then forgets the array
 """
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
@@ -20,6 +20,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Pat
 from pydantic import AfterValidator, AwareDatetime
 
 from vsa_core.arrays import aws_events, aws_operations, replies
+from vsa_core.arrays.aws_removals import MountCheck
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.events import MAX_LIMIT
@@ -61,14 +62,7 @@ def _service() -> ArrayService:
 
 
 def _documents() -> NodeDocuments:
-    settings = get_settings()
-    return NodeDocuments(
-        configure_target=settings.configure_target_document,
-        connect_path=settings.connect_path_document,
-        disconnect_path=settings.disconnect_path_document,
-        report_paths=settings.report_paths_document,
-        report_exports=settings.report_exports_document,
-    )
+    return NodeDocuments.of(get_settings())
 
 
 # Named domain errors → HTTP status, in one place; 422 names each failing field and why
@@ -81,7 +75,7 @@ replies.install(
     "/arrays/<array_id>",
     summary="Create or update an array",
     tags=["arrays"],
-    responses=replies.responses(400, 409, 502, ok=(200, 201)),
+    responses=replies.responses(400, 409, 502, ok=(200, 201, 202)),
 )
 def put_array(
     array_id: ArrayIdPath,
@@ -95,6 +89,21 @@ def put_array(
             alias="dryRun",
             description="validate and answer what an apply would change (control plane and data "
             "plane), changing nothing",
+        ),
+    ] = False,
+    force: Annotated[
+        bool,
+        Query(
+            description="remove a volume even though a host has it mounted (or cannot tell): the "
+            "hosts' disconnect then fails every IO on that mount",
+        ),
+    ] = False,
+    delete_removed_volumes: Annotated[
+        bool,
+        Query(
+            alias="deleteRemovedVolumes",
+            description="delete the volumes the array created that the spec no longer lists, once "
+            "detached from every controller (default: kept); a volume it did not create never is",
         ),
     ] = False,
 ) -> Response[dict[str, Any]]:
@@ -113,11 +122,21 @@ def put_array(
             state_machine_arn=settings.reconcile_state_machine_arn,
         ),
         dry_run=dry_run,
+        mounts=MountCheck(
+            ssm=client("ssm"),
+            report_paths=settings.report_paths_document,
+            period=timedelta(minutes=settings.health_check_minutes),
+        )
+        if settings.report_paths_document
+        else None,
+        force=force,
+        delete_removed_volumes=delete_removed_volumes,
     )
     logger.info("array applied", extra={"new_array": created, "changes": len(reply["changes"])})
-    return Response(
-        status_code=201 if created else 200, content_type=content_types.APPLICATION_JSON, body=reply
-    )
+    # 202: owned volumes are still to be created, by the ReconcileArray run the answer names
+    # (``reconcile``; GET /arrays/{id} and ``vsactl apply --wait`` follow it)
+    status = 202 if reply.get("creating") else 201 if created else 200
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=reply)
 
 
 @app.get("/arrays", summary="List arrays", tags=["arrays"], responses=replies.responses())

@@ -1,16 +1,21 @@
 """Converge AWS on an array spec: owned volumes, launch template, controller group with its
 lifecycle hooks, IOPS alarms, backup schedule; and the alarm thresholds after a scale. Every
 decision (names, parameters, thresholds, what changed) is ``vsa_core.arrays.plan``'s; this
-module sends the calls its diff asks for. It never waits: new owned volumes are answered
-``creating`` and the bootstrap attaches each once available."""
+module sends the calls its diff asks for. It never waits and creates no volume: an owned
+volume the spec declares that does not exist yet is answered ``create`` and created by
+ReconcileArray's first step (``create_volumes``), which the API starts for it; the IOPS
+alarms are put over the volumes that exist (none yet: put by that step)."""
 
 import functools
 from collections.abc import Callable
+
+from botocore.exceptions import ClientError
 
 from vsa_core.arrays import aws_observe, aws_volumes, plan
 from vsa_core.arrays.aws_observe import ArrayClients, project
 from vsa_core.arrays.plan import Change, Params, Resources
 from vsa_core.arrays.spec import ArraySpec
+from vsa_core.errors import VolumeCreationError
 from vsa_core.naming import launch_template_name
 
 
@@ -33,6 +38,8 @@ def apply(clients: ArrayClients, spec: ArraySpec, desired_controllers: int) -> l
         kind = change.resource.split("/", 1)[0]
         if kind in ("volume", "launch-template"):
             continue
+        if kind == "alarm" and not owned_ids + spec.existing_volume_ids and spec.demand_metric is None:
+            continue  # no volume to watch yet: ReconcileArray's create step puts the alarms
         _apply_change(clients, change, desired)
         changes.append(change)
     if template_change is not None and desired.launch_template is None:  # the spec now brings its own
@@ -86,7 +93,8 @@ def _desired(
 
 
 def _apply_volumes(clients: ArrayClients, spec: ArraySpec) -> tuple[tuple[str, ...], list[Change]]:
-    """Create missing owned volumes (found again by their tags), grow changed ones."""
+    """Grow changed owned volumes; a missing one is a ``create`` change left to ReconcileArray
+    (``create_volumes``): however many there are, the API answers within its 29 s."""
     observed = aws_volumes.converging_volumes(clients, spec.array_id)
     changes: list[Change] = []
     ids: list[str] = []
@@ -95,23 +103,55 @@ def _apply_volumes(clients: ArrayClients, spec: ArraySpec) -> tuple[tuple[str, .
         have = observed.get(volume.name)
         change = plan.diff_resource(f"volume/{volume.name}", params, project(have, params) if have else None)
         assert change is not None
-        if have is None:
-            # CreateVolume answers at once with the volume ``creating``; nothing here waits for
-            # ``available`` (an API call has 29 s): the controllers' bootstrap attaches a volume
-            # once it is available. The client token makes a retried PUT (or two at once) get
-            # the same volume, not a second one, while the tags may not be visible yet.
-            volume_id = str(
-                clients.ec2.create_volume(**params, ClientToken=plan.owned_volume_token(spec, volume))[
-                    "VolumeId"
-                ]
-            )
-        else:
-            volume_id = str(have["VolumeId"])
-            if aws_volumes.resizes(change):  # started by grow_volumes unless another apply raced
-                aws_volumes.modify_volume(clients, volume.name, volume_id, params, [], stored=True)
-        ids.append(volume_id)
         changes.append(change)
+        if have is None:
+            continue
+        volume_id = str(have["VolumeId"])
+        if aws_volumes.resizes(change):  # started by grow_volumes unless another apply raced
+            aws_volumes.modify_volume(clients, volume.name, volume_id, params, [], stored=True)
+        ids.append(volume_id)
     return tuple(ids), changes
+
+
+def missing_volumes(clients: ArrayClients, spec: ArraySpec) -> list[str]:
+    """The owned volumes the spec declares that do not exist yet (names)."""
+    observed = aws_observe.owned_volumes(clients, spec.array_id)
+    return [v.name for v in spec.new_volumes if v.name not in observed]
+
+
+def create_volumes(clients: ArrayClients, spec: ArraySpec, desired_controllers: int) -> dict[str, list[str]]:
+    """ReconcileArray's ``create`` step: CreateVolume of every owned volume the spec declares
+    that does not exist yet, tagged as it is made (``vsa:array``, ``vsa:owned=true``, its
+    name), each with its client token (a retried step, or two runs at once, get the same volume,
+    not a second one, while the tags may not be visible yet); nothing waits for ``available``
+    (the workflow's settle phase does). Then the IOPS alarms over every volume. One refusal does
+    not stop the others; any raises ``VolumeCreationError`` saying what was done and what remains."""
+    observed = aws_observe.owned_volumes(clients, spec.array_id)
+    created: list[str] = []
+    there: list[str] = []
+    failed: list[str] = []
+    for volume in spec.new_volumes:
+        have = observed.get(volume.name)
+        if have is not None:
+            there.append(f"{volume.name} ({have['VolumeId']}, {have.get('State')})")
+            continue
+        params = plan.owned_volume_params(spec, volume)
+        try:
+            answer = clients.ec2.create_volume(**params, ClientToken=plan.owned_volume_token(spec, volume))
+        except ClientError as error:
+            code = aws_observe.error_code(error)
+            failed.append(f"{volume.name} ({code}: {error.response.get('Error', {}).get('Message', '')})")
+            continue
+        created.append(f"{volume.name} ({answer['VolumeId']})")
+    if created or there:  # the alarms over every volume (a step retried after a failure too)
+        set_alarm_thresholds(clients, spec, desired_controllers)
+    if failed:
+        raise VolumeCreationError(
+            f"array {spec.array_id}: created {', '.join(created) or 'none'}; already there: "
+            f"{', '.join(there) or 'none'}; not created: {'; '.join(failed)}. The spec is stored: fix "
+            "the cause and apply it again to create the rest"
+        )
+    return {"created": created, "existing": there}
 
 
 def _apply_launch_template(clients: ArrayClients, params: Params, change: Change) -> None:

@@ -267,9 +267,12 @@ def managed_nodes(clients: ArrayClients, instance_ids: list[str]) -> dict[str, d
 
 
 def volume_ids(clients: ArrayClients, spec: ArraySpec) -> tuple[str, ...]:
-    """Every volume of the array: the spec's existing ones, then the ones created for it."""
+    """Every volume of the array: the spec's existing ones, then the ones created for it that
+    the spec still lists (one an apply removed and kept is no longer the array's: no controller
+    attaches it, no backup includes it, no alarm counts it)."""
+    owned = owned_volumes(clients, spec.array_id)
     return spec.existing_volume_ids + tuple(
-        str(v["VolumeId"]) for v in owned_volumes(clients, spec.array_id).values()
+        str(owned[v.name]["VolumeId"]) for v in spec.new_volumes if v.name in owned
     )
 
 

@@ -18,7 +18,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from vsa_core.arrays import dataplane
+from vsa_core.arrays import aws_observe, aws_removals, dataplane, removals
+from vsa_core.arrays.aws_removals import MountCheck
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.plan import Change
@@ -26,8 +27,9 @@ from vsa_core.arrays.spec import ArraySpec, Deletion, RegisteredArray
 from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError, ReconcileError
 from vsa_core.naming import delete_execution_name, group_name
 from vsa_core.reconcile import aws_stop
+from vsa_core.reconcile import plan as reconcile_plan
 from vsa_core.reconcile.aws_start import ReconcileStarter
-from vsa_core.reconcile.plan import left_hosts, needs_reconcile, pending_work
+from vsa_core.reconcile.plan import creation_work, left_hosts, needs_reconcile, pending_work
 from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.waiters import execution_arn
 
@@ -67,12 +69,19 @@ def apply_array(
     if_match: str | None = None,
     reconcile: ReconcileStarter | None = None,
     dry_run: bool = False,
+    mounts: MountCheck | None = None,
+    force: bool = False,
+    delete_removed_volumes: bool = False,
 ) -> tuple[bool, dict[str, Any]]:
     """Create or update; ``(created, reply)`` with the stored spec, its version, the changes
     made, and the ReconcileArray run started for what remains (``reconcile``: its execution and
     the remaining work per volume and host; null when the data plane did not change).
     ``dry_run``: validate and answer the plan (control plane and data plane) without storing or
-    changing anything, and start nothing."""
+    changing anything, and start nothing. A volume the apply removes that a host has mounted (or
+    may have: its report cannot tell) is refused (409, nothing changed) unless ``force``
+    (``mounts``: where the hosts' reports are; None: not checked). ``delete_removed_volumes``:
+    the owned volumes the spec no longer lists are deleted once detached (else kept, and the
+    answer says how to delete them); a volume the array did not create never is."""
     if spec.array_id != array_id:
         raise InvalidSpecError(
             f"the body's arrayId {spec.array_id!r} differs from the path's {array_id!r}: make them equal"
@@ -88,6 +97,10 @@ def apply_array(
             "apply again once it is gone"
         )
     service.validate(spec, current)
+    removed = aws_removals.removed_volumes(service.ctx, current.spec, spec) if current is not None else []
+    forced = _check_removals(current, spec, removed, mounts, force)
+    earlier = _kept_earlier(service, spec, removed) if delete_removed_volumes and current is not None else []
+    deletions = tuple([r.volume_id for r in removed if r.owned] + earlier) if delete_removed_volumes else ()
     if dry_run:
         return False, dry_run_plan(spec, current, registry=registry, service=service)
     try:
@@ -103,17 +116,29 @@ def apply_array(
     before = current.spec if current is not None else None
     if current is not None and current.spec == spec:
         stored = current  # nothing new to store; still converge (repairs drift)
+        if deletions and reconcile is not None:
+            reconcile.add_volume_deletions(array_id, current.version, deletions)
     else:
         stored = registry.put(
-            spec, expected_version=current.version if current else None, left_hosts=left_hosts(before, spec)
+            spec,
+            expected_version=current.version if current else None,
+            left_hosts=left_hosts(before, spec),
+            delete_volumes=deletions,
         )
     last_state = (current.reconcile or {}).get("state") if current is not None else None
+    creating = service.missing_volumes(spec)
     started = None
-    if reconcile is not None and needs_reconcile(before, spec, last_state):
+    if reconcile is not None and (
+        creating or needs_reconcile(before, spec, last_state, deleting=bool(deletions))
+    ):
         # started before the AWS calls below: whatever they leave undone, the run converges
-        # the data plane on the stored spec once they are done (its first phase waits for the
-        # volumes created here), and an apply that fails half-way says the spec is stored
-        started = reconcile.start(array_id, stored.version, pending_work(before, spec))
+        # the data plane on the stored spec once they are done (its first step creates the
+        # owned volumes not created yet, its settle phase waits for them), and an apply that
+        # fails half-way says the spec is stored
+        work = creation_work(before, spec, creating) + pending_work(
+            before, spec, delete_removed_volumes, tuple(earlier)
+        )
+        started = reconcile.start(array_id, stored.version, work)
     try:
         applied = service.apply(spec, stored.desired_controllers)
         changes = grown + [c for c in applied if c.resource not in {g.resource for g in grown}]
@@ -129,7 +154,44 @@ def apply_array(
         "desiredControllers": stored.desired_controllers,
         "changes": _json(changes),
         "reconcile": started,
+        # the owned volumes the workflow creates (the API answers 202: accepted, not yet made)
+        "creating": creating if started is not None else [],
+        **({"forced": forced} if forced else {}),
     }
+
+
+def _kept_earlier(service: ArrayService, spec: ArraySpec, removed: list[removals.Removed]) -> list[str]:
+    """Owned volumes of the array that an earlier apply removed and kept (by id)."""
+    listed = {v.name for v in spec.new_volumes}
+    now = {r.volume_id for r in removed}
+    owned = aws_observe.owned_volumes(service.ctx, spec.array_id)
+    return sorted(
+        str(v["VolumeId"]) for n, v in owned.items() if n not in listed and v["VolumeId"] not in now
+    )
+
+
+def _check_removals(
+    current: RegisteredArray | None,
+    spec: ArraySpec,
+    removed: list[removals.Removed],
+    mounts: MountCheck | None,
+    force: bool,
+) -> list[str]:
+    """Refuse (409) removing a volume a host has mounted, or may have, unless ``force``;
+    forced, what was overridden, in words (the answer's ``forced``)."""
+    if current is None or mounts is None:
+        return []
+    hosts = [h.instance_id for h in current.spec.hosts]
+    found, unknown = aws_removals.mounted(mounts, spec.array_id, hosts, removed)
+    message = removals.refusal(found, unknown)
+    if message is None:
+        return []
+    if not force:
+        raise ConflictError(message)
+    return [
+        *(f"removed although host {m.host} has {m.volume.label} mounted at {m.mountpoint}" for m in found),
+        *(f"removed although host {u.host} could not tell: {u.reason}" for u in unknown),
+    ]
 
 
 def dry_run_plan(
@@ -201,8 +263,11 @@ def describe_array(
         "desiredControllers": array.desired_controllers,
         "deleting": array.deleting.model_dump(by_alias=True) if array.deleting else None,
         "deleteFailure": array.delete_failure,
-        "reconcile": reconcile_status(array.reconcile, array.pending_host_removals),
+        "reconcile": reconcile_status(
+            array.reconcile, array.pending_host_removals, array.pending_volume_deletions
+        ),
         "status": _json(service.status(array.spec, registry.slots(array_id), documents)),
+        "keptVolumes": kept_volumes(service, array),
         "decisions": registry.decisions(array_id, limit=10),
         "backups": [
             {
@@ -218,7 +283,26 @@ def describe_array(
     }
 
 
-def reconcile_status(record: dict[str, str] | None, pending_hosts: tuple[str, ...]) -> dict[str, Any] | None:
+def kept_volumes(service: ArrayService, array: RegisteredArray) -> list[dict[str, Any]]:
+    """Volumes the array created that its spec no longer lists and no apply asked to delete:
+    kept (detached by ReconcileArray), each with how to delete it."""
+    listed = {v.name for v in array.spec.new_volumes}
+    return [
+        {
+            "name": name,
+            "volumeId": v["VolumeId"],
+            "state": v.get("State"),
+            "sizeGiB": v.get("Size"),
+            "howToDelete": reconcile_plan.KEEP_HINT.split(": ", 1)[1],
+        }
+        for name, v in sorted(aws_observe.owned_volumes(service.ctx, array.spec.array_id).items())
+        if name not in listed and v["VolumeId"] not in array.pending_volume_deletions
+    ]
+
+
+def reconcile_status(
+    record: dict[str, str] | None, pending_hosts: tuple[str, ...], pending_deletions: tuple[str, ...] = ()
+) -> dict[str, Any] | None:
     """The last ReconcileArray run as recorded (``converging`` with its current step,
     ``converged``, or ``failed`` with the error), and hosts still to disconnect."""
     if record is None:
@@ -232,6 +316,7 @@ def reconcile_status(record: dict[str, str] | None, pending_hosts: tuple[str, ..
         "updatedAt": record.get("updatedAt"),
         "error": record.get("error"),
         "pendingHostRemovals": list(pending_hosts),
+        "pendingVolumeDeletions": list(pending_deletions),
     }
 
 

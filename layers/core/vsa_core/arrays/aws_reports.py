@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from vsa_core.arrays.dataplane import Report, parse_report
+from vsa_core.settings import Settings
 
 ENDED = ("Success", "Failed")
 """Invocations whose script ran to its end: a document prints its report on success and on a
@@ -44,6 +45,17 @@ class NodeDocuments:
     """the health check's read-only host report (empty: not deployed)"""
     report_exports: str = ""
     """the health check's read-only controller report (empty: not deployed)"""
+
+    @classmethod
+    def of(cls, settings: Settings) -> "NodeDocuments":
+        """The deployed documents, as the stack names them (the functions' settings)."""
+        return cls(
+            configure_target=settings.configure_target_document,
+            connect_path=settings.connect_path_document,
+            disconnect_path=settings.disconnect_path_document,
+            report_paths=settings.report_paths_document,
+            report_exports=settings.report_exports_document,
+        )
 
     @property
     def controller(self) -> tuple[str, ...]:

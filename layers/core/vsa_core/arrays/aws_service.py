@@ -49,6 +49,8 @@ class ArrayService:
     validate = on_context(aws_validate.validate)
     grow_volumes = on_context(aws_volumes.grow_volumes)
     apply = on_context(aws_apply.apply)
+    missing_volumes = on_context(aws_apply.missing_volumes)
+    create_volumes = on_context(aws_apply.create_volumes)
     plan = on_context(aws_apply.plan_apply)
     set_alarm_thresholds = on_context(aws_apply.set_alarm_thresholds)
     volume_ids = on_context(aws_observe.volume_ids)

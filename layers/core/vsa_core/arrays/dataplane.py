@@ -282,8 +282,8 @@ def _host_differences(desired: Desired, observed: Observed, host: Host) -> list[
 
 def host_view(desired: Desired, observed: Observed, host: Host) -> dict[str, Any]:
     """A host as its own last report shows it: per volume each path and state, the live path
-    count, the IO policy and the size; ``livePaths`` is the fewest live paths of any volume
-    (what a host can lose before a volume goes dark)."""
+    count, the IO policy, the size and what is mounted from it; ``livePaths`` is the fewest live
+    paths of any volume (what a host can lose before a volume goes dark)."""
     report = observed.host_reports.get(host.instance_id)
     subsystems = subsystems_of(report, desired.array_id)
     volumes = []
@@ -299,6 +299,8 @@ def host_view(desired: Desired, observed: Observed, host: Host) -> dict[str, Any
                 "livePaths": sum(p["state"] == "live" for p in paths),
                 "ioPolicy": subsystem.get("ioPolicy"),
                 "sizeBytes": subsystem.get("sizeBytes"),
+                # what the host has mounted from it (report-paths only; None: it cannot tell)
+                "mounts": subsystem.get("mounts"),
             }
         )
     return {

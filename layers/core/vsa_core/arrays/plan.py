@@ -363,13 +363,15 @@ def desired_resources(
     """Everything ``spec`` produces at ``desired_controllers`` (held to [min, max]).
 
     ``volume_ids``: the array's volumes that exist (the existing ones and the owned ones created
-    so far) — the alarms watch these. ``launch_template_id_of_spec``: the resolved id of the
-    launch template the spec references (the group then refers to it by id), if known.
+    so far) — the alarms watch these (none: no alarms yet, unless the spec's demand metric).
+    ``launch_template_id_of_spec``: the resolved id of the launch template the spec references
+    (the group then refers to it by id), if known.
     ``account_id``/``region`` are checked, not used in names: they keep the call explicit about
     which account's resources it describes, and the scheduler role must live in that account.
     """
-    if not volume_ids:
-        raise ValueError(f"array {spec.array_id}: the alarms need at least one existing volume id")
+    # no volume exists yet (a new array of owned volumes only, created by ReconcileArray's first
+    # step, which then puts the alarms): nothing for the volumes' alarms to watch yet
+    alarms = bool(volume_ids) or spec.demand_metric is not None
     if f":{account_id}:" not in scheduler_role_arn and spec.backup is not None:
         raise ValueError(f"scheduler role {scheduler_role_arn} is not in account {account_id} ({region})")
     return Resources(
@@ -379,8 +381,8 @@ def desired_resources(
         group=group_params(spec, desired_controllers, launch_template_id_of_spec),
         launch_hook=hook_params(spec, "launch"),
         terminate_hook=hook_params(spec, "terminate"),
-        alarm_high=alarm_params(spec, desired_controllers, volume_ids, "high"),
-        alarm_low=alarm_params(spec, desired_controllers, volume_ids, "low"),
+        alarm_high=alarm_params(spec, desired_controllers, volume_ids, "high") if alarms else None,
+        alarm_low=alarm_params(spec, desired_controllers, volume_ids, "low") if alarms else None,
         schedule=schedule_params(spec, scheduler_role_arn=scheduler_role_arn),
     )
 

@@ -391,6 +391,9 @@ class RegisteredArray(BaseModel):
     """When ScaleArray last removed a controller (ISO 8601): the scale-in cooldown runs from it."""
     pending_host_removals: tuple[str, ...] = ()
     """Hosts an apply dropped from the spec that ReconcileArray has not disconnected yet."""
+    pending_volume_deletions: tuple[str, ...] = ()
+    """Owned volumes an apply asked to delete (``deleteRemovedVolumes``) that ReconcileArray
+    has not deleted yet: it deletes each once it is detached from every controller."""
     reconcile: dict[str, str] | None = None
     """The last ReconcileArray run as recorded: execution, state (converging, converged,
     failed, stopped: by a DELETE), step, version, startedAt, updatedAt, error."""

@@ -65,6 +65,7 @@ class HealthContext:
     table: str = ""
     nvme_command: str = "nvme"
     sysfs_root: str = "/sys"
+    mounts_file: str = "/proc/self/mounts"
     configfs_root: str = "/sys/kernel/config"
 
     @property
@@ -271,6 +272,7 @@ def _request_reports(
                 "Volumes": [",".join(volumes)],
                 "NvmeCommand": [ctx.nvme_command],
                 "SysfsRoot": [ctx.sysfs_root],
+                "MountsFile": [ctx.mounts_file],
             },
             Comment=f"vsa health check: {array_id}"[:100],
         )

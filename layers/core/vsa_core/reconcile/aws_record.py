@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
+from vsa_core.errors import ConflictError
 from vsa_core.registry import array_key
 
 if TYPE_CHECKING:
@@ -65,3 +66,38 @@ def clear_host_removals(dynamodb: "DynamoDBClient", table: str, array_id: str, h
             UpdateExpression="DELETE pendingHostRemovals :done",
             ExpressionAttributeValues={":done": {"SS": hosts}},
         )
+
+
+def clear_volume_deletions(
+    dynamodb: "DynamoDBClient", table: str, array_id: str, volume_ids: list[str]
+) -> None:
+    """Volumes deleted (or never to be deleted): no longer pending."""
+    if volume_ids:
+        dynamodb.update_item(
+            TableName=table,
+            Key=array_key(array_id),
+            UpdateExpression="DELETE pendingVolumeDeletions :done",
+            ExpressionAttributeValues={":done": {"SS": volume_ids}},
+        )
+
+
+def add_volume_deletions(
+    dynamodb: "DynamoDBClient", table: str, array_id: str, version: int, volume_ids: tuple[str, ...]
+) -> None:
+    """Owned volumes to delete once detached, asked by an apply that stores no new spec
+    (conditional on the version it read, as the registry's ``put``, which adds them in the
+    write that stores a new spec)."""
+    try:
+        dynamodb.update_item(
+            TableName=table,
+            Key=array_key(array_id),
+            UpdateExpression="ADD pendingVolumeDeletions :gone",
+            ConditionExpression="version = :expected",
+            ExpressionAttributeValues={":gone": {"SS": list(volume_ids)}, ":expected": {"N": str(version)}},
+        )
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            raise
+        raise ConflictError(
+            f"array {array_id!r} changed since version {version}: read it and apply again"
+        ) from None

@@ -20,6 +20,9 @@ class ReconcileStarter:
     table: str
     state_machine_arn: str
 
+    def add_volume_deletions(self, array_id: str, version: int, volume_ids: tuple[str, ...]) -> None:
+        aws_record.add_volume_deletions(self.dynamodb, self.table, array_id, version, volume_ids)
+
     def start(self, array_id: str, version: int, work: list[str]) -> dict[str, Any]:
         """Start the run for spec ``version``; answers what the API shows of it."""
         name = reconcile_execution_name(array_id, version)

@@ -1,6 +1,8 @@
 """ReconcileArray's steps on AWS, one per invocation (``step`` in the input); the workflow owns
 the order of the phases, the waits, the bounds and the failure path.
 
+- ``create``: create the owned volumes the stored spec declares that do not exist yet (the
+  API no longer does: it answers within its 29 s however many there are), before the lock.
 - ``lock``: take the array lock (``vsa_core.arrays.lock``) unless a controller is bootstrapping
   or draining; answers whether it was taken and, if not, why.
 - ``start``: renew the lease, record the phase as the array's current step, then start the
@@ -24,7 +26,7 @@ from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.controllers import aws_commands, slots
 from vsa_core.reconcile import aws_record, plan
 from vsa_core.reconcile.plan import Observed
-from vsa_core.reconcile.steps import Lock, Poll, Start, Verify
+from vsa_core.reconcile.steps import Create, Lock, Poll, Start, Verify
 from vsa_core.registry import ArrayRegistry
 
 
@@ -51,9 +53,11 @@ def observe(ctx: ReconcileContext, array_id: str) -> tuple[Observed, dict[int, d
     held = ctx.registry.slots(array_id)
     controllers = plan.controllers_of(held)
     described: dict[str, dict[str, Any]] = {}
-    if ids:
+    if ids or array.pending_volume_deletions:
+        # a filter, not VolumeIds: a volume deleted since is absent, not an error
+        wanted = [*ids, *array.pending_volume_deletions]
         for page in ctx.ec2.get_paginator("describe_volumes").paginate(
-            Filters=[{"Name": "volume-id", "Values": list(ids)}]
+            Filters=[{"Name": "volume-id", "Values": wanted}]
         ):
             described.update({v["VolumeId"]: v for v in page["Volumes"]})
     if controllers:
@@ -83,6 +87,8 @@ def observe(ctx: ReconcileContext, array_id: str) -> tuple[Observed, dict[int, d
         missing_volumes=tuple(v.name for v in spec.new_volumes if v.name not in owned),
         sizes={v: int(d["Size"]) for v, d in described.items() if v in ids and d.get("Size") is not None},
         modifications=modifications,
+        deletions=array.pending_volume_deletions,
+        tags={v: aws_observe.tag_dict(d.get("Tags")) for v, d in described.items()},
     )
     return observed, held
 
@@ -95,6 +101,19 @@ def take_lock(ctx: ReconcileContext, request: Lock) -> dict[str, Any]:
     return aws_lock.acquire(
         ctx.dynamodb, ctx.table, request.array_id, request.owner, lock.RECONCILE_LEASE_SECONDS, _now()
     )
+
+
+def create(ctx: ReconcileContext, request: Create) -> dict[str, Any]:
+    """Create the owned volumes the stored spec declares that do not exist yet (no lock: no
+    node is touched), recorded as the run's step while it does."""
+    array = ctx.registry.get(request.array_id)
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    missing = ctx.arrays.missing_volumes(array.spec)
+    if missing:
+        step = f"creating volumes {', '.join(missing)}"
+        aws_record.progress(ctx.dynamodb, ctx.table, request.array_id, request.owner, step, now)
+    done = ctx.arrays.create_volumes(array.spec, array.desired_controllers) if array.spec.new_volumes else {}
+    return {"created": done.get("created", []), "existing": done.get("existing", [])}
 
 
 def _hold(ctx: ReconcileContext, array_id: str, owner: str) -> None:
@@ -126,7 +145,22 @@ def start(ctx: ReconcileContext, request: Start) -> dict[str, Any]:
             for instance_id in holders:
                 ctx.ec2.detach_volume(VolumeId=volume_id, InstanceId=instance_id)
                 detached.append(f"{volume_id} from {instance_id}")
-        answer.update(pending=bool(detached), detached=detached)
+        # a volume to delete must become available (its attachments gone) before the next phase
+        answer.update(pending=bool(detached) or bool(plan.detaching(observed)), detached=detached)
+    elif request.phase == "delete":
+        refused = plan.refused_deletions(observed)
+        if refused:  # never deleted: no longer pending (the run's answer names them)
+            keep = [r.split(":", 1)[0] for r in refused]
+            aws_record.clear_volume_deletions(ctx.dynamodb, ctx.table, request.array_id, keep)
+        deleted = []
+        for volume_id in plan.deletable(observed):
+            # only available volumes (the detach phase waited for it); DeleteVolume is
+            # conditional in IAM too: only a volume tagged vsa:owned=true
+            ctx.ec2.delete_volume(VolumeId=volume_id)
+            deleted.append(volume_id)
+        gone = [v for v in observed.deletions if v not in observed.volume_states]
+        aws_record.clear_volume_deletions(ctx.dynamodb, ctx.table, request.array_id, gone)
+        answer.update(pending=bool(deleted), deleted=deleted, refused=refused)
     else:
         if request.phase == "disconnect" and observed.removed_hosts:
             observed, answer["unreachable"] = _reachable(ctx, request.array_id, observed)
@@ -185,13 +219,18 @@ def _attach(ctx: ReconcileContext, observed: Observed) -> list[str]:
 def poll(ctx: ReconcileContext, request: Poll) -> dict[str, Any]:
     _hold(ctx, request.array_id, request.owner)
     started = request.started
-    if request.phase in ("settle", "attach", "detach"):
+    if request.phase in ("settle", "attach", "detach", "delete"):
         observed, _ = observe(ctx, request.array_id)
         waiting = {
             "settle": plan.unready_volumes,
             "attach": plan.unattached,
             "detach": plan.detaching,
+            "delete": plan.deleting,
         }[request.phase](observed)
+        if request.phase == "delete" and not waiting:
+            aws_record.clear_volume_deletions(
+                ctx.dynamodb, ctx.table, request.array_id, list(started.get("deleted", []))
+            )
         waited = _waited(started)
         return {
             "done": not waiting,
@@ -251,10 +290,12 @@ class Steps:
     def __init__(self, ctx: ReconcileContext) -> None:
         self.ctx = ctx
 
-    def run(self, request: Lock | Start | Poll | Verify) -> dict[str, Any]:
+    def run(self, request: Lock | Create | Start | Poll | Verify) -> dict[str, Any]:
         match request:
             case Lock():
                 return take_lock(self.ctx, request)
+            case Create():
+                return create(self.ctx, request)
             case Start():
                 return start(self.ctx, request)
             case Poll():

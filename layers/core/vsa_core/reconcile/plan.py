@@ -21,7 +21,11 @@ to do answers so at once): re-running converges from wherever a run stopped.
 5. ``connect``: connect-path on every host to every serving controller (it connects only the
    subsystems without a path there; paths in use are untouched), and reports the size each
    host sees.
-6. ``detach``: a volume no longer in the spec, from every serving controller.
+6. ``detach``: a volume no longer in the spec, from every serving controller; one an apply
+   asked to delete is waited for until EBS has it ``available`` (DeleteVolume takes no other).
+7. ``delete``: an owned volume an apply asked to delete (``deleteRemovedVolumes``), once
+   detached: only if it carries this array's tags as created by it (``vsa:owned=true``) and the
+   spec does not list it; wait until EBS has deleted it. Any other volume is never deleted.
 
 Then ``verify``: whether anything is left (a controller that started serving meanwhile, short
 of a volume; a controller or host whose last report shows a volume at another size than EBS
@@ -34,11 +38,11 @@ from typing import Any, Literal
 
 from vsa_core.arrays import dataplane
 from vsa_core.arrays.dataplane import Report
-from vsa_core.arrays.spec import ArraySpec
+from vsa_core.arrays.spec import ARRAY_TAG, OWNED_TAG, ArraySpec
 from vsa_core.controllers.nvme import host_nqn
 
-Phase = Literal["settle", "attach", "disconnect", "export", "connect", "detach"]
-PHASES: tuple[Phase, ...] = ("settle", "attach", "disconnect", "export", "connect", "detach")
+Phase = Literal["settle", "attach", "disconnect", "export", "connect", "detach", "delete"]
+PHASES: tuple[Phase, ...] = ("settle", "attach", "disconnect", "export", "connect", "detach", "delete")
 
 PHASE_TIMEOUT_SECONDS: Mapping[Phase, int] = {
     # EBS creates an io2 volume in seconds to a few minutes; a modification leaves ``modifying``
@@ -50,6 +54,7 @@ PHASE_TIMEOUT_SECONDS: Mapping[Phase, int] = {
     "export": 600,  # configure-target's TimeoutSeconds
     "connect": 420,  # connect-path's 300 s + delivery, as BootstrapController
     "detach": 180,
+    "delete": 300,  # EBS deletes a volume in seconds to minutes
 }
 COMMAND_TIMEOUT_SECONDS: Mapping[Phase, int] = {"disconnect": 120, "export": 600, "connect": 300}
 
@@ -90,6 +95,11 @@ class Observed:
     """volume id → its size on EBS (GiB; the new one from ``optimizing`` on)."""
     modifications: Mapping[str, str] = field(default_factory=dict)
     """volume id → the state of its most recent modification (a volume never modified: absent)."""
+    deletions: tuple[str, ...] = ()
+    """Owned volumes an apply asked to delete and not deleted yet (the array item's
+    ``pendingVolumeDeletions``)."""
+    tags: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """volume id → its tags, for the volumes described."""
 
     @property
     def hosts(self) -> tuple[tuple[str, str], ...]:
@@ -272,8 +282,48 @@ def _disconnect(array_id: str, volumes: str, address: str, node: NodePaths) -> d
 
 
 def detaching(observed: Observed) -> list[str]:
-    """What the ``detach`` phase still waits for: removed volumes still on a serving controller."""
-    return [f"{v} on {', '.join(on)}" for v, on in removed_volumes(observed).items()]
+    """What the ``detach`` phase still waits for: removed volumes still on a serving controller,
+    and a volume to delete until EBS has it ``available`` (its last attachment gone)."""
+    waiting = [f"{v} on {', '.join(on)}" for v, on in removed_volumes(observed).items()]
+    for volume_id in deletable(observed):
+        state = observed.volume_states.get(volume_id)
+        if state != "available" and volume_id not in removed_volumes(observed):
+            waiting.append(f"{volume_id} is {state} (deleted once available)")
+    return waiting
+
+
+def owned_by(observed: Observed, volume_id: str) -> bool:
+    """Whether the array created ``volume_id`` (its tags: ``vsa:array=<id>``, ``vsa:owned=true``)."""
+    tags = observed.tags.get(volume_id, {})
+    return tags.get(ARRAY_TAG) == observed.spec.array_id and tags.get(OWNED_TAG) == "true"
+
+
+def deletable(observed: Observed) -> list[str]:
+    """The volumes to delete that still exist: asked for, created by this array, not in the spec."""
+    return [
+        v
+        for v in observed.deletions
+        if v in observed.volume_states
+        and observed.volume_states[v] != "deleted"
+        and v not in observed.volume_ids
+        and owned_by(observed, v)
+    ]
+
+
+def refused_deletions(observed: Observed) -> list[str]:
+    """Volumes asked to be deleted that this array may not delete, in words: never deleted."""
+    refused = []
+    for v in observed.deletions:
+        if v in observed.volume_ids:
+            refused.append(f"{v}: back in the spec, kept")
+        elif v in observed.volume_states and not owned_by(observed, v):
+            refused.append(f"{v}: not created by array {observed.spec.array_id}, never deleted")
+    return refused
+
+
+def deleting(observed: Observed) -> list[str]:
+    """What the ``delete`` phase still waits for: volumes asked deleted that still exist."""
+    return [f"{v} is {observed.volume_states.get(v)}" for v in deletable(observed)]
 
 
 def remaining(observed: Observed) -> list[str]:
@@ -285,6 +335,7 @@ def remaining(observed: Observed) -> list[str]:
         for v, on in removed_volumes(observed).items()
     ]
     left += [f"host {h} (no longer in the spec) not disconnected yet" for h in observed.removed_hosts]
+    left += [f"volume {v} (to be deleted) still exists" for v in deletable(observed)]
     return left
 
 
@@ -334,11 +385,21 @@ def left_hosts(before: ArraySpec | None, after: ArraySpec) -> tuple[str, ...]:
     return tuple(sorted(h.instance_id for h in before.hosts if h.instance_id not in kept))
 
 
-def pending_work(before: ArraySpec | None, after: ArraySpec) -> list[str]:
+KEEP_HINT = (
+    "kept, detached (the array created it): delete it with PUT /arrays/{id}?deleteRemovedVolumes=true "
+    "(vsactl apply --delete-removed-volumes)"
+)
+
+
+def pending_work(
+    before: ArraySpec | None, after: ArraySpec, delete_removed: bool = False, deleting: tuple[str, ...] = ()
+) -> list[str]:
     """What ReconcileArray will do for this apply, one line per volume or host (the apply's
-    answer says it: what the API did is in ``changes``, what remains is this)."""
+    answer says it: what the API did is in ``changes``, what remains is this). ``delete_removed``:
+    the apply asked to delete the owned volumes it removes; ``deleting``: owned volumes an
+    earlier apply removed (and kept) that this one asks to delete (by id)."""
     if before is None:
-        return []
+        return [f"volume {v}: delete (created by the array, no longer in the spec)" for v in deleting]
     work: list[str] = []
     old_ids, new_ids = set(before.existing_volume_ids), set(after.existing_volume_ids)
     old_new = {v.name: v for v in before.new_volumes}
@@ -360,9 +421,14 @@ def pending_work(before: ArraySpec | None, after: ArraySpec) -> list[str]:
                 f"volume {volume.name}: modified by EBS ({was.iops} -> {volume.iops} IOPS); "
                 "nothing changes on the controllers or hosts"
             )
-    gone = sorted(old_ids - new_ids) + sorted(set(old_new) - {v.name for v in after.new_volumes})
-    for name in gone:
-        work.append(f"volume {name}: every host disconnects it, unexport, detach (the volume is kept)")
+    for name in sorted(old_ids - new_ids):
+        work.append(
+            f"volume {name}: every host disconnects it, unexport, detach (kept: the array did not create it)"
+        )
+    for name in sorted(set(old_new) - {v.name for v in after.new_volumes}):
+        fate = "then delete it (deleteRemovedVolumes)" if delete_removed else KEEP_HINT
+        work.append(f"volume {name}: every host disconnects it, unexport, detach; {fate}")
+    work += [f"volume {v}: delete (created by the array, no longer in the spec)" for v in deleting]
     old_hosts = {h.instance_id: host_nqn(h) for h in before.hosts}
     new_hosts = {h.instance_id: host_nqn(h) for h in after.hosts}
     for host in sorted(set(new_hosts) - set(old_hosts)):
@@ -376,13 +442,33 @@ def pending_work(before: ArraySpec | None, after: ArraySpec) -> list[str]:
     return work
 
 
-def needs_reconcile(before: ArraySpec | None, after: ArraySpec, last_state: str | None) -> bool:
-    """Whether an apply starts ReconcileArray: the data plane changed on an existing array, or
-    the last run did not converge (re-applying resumes it). A new array's controllers get
-    everything from their bootstrap."""
+def creation_work(before: ArraySpec | None, after: ArraySpec, missing: list[str]) -> list[str]:
+    """The answer's lines for the owned volumes ReconcileArray creates (``missing``: names), but
+    those ``pending_work`` already names (added to an existing array's spec)."""
+    named = {v.name for v in before.new_volumes} if before is not None else set()
+    lines = []
+    for volume in after.new_volumes:
+        if volume.name not in missing or (before is not None and volume.name not in named):
+            continue
+        what = f"io2 {volume.size_gib} GiB, {volume.iops:,} IOPS, Multi-Attach, tagged vsa:owned=true"
+        then = (
+            "then each controller's bootstrap attaches and exports it"
+            if before is None
+            else "then attach to every serving controller, export, connect every host"
+        )
+        lines.append(f"volume {volume.name}: create ({what}), wait until available; {then}")
+    return lines
+
+
+def needs_reconcile(
+    before: ArraySpec | None, after: ArraySpec, last_state: str | None, deleting: bool = False
+) -> bool:
+    """Whether an apply starts ReconcileArray: the data plane changed on an existing array, the
+    last run did not converge (re-applying resumes it), or owned volumes are to be deleted. A
+    new array's controllers get everything from their bootstrap."""
     if before is None:
         return False
-    return data_plane(before) != data_plane(after) or last_state == "failed"
+    return data_plane(before) != data_plane(after) or last_state == "failed" or deleting
 
 
 def controllers_of(slots: Mapping[int, Mapping[str, str]]) -> tuple[Controller, ...]:

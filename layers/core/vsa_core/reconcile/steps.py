@@ -42,6 +42,14 @@ class Lock(_Step):
     step: Literal["lock"]
 
 
+class Create(_Step):
+    """Create the owned volumes the stored spec declares that do not exist yet (before the lock:
+    creating a volume touches no controller and no host), then put the IOPS alarms over every
+    volume."""
+
+    step: Literal["create"]
+
+
 class Start(_Step):
     step: Literal["start"]
     phase: Phase
@@ -63,5 +71,5 @@ class Verify(_Step):
     verify judges AWS only)."""
 
 
-class Request(RootModel[Annotated[Lock | Start | Poll | Verify, Field(discriminator="step")]]):
+class Request(RootModel[Annotated[Lock | Create | Start | Poll | Verify, Field(discriminator="step")]]):
     pass
