@@ -73,6 +73,7 @@ class Row:
     oracle_under: float
     scalings_per_hour: float
     busiest_hour: int
+    reversals_per_hour: float
     hindsight_under: float
     hindsight_ratio: float
     spare: int | None
@@ -154,10 +155,6 @@ def run(job: tuple[str, int]) -> Row:
             if u <= UNDER_TARGET:
                 spare, spare_ratio = extra, h / oracle.controller_hours
                 break
-    per_hour: dict[str, int] = {}  # clock hour (ISO, to the hour) -> scalings in it
-    for decision in planner.decisions:
-        key = (decision.now or "")[:13]
-        per_hour[key] = per_hour.get(key, 0) + 1
     return Row(
         family=family,
         seed=seed,
@@ -167,8 +164,9 @@ def run(job: tuple[str, int]) -> Row:
         ratio=planner.controller_hours / oracle.controller_hours,
         under=planner.under_provisioned_share,
         oracle_under=oracle.under_provisioned_share,
-        scalings_per_hour=planner.scalings / (len(tr.demand) / 60),
-        busiest_hour=max(per_hour.values(), default=0),
+        scalings_per_hour=planner.scalings_per_hour,
+        busiest_hour=planner.busiest_hour,
+        reversals_per_hour=planner.reversals / (len(tr.demand) / 60),
         hindsight_under=under,
         hindsight_ratio=hours / oracle.controller_hours,
         spare=spare,
@@ -199,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     header = (
         f"{'family':<16}{'met':>6}  {'x oracle: median':>16}{'worst':>8} {'(seed)':<7}"
         f"{'under %: worst':>15} {'(seed)':<7}{'beyond oracle':>14}{'scalings/h':>11}{'busiest h':>10}"
+        f"{'flaps/h':>8}"
     )
     print(header)
     print("-" * len(header))
@@ -213,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{max(r.avoidable_under for r in mine):>14.2%}"
             f"{statistics.mean(r.scalings_per_hour for r in mine):>11.2f}"
             f"{max(r.busiest_hour for r in mine):>10}"
+            f"{statistics.mean(r.reversals_per_hour for r in mine):>8.2f}"
         )
     worst_ratio = max(rows, key=lambda r: r.ratio)
     worst_under = max(rows, key=lambda r: r.under)

@@ -4,7 +4,8 @@
 the running count. Callers that know more pass it by keyword, and each extra input switches on
 one more rule, named in the decision's reason:
 
-- ``now`` with ``last_scale_out_at`` / ``last_scale_in_at``: the spec's cooldowns;
+- ``now`` with ``last_scale_out_at`` / ``last_scale_in_at``: the spec's cooldowns, and the
+  reversal hysteresis (``REVERSAL_MINUTES``, ``SETTLE_MINUTES``: bounded churn);
 - ``in_flight``: nothing changes while a controller is bootstrapping or draining;
 - ``recent_demand``: the demand trend (scale out ahead of a rising demand) and sustained demand
   (scale in only when every recent minute fits one controller fewer);
@@ -18,13 +19,13 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.scaling.capacity import controllers_needed, volume_bound_reason, volume_controllers
 
-__all__ = ["ScaleDecision", "controllers_needed", "demand_trend", "plan"]
+__all__ = ["ScaleDecision", "controllers_needed", "demand_trend", "plan", "settle_left"]
 
 DEFAULT_LEAD_MINUTES = 10.0
 """How far ahead a rising demand is extrapolated by default: a controller takes ~5 minutes to
@@ -35,6 +36,21 @@ for now must cover the demand ~10 minutes from now (boot + the longer of boot an
 TREND_MINUTES = 5
 """The trend is read from the last ``TREND_MINUTES`` one-minute samples of ``recent_demand`` plus
 the current demand: long enough to ignore one noisy minute, short enough to see a ramp start."""
+
+REVERSAL_MINUTES = 10
+"""A scale-out this soon after the last scale-in undid it: the array flapped (noise around a
+threshold, or a dip the low alarm's window took for the end of a surge)."""
+SETTLE_MINUTES = 15
+"""After such a reversal, no scale-in until this long after the scale-out: the hysteresis that
+bounds churn. Each flap (a scale-in, then the scale-out that undoes it) then takes at least
+``SETTLE_MINUTES``, so an array flaps at most 4 times an hour whatever its demand does, where
+the cooldowns alone let it flap every 5-6 minutes (drain + cooldown, then boot). Longer
+settles cost controller-hours on recurring ramps (a ramp's first scale-out often follows the
+previous descent's last scale-in: 30 min took a 15-min hourly ramp from 1.71x to 2.23x the
+oracle in ``make bench``), and the alarms' own hysteresis (``SCALE_IN_HYSTERESIS``, the low
+alarm's 5 of 5) already keeps noise from flapping. It uses only the two clocks the
+registry already keeps (``lastScaleOutAt``, ``lastScaleInAt``): the deployed rule, which the
+simulator runs as it is."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +133,17 @@ def _left(now: datetime | None, last: datetime | None, cooldown_seconds: int) ->
     if now is None or last is None:
         return 0.0
     return max(0.0, cooldown_seconds - (now - last).total_seconds())
+
+
+def settle_left(now: datetime | None, last_out: datetime | None, last_in: datetime | None) -> float:
+    """Seconds a scale-in still waits after a reversal: when the last scale-out came at most
+    ``REVERSAL_MINUTES`` after the last scale-in (it undid it), none until ``SETTLE_MINUTES``
+    after that scale-out; 0 otherwise (or without the clocks)."""
+    if now is None or last_out is None or last_in is None:
+        return 0.0
+    if not timedelta(0) <= last_out - last_in <= timedelta(minutes=REVERSAL_MINUTES):
+        return 0.0
+    return _left(now, last_out, SETTLE_MINUTES * 60)
 
 
 def plan(
@@ -222,6 +249,7 @@ def plan(
         _left(now, last_scale_in_at, spec.scale_in_cooldown_seconds),
         _left(now, last_scale_out_at, spec.scale_in_cooldown_seconds),
     )
+    settle = settle_left(now, last_scale_out_at, last_scale_in_at)
 
     desired, action = current_controllers, "hold"
     waiting = False
@@ -252,6 +280,13 @@ def plan(
             notes.append(
                 f"scale-in to {step} waits: scale-in cooldown "
                 f"(scaleInCooldownSeconds={spec.scale_in_cooldown_seconds}), {in_left:.0f}s left"
+            )
+        elif settle > 0:
+            waiting = True
+            notes.append(
+                f"scale-in to {step} waits: hysteresis after a reversal (the last scale-out undid "
+                f"a scale-in within {REVERSAL_MINUTES} min; none for {SETTLE_MINUTES} min after it), "
+                f"{settle:.0f}s left"
             )
         else:
             desired, action = step, "scale-in"

@@ -43,6 +43,7 @@ ScaleArray's PlanScale does, and the oracle and static-for-peak never run a cont
 
 import csv
 import io
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,7 +60,7 @@ from vsa_core.arrays.plan import (
 )
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.scaling.capacity import controllers_needed, deliverable_iops, volume_controllers
-from vsa_core.scaling.planner import ScaleDecision, plan
+from vsa_core.scaling.planner import REVERSAL_MINUTES, ScaleDecision, plan
 from vsa_core.scaling.rules import rearm_after
 from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES, planner_inputs
 
@@ -174,6 +175,31 @@ class Result:
     @property
     def peak_controllers(self) -> int:
         return max(self.billed)
+
+    @property
+    def scalings_per_hour(self) -> float:
+        return self.scalings / (self.minutes / 60)
+
+    @property
+    def busiest_hour(self) -> int:
+        """The most scalings in one clock hour of the replay (churn: the planner's hysteresis,
+        ``planner.SETTLE_MINUTES``, bounds the flaps in it)."""
+        per_hour: dict[str, int] = {}
+        for decision in self.decisions:
+            hour = (decision.now or "")[:13]
+            per_hour[hour] = per_hour.get(hour, 0) + 1
+        return max(per_hour.values(), default=0)
+
+    @property
+    def reversals(self) -> int:
+        """Scale-outs that came within ``planner.REVERSAL_MINUTES`` of the scale-in before them
+        (flaps)."""
+        flaps = 0
+        for before, after in itertools.pairwise(self.decisions):
+            if before.action == "scale-in" and after.action == "scale-out" and before.now and after.now:
+                gap = datetime.fromisoformat(after.now) - datetime.fromisoformat(before.now)
+                flaps += gap <= timedelta(minutes=REVERSAL_MINUTES)
+        return flaps
 
 
 def _needed(spec: ArraySpec, demand: float, volume_iops: int | None = None) -> int:
