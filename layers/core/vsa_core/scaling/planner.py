@@ -12,7 +12,10 @@ one more rule, named in the decision's reason:
 - ``scale_in_headroom``: scale in only with a margin under target;
 - ``volume_iops``: the volumes' provisioned IOPS in total, what the array can deliver at most
   (``vsa_core.scaling.capacity``): no controller beyond what moves it all, and the decision says
-  when the array is volume-bound.
+  when the array is volume-bound;
+- ``forecast``: the forecast floor (``vsa_core.scaling.forecast``): the array's own recurring
+  demand ahead; desired never goes below it (within [min, what the volumes allow]), and the
+  decision says when the floor set the count.
 """
 
 import itertools
@@ -24,6 +27,7 @@ from typing import Any
 
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.scaling.capacity import controllers_needed, volume_bound_reason, volume_controllers
+from vsa_core.scaling.forecast import Floor
 
 __all__ = ["ScaleDecision", "controllers_needed", "demand_trend", "plan", "settle_left"]
 
@@ -94,6 +98,12 @@ class ScaleDecision:
     volume_bound: bool = False
     """The demand (or its forecast) reaches what the volumes provide: more controllers would not
     serve it; the volumes' provisioned IOPS must rise."""
+    forecast_floor: int | None = None
+    """The forecast floor's controllers (None: no forecast given; 0: off)."""
+    forecast_reason: str | None = None
+    """What the forecast said, on or off, in words."""
+    floor_set: bool = False
+    """The forecast floor, not the current demand, set the desired count (or held a scale-in)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -160,6 +170,7 @@ def plan(
     scale_in_headroom: float = 1.0,
     sustained_minutes: int | None = None,
     volume_iops: int | None = None,
+    forecast: Floor | None = None,
 ) -> ScaleDecision:
     """Desired controllers for ``demand_iops`` with ``current_controllers`` asked for.
 
@@ -195,6 +206,9 @@ def plan(
       controllers that move it all at target (``capacity.volume_controllers``; minControllers
       still holds), and scale-in may remove controllers above it; when the demand (or its
       forecast) reaches it the decision is volume-bound and says what to raise.
+    - ``forecast``: the forecast floor; scale-out goes at least to its controllers and scale-in
+      never below them (within [min, the volumes' useful count]); ``floor_set`` says when it
+      decided.
     """
     _check_demand(demand_iops, "demand")
     for sample in recent_demand:
@@ -218,8 +232,8 @@ def plan(
 
     # scale-out: current demand, or its rising trend
     slope = demand_trend(recent_demand, demand_iops) if recent_demand else 0.0
-    forecast = demand_iops + slope * lead_minutes if slope > 0 else None
-    planned_for = max(demand_iops, forecast or 0.0)
+    trend = demand_iops + slope * lead_minutes if slope > 0 else None
+    planned_for = max(demand_iops, trend or 0.0)
     needed_out = controllers_needed(planned_for, per_iops, target_util)
     # scale-in: the highest recent demand, at target less the headroom
     window = recent_demand
@@ -232,16 +246,19 @@ def plan(
         controllers_needed(sustained or 0.0, per_iops, target_util * scale_in_headroom),
     )
 
-    out_target = max(floor, min(needed_out, useful))
-    in_target = max(floor, min(needed_in, useful))
+    reactive_out = max(floor, min(needed_out, useful))
+    reactive_in = max(floor, min(needed_in, useful))
+    by_forecast = 0 if forecast is None else min(forecast.controllers, useful)
+    out_target = max(reactive_out, by_forecast)
+    in_target = max(reactive_in, by_forecast)
     volume_bound = volume_iops is not None and planned_for >= volume_iops
     # under-provisioned: maxControllers, not the volumes, stops the array serving its demand
     under = needed > ceiling and (by_volumes is None or by_volumes > ceiling)
     shown = f"demand {demand_iops:,.0f} IOPS needs {needed} controller(s), {current_controllers} running"
     notes: list[str] = []
-    if forecast is not None and needed_out > needed:
+    if trend is not None and needed_out > needed:
         notes.append(
-            f"demand rising {slope:,.0f} IOPS/min: {forecast:,.0f} IOPS in {lead_minutes:g} min "
+            f"demand rising {slope:,.0f} IOPS/min: {trend:,.0f} IOPS in {lead_minutes:g} min "
             f"needs {needed_out}"
         )
     out_left = _left(now, last_scale_out_at, spec.scale_out_cooldown_seconds)
@@ -310,6 +327,13 @@ def plan(
     elif needed_out > needed and max(floor, min(needed, ceiling)) < current_controllers:
         # the current demand alone would scale in; its rising trend keeps what it will need
         notes.append(f"no scale-in: the rising demand needs {needed_out} within {lead_minutes:g} min")
+    # the floor decided: a scale-out beyond what the demand asks, or a scale-in it held
+    floor_set = forecast is not None and (
+        (action == "scale-out" and desired > reactive_out)
+        or (action == "hold" and reactive_in < current_controllers <= by_forecast)
+    )
+    if floor_set and forecast is not None:
+        notes.append(f"{forecast.reason} (the floor set the count)")
     if volume_bound and volume_iops is not None:
         notes.append(volume_bound_reason(volume_iops, useful))
     elif by_volumes is not None and current_controllers > by_volumes and action == "scale-in":
@@ -340,11 +364,14 @@ def plan(
         last_scale_in_at=_iso(last_scale_in_at),
         in_flight=in_flight,
         recent_samples=len(recent_demand),
-        forecast_iops=forecast,
+        forecast_iops=trend,
         sustained_iops=sustained,
         lead_minutes=lead_minutes if recent_demand else None,
         scale_in_headroom=scale_in_headroom,
         volume_iops=volume_iops,
         volume_controllers=by_volumes,
         volume_bound=volume_bound,
+        forecast_floor=None if forecast is None else forecast.controllers,
+        forecast_reason=None if forecast is None else forecast.reason,
+        floor_set=floor_set,
     )
