@@ -4,8 +4,9 @@ its group's state.
 Called only by the ScaleArray workflow, which holds the array's scaling lock. Reads the registry
 (spec, cooldown clocks), the controller group (desired capacity, controllers booting or
 draining, which controller leaves on a scale-in) and the volumes' provisioned IOPS
-(DescribeVolumes: what the array can deliver at most, ``vsa_core.scaling.capacity``), and runs
-the pure planner. The decision is
+(DescribeVolumes: what the array can deliver at most, ``vsa_core.scaling.capacity``) and the
+forecast floor (``aws_forecast``: 14 days of the array's demand metric), and runs the pure
+planner. The decision is
 returned, not written: the workflow sets the capacity and records it, with the ``expiresAt``
 given here (the registry's TTL attribute: the decision is history, kept ``HistoryRetentionDays``).
 """
@@ -22,11 +23,11 @@ from vsa_core.errors import ArrayNotFoundError
 from vsa_core.naming import group_name, owned_volume_name
 from vsa_core.observability import logger
 from vsa_core.registry import ArrayRegistry, expires_at
-from vsa_core.scaling import demand, rules
+from vsa_core.scaling import aws_forecast, demand, forecast, rules
 from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.planner import plan
 from vsa_core.scaling.rules import IN_FLIGHT, SCALE_FIELDS, rearm_after
-from vsa_core.scaling.tuning import planner_inputs
+from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES, planner_inputs
 from vsa_core.settings import get_settings
 
 
@@ -109,10 +110,19 @@ def plan_scale(
         if request.demand_iops is None:
             reason += "; the alarm went to ALARM on missing data (no datapoint of its own)"
         return _stale(request, array.spec, current, now, name, reason, cloudwatch)
+    # the array's own recurring demand over the coming boot + look-ahead (off, saying why, without
+    # enough history or a pattern that holds)
+    floor = aws_forecast.read_floor(
+        array.spec,
+        cloudwatch or client("cloudwatch"),
+        now,
+        horizon_minutes=DEFAULT_BOOT_MINUTES + forecast.LOOKAHEAD_MINUTES,
+    )
     decision = plan(
         array.spec,
         demand_iops,
         current,
+        forecast=floor,
         now=now,
         last_scale_out_at=_parse(array.last_scale_out_at),
         last_scale_in_at=_parse(array.last_scale_in_at),
