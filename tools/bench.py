@@ -206,8 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{elapsed:.0f} s"
     )
     print(
-        "the planner with its forecast floor (vsa_core.scaling.forecast: the scheduled look-ahead "
-        "and every run); 'reactive only' is the same planner without it"
+        "the planner with its forecast floor (vsa_core.scaling.forecast: every run, and a look-ahead "
+        "every 5 min that the simulator models but AWS does not run yet); 'reactive only' is the "
+        "same planner without it"
     )
     header = (
         f"{'family':<16}{'met':>6}  {'x oracle: median':>16}{'worst':>8} {'(seed)':<7}"
