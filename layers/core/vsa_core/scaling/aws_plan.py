@@ -5,13 +5,14 @@ Called only by the ScaleArray workflow, which holds the array's scaling lock. Re
 (spec, cooldown clocks), the controller group (desired capacity, controllers booting or
 draining, which controller leaves on a scale-in) and the volumes' provisioned IOPS
 (DescribeVolumes: what the array can deliver at most, ``vsa_core.scaling.capacity``) and the
-forecast floor (``aws_forecast``: 14 days of the array's demand metric), and runs the pure
-planner. The decision is
+forecast floor the health check stored on the registry item (read with the spec; ignored when
+older than ``forecast.STALE_PERIODS`` health-check periods: no history is read here), and runs
+the pure planner. The decision is
 returned, not written: the workflow sets the capacity and records it, with the ``expiresAt``
 given here (the registry's TTL attribute: the decision is history, kept ``HistoryRetentionDays``).
 """
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -23,11 +24,11 @@ from vsa_core.errors import ArrayNotFoundError
 from vsa_core.naming import group_name, owned_volume_name
 from vsa_core.observability import logger
 from vsa_core.registry import ArrayRegistry, expires_at
-from vsa_core.scaling import aws_forecast, demand, forecast, rules
+from vsa_core.scaling import demand, forecast, rules
 from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.planner import plan
 from vsa_core.scaling.rules import IN_FLIGHT, SCALE_FIELDS, rearm_after
-from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES, planner_inputs
+from vsa_core.scaling.tuning import planner_inputs
 from vsa_core.settings import get_settings
 
 
@@ -110,13 +111,13 @@ def plan_scale(
         if request.demand_iops is None:
             reason += "; the alarm went to ALARM on missing data (no datapoint of its own)"
         return _stale(request, array.spec, current, now, name, reason, cloudwatch)
-    # the array's own recurring demand over the coming boot + look-ahead (off, saying why, without
-    # enough history or a pattern that holds)
-    floor = aws_forecast.read_floor(
-        array.spec,
-        cloudwatch or client("cloudwatch"),
+    # the array's own recurring demand over the coming boot + look-ahead, as the health check
+    # last stored it (off, saying why, when absent or stale)
+    settings = get_settings()
+    floor = forecast.from_stored(
+        array.forecast_floor,
         now,
-        horizon_minutes=DEFAULT_BOOT_MINUTES + forecast.LOOKAHEAD_MINUTES,
+        max_age=forecast.STALE_PERIODS * timedelta(minutes=settings.health_check_minutes),
     )
     decision = plan(
         array.spec,

@@ -18,12 +18,15 @@ minControllers (no recurring surge ahead), or when the pattern said more than ca
 planner's: the floor only keeps controllers up (a scale-in never goes below it) and brings them
 early.
 
-Used by ScaleArray's PlanScale (``aws_plan``) and by the scheduled look-ahead that starts
-ScaleArray when the floor exceeds the running count (``aws_forecast``), and by the simulator:
-one function, ``floor``.
+Computed on AWS by the scheduled health check (``aws_forecast``: the history at a 5-minute
+period, every array in a few batched GetMetricData calls), which stores it on the array's
+registry item (``stored``) and starts ScaleArray when it exceeds the running count (the
+look-ahead); ScaleArray's PlanScale plans with the stored floor while it is fresh
+(``from_stored``), never reading history in the decision. The simulator runs the same
+``floor``.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -39,6 +42,8 @@ MIN_CYCLES = {"hourly": 3, "daily": 3, "weekly": 2}
 """Full cycles a pattern must have recurred in (14 days hold two weeks, no more)."""
 LOOKAHEAD_MINUTES = 5
 """How often the scheduled look-ahead asks for the floor (the health check's default period)."""
+STALE_PERIODS = 2
+"""A stored floor older than this many health-check periods is ignored (``from_stored``)."""
 CHECK_BUCKETS = 3
 TOLERANCE = 0.15
 """A period whose recurring demand over the last ``CHECK_BUCKETS`` buckets was more than
@@ -203,3 +208,69 @@ def _span(minutes: int) -> str:
     if minutes >= 24 * 60:
         return f"{minutes / (24 * 60):g} d"
     return f"{minutes / 60:g} h"
+
+
+def horizon_minutes(boot_minutes: int, period_minutes: int) -> int:
+    """The look-ahead a floor computed every ``period_minutes`` must cover: a surge starting
+    just before the next run's own look-ahead reaches it still needs ``boot_minutes`` of notice,
+    so each run looks a boot plus one period ahead."""
+    return boot_minutes + period_minutes
+
+
+def stored(value: Floor, computed_at: datetime) -> dict[str, Any]:
+    """The floor as the registry keeps it (``forecastFloor``), with when it was computed."""
+    return {**value.as_dict(), "computedAt": computed_at.isoformat()}
+
+
+def from_stored(item: Mapping[str, Any] | None, now: datetime, max_age: timedelta) -> Floor:
+    """The floor PlanScale plans with: the stored one while it is at most ``max_age`` old;
+    else off, saying why. Older than that (``STALE_PERIODS`` health-check periods) the
+    look-ahead it covered (a boot plus one period from when it was computed) has passed and the
+    health check has missed refreshing it at least twice: it would keep up controllers for a
+    surge that is over, or miss one it never saw."""
+    if not item:
+        return Floor(
+            0,
+            0.0,
+            None,
+            "forecast off: no floor stored yet (the health check computes it every period)",
+            0,
+        )
+    computed_at = datetime.fromisoformat(str(item["computedAt"]))
+    horizon = int(item.get("horizon_minutes") or 0)
+    age = now - computed_at
+    if age > max_age:
+        return Floor(
+            0,
+            0.0,
+            None,
+            f"forecast off: the stored floor was computed {age.total_seconds() / 60:.0f} min ago "
+            f"({computed_at.isoformat()}), older than {max_age.total_seconds() / 60:g} min "
+            f"({STALE_PERIODS} health-check periods): its look-ahead has passed and the health "
+            "check has not refreshed it",
+            horizon,
+        )
+    return Floor(
+        int(item.get("controllers") or 0),
+        float(item.get("iops") or 0.0),
+        item.get("period"),
+        str(item.get("reason") or ""),
+        horizon,
+    )
+
+
+def lookahead(
+    value: Floor, desired: int, max_controllers: int, lock_until: int | None, now: datetime
+) -> tuple[bool, str]:
+    """Whether the health check starts ScaleArray for the floor (the look-ahead), and why (not):
+    only when the floor, within maxControllers, is above the group's desired count and no
+    ScaleArray run holds the array's scaling lock (that run plans with the stored floor itself)."""
+    if not value.on:
+        return False, value.reason
+    target = min(value.controllers, max_controllers)
+    if target <= desired:
+        return False, f"the floor {target} is at or below the desired count {desired}"
+    above = f"the floor {target} is above the desired count {desired}"
+    if lock_until is not None and lock_until >= int(now.timestamp()):
+        return False, f"{above}; a ScaleArray run holds the lock"
+    return True, f"{above}: ScaleArray started ahead of the surge"
