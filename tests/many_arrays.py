@@ -366,11 +366,6 @@ class FakeCloudwatch:
         return _Paginator(lambda _: [{"MetricDataResults": []}])
 
     @staticmethod
-    def get_metric_data(**_: Any) -> dict[str, Any]:
-        """PlanScale's forecast floor reads the demand history: none here (the floor is off)."""
-        return {"MetricDataResults": []}
-
-    @staticmethod
     def put_metric_data(**_: Any) -> None:
         """A stale-data hold counts itself (nothing to record here)."""
 
