@@ -80,7 +80,7 @@ integration: install
 
 # Planner vs oracle vs static-for-peak on traces/*.csv: prints figures (not a test, nothing timed).
 bench: install
-	$(OFFLINE) PYTHONPATH=$(CURDIR)/layers/core $(VENV)/python tools/bench.py
+	$(OFFLINE) PYTHONPATH=$(CURDIR)/layers/core:$(CURDIR) nice -n 10 $(VENV)/python tools/bench.py
 
 # The freeze window of application-consistent backups (16 and 64 volumes, 4 hosts, 20 runs each),
 # through the local cloud with the stack deployed (make deploy-local) and real XFS (root): figures.

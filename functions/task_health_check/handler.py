@@ -1,6 +1,8 @@
 """On a schedule: check every array's health (``vsa_core.health.aws_check.run``): the hosts'
 paths from their own reports, dead controllers replaced, backups overdue, a persisting drift
-of the data plane from the spec converged by ReconcileArray, metrics published.
+of the data plane from the spec converged by ReconcileArray, metrics published; every array's
+forecast floor computed from its demand history and stored for ScaleArray, which it starts
+when the floor is above the desired count (the look-ahead).
 
 Invoked with ``{"arrayIds": ["…"]}`` it checks just those arrays now (an operator, the demo,
 the tests); the schedule's event (EventBridge's ``Scheduled Event``) checks every array."""
@@ -20,6 +22,7 @@ from vsa_core.naming import ARRAY_ID_PATTERN
 from vsa_core.observability import logger, tracer
 from vsa_core.reconcile.aws_start import ReconcileStarter
 from vsa_core.registry import ArrayRegistry, BackupRegistry
+from vsa_core.scaling.aws_lookahead import ScaleStarter
 from vsa_core.settings import get_settings
 
 __all__ = ["lambda_handler"]
@@ -61,6 +64,13 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             state_machine_arn=settings.reconcile_state_machine_arn,
         )
         if settings.reconcile_state_machine_arn
+        else None,
+        scale=ScaleStarter(
+            sfn=client("stepfunctions"),
+            state_machine_arn=settings.scale_state_machine_arn,
+            rearm_seconds=settings.alarm_rearm_seconds,
+        )
+        if settings.scale_state_machine_arn
         else None,
         dynamodb=client("dynamodb"),
         table=settings.table_name,

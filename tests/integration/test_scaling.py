@@ -31,6 +31,7 @@ from tests.integration.conftest import (
     wait_for_execution,
 )
 from vsa_core.arrays.plan import SCALE_IN_HYSTERESIS
+from vsa_core.scaling import forecast
 
 
 def _apply(api: Api, array_id: str, spec: dict[str, Any]) -> None:
@@ -326,3 +327,61 @@ def test_an_array_too_large_for_alarm_math_alarms_on_the_published_aggregate(
         Statistics=["Maximum"],
     )["Datapoints"]
     assert sorted(round(p["Maximum"]) for p in stats) == [30_000, 30_000]
+
+
+def _put_recurring_history(array_id: str, base: float, surge: float) -> int:
+    """Three hours and more of ``VSA/Arrays DemandIops`` for the array, one datapoint per
+    5-minute bucket: ``base``, but ``surge`` 5 to 15 minutes ahead of now's time of the hour in
+    each of the last three hours (an hourly job that is about to come again). Answers now's
+    bucket."""
+    now = datetime.now(UTC)
+    current = forecast.bucket_index(now)
+    surging = {current + ahead - 12 * cycle for cycle in (1, 2, 3) for ahead in (1, 2)}
+    epoch = datetime(1970, 1, 5, tzinfo=UTC)  # forecast's bucket 0
+    data = [
+        {
+            "MetricName": "DemandIops",
+            "Dimensions": [{"Name": "ArrayId", "Value": array_id}],
+            "Timestamp": epoch + timedelta(minutes=5 * bucket, seconds=30),
+            "Value": surge if bucket in surging else base,
+            "Unit": "Count/Second",
+        }
+        for bucket in range(current - 40, current)
+    ]
+    boto3.client("cloudwatch").put_metric_data(Namespace="VSA/Arrays", MetricData=data)
+    return current
+
+
+def test_a_recurring_surge_ahead_is_pre_scaled_by_the_health_checks_look_ahead(
+    stack_outputs, api, world, local_env, arrays, scripted_alarms
+):
+    # Given an array at its minimum of 2 controllers, serving 20,000 IOPS now, whose demand in
+    # each of the last 3 hours rose to 100,000 IOPS 5-15 minutes after this time of the hour
+    array_id = arrays()
+    scripted_alarms(array_id)  # no alarm of its own starts a run under the test
+    spec = spec_for(array_id, world, minControllers=2, maxControllers=8)
+    _apply(api, array_id, spec)
+    _put_recurring_history(array_id, 20_000.0, 100_000.0)
+    _publish_ebs(local_env["AWS_ENDPOINT_URL"], _volumes(array_id, spec), [20_000.0] * 3)
+    # When the health check runs for it
+    reply = boto3.client("lambda").invoke(
+        FunctionName=stack_outputs["TaskHealthCheckFunctionName"],
+        Payload=json.dumps({"arrayIds": [array_id]}).encode(),
+    )
+    payload = json.loads(reply["Payload"].read())
+    assert "FunctionError" not in reply, payload
+    (seen,) = payload["arrays"]
+    # Then it stored the floor the recurring surge needs: ceil(100,000 / 18,200) = 6 ...
+    assert seen["forecastFloor"] == 6, seen["forecastReason"]
+    floor = json.loads(_spec_item(stack_outputs, array_id)["forecastFloor"]["S"])
+    assert (floor["controllers"], floor["period"]) == (6, "hourly")
+    # ... and, the floor being above the desired 2, started ScaleArray, which scaled to it
+    assert seen["lookaheadStarted"], seen
+    execution = wait_for_execution(stack_outputs["ScaleArrayStateMachineArn"], seen["lookaheadStarted"])
+    assert execution["status"] == "SUCCEEDED", execution
+    decision = json.loads(execution["output"])
+    assert (decision["action"], decision["desired_controllers"]) == ("scale-out", 6), decision["reason"]
+    assert decision["floor_set"] is True
+    assert decision["eventId"].startswith("lookahead:")
+    assert group_of(array_id)["DesiredCapacity"] == 6  # type: ignore[index]
+    assert _spec_item(stack_outputs, array_id)["desiredControllers"] == {"N": "6"}

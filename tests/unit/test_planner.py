@@ -6,13 +6,21 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import assume, example, given
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from tests.specs import BASE
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.naming import ARRAY_ID_PATTERN
-from vsa_core.scaling.planner import ScaleDecision, controllers_needed, plan
+from vsa_core.scaling.planner import (
+    REVERSAL_MINUTES,
+    SETTLE_MINUTES,
+    ScaleDecision,
+    controllers_needed,
+    plan,
+    settle_left,
+)
+from vsa_core.scaling.simulator import default_spec, simulate_planner
 
 
 def spec(
@@ -551,5 +559,72 @@ def test_every_rule_that_held_a_change_is_in_the_reason(
                 "recent peak",
                 "targetUtilisation x",
                 "rising demand",
+                "hysteresis after a reversal",
             )
         )
+
+
+# ---------------------------------------------------------------- bounded churn (issue #18)
+
+
+def test_a_scale_in_waits_after_a_reversal_and_says_so():
+    # Given a scale-in at T0-12 min that a scale-out undid 4 minutes later (a flap)
+    clocks = {"last_scale_in_at": T0 - timedelta(minutes=12), "last_scale_out_at": T0 - timedelta(minutes=8)}
+    # When demand falls again: the cooldowns are over, but the hysteresis holds the scale-in
+    decision = plan(spec(), 0, 5, now=T0, **clocks)
+    assert decision.action == "hold"
+    assert decision.waiting
+    assert "hysteresis after a reversal" in decision.reason
+    assert f"{(SETTLE_MINUTES - 8) * 60}s left" in decision.reason
+    # Then once SETTLE_MINUTES have passed since the scale-out it scales in
+    later = plan(spec(), 0, 5, now=T0 + timedelta(minutes=SETTLE_MINUTES - 8), **clocks)
+    assert later.action == "scale-in"
+
+
+def test_a_scale_out_long_after_the_last_scale_in_is_no_reversal():
+    clocks = {
+        "last_scale_in_at": T0 - timedelta(minutes=12 + REVERSAL_MINUTES),
+        "last_scale_out_at": T0 - timedelta(minutes=8),
+    }
+    assert plan(spec(), 0, 5, now=T0, **clocks).action == "scale-in"
+    # nor does the hysteresis ever hold a scale-out
+    assert settle_left(T0, T0 - timedelta(minutes=1), T0 - timedelta(minutes=2)) > 0
+    assert (
+        plan(
+            spec(),
+            612_345,
+            2,
+            now=T0,
+            last_scale_out_at=T0 - timedelta(minutes=2),
+            last_scale_in_at=T0 - timedelta(minutes=3),
+        ).action
+        == "scale-out"
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    levels=st.lists(st.floats(0.0, 3_000_000.0), min_size=4, max_size=12),
+    hold=st.integers(1, 30),
+)
+def test_replayed_on_any_demand_an_array_flaps_at_most_once_per_settle(levels: list[float], hold: int):
+    # Given any demand (levels held ``hold`` minutes each, replayed through the deployed path)
+    demand = [level for level in levels for _ in range(hold)] * 2
+    result = simulate_planner(default_spec(), demand, trigger="alarms-rearmed")
+    # Then a scale-in that follows a reversal comes SETTLE_MINUTES after its scale-out at least
+    decisions = result.decisions
+    for before, out, after in zip(decisions, decisions[1:], decisions[2:], strict=False):
+        reversal = (
+            before.action == "scale-in"
+            and out.action == "scale-out"
+            and _at(out) - _at(before) <= timedelta(minutes=REVERSAL_MINUTES)
+        )
+        if reversal and after.action == "scale-in":
+            assert _at(after) - _at(out) >= timedelta(minutes=SETTLE_MINUTES)
+    # so the flaps in any hour are bounded
+    assert result.reversals <= len(demand) / SETTLE_MINUTES + 1
+
+
+def _at(decision: ScaleDecision) -> datetime:
+    assert decision.now is not None
+    return datetime.fromisoformat(decision.now)

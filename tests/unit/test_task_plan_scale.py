@@ -1,6 +1,7 @@
 """task_plan_scale: the ScaleArray step that plans an array's controller count from the alarm's
 demand, the registry (spec, cooldown clocks) and the controller group (capacity, controllers
-booting or draining, who leaves on a scale-in). moto for DynamoDB, EC2 and Auto Scaling."""
+booting or draining, who leaves on a scale-in) and the forecast floor the health check stored on
+the registry item (never a history read here). moto for DynamoDB, EC2 and Auto Scaling."""
 
 import json
 from datetime import UTC, datetime, timedelta
@@ -16,7 +17,9 @@ from vsa_core.arrays.spec import ArraySpec
 from vsa_core.errors import ArrayNotFoundError
 from vsa_core.naming import slot_key
 from vsa_core.registry import ArrayRegistry, array_key
+from vsa_core.scaling import aws_forecast
 from vsa_core.scaling.events import ScaleRequest
+from vsa_core.scaling.forecast import Floor, from_stored
 from vsa_core.scaling.planner import plan
 from vsa_core.settings import get_settings
 
@@ -58,6 +61,8 @@ def make_group(autoscaling: Any, desired: int, array_id: str = "demo") -> list[s
 
 # what production feeds the planner besides the demand: the simulator's lead and margin
 PRODUCTION: dict[str, Any] = {"lead_minutes": 10.0, "scale_in_headroom": 0.9, "sustained_minutes": 5}
+# no health check has stored a floor: PlanScale's forecast floor is off, saying so
+NO_HISTORY = from_stored(None, NOW, timedelta(minutes=10))
 
 
 def request(**changes: Any) -> ScaleRequest:
@@ -70,7 +75,7 @@ def test_scale_out_from_the_groups_capacity_with_what_the_workflow_needs(registr
     make_group(autoscaling, 2)
     decision = handler.plan_scale(request(), registry, autoscaling, NOW)
     # Then the plan is the planner's from the group's count, with what the workflow acts on
-    expected = plan(DEMO, 612_345.0, 2, now=NOW, in_flight=0, **PRODUCTION).as_dict()
+    expected = plan(DEMO, 612_345.0, 2, now=NOW, in_flight=0, forecast=NO_HISTORY, **PRODUCTION).as_dict()
     assert {k: decision[k] for k in expected} == expected
     assert (decision["action"], decision["desired_controllers"]) == ("scale-out", 4)
     assert decision["demandSource"] == "alarm"
@@ -162,7 +167,9 @@ def test_the_demand_read_by_the_workflow_wins_over_the_alarms_datapoint(registry
     }
     decision = handler.plan_scale(request(demand=read), registry, autoscaling, NOW)
     # Then the plan is made from the read demand and its trend (100,000 IOPS/min for 10 min)
-    expected = plan(DEMO, 900_000.0, 2, now=NOW, recent_demand=read["recentDemand"], **PRODUCTION).as_dict()
+    expected = plan(
+        DEMO, 900_000.0, 2, now=NOW, recent_demand=read["recentDemand"], forecast=NO_HISTORY, **PRODUCTION
+    ).as_dict()
     assert {k: decision[k] for k in expected} == expected
     assert decision["forecast_iops"] == pytest.approx(1_900_000.0)
     assert decision["desired_controllers"] == 8  # ceil(1.9M / 182k) = 11, clamped to max 8
@@ -379,3 +386,53 @@ def test_a_recent_read_is_decided_on(registry, autoscaling):
     }
     decision = handler.plan_scale(request(demand=recent), registry, autoscaling, NOW)
     assert (decision["action"], decision["demandSource"]) == ("scale-out", "AWS/EBS")
+
+
+RECURRING = Floor(
+    6, 1_000_000.0, "hourly", "forecast floor 6: 1,000,000 IOPS recurred in the next 10 min", 10
+)
+FRESH_READ = {
+    "demandIops": 100_000.0,
+    "recentDemand": [100_000.0] * 5,
+    "newestMinute": "2026-11-02T17:04:00+00:00",
+}
+
+
+def _store(registry_table: str, computed_at: datetime) -> None:
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    assert aws_forecast.store_floor(dynamodb, registry_table, "demo", RECURRING, computed_at)
+
+
+def test_a_fresh_stored_floor_scales_out_to_it_without_reading_history(registry, registry_table, autoscaling):
+    # Given a floor of 6 the health check stored 4 minutes ago, and demand 2 controllers serve
+    registry.create(DEMO)
+    make_group(autoscaling, 2)
+    _store(registry_table, NOW - timedelta(minutes=4))
+    # When PlanScale plans (no CloudWatch client given: a history read would need one)
+    decision = handler.plan_scale(request(demand=FRESH_READ), registry, autoscaling, NOW)
+    # Then the floor, not the demand, set the count
+    assert (decision["action"], decision["desired_controllers"]) == ("scale-out", 6)
+    assert decision["floor_set"] is True
+    assert decision["forecast_floor"] == 6
+    assert "the floor set the count" in decision["reason"]
+
+
+def test_a_stale_stored_floor_is_ignored_and_says_why(registry, registry_table, autoscaling):
+    # Given the same floor, stored 11 minutes ago: more than two 5-minute health-check periods
+    registry.create(DEMO)
+    make_group(autoscaling, 2)
+    _store(registry_table, NOW - timedelta(minutes=11))
+    decision = handler.plan_scale(request(demand=FRESH_READ), registry, autoscaling, NOW)
+    # Then the reactive planner decides alone, and the decision says why the floor was off
+    assert (decision["action"], decision["desired_controllers"]) == ("hold", 2)
+    assert decision["forecast_floor"] == 0
+    assert "older than 10 min (2 health-check periods)" in decision["forecast_reason"]
+    assert decision["floor_set"] is False
+
+
+def test_without_a_stored_floor_the_forecast_is_off_and_says_so(registry, autoscaling):
+    registry.create(DEMO)
+    make_group(autoscaling, 2)
+    decision = handler.plan_scale(request(demand=FRESH_READ), registry, autoscaling, NOW)
+    assert (decision["action"], decision["forecast_floor"]) == ("hold", 0)
+    assert decision["forecast_reason"].startswith("forecast off: no floor stored yet")

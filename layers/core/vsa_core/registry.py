@@ -220,6 +220,10 @@ class ArrayRegistry:
                 if k.startswith("reconcile") and "S" in v
             }
             or None,
+            forecast_floor=json.loads(floor) if (floor := item.get("forecastFloor", {}).get("S")) else None,
+            scaling_lock_until=int(item["scalingLockUntil"]["N"])
+            if "scalingLock" in item and "scalingLockUntil" in item
+            else None,
         )
 
     def create(self, spec: ArraySpec) -> RegisteredArray:

@@ -263,6 +263,8 @@ def describe_array(
         "desiredControllers": array.desired_controllers,
         "deleting": array.deleting.model_dump(by_alias=True) if array.deleting else None,
         "deleteFailure": array.delete_failure,
+        # the forecast floor the health check last stored (PlanScale ignores it once stale)
+        "forecastFloor": array.forecast_floor,
         "reconcile": reconcile_status(
             array.reconcile, array.pending_host_removals, array.pending_volume_deletions
         ),

@@ -5,7 +5,7 @@ fix. Field names are camelCase on the wire (YAML, JSON, the API) and snake_case 
 """
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -397,3 +397,8 @@ class RegisteredArray(BaseModel):
     reconcile: dict[str, str] | None = None
     """The last ReconcileArray run as recorded: execution, state (converging, converged,
     failed, stopped: by a DELETE), step, version, startedAt, updatedAt, error."""
+    forecast_floor: dict[str, Any] | None = None
+    """The forecast floor the health check last stored (``vsa_core.scaling.forecast.stored``:
+    controllers, iops, period, reason, horizon_minutes, computedAt); None before its first run."""
+    scaling_lock_until: int | None = None
+    """Epoch seconds until which a ScaleArray run holds the array's scaling lock (None: free)."""

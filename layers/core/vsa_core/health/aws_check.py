@@ -4,6 +4,13 @@ confirmed dead (``SetInstanceHealth`` Unhealthy: the group terminates it through
 and launches a replacement through the bootstrap hook), note a backup overdue, send report-paths
 to the hosts for the next run, and publish what it saw as metrics.
 
+It also computes every array's forecast floor (``vsa_core.scaling.aws_forecast``: the arrays'
+demand history in batched GetMetricData calls at a 5-minute period, once a run, never in a
+scaling decision), stores it on the array's registry item for ScaleArray's PlanScale, and when
+the floor is above the group's desired count and no ScaleArray run holds the lock, starts
+ScaleArray (the look-ahead, ``vsa_core.scaling.aws_lookahead``): a recurring surge gets its
+controllers booted before it comes.
+
 Metrics: per array, namespace ``VSA/Arrays`` with dimension ``ArrayId`` (the dashboard's
 widgets find every array with a SEARCH expression): ``ServingControllers``,
 ``ControllerCapacityIops`` (serving controllers x ``perControllerIops``), ``MinLivePaths``,
@@ -26,9 +33,13 @@ from vsa_core.arrays.aws_observe import ArrayClients
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.spec import RegisteredArray
 from vsa_core.health import aws_state, rules
+from vsa_core.naming import group_name
 from vsa_core.observability import logger
 from vsa_core.reconcile.aws_start import ReconcileStarter
 from vsa_core.registry import ArrayRegistry, BackupRegistry
+from vsa_core.scaling import aws_forecast, forecast
+from vsa_core.scaling.aws_lookahead import ScaleStarter
+from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES
 
 ARRAY_NAMESPACE = "VSA/Arrays"
 DEPLOYMENT_NAMESPACE = "VSA"
@@ -63,6 +74,12 @@ class HealthContext:
     dynamodb: Any = None
     """the registry's table, for the check's own state (``aws_state``)"""
     table: str = ""
+    scale: ScaleStarter | None = None
+    """starts ScaleArray when the forecast floor is above the desired count (None: the floor is
+    stored, nothing is started)"""
+    forecast: bool = True
+    """compute and store the forecast floors (off: neither, nor the look-ahead)"""
+    boot_minutes: int = DEFAULT_BOOT_MINUTES
     nvme_command: str = "nvme"
     sysfs_root: str = "/sys"
     mounts_file: str = "/proc/self/mounts"
@@ -73,6 +90,11 @@ class HealthContext:
         """A host report older than this judges nothing: two periods (a run's report-paths is
         read by the next one) and five minutes of delivery."""
         return 2 * self.period + timedelta(minutes=5)
+
+    @property
+    def horizon_minutes(self) -> int:
+        """How far each run's floor looks ahead: a boot plus one period (``forecast.horizon_minutes``)."""
+        return forecast.horizon_minutes(self.boot_minutes, int(self.period.total_seconds() // 60))
 
 
 @dataclass
@@ -89,6 +111,11 @@ class ArrayHealth:
     """the data plane's differences from the spec (drift), in words"""
     reconcile: str | None = None
     """the ReconcileArray run this check started for the drift"""
+    forecast_floor: int | None = None
+    """the forecast floor stored (0: off; None: not computed)"""
+    forecast_reason: str | None = None
+    lookahead: str | None = None
+    """the ScaleArray run this check started ahead of a recurring surge"""
 
     def as_dict(self) -> dict[str, Any]:
         a = self.assessment
@@ -107,6 +134,9 @@ class ArrayHealth:
             "reportsRequested": self.reports_requested,
             "drift": self.drift,
             "reconcileStarted": self.reconcile,
+            "forecastFloor": self.forecast_floor,
+            "forecastReason": self.forecast_reason,
+            "lookaheadStarted": self.lookahead,
         }
 
 
@@ -131,8 +161,11 @@ def _host_view(report: dataplane.Report | None, instance_id: str, array_id: str)
     )
 
 
-def check_array(ctx: HealthContext, array: RegisteredArray, now: datetime) -> ArrayHealth:
-    """One array: judge, act, ask the hosts for the next run's reports, keep the state."""
+def check_array(
+    ctx: HealthContext, array: RegisteredArray, now: datetime, floor: forecast.Floor | None = None
+) -> ArrayHealth:
+    """One array: judge, act, ask the hosts for the next run's reports, keep the state; store
+    its forecast ``floor`` and start ScaleArray ahead of a recurring surge."""
     spec = array.spec
     array_id = spec.array_id
     state = aws_state.load(ctx.dynamodb, ctx.table, array_id)
@@ -152,7 +185,8 @@ def check_array(ctx: HealthContext, array: RegisteredArray, now: datetime) -> Ar
     }
     views = [_host_view(reports[h], h, array_id) for h in hosts]
     assessment = rules.assess(serving, views, volumes, now, ctx.max_age)
-    members = aws_observe.group_instances(ctx.clients, array_id)
+    group = aws_observe.describe_group(ctx.clients, group_name(array_id))
+    members: list[dict[str, Any]] = list(group.get("Instances", [])) if group else []
     replacing = sum(
         1
         for m in members
@@ -194,7 +228,32 @@ def check_array(ctx: HealthContext, array: RegisteredArray, now: datetime) -> Ar
         array_id,
         {"suspects": verdict.suspects, "checkedAt": now.isoformat(), **backup_state, **drift_state},
     )
+    if floor is not None and group is not None:
+        _lookahead(ctx, array, health, floor, int(group["DesiredCapacity"]), now)
     return health
+
+
+def _lookahead(
+    ctx: HealthContext,
+    array: RegisteredArray,
+    health: ArrayHealth,
+    floor: forecast.Floor,
+    desired: int,
+    now: datetime,
+) -> None:
+    """Store the array's forecast floor for PlanScale; start ScaleArray when it is above the
+    desired count and no run holds the lock (``forecast.lookahead``)."""
+    array_id = array.spec.array_id
+    health.forecast_floor, health.forecast_reason = floor.controllers, floor.reason
+    if not aws_forecast.store_floor(ctx.dynamodb, ctx.table, array_id, floor, now):
+        logger.info("forecast floor not stored: array gone or a newer floor", extra={"array_id": array_id})
+        return
+    start, why = forecast.lookahead(floor, desired, array.spec.max_controllers, array.scaling_lock_until, now)
+    if start and ctx.scale is not None:
+        health.lookahead = ctx.scale.start(array_id, now, ctx.period)
+        logger.info(why, extra={"array_id": array_id, "execution": health.lookahead})
+    elif floor.on:
+        logger.info(why, extra={"array_id": array_id})
 
 
 def _drift(
@@ -286,12 +345,22 @@ def run(ctx: HealthContext, now: datetime, only: Sequence[str] | None = None) ->
     the run raises at the end, so Lambda counts an error)."""
     checked: list[ArrayHealth] = []
     failed: dict[str, str] = {}
-    arrays = ctx.registry.all() if only is None else [ctx.registry.get(a) for a in only]
+    arrays = [
+        a
+        for a in (ctx.registry.all() if only is None else [ctx.registry.get(a) for a in only])
+        if a.deleting is None
+    ]
+    # every array's floor from a few batched reads (fails soft: an unread floor is off)
+    floors = (
+        aws_forecast.read_floors(
+            [a.spec for a in arrays], ctx.clients.cloudwatch, now, horizon_minutes=ctx.horizon_minutes
+        )
+        if ctx.forecast and arrays
+        else {}
+    )
     for array in arrays:
-        if array.deleting is not None:
-            continue
         try:
-            checked.append(check_array(ctx, array, now))
+            checked.append(check_array(ctx, array, now, floors.get(array.spec.array_id)))
         except (ClientError, BotoCoreError) as error:
             logger.exception("health check failed", extra={"array_id": array.spec.array_id})
             failed[array.spec.array_id] = f"{type(error).__name__}: {error}"

@@ -4,13 +4,15 @@ its group's state.
 Called only by the ScaleArray workflow, which holds the array's scaling lock. Reads the registry
 (spec, cooldown clocks), the controller group (desired capacity, controllers booting or
 draining, which controller leaves on a scale-in) and the volumes' provisioned IOPS
-(DescribeVolumes: what the array can deliver at most, ``vsa_core.scaling.capacity``), and runs
+(DescribeVolumes: what the array can deliver at most, ``vsa_core.scaling.capacity``) and the
+forecast floor the health check stored on the registry item (read with the spec; ignored when
+older than ``forecast.STALE_PERIODS`` health-check periods: no history is read here), and runs
 the pure planner. The decision is
 returned, not written: the workflow sets the capacity and records it, with the ``expiresAt``
 given here (the registry's TTL attribute: the decision is history, kept ``HistoryRetentionDays``).
 """
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -22,7 +24,7 @@ from vsa_core.errors import ArrayNotFoundError
 from vsa_core.naming import group_name, owned_volume_name
 from vsa_core.observability import logger
 from vsa_core.registry import ArrayRegistry, expires_at
-from vsa_core.scaling import demand, rules
+from vsa_core.scaling import demand, forecast, rules
 from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.planner import plan
 from vsa_core.scaling.rules import IN_FLIGHT, SCALE_FIELDS, rearm_after
@@ -109,10 +111,19 @@ def plan_scale(
         if request.demand_iops is None:
             reason += "; the alarm went to ALARM on missing data (no datapoint of its own)"
         return _stale(request, array.spec, current, now, name, reason, cloudwatch)
+    # the array's own recurring demand over the coming boot + look-ahead, as the health check
+    # last stored it (off, saying why, when absent or stale)
+    settings = get_settings()
+    floor = forecast.from_stored(
+        array.forecast_floor,
+        now,
+        max_age=forecast.STALE_PERIODS * timedelta(minutes=settings.health_check_minutes),
+    )
     decision = plan(
         array.spec,
         demand_iops,
         current,
+        forecast=floor,
         now=now,
         last_scale_out_at=_parse(array.last_scale_out_at),
         last_scale_in_at=_parse(array.last_scale_in_at),

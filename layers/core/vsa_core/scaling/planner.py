@@ -4,27 +4,32 @@
 the running count. Callers that know more pass it by keyword, and each extra input switches on
 one more rule, named in the decision's reason:
 
-- ``now`` with ``last_scale_out_at`` / ``last_scale_in_at``: the spec's cooldowns;
+- ``now`` with ``last_scale_out_at`` / ``last_scale_in_at``: the spec's cooldowns, and the
+  reversal hysteresis (``REVERSAL_MINUTES``, ``SETTLE_MINUTES``: bounded churn);
 - ``in_flight``: nothing changes while a controller is bootstrapping or draining;
 - ``recent_demand``: the demand trend (scale out ahead of a rising demand) and sustained demand
   (scale in only when every recent minute fits one controller fewer);
 - ``scale_in_headroom``: scale in only with a margin under target;
 - ``volume_iops``: the volumes' provisioned IOPS in total, what the array can deliver at most
   (``vsa_core.scaling.capacity``): no controller beyond what moves it all, and the decision says
-  when the array is volume-bound.
+  when the array is volume-bound;
+- ``forecast``: the forecast floor (``vsa_core.scaling.forecast``): the array's own recurring
+  demand ahead; desired never goes below it (within [min, what the volumes allow]), and the
+  decision says when the floor set the count.
 """
 
 import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.scaling.capacity import controllers_needed, volume_bound_reason, volume_controllers
+from vsa_core.scaling.forecast import Floor
 
-__all__ = ["ScaleDecision", "controllers_needed", "demand_trend", "plan"]
+__all__ = ["ScaleDecision", "controllers_needed", "demand_trend", "plan", "settle_left"]
 
 DEFAULT_LEAD_MINUTES = 10.0
 """How far ahead a rising demand is extrapolated by default: a controller takes ~5 minutes to
@@ -35,6 +40,21 @@ for now must cover the demand ~10 minutes from now (boot + the longer of boot an
 TREND_MINUTES = 5
 """The trend is read from the last ``TREND_MINUTES`` one-minute samples of ``recent_demand`` plus
 the current demand: long enough to ignore one noisy minute, short enough to see a ramp start."""
+
+REVERSAL_MINUTES = 10
+"""A scale-out this soon after the last scale-in undid it: the array flapped (noise around a
+threshold, or a dip the low alarm's window took for the end of a surge)."""
+SETTLE_MINUTES = 15
+"""After such a reversal, no scale-in until this long after the scale-out: the hysteresis that
+bounds churn. Each flap (a scale-in, then the scale-out that undoes it) then takes at least
+``SETTLE_MINUTES``, so an array flaps at most 4 times an hour whatever its demand does, where
+the cooldowns alone let it flap every 5-6 minutes (drain + cooldown, then boot). Longer
+settles cost controller-hours on recurring ramps (a ramp's first scale-out often follows the
+previous descent's last scale-in: 30 min took a 15-min hourly ramp from 1.71x to 2.23x the
+oracle in ``make bench``), and the alarms' own hysteresis (``SCALE_IN_HYSTERESIS``, the low
+alarm's 5 of 5) already keeps noise from flapping. It uses only the two clocks the
+registry already keeps (``lastScaleOutAt``, ``lastScaleInAt``): the deployed rule, which the
+simulator runs as it is."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +98,12 @@ class ScaleDecision:
     volume_bound: bool = False
     """The demand (or its forecast) reaches what the volumes provide: more controllers would not
     serve it; the volumes' provisioned IOPS must rise."""
+    forecast_floor: int | None = None
+    """The forecast floor's controllers (None: no forecast given; 0: off)."""
+    forecast_reason: str | None = None
+    """What the forecast said, on or off, in words."""
+    floor_set: bool = False
+    """The forecast floor, not the current demand, set the desired count (or held a scale-in)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,6 +145,17 @@ def _left(now: datetime | None, last: datetime | None, cooldown_seconds: int) ->
     return max(0.0, cooldown_seconds - (now - last).total_seconds())
 
 
+def settle_left(now: datetime | None, last_out: datetime | None, last_in: datetime | None) -> float:
+    """Seconds a scale-in still waits after a reversal: when the last scale-out came at most
+    ``REVERSAL_MINUTES`` after the last scale-in (it undid it), none until ``SETTLE_MINUTES``
+    after that scale-out; 0 otherwise (or without the clocks)."""
+    if now is None or last_out is None or last_in is None:
+        return 0.0
+    if not timedelta(0) <= last_out - last_in <= timedelta(minutes=REVERSAL_MINUTES):
+        return 0.0
+    return _left(now, last_out, SETTLE_MINUTES * 60)
+
+
 def plan(
     spec: ArraySpec,
     demand_iops: float,
@@ -133,6 +170,7 @@ def plan(
     scale_in_headroom: float = 1.0,
     sustained_minutes: int | None = None,
     volume_iops: int | None = None,
+    forecast: Floor | None = None,
 ) -> ScaleDecision:
     """Desired controllers for ``demand_iops`` with ``current_controllers`` asked for.
 
@@ -168,6 +206,9 @@ def plan(
       controllers that move it all at target (``capacity.volume_controllers``; minControllers
       still holds), and scale-in may remove controllers above it; when the demand (or its
       forecast) reaches it the decision is volume-bound and says what to raise.
+    - ``forecast``: the forecast floor; scale-out goes at least to its controllers and scale-in
+      never below them (within [min, the volumes' useful count]); ``floor_set`` says when it
+      decided.
     """
     _check_demand(demand_iops, "demand")
     for sample in recent_demand:
@@ -191,8 +232,8 @@ def plan(
 
     # scale-out: current demand, or its rising trend
     slope = demand_trend(recent_demand, demand_iops) if recent_demand else 0.0
-    forecast = demand_iops + slope * lead_minutes if slope > 0 else None
-    planned_for = max(demand_iops, forecast or 0.0)
+    trend = demand_iops + slope * lead_minutes if slope > 0 else None
+    planned_for = max(demand_iops, trend or 0.0)
     needed_out = controllers_needed(planned_for, per_iops, target_util)
     # scale-in: the highest recent demand, at target less the headroom
     window = recent_demand
@@ -205,16 +246,19 @@ def plan(
         controllers_needed(sustained or 0.0, per_iops, target_util * scale_in_headroom),
     )
 
-    out_target = max(floor, min(needed_out, useful))
-    in_target = max(floor, min(needed_in, useful))
+    reactive_out = max(floor, min(needed_out, useful))
+    reactive_in = max(floor, min(needed_in, useful))
+    by_forecast = 0 if forecast is None else min(forecast.controllers, useful)
+    out_target = max(reactive_out, by_forecast)
+    in_target = max(reactive_in, by_forecast)
     volume_bound = volume_iops is not None and planned_for >= volume_iops
     # under-provisioned: maxControllers, not the volumes, stops the array serving its demand
     under = needed > ceiling and (by_volumes is None or by_volumes > ceiling)
     shown = f"demand {demand_iops:,.0f} IOPS needs {needed} controller(s), {current_controllers} running"
     notes: list[str] = []
-    if forecast is not None and needed_out > needed:
+    if trend is not None and needed_out > needed:
         notes.append(
-            f"demand rising {slope:,.0f} IOPS/min: {forecast:,.0f} IOPS in {lead_minutes:g} min "
+            f"demand rising {slope:,.0f} IOPS/min: {trend:,.0f} IOPS in {lead_minutes:g} min "
             f"needs {needed_out}"
         )
     out_left = _left(now, last_scale_out_at, spec.scale_out_cooldown_seconds)
@@ -222,6 +266,7 @@ def plan(
         _left(now, last_scale_in_at, spec.scale_in_cooldown_seconds),
         _left(now, last_scale_out_at, spec.scale_in_cooldown_seconds),
     )
+    settle = settle_left(now, last_scale_out_at, last_scale_in_at)
 
     desired, action = current_controllers, "hold"
     waiting = False
@@ -253,6 +298,13 @@ def plan(
                 f"scale-in to {step} waits: scale-in cooldown "
                 f"(scaleInCooldownSeconds={spec.scale_in_cooldown_seconds}), {in_left:.0f}s left"
             )
+        elif settle > 0:
+            waiting = True
+            notes.append(
+                f"scale-in to {step} waits: hysteresis after a reversal (the last scale-out undid "
+                f"a scale-in within {REVERSAL_MINUTES} min; none for {SETTLE_MINUTES} min after it), "
+                f"{settle:.0f}s left"
+            )
         else:
             desired, action = step, "scale-in"
             notes.append("scale in one controller at a time")
@@ -275,6 +327,13 @@ def plan(
     elif needed_out > needed and max(floor, min(needed, ceiling)) < current_controllers:
         # the current demand alone would scale in; its rising trend keeps what it will need
         notes.append(f"no scale-in: the rising demand needs {needed_out} within {lead_minutes:g} min")
+    # the floor decided: a scale-out beyond what the demand asks, or a scale-in it held
+    floor_set = forecast is not None and (
+        (action == "scale-out" and desired > reactive_out)
+        or (action == "hold" and reactive_in < current_controllers <= by_forecast)
+    )
+    if floor_set and forecast is not None:
+        notes.append(f"{forecast.reason} (the floor set the count)")
     if volume_bound and volume_iops is not None:
         notes.append(volume_bound_reason(volume_iops, useful))
     elif by_volumes is not None and current_controllers > by_volumes and action == "scale-in":
@@ -305,11 +364,14 @@ def plan(
         last_scale_in_at=_iso(last_scale_in_at),
         in_flight=in_flight,
         recent_samples=len(recent_demand),
-        forecast_iops=forecast,
+        forecast_iops=trend,
         sustained_iops=sustained,
         lead_minutes=lead_minutes if recent_demand else None,
         scale_in_headroom=scale_in_headroom,
         volume_iops=volume_iops,
         volume_controllers=by_volumes,
         volume_bound=volume_bound,
+        forecast_floor=None if forecast is None else forecast.controllers,
+        forecast_reason=None if forecast is None else forecast.reason,
+        floor_set=floor_set,
     )

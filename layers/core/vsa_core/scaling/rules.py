@@ -88,11 +88,13 @@ def at_target(decision: ScaleDecision) -> bool:
     """The decision leaves the array at what its current demand needs, as far as [min, max]
     and the volumes allow: nothing in flight, nothing changed, and desired = clamp(needed) (a
     volume-bound array at the controllers that move its volumes' IOPS is at target: more would
-    add none)."""
+    add none), or the forecast floor when it is higher."""
     ceiling = decision.max_controllers
     if decision.volume_controllers is not None:
         ceiling = min(ceiling, decision.volume_controllers)
     wanted = max(decision.min_controllers, min(decision.needed_controllers, ceiling))
+    # the forecast floor's count is a target too: a hold at it is not off target
+    wanted = max(wanted, min(decision.forecast_floor or 0, ceiling))
     return decision.action == "hold" and not decision.waiting and decision.desired_controllers == wanted
 
 

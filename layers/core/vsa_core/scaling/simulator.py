@@ -43,6 +43,7 @@ ScaleArray's PlanScale does, and the oracle and static-for-peak never run a cont
 
 import csv
 import io
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,8 +59,9 @@ from vsa_core.arrays.plan import (
     alarm_thresholds,
 )
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
+from vsa_core.scaling import forecast as forecasting
 from vsa_core.scaling.capacity import controllers_needed, deliverable_iops, volume_controllers
-from vsa_core.scaling.planner import ScaleDecision, plan
+from vsa_core.scaling.planner import REVERSAL_MINUTES, ScaleDecision, plan
 from vsa_core.scaling.rules import rearm_after
 from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES, planner_inputs
 
@@ -175,6 +177,31 @@ class Result:
     def peak_controllers(self) -> int:
         return max(self.billed)
 
+    @property
+    def scalings_per_hour(self) -> float:
+        return self.scalings / (self.minutes / 60)
+
+    @property
+    def busiest_hour(self) -> int:
+        """The most scalings in one clock hour of the replay (churn: the planner's hysteresis,
+        ``planner.SETTLE_MINUTES``, bounds the flaps in it)."""
+        per_hour: dict[str, int] = {}
+        for decision in self.decisions:
+            hour = (decision.now or "")[:13]
+            per_hour[hour] = per_hour.get(hour, 0) + 1
+        return max(per_hour.values(), default=0)
+
+    @property
+    def reversals(self) -> int:
+        """Scale-outs that came within ``planner.REVERSAL_MINUTES`` of the scale-in before them
+        (flaps)."""
+        flaps = 0
+        for before, after in itertools.pairwise(self.decisions):
+            if before.action == "scale-in" and after.action == "scale-out" and before.now and after.now:
+                gap = datetime.fromisoformat(after.now) - datetime.fromisoformat(before.now)
+                flaps += gap <= timedelta(minutes=REVERSAL_MINUTES)
+        return flaps
+
 
 def _needed(spec: ArraySpec, demand: float, volume_iops: int | None = None) -> int:
     ceiling = min(spec.max_controllers, MULTI_ATTACH_LIMIT)
@@ -198,8 +225,14 @@ def simulate_planner(
     trigger: Trigger = "alarms",
     scale_in_headroom: float = SCALE_IN_HYSTERESIS,
     volume_iops: int | None = None,
+    forecast: bool = False,
 ) -> Result:
-    """The control plane replayed on ``demand`` (see the module's docstring for the model)."""
+    """The control plane replayed on ``demand`` (see the module's docstring for the model).
+
+    ``forecast``: the forecast floor as deployed (``vsa_core.scaling.forecast.floor``, over the
+    last ``HISTORY_DAYS`` of the trace before the minute): every run plans with it, and every
+    ``LOOKAHEAD_MINUTES`` the look-ahead starts a run (as the high alarm's) when the floor is
+    above the desired count."""
     if boot_minutes < 0 or drain_minutes < 0:
         raise ValueError("boot and drain take 0 or more minutes")
     serving = _needed(spec, demand[0], volume_iops)
@@ -214,6 +247,25 @@ def simulate_planner(
     changes: list[ScaleDecision] = []
     alarms = Alarms(spec, demand)
     rearm_at: dict[str, int] = {}  # alarm kind -> minute ScaleArray sets it back to OK
+    first, history = forecasting.buckets(demand, EPOCH + timedelta(minutes=len(demand)))
+    horizon = boot_minutes + forecasting.LOOKAHEAD_MINUTES
+    keep = forecasting.HISTORY_DAYS * 24 * 60 // forecasting.BUCKET_MINUTES
+
+    def floor_at(t: int) -> forecasting.Floor | None:
+        if not forecast:
+            return None
+        now = EPOCH + timedelta(minutes=t)
+        end = forecasting.bucket_index(now) - first
+        return forecasting.floor(
+            first + max(0, end - keep),
+            history[max(0, end - keep) : max(0, end)],
+            now,
+            horizon_minutes=horizon,
+            per_controller_iops=spec.per_controller_iops,
+            target_utilisation=spec.target_utilisation,
+            min_controllers=spec.min_controllers,
+        )
+
     for t, now_demand in enumerate(demand):
         serving += sum(1 for ready in booting if ready <= t)
         booting = [ready for ready in booting if ready > t]
@@ -225,6 +277,9 @@ def simulate_planner(
         # one ScaleArray run per event (the scaling lock serialises them); a run that changes the
         # count moves the thresholds, and CloudWatch re-evaluates the datapoints it holds at once
         fired = ["every-minute"] if trigger == "every-minute" else alarms.evaluate(t, desired)
+        floor = floor_at(t) if forecast and (fired or t % forecasting.LOOKAHEAD_MINUTES == 0) else None
+        if floor is not None and floor.controllers > desired and not fired:
+            fired = ["high"]  # the scheduled look-ahead starts ScaleArray as the high alarm would
         for _ in range(_RUNS_PER_MINUTE):
             if not fired:
                 break
@@ -243,6 +298,7 @@ def simulate_planner(
                 scale_in_headroom=scale_in_headroom,
                 sustained_minutes=tuning["sustained_minutes"],
                 volume_iops=volume_iops,
+                forecast=floor,
             )
             added = decision.desired_controllers - desired
             if added > 0:

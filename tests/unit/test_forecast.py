@@ -1,0 +1,103 @@
+"""The forecast floor (``vsa_core.scaling.forecast``, pure) and how the planner uses it."""
+
+from datetime import UTC, datetime, timedelta
+
+from tests.specs import BASE
+from vsa_core.arrays.spec import ArraySpec
+from vsa_core.scaling import rules
+from vsa_core.scaling.forecast import floor_from_minutes
+from vsa_core.scaling.planner import plan
+
+NOW = datetime(2026, 3, 2, 12, 25, tzinfo=UTC)  # a Monday, 25 minutes into the hour
+SIZING = {
+    "horizon_minutes": 10,
+    "per_controller_iops": 260_000,
+    "target_utilisation": 0.7,
+    "min_controllers": 2,
+}
+SPEC = ArraySpec(arrayId="demo", availabilityZone="us-east-1a", **BASE, minControllers=2, maxControllers=16)
+
+
+def hourly(hours: int, surge: float = 1_500_000.0, skip: int | None = None) -> list[float | None]:
+    """``hours`` hours of minutes ending at NOW: 100k IOPS, and ``surge`` from minute 30 to 44 of
+    every hour (none in the hour ``skip`` hours back)."""
+    start = NOW - timedelta(hours=hours)
+    out: list[float | None] = []
+    for m in range(hours * 60):
+        when = start + timedelta(minutes=m)
+        back = (NOW - when - timedelta(minutes=1)) // timedelta(hours=1)
+        out.append(surge if 30 <= when.minute < 45 and back != skip else 100_000.0)
+    return out
+
+
+def test_without_enough_history_the_floor_is_off_and_says_so():
+    fl = floor_from_minutes(hourly(2), NOW, **SIZING)
+    assert not fl.on
+    assert fl.controllers == 0
+    assert "too little for a pattern" in fl.reason
+    assert "hourly needs 3 x 1 h" in fl.reason
+
+
+def test_an_hourly_surge_that_recurred_three_times_is_a_floor_ahead_of_it():
+    # Given 3 hours where demand surged to 1.5M at :30 each hour; now :25, the surge 5 min away
+    fl = floor_from_minutes(hourly(3), NOW, **SIZING)
+    # Then the floor is what 1.5M needs at 70% of 260k: 9 controllers, from the hourly pattern
+    assert fl.on
+    assert (fl.period, fl.controllers) == ("hourly", 9)
+    assert "each of the last 3 hours" in fl.reason
+    # and well before the surge (the horizon does not reach it) there is none
+    early = floor_from_minutes(hourly(4)[:-15], NOW - timedelta(minutes=15), **SIZING)
+    assert not early.on
+    assert "nothing recurring ahead" in early.reason
+
+
+def test_a_surge_that_skipped_a_cycle_is_not_recurring():
+    fl = floor_from_minutes(hourly(3, skip=1), NOW, **SIZING)
+    assert not fl.on
+
+
+def test_missing_minutes_recur_nothing():
+    history = hourly(3)
+    # the surge two hours back (10:30-10:44; the history ends at 12:24) has no data
+    history[-120 + 5 : -120 + 20] = [None] * 15
+    assert not floor_from_minutes(history, NOW, **SIZING).on
+
+
+def test_a_pattern_that_said_more_than_came_is_off_for_now():
+    # Given 4 hours of a 1.5M plateau that ended 15 minutes ago (an hourly "pattern" of a plateau)
+    history: list[float | None] = [1_500_000.0] * (4 * 60 - 15) + [100_000.0] * 15
+    fl = floor_from_minutes(history, NOW, **SIZING)
+    # Then the hourly pattern is off: it said 1.5M for the last minutes, where 100k came
+    assert not fl.on
+    assert "no pattern holds now" in fl.reason
+
+
+def test_the_planner_scales_out_to_the_floor_and_says_the_floor_set_it():
+    fl = floor_from_minutes(hourly(3), NOW, **SIZING)
+    decision = plan(SPEC, 100_000, 2, forecast=fl)
+    assert (decision.action, decision.desired_controllers) == ("scale-out", 9)
+    assert decision.floor_set
+    assert decision.forecast_floor == 9
+    assert "the floor set the count" in decision.reason
+    # without it, the demand alone holds at 2
+    assert plan(SPEC, 100_000, 2).action == "hold"
+
+
+def test_scale_in_respects_the_floor_and_a_hold_at_it_is_at_target():
+    fl = floor_from_minutes(hourly(3), NOW, **SIZING)
+    held = plan(SPEC, 100_000, 9, forecast=fl, recent_demand=[100_000.0] * 5)
+    assert held.action == "hold"
+    assert held.floor_set
+    assert rules.at_target(held)  # re-armed after the long pause: nothing to do until the floor ends
+    assert plan(SPEC, 100_000, 9, recent_demand=[100_000.0] * 5).action == "scale-in"
+    # above the floor, scale-in goes on (one step), down to the floor
+    above = plan(SPEC, 100_000, 11, forecast=fl, recent_demand=[100_000.0] * 5)
+    assert (above.action, above.desired_controllers) == ("scale-in", 10)
+
+
+def test_an_off_floor_changes_nothing():
+    fl = floor_from_minutes(hourly(2), NOW, **SIZING)
+    assert (
+        plan(SPEC, 100_000, 4, forecast=fl).desired_controllers == plan(SPEC, 100_000, 4).desired_controllers
+    )
+    assert not plan(SPEC, 100_000, 4, forecast=fl).floor_set
