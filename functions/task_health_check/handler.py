@@ -7,22 +7,16 @@ when the floor is above the desired count (the look-ahead).
 Invoked with ``{"arrayIds": ["…"]}`` it checks just those arrays now (an operator, the demo,
 the tests); the schedule's event (EventBridge's ``Scheduled Event``) checks every array."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from vsa_core.arrays.aws_observe import ArrayClients
-from vsa_core.arrays.aws_reports import NodeDocuments
-from vsa_core.clients import client
 from vsa_core.errors import InvalidEventError
 from vsa_core.health.aws_check import HealthContext, run
 from vsa_core.naming import ARRAY_ID_PATTERN
 from vsa_core.observability import logger, tracer
-from vsa_core.reconcile.aws_start import ReconcileStarter
-from vsa_core.registry import ArrayRegistry, BackupRegistry
-from vsa_core.scaling.aws_lookahead import ScaleStarter
 from vsa_core.settings import get_settings
 
 __all__ = ["lambda_handler"]
@@ -44,41 +38,4 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         request = CheckRequest.model_validate(event if isinstance(event, dict) else {})
     except ValidationError as error:
         raise InvalidEventError(f"health check: arrayIds must be 1-100 array ids: {error}") from error
-    settings = get_settings()
-    ctx = HealthContext(
-        registry=ArrayRegistry(settings.table_name),
-        backups=BackupRegistry(settings.table_name),
-        clients=ArrayClients(
-            ec2=client("ec2"),
-            autoscaling=client("autoscaling"),
-            cloudwatch=client("cloudwatch"),
-            scheduler=None,
-            ssm=client("ssm"),
-            scheduler_role_arn="",
-        ),
-        documents=NodeDocuments.of(settings),
-        reconcile=ReconcileStarter(
-            sfn=client("stepfunctions"),
-            dynamodb=client("dynamodb"),
-            table=settings.table_name,
-            state_machine_arn=settings.reconcile_state_machine_arn,
-        )
-        if settings.reconcile_state_machine_arn
-        else None,
-        scale=ScaleStarter(
-            sfn=client("stepfunctions"),
-            state_machine_arn=settings.scale_state_machine_arn,
-            rearm_seconds=settings.alarm_rearm_seconds,
-        )
-        if settings.scale_state_machine_arn
-        else None,
-        dynamodb=client("dynamodb"),
-        table=settings.table_name,
-        deployment=settings.deployment,
-        period=timedelta(minutes=settings.health_check_minutes),
-        nvme_command=settings.node_nvme_command,
-        sysfs_root=settings.node_sysfs_root,
-        mounts_file=settings.node_mounts_file,
-        configfs_root=settings.node_configfs_root,
-    )
-    return run(ctx, datetime.now(UTC), request.array_ids)
+    return run(HealthContext.from_settings(get_settings()), datetime.now(UTC), request.array_ids)

@@ -32,6 +32,7 @@ from vsa_core.arrays import aws_observe, aws_reports, aws_status, dataplane
 from vsa_core.arrays.aws_observe import ArrayClients
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.spec import RegisteredArray
+from vsa_core.clients import client
 from vsa_core.health import aws_state, rules
 from vsa_core.naming import group_name
 from vsa_core.observability import logger
@@ -40,6 +41,7 @@ from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.scaling import aws_forecast, forecast
 from vsa_core.scaling.aws_lookahead import ScaleStarter
 from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES
+from vsa_core.settings import Settings
 
 ARRAY_NAMESPACE = "VSA/Arrays"
 DEPLOYMENT_NAMESPACE = "VSA"
@@ -95,6 +97,49 @@ class HealthContext:
     def horizon_minutes(self) -> int:
         """How far each run's floor looks ahead: a boot plus one period (``forecast.horizon_minutes``)."""
         return forecast.horizon_minutes(self.boot_minutes, int(self.period.total_seconds() // 60))
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "HealthContext":
+        """The deployed check's context: the stack's table, clients, documents and workflows
+        (the drift check and the look-ahead are off when their state machine is not set)."""
+        sfn = client("stepfunctions")
+        dynamodb = client("dynamodb")
+        return cls(
+            registry=ArrayRegistry(settings.table_name),
+            backups=BackupRegistry(settings.table_name),
+            clients=ArrayClients(
+                ec2=client("ec2"),
+                autoscaling=client("autoscaling"),
+                cloudwatch=client("cloudwatch"),
+                scheduler=None,
+                ssm=client("ssm"),
+                scheduler_role_arn="",
+            ),
+            documents=NodeDocuments.of(settings),
+            reconcile=ReconcileStarter(
+                sfn=sfn,
+                dynamodb=dynamodb,
+                table=settings.table_name,
+                state_machine_arn=settings.reconcile_state_machine_arn,
+            )
+            if settings.reconcile_state_machine_arn
+            else None,
+            scale=ScaleStarter(
+                sfn=sfn,
+                state_machine_arn=settings.scale_state_machine_arn,
+                rearm_seconds=settings.alarm_rearm_seconds,
+            )
+            if settings.scale_state_machine_arn
+            else None,
+            dynamodb=dynamodb,
+            table=settings.table_name,
+            deployment=settings.deployment,
+            period=timedelta(minutes=settings.health_check_minutes),
+            nvme_command=settings.node_nvme_command,
+            sysfs_root=settings.node_sysfs_root,
+            mounts_file=settings.node_mounts_file,
+            configfs_root=settings.node_configfs_root,
+        )
 
 
 @dataclass
