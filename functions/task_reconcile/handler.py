@@ -31,6 +31,7 @@ def lambda_handler(event: Request, context: LambdaContext) -> dict[str, Any]:
             ec2=client("ec2"),
             ssm=client("ssm"),
             table=settings.table_name,
+            autoscaling=client("autoscaling"),
         )
     )
     result = steps.run(request)

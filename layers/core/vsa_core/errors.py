@@ -46,6 +46,12 @@ class LockLostError(VsaError):
     another run took it): the step does nothing and the workflow stops, saying who holds it."""
 
 
+class RollBlockedError(VsaError):
+    """ReconcileArray's roll cannot replace an outdated controller without going below the
+    array's bounds (16 controllers, io2 Multi-Attach's limit, with minControllers 16); the
+    message says what to change."""
+
+
 class BackupNotFoundError(VsaError):
     """The backup set id is not recorded for the array."""
 

@@ -118,6 +118,7 @@ class ArrayRegistry:
             pending_host_removals=tuple(sorted({*current.pending_host_removals, *left_hosts})),
             pending_volume_deletions=tuple(sorted({*current.pending_volume_deletions, *delete_volumes})),
             reconcile=current.reconcile,
+            roll_surge=current.roll_surge,
         )
 
     def all(self) -> list[RegisteredArray]:
@@ -221,6 +222,7 @@ class ArrayRegistry:
             }
             or None,
             forecast_floor=json.loads(floor) if (floor := item.get("forecastFloor", {}).get("S")) else None,
+            roll_surge=int(item.get("rollSurge", {}).get("N", "0")),
             scaling_lock_until=int(item["scalingLockUntil"]["N"])
             if "scalingLock" in item and "scalingLockUntil" in item
             else None,

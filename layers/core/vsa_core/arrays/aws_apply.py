@@ -19,11 +19,13 @@ from vsa_core.errors import VolumeCreationError
 from vsa_core.naming import launch_template_name
 
 
-def apply(clients: ArrayClients, spec: ArraySpec, desired_controllers: int) -> list[Change]:
+def apply(
+    clients: ArrayClients, spec: ArraySpec, desired_controllers: int, roll_surge: int = 0
+) -> list[Change]:
     """Converge AWS on ``spec``; idempotent. Returns one Change per resource, ``unchanged``
     ones included (with no fields); only resources with changes were touched."""
     owned_ids, changes = _apply_volumes(clients, spec)
-    desired = _desired(clients, spec, desired_controllers, owned_ids)
+    desired = _desired(clients, spec, desired_controllers, owned_ids, roll_surge)
     observed_template = aws_observe.observe_launch_template(clients, spec.array_id)
     template_change = plan.diff_resource(
         f"launch-template/{launch_template_name(spec.array_id)}",
@@ -48,7 +50,9 @@ def apply(clients: ArrayClients, spec: ArraySpec, desired_controllers: int) -> l
     return changes
 
 
-def plan_apply(clients: ArrayClients, spec: ArraySpec, desired_controllers: int) -> list[Change]:
+def plan_apply(
+    clients: ArrayClients, spec: ArraySpec, desired_controllers: int, roll_surge: int = 0
+) -> list[Change]:
     """What ``apply`` would change, from the same diff, without changing anything (reads only:
     a dry-run). An owned volume not created yet is named in the alarms' metrics by a
     placeholder (``<new volume NAME>``): its id exists only once CreateVolume answers."""
@@ -62,7 +66,7 @@ def plan_apply(clients: ArrayClients, spec: ArraySpec, desired_controllers: int)
         assert change is not None
         changes.append(change)
         ids.append(str(have["VolumeId"]) if have else f"<new volume {volume.name}>")
-    desired = _desired(clients, spec, desired_controllers, tuple(ids))
+    desired = _desired(clients, spec, desired_controllers, tuple(ids), roll_surge)
     template_change = plan.diff_resource(
         f"launch-template/{launch_template_name(spec.array_id)}",
         desired.launch_template,
@@ -79,7 +83,11 @@ _APPLIED_FIRST = ("volume", "launch-template")
 
 
 def _desired(
-    clients: ArrayClients, spec: ArraySpec, desired_controllers: int, owned_ids: tuple[str, ...]
+    clients: ArrayClients,
+    spec: ArraySpec,
+    desired_controllers: int,
+    owned_ids: tuple[str, ...],
+    roll_surge: int = 0,
 ) -> Resources:
     return plan.desired_resources(
         spec,
@@ -89,6 +97,7 @@ def _desired(
         launch_template_id_of_spec=aws_observe.spec_launch_template_id(clients, spec),
         volume_ids=spec.existing_volume_ids + owned_ids,
         scheduler_role_arn=clients.scheduler_role_arn,
+        roll_surge=roll_surge,
     )
 
 

@@ -140,7 +140,7 @@ def apply_array(
         )
         started = reconcile.start(array_id, stored.version, work)
     try:
-        applied = service.apply(spec, stored.desired_controllers)
+        applied = service.apply(spec, stored.desired_controllers, stored.roll_surge)
         changes = grown + [c for c in applied if c.resource not in {g.resource for g in grown}]
     except ClientError as error:
         code, message = error.response["Error"].get("Code", "?"), error.response["Error"].get("Message", "")
@@ -199,7 +199,7 @@ def dry_run_plan(
 ) -> dict[str, Any]:
     """What an apply of ``spec`` would change, from reads only."""
     desired_controllers = current.desired_controllers if current else spec.min_controllers
-    control = service.plan(spec, desired_controllers)
+    control = service.plan(spec, desired_controllers, current.roll_surge if current else 0)
     slots = registry.slots(spec.array_id) if current else {}
     serving = [s["instanceId"] for s in slots.values() if s.get("state") == "serving" and s.get("instanceId")]
     before = dataplane.spec_volumes(current.spec.volumes) if current else []

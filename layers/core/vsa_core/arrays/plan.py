@@ -221,20 +221,27 @@ def _group_launch_template(spec: ArraySpec, launch_template_id: str | None) -> d
     return {"LaunchTemplateName": ref.launch_template_name, "Version": ref.version}
 
 
-def group_params(spec: ArraySpec, desired_controllers: int, launch_template_id: str | None) -> dict[str, Any]:
+def group_params(
+    spec: ArraySpec, desired_controllers: int, launch_template_id: str | None, roll_surge: int = 0
+) -> dict[str, Any]:
     """CreateAutoScalingGroup parameters.
+
+    ``roll_surge`` (1 while ReconcileArray's roll has its extra controller up): the desired
+    capacity and the maximum one above, within io2 Multi-Attach's 16, so an apply during a
+    roll does not undo it.
 
     New instances are protected from scale-in: the scale workflow (not the group) chooses which
     controller leaves. DefaultCooldown is the scale-out cooldown; the group has no scaling
     policies, the ScaleArray workflow applies both cooldowns itself.
     """
     name = group_name(spec.array_id)
+    count = clamp_controllers(spec, desired_controllers)
     params: dict[str, Any] = {
         "AutoScalingGroupName": name,
         "LaunchTemplate": _group_launch_template(spec, launch_template_id),
         "MinSize": spec.min_controllers,
-        "MaxSize": min(spec.max_controllers, MULTI_ATTACH_LIMIT),
-        "DesiredCapacity": clamp_controllers(spec, desired_controllers),
+        "MaxSize": min(max(spec.max_controllers, count + roll_surge), MULTI_ATTACH_LIMIT),
+        "DesiredCapacity": min(count + roll_surge, MULTI_ATTACH_LIMIT),
         "NewInstancesProtectedFromScaleIn": True,
         "DefaultCooldown": spec.scale_out_cooldown_seconds,
         "Tags": [
@@ -359,6 +366,7 @@ def desired_resources(
     launch_template_id_of_spec: str | None,
     volume_ids: tuple[str, ...],
     scheduler_role_arn: str,
+    roll_surge: int = 0,
 ) -> DesiredResources:
     """Everything ``spec`` produces at ``desired_controllers`` (held to [min, max]).
 
@@ -378,7 +386,7 @@ def desired_resources(
         array_id=spec.array_id,
         volumes={v.name: owned_volume_params(spec, v) for v in spec.new_volumes},
         launch_template=launch_template_params(spec),
-        group=group_params(spec, desired_controllers, launch_template_id_of_spec),
+        group=group_params(spec, desired_controllers, launch_template_id_of_spec, roll_surge),
         launch_hook=hook_params(spec, "launch"),
         terminate_hook=hook_params(spec, "terminate"),
         alarm_high=alarm_params(spec, desired_controllers, volume_ids, "high") if alarms else None,

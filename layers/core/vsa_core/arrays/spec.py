@@ -402,3 +402,6 @@ class RegisteredArray(BaseModel):
     controllers, iops, period, reason, horizon_minutes, computedAt); None before its first run."""
     scaling_lock_until: int | None = None
     """Epoch seconds until which a ScaleArray run holds the array's scaling lock (None: free)."""
+    roll_surge: int = Field(default=0, ge=0, le=1)
+    """1 while ReconcileArray's roll has one controller more up than the array's count (the new
+    one serving before the outdated one drains): an apply keeps the group one above it."""

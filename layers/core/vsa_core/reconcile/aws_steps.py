@@ -11,6 +11,9 @@ the order of the phases, the waits, the bounds and the failure path.
   started, or ``pending: false`` when there was nothing to do.
 - ``poll``: renew the lease and say whether the phase has finished (attachments seen by EC2,
   every invocation's status from one ListCommandInvocations).
+- ``start``/``poll`` of ``roll``: the rolling replacement's next action
+  (``vsa_core.reconcile.aws_roll``); its poll answers ``again`` once the action has settled and
+  another is due, and the workflow starts the phase again.
 - ``verify``: what is still not converged (``remaining``), and where the nodes' last reports
   show a volume at another size than EBS has it (``size_differences``).
 """
@@ -24,7 +27,8 @@ from typing import Any
 from vsa_core.arrays import aws_lock, aws_observe, aws_reports, lock
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.controllers import aws_commands, slots
-from vsa_core.reconcile import aws_record, plan
+from vsa_core.errors import RollBlockedError
+from vsa_core.reconcile import aws_record, aws_roll, plan, roll
 from vsa_core.reconcile.plan import Observed
 from vsa_core.reconcile.steps import Create, Lock, Poll, Start, Verify
 from vsa_core.registry import ArrayRegistry
@@ -38,6 +42,7 @@ class ReconcileContext:
     ec2: Any
     ssm: Any
     table: str
+    autoscaling: Any = None
 
 
 def _now() -> int:
@@ -134,7 +139,9 @@ def start(ctx: ReconcileContext, request: Start) -> dict[str, Any]:
         "since": now,
         "hosts": [],
     }
-    if request.phase == "settle":
+    if request.phase == "roll":
+        answer.update(_roll(ctx, request.array_id, request.owner, now, act=True))
+    elif request.phase == "settle":
         answer["pending"] = bool(plan.unready_volumes(observed))
     elif request.phase == "attach":
         started = _attach(ctx, observed)
@@ -216,9 +223,45 @@ def _attach(ctx: ReconcileContext, observed: Observed) -> list[str]:
     return started
 
 
+def _roll(ctx: ReconcileContext, array_id: str, owner: str, now: str, *, act: bool) -> dict[str, Any]:
+    """The roll's next step (taken when ``act``), recorded as the run's step in words."""
+    array = ctx.registry.get(array_id)
+    seen = aws_roll.observe(ctx.autoscaling, ctx.ec2, array, ctx.registry.slots(array_id))
+    if seen is None:
+        return {"pending": False, "roll": "done", "reason": "no controller group"}
+    members, wanted, group = seen
+    step = roll.next_step(members, wanted, group)
+    if step.kind == "blocked":
+        raise RollBlockedError(step.reason)
+    if act:
+        aws_roll.act(ctx.autoscaling, ctx.dynamodb, ctx.table, array, owner, step, group)
+    if step.kind != "done":
+        aws_record.progress(ctx.dynamodb, ctx.table, array_id, owner, f"roll: {step.reason}", now)
+    return {
+        "pending": step.kind != "done",
+        "roll": step.kind,
+        "reason": step.reason,
+        **({"instanceId": step.instance_id} if step.instance_id else {}),
+    }
+
+
 def poll(ctx: ReconcileContext, request: Poll) -> dict[str, Any]:
     _hold(ctx, request.array_id, request.owner)
     started = request.started
+    if request.phase == "roll":
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        seen = _roll(ctx, request.array_id, request.owner, now, act=False)
+        # settled: nothing left (done), or the next action is due (again: the phase restarts)
+        again = seen["roll"] in ("surge", "retire")
+        waited = _waited(started)
+        return {
+            "done": seen["roll"] == "done",
+            "again": again,
+            "failed": [],
+            "waiting": [] if again or seen["roll"] == "done" else [seen["reason"]],
+            "waitedSeconds": waited,
+            "timedOut": seen["roll"] == "wait" and waited >= int(started["timeoutSeconds"]),
+        }
     if request.phase in ("settle", "attach", "detach", "delete"):
         observed, _ = observe(ctx, request.array_id)
         waiting = {
@@ -234,6 +277,7 @@ def poll(ctx: ReconcileContext, request: Poll) -> dict[str, Any]:
         waited = _waited(started)
         return {
             "done": not waiting,
+            "again": False,
             "failed": [],
             "waiting": waiting,
             "waitedSeconds": waited,
@@ -246,7 +290,7 @@ def poll(ctx: ReconcileContext, request: Poll) -> dict[str, Any]:
         hosts = list(started.get("hosts", []))
         aws_record.clear_host_removals(ctx.dynamodb, ctx.table, request.array_id, hosts)
     timed_out = not states["done"] and states["waitedSeconds"] >= int(started["timeoutSeconds"])
-    return {**states, "waiting": states["running"], "timedOut": timed_out}
+    return {**states, "again": False, "waiting": states["running"], "timedOut": timed_out}
 
 
 def _waited(started: dict[str, Any]) -> int:

@@ -26,6 +26,10 @@ to do answers so at once): re-running converges from wherever a run stopped.
 7. ``delete``: an owned volume an apply asked to delete (``deleteRemovedVolumes``), once
    detached: only if it carries this array's tags as created by it (``vsa:owned=true``) and the
    spec does not list it; wait until EBS has deleted it. Any other volume is never deleted.
+8. ``roll``: controllers that run another AMI or instance type than the group launches are
+   replaced one at a time, the new one serving before the old one drains
+   (``vsa_core.reconcile.roll``); each action is waited for, then the phase starts again
+   (``again``) until none is outdated.
 
 Then ``verify``: whether anything is left (a controller that started serving meanwhile, short
 of a volume; a controller or host whose last report shows a volume at another size than EBS
@@ -41,8 +45,17 @@ from vsa_core.arrays.dataplane import Report
 from vsa_core.arrays.spec import ARRAY_TAG, OWNED_TAG, ArraySpec
 from vsa_core.controllers.nvme import host_nqn
 
-Phase = Literal["settle", "attach", "disconnect", "export", "connect", "detach", "delete"]
-PHASES: tuple[Phase, ...] = ("settle", "attach", "disconnect", "export", "connect", "detach", "delete")
+Phase = Literal["settle", "attach", "disconnect", "export", "connect", "detach", "delete", "roll"]
+PHASES: tuple[Phase, ...] = (
+    "settle",
+    "attach",
+    "disconnect",
+    "export",
+    "connect",
+    "detach",
+    "delete",
+    "roll",
+)
 
 PHASE_TIMEOUT_SECONDS: Mapping[Phase, int] = {
     # EBS creates an io2 volume in seconds to a few minutes; a modification leaves ``modifying``
@@ -55,6 +68,10 @@ PHASE_TIMEOUT_SECONDS: Mapping[Phase, int] = {
     "connect": 420,  # connect-path's 300 s + delivery, as BootstrapController
     "detach": 180,
     "delete": 300,  # EBS deletes a volume in seconds to minutes
+    # each of the roll's actions (a surge until the new controller serves, a retire until the
+    # old one is gone: a launch + bootstrap, a drain + termination); the phase starts again
+    # for the next one (vsa_core.reconcile.roll)
+    "roll": 1800,
 }
 COMMAND_TIMEOUT_SECONDS: Mapping[Phase, int] = {"disconnect": 120, "export": 600, "connect": 300}
 
@@ -464,11 +481,17 @@ def needs_reconcile(
     before: ArraySpec | None, after: ArraySpec, last_state: str | None, deleting: bool = False
 ) -> bool:
     """Whether an apply starts ReconcileArray: the data plane changed on an existing array, the
-    last run did not converge (re-applying resumes it), or owned volumes are to be deleted. A
-    new array's controllers get everything from their bootstrap."""
+    controllers' launch settings changed (the roll replaces the running ones), the last run did
+    not converge (re-applying resumes it), or owned volumes are to be deleted. A new array's
+    controllers get everything from their bootstrap."""
     if before is None:
         return False
-    return data_plane(before) != data_plane(after) or last_state == "failed" or deleting
+    return (
+        data_plane(before) != data_plane(after)
+        or before.controllers != after.controllers
+        or last_state == "failed"
+        or deleting
+    )
 
 
 def controllers_of(slots: Mapping[int, Mapping[str, str]]) -> tuple[Controller, ...]:
