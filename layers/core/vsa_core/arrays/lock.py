@@ -8,8 +8,9 @@ are kept so an array locked by a running ScaleArray across a deploy stays locked
 **What it protects**: changes of the array's controller set and data plane that must not
 interleave: ScaleArray (sets the group's desired capacity, hence starts bootstraps and drains)
 and ReconcileArray (attaches, exports, connects, disconnects, detaches the spec's volumes and
-hosts on the serving controllers). With it, a scale never launches or drains a controller in
-the middle of a reconcile, and two reconciles never send the same documents at once.
+hosts on the serving controllers, and its roll sets the group's capacity and terminates
+outdated controllers). With it, a scale never launches or drains a controller in the middle of
+a reconcile or a roll, and two reconciles never send the same documents at once.
 
 **Who holds it**: exactly one execution at a time. Taking it is one conditional write
 (:data:`ACQUIRE_CONDITION`): free, expired, or already ours (a retried state); releasing it is
