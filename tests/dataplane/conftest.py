@@ -27,6 +27,8 @@ from tests.dataplane.lab import STATE, Lab, kernel_package, missing_prerequisite
 from tests.prerequisites import require
 
 VOLUME = "vol-0a1b2c3d4e5f60718"
+SPARE = "vol-0a1b2c3d4e5f60719"
+"""Attached to every controller, added to the array by the last scenario."""
 CONTROLLERS = 3
 FIGURES: dict[str, Any] = {}
 
@@ -39,7 +41,7 @@ def lab() -> Iterator[Lab]:
         require(message)
     root = STATE / "run"
     shutil.rmtree(root, ignore_errors=True)
-    lab = Lab(root, CONTROLLERS, VOLUME)
+    lab = Lab(root, CONTROLLERS, VOLUME, SPARE)
     started = time.monotonic()
     try:
         FIGURES["kernel"] = kernel_package()

@@ -150,16 +150,20 @@ class Guest:
 
     # --- lifecycle ---------------------------------------------------------------------------
     def qemu_options(self) -> str:
-        options = [f"-pidfile {self.dir}/qemu.pid"]
+        # QMP: the test grows a volume as EBS does for an attached one (block_resize: the
+        # guest's virtio disk announces its new capacity)
+        options = [f"-pidfile {self.dir}/qemu.pid", f"-qmp unix:{self.dir}/qmp.sock,server=on,wait=off"]
         for i, (local, remote, mac) in enumerate(self.netdevs):
             options.append(
                 f"-netdev socket,id=link{i},udp=127.0.0.1:{remote},localaddr=127.0.0.1:{local}"
                 f" -device virtio-net-pci,netdev=link{i},mac={mac}"
             )
         for i, (volume, image) in enumerate(self.volumes.items()):
-            # cache=none: O_DIRECT on the image, so two controllers never cache the shared volume
+            # cache=none: O_DIRECT on the image, so two controllers never cache the shared volume;
+            # file.locking=off: each QEMU may resize it (QEMU's image locks share no "resize"
+            # permission between processes, even with share-rw)
             options.append(
-                f"-drive file={image},if=none,id=vol{i},format=raw,cache=none,aio=threads"
+                f"-drive file={image},if=none,id=vol{i},format=raw,cache=none,aio=threads,file.locking=off"
                 f" -device virtio-blk-pci,drive=vol{i},serial={volume.replace('-', '')},share-rw=on"
             )
         return " ".join(options)
@@ -300,6 +304,24 @@ class Guest:
         limit = timeout if timeout is not None else tool.load(document).timeout_seconds
         return self.wait(self.submit(script, document), limit)
 
+    def qmp(self, command: str, **arguments: Any) -> dict[str, Any]:
+        """One QMP command to this guest's QEMU (capabilities negotiated first); its return."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(30)
+            sock.connect(str(self.dir / "qmp.sock"))
+            stream = sock.makefile("rwb")
+            json.loads(stream.readline())  # the greeting
+            reply: dict[str, Any] = {}
+            for message in ({"execute": "qmp_capabilities"}, {"execute": command, "arguments": arguments}):
+                stream.write(json.dumps(message).encode() + b"\n")
+                stream.flush()
+                reply = json.loads(stream.readline())
+                while "event" in reply:  # asynchronous events come between replies
+                    reply = json.loads(stream.readline())
+                if "error" in reply:
+                    raise GuestError(f"{self.name}: QMP {message['execute']}: {reply['error']}")
+            return dict(reply.get("return") or {})
+
     def start_document(self, document: str, **values: str) -> str:
         return self.submit(tool.render_script(document, values), document)
 
@@ -312,6 +334,9 @@ class Lab:
     root: Path
     controllers: int
     volume: str
+    spare: str = ""
+    """A second volume attached to every controller from the start, exported only once a test
+    adds it to the array (the state after EBS attached it: the product's part starts there)."""
     links: list[Link] = field(default_factory=list)
     guests: dict[str, Guest] = field(default_factory=dict)
     image: Path | None = None
@@ -321,6 +346,11 @@ class Lab:
         self.image = self.root / "volume.img"
         with self.image.open("wb") as f:
             f.truncate(512 * 1024 * 1024)  # sparse; XFS needs 300 MB at least
+        volumes = {self.volume: self.image}
+        if self.spare:
+            volumes[self.spare] = self.root / "spare.img"
+            with volumes[self.spare].open("wb") as f:
+                f.truncate(256 * 1024 * 1024)
         self.links = [Link(i, free_udp_port(), free_udp_port()) for i in range(self.controllers)]
         for link in self.links:
             name = f"c{link.index}"
@@ -330,7 +360,7 @@ class Lab:
                 netdevs=[(link.controller_port, link.host_port, link.mac(1))],
                 addresses=[f"{link.controller_address}/24"],
                 modules=CONTROLLER_MODULES,
-                volumes={self.volume: self.image},
+                volumes=volumes,
             )
         self.guests["host"] = Guest(
             name="host",

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.dataplane.conftest import VOLUME
+from tests.dataplane.conftest import SPARE, VOLUME
 from tests.dataplane.lab import Lab, Result
 from tests.documents_tool import documents as tool
 from vsa_core.controllers import nvme
@@ -426,3 +426,100 @@ def test_unmounted_while_frozen_then_thaw_copes(lab: Lab) -> None:
         timeout=60,
         name="remount",
     ).ok()
+
+
+# --- day-2 changes on the running array (issue #17) ---------------------------------------------
+def _serving(lab: Lab) -> list[int]:
+    live = live_addresses(kernel_state(lab))
+    return [link.index for link in lab.links if link.controller_address in live]
+
+
+def _head_bytes(lab: Lab, nqn: str = NQN) -> int:
+    state = json.loads(lab.host.sh(f"python3 {STATE_SCRIPT} {nqn}", name="nvme-state").ok().stdout)
+    return int(state["heads"][0]["size"]) * 512
+
+
+def test_grow_the_volume_under_write_verify_load_the_host_sees_the_new_size(lab: Lab, figures: Any) -> None:
+    serving = _serving(lab)
+    assert len(serving) == 2, serving
+    before = _head_bytes(lab)
+    grown = before + 256 * 1024 * 1024
+    fio = Fio(lab, "grow", head_device(kernel_state(lab)))
+    # When EBS grows the volume (ModifyVolume: every attachment sees the new capacity; here
+    # QEMU's block_resize on each controller attached to it, c1 too, drained but attached)
+    for index in range(len(lab.links)):
+        if lab.controller(index).alive():
+            lab.controller(index).qmp("block_resize", device="vol0", size=grown)
+    seen = (
+        lab.controller(serving[0]).sh(f"blockdev --getsize64 /dev/disk/by-id/*{VOLUME.replace('-', '')}").ok()
+    )
+    assert int(seen.stdout.split()[0]) == grown, seen.stdout
+    # and ReconcileArray's export phase runs configure-target on each serving controller
+    started = lab.host.sh("date +%s.%N", name="clock").ok()
+    runs = [configure(lab, i) for i in serving]
+    # Then each controller's nvmet re-read the size (revalidate_size; the document's log says so)
+    for run in runs:
+        assert run.report["changes"] >= 1, run.report
+        assert "revalidated" in run.stderr, run.stderr
+    # and the host's multipath device shows the new size (nvmet's namespace-changed event)
+    lab.host.sh(
+        f"for i in $(seq 120); do [ $(( $(cat /sys/block/{head_device(kernel_state(lab))[5:]}/size) * 512 ))"
+        f" -eq {grown} ] && exit 0; sleep 0.5; done; exit 1",
+        timeout=90,
+        name="host-sees-size",
+    ).ok()
+    took = float(lab.host.sh("date +%s.%N", name="clock").ok().stdout) - float(started.stdout)
+    assert _head_bytes(lab) == grown
+    connected = connect(lab, serving[0]).report
+    assert connected["subsystems"][0]["sizeBytes"] == grown, connected
+    assert live_addresses(kernel_state(lab)) == sorted(lab.links[i].controller_address for i in serving)
+    # and the IO went on: no error, every write verified
+    result = fio.result()
+    figures("grow", {**result, "bytesBefore": before, "bytesAfter": grown, "secondsToHost": round(took, 1)})
+    assert result["error"] == 0
+    assert result["verifiedReads"] > 0
+
+
+def test_add_a_volume_to_the_running_array_a_path_per_controller_existing_untouched(
+    lab: Lab, figures: Any
+) -> None:
+    serving = _serving(lab)
+    existing = {p["address"]: (p["cntlid"], p["state"]) for p in kernel_state(lab)["paths"]}
+    spare_nqn = nvme.subsystem_nqn(ARRAY, SPARE)
+    fio = Fio(lab, "add-volume", head_device(kernel_state(lab)))
+    both = f"{VOLUME},{SPARE}"
+    # When the spec gains the volume (already attached to every controller by the attach phase):
+    # configure-target with both volumes on each serving controller, then connect-path on the host
+    for i in serving:
+        lab.controller(i).document(
+            "configure-target",
+            ArrayId=ARRAY,
+            Volumes=both,
+            Slot=str(i),
+            HostNqns=HOST_NQN,
+            ListenAddress=lab.links[i].controller_address,
+        ).ok()
+    reports = [
+        lab.host.document(
+            "connect-path",
+            ArrayId=ARRAY,
+            Volumes=both,
+            Address=lab.links[i].controller_address,
+            HostNqn=HOST_NQN,
+        )
+        .ok()
+        .report
+        for i in serving
+    ]
+    # Then the host sees the new volume through every serving controller, live
+    state = json.loads(lab.host.sh(f"python3 {STATE_SCRIPT} {spare_nqn}", name="nvme-state").ok().stdout)
+    assert live_addresses(state) == sorted(lab.links[i].controller_address for i in serving)
+    assert len(state["heads"]) == 1
+    assert int(state["heads"][0]["size"]) * 512 == 256 * 1024 * 1024
+    assert reports[-1]["connected"] == [spare_nqn], reports[-1]
+    # and the existing volume's paths are the same controllers, still live (not reconnected)
+    assert {p["address"]: (p["cntlid"], p["state"]) for p in kernel_state(lab)["paths"]} == existing
+    result = fio.result()
+    figures("addVolume", result)
+    assert result["error"] == 0
+    assert result["verifiedReads"] > 0
