@@ -162,6 +162,13 @@ def test_an_apply_starts_a_run_when_the_data_plane_changes_or_the_last_run_faile
     assert plan.needs_reconcile(base, spec(allowAnyHost=True), None)
     # a change outside the data plane (scaling settings) starts none
     assert not plan.needs_reconcile(base, spec(maxControllers=8), "converged")
+    # new launch settings for the controllers start one (its roll phase replaces them), and say so
+    rolled = spec(controllers={**CONTROLLERS, "imageId": "ami-0123456789abcdef0"})
+    assert plan.needs_reconcile(base, rolled, "converged")
+    assert plan.pending_work(base, rolled) == [
+        "controllers: new launch settings; every controller running another AMI or instance type "
+        "is replaced, one at a time, the new one serving before the old one drains"
+    ]
 
 
 def test_the_answer_says_what_remains_per_volume_and_host() -> None:

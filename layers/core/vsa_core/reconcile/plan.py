@@ -456,6 +456,11 @@ def pending_work(
         work.append(f"host {host}: allow its new NQN, connect with it")
     if before.allow_any_host != after.allow_any_host:
         work.append(f"allowAnyHost {before.allow_any_host} -> {after.allow_any_host} on every controller")
+    if before.controllers != after.controllers:
+        work.append(
+            "controllers: new launch settings; every controller running another AMI or instance type "
+            "is replaced, one at a time, the new one serving before the old one drains"
+        )
     return work
 
 
