@@ -5,8 +5,6 @@ every controller one at a time, the new one serving before the old one drains, w
 watches every host's paths (``PathWatch``: none may leave ``live``, none may have fewer live
 paths than the array's controllers)."""
 
-from typing import Any
-
 import boto3
 
 from tests.integration.arrays_world import group_of, node_root, settle, spec_for
@@ -46,7 +44,7 @@ def test_a_new_ami_replaces_every_controller_one_at_a_time_without_a_host_losing
     # When the spec names a new AMI, with the sampler watching
     rolled = {**spec, "controllers": {**spec["controllers"], "imageId": NEW_AMI}}
     with PathWatch(array["hosts"], array["nqns"]) as watch:
-        run, seconds = apply_and_follow(api, stack_outputs, rolled)
+        _, seconds = apply_and_follow(api, stack_outputs, rolled)
     print(f"roll {CONTROLLERS} controllers onto a new AMI: {seconds:.1f} s")
     # Then every controller is a new one, on the new AMI, serving every volume to every host
     after = check_serving(stack_outputs, world, array, CONTROLLERS, packed=False)
@@ -61,8 +59,8 @@ def test_a_new_ami_replaces_every_controller_one_at_a_time_without_a_host_losing
     assert watch.samples > 5, watch.samples
     assert watch.not_live == set(), watch.not_live
     assert watch.fewest[0] >= CONTROLLERS, watch.fewest
-    shown = api.call("GET", f"/arrays/{array_id}")[1]
-    assert (shown["reconcile"]["state"], shown["reconcile"]["error"]) == ("converged", None), shown["reconcile"]
+    shown = api.call("GET", f"/arrays/{array_id}")[1]["reconcile"]
+    assert (shown["state"], shown["error"]) == ("converged", None), shown
     # And applying the same spec again replaces nothing (the roll finds none outdated)
     status, again = api.call("PUT", f"/arrays/{array_id}", rolled)
     assert status == 200, again
