@@ -285,18 +285,26 @@ def write_mounts(root: Any, nqn: str | None, mountpoint: str) -> None:
     (root / "proc/self/mounts").write_text("\n".join(lines) + "\n")
 
 
-def put_new(api: Api, spec: Spec) -> dict[str, Any]:
+def put_new(api: Api, spec: Spec, follow: bool = True) -> dict[str, Any]:
     """PUT a new array: 201, or 202 while owned volumes remain to be created by the ReconcileArray
-    run the answer names, followed here to its end (it creates them, waits for the bootstraps,
-    then attaches, exports and connects what they missed). The answer."""
+    run the answer names, followed here to its end unless not ``follow`` (it creates them, waits
+    for the bootstraps, then attaches, exports and connects what they missed). The answer."""
     status, reply = api.call("PUT", f"/arrays/{spec['arrayId']}", spec)
     owned = [v["name"] for v in spec["volumes"] if "name" in v]
     assert status == (202 if owned else 201), reply
     if owned:
         assert reply["creating"] == owned, reply
-        sfn = boto3.client("stepfunctions")
-        arn = reply["reconcile"]["executionArn"]
-        execution_finished(sfn).wait(executionArn=arn)
-        run = sfn.describe_execution(executionArn=arn)
-        assert run["status"] == "SUCCEEDED", run.get("cause")
+        if follow:
+            follow_run(reply)
     return dict(reply)
+
+
+def follow_run(reply: dict[str, Any]) -> None:
+    """Wait for the ReconcileArray run an apply's answer names; it must succeed."""
+    if not reply.get("reconcile"):
+        return
+    sfn = boto3.client("stepfunctions")
+    arn = reply["reconcile"]["executionArn"]
+    execution_finished(sfn).wait(executionArn=arn)
+    run = sfn.describe_execution(executionArn=arn)
+    assert run["status"] == "SUCCEEDED", run.get("cause")

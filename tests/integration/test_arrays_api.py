@@ -19,6 +19,7 @@ from tests.integration.arrays_world import (
     Api,
     World,
     alarms_of,
+    follow_run,
     group_of,
     no_trace,
     owned_volumes,
@@ -187,11 +188,12 @@ def test_delete_refuses_while_bootstrapping_then_removes_what_it_created(
     array_id = arrays()
     spec = spec_for(array_id, world)
     existing = spec["volumes"][0]["volumeId"]
-    put_new(api, spec)
+    applied = put_new(api, spec, follow=False)
     # A controller waits in Pending:Wait (bootstrapping): delete is refused with the reason
     status, reply = api.call("DELETE", f"/arrays/{array_id}")
     assert status == 409, reply
     assert "bootstrapping" in reply["message"]
+    follow_run(applied)  # the owned volume created, the bootstrap done
     settle(array_id)
     status, reply = api.call("DELETE", f"/arrays/{array_id}?deleteVolumes=true")
     assert status == 202, reply
@@ -241,7 +243,7 @@ def test_get_and_list_show_the_array_and_its_live_status(
 ) -> None:
     array_id = arrays()
     spec = spec_for(array_id, world)
-    put_new(api, spec)
+    applied = put_new(api, spec, follow=False)
     status, described = api.call("GET", f"/arrays/{array_id}")
     assert status == 200, described
     assert described["spec"]["arrayId"] == array_id
@@ -252,6 +254,7 @@ def test_get_and_list_show_the_array_and_its_live_status(
     status, listed = api.call("GET", "/arrays")
     assert status == 200
     assert array_id in {a["arrayId"] for a in listed["arrays"]}
+    follow_run(applied)
 
 
 def test_bad_requests_get_4xx_never_5xx(api: Api, world: World, arrays: Callable[[], str]) -> None:
@@ -289,9 +292,10 @@ def test_a_volume_still_being_modified_converges_on_reapply_and_refuses_another_
     # Given an array whose owned volume scratch (50 GiB) is available
     array_id = arrays()
     spec = spec_for(array_id, world)
-    put_new(api, spec)
+    put_new(api, spec)  # its run created it, waited until available, and attached it (in-use)
     volume_id = owned_volumes(array_id)[0]["VolumeId"]
-    boto3.client("ec2").get_waiter("volume_available").wait(VolumeIds=[volume_id], WaiterConfig={"Delay": 1})
+    state = boto3.client("ec2").describe_volumes(VolumeIds=[volume_id])["Volumes"][0]["State"]
+    assert state in ("available", "in-use"), state
     # When it is grown to 60 GiB: 200, the volume's modification starts (modifying: EBS shows
     # the new size only from optimizing on)
     status, grown = api.call("PUT", f"/arrays/{array_id}", _grow(spec, 60))

@@ -128,17 +128,9 @@ def apply_array(
     last_state = (current.reconcile or {}).get("state") if current is not None else None
     creating = service.missing_volumes(spec)
     started = None
-    if reconcile is not None and (
+    converge = reconcile is not None and bool(
         creating or needs_reconcile(before, spec, last_state, deleting=bool(deletions))
-    ):
-        # started before the AWS calls below: whatever they leave undone, the run converges
-        # the data plane on the stored spec once they are done (its first step creates the
-        # owned volumes not created yet, its settle phase waits for them), and an apply that
-        # fails half-way says the spec is stored
-        work = creation_work(before, spec, creating) + pending_work(
-            before, spec, delete_removed_volumes, tuple(earlier)
-        )
-        started = reconcile.start(array_id, stored.version, work)
+    )
     try:
         applied = service.apply(spec, stored.desired_controllers, stored.roll_surge)
         changes = grown + [c for c in applied if c.resource not in {g.resource for g in grown}]
@@ -148,6 +140,16 @@ def apply_array(
             f"array {array_id!r} is stored (version {stored.version}) but AWS refused a step of making "
             f"it so ({error.operation_name}: {code}: {message}): fix the cause and apply again to resume"
         ) from error
+    finally:
+        # started after the AWS calls above, succeeded or not: the run's first step creates the
+        # owned volumes and re-puts the IOPS alarms over every volume, which an apply still
+        # putting them over the volumes it saw before would undo; whatever the apply left
+        # undone, the run converges the data plane on the stored spec
+        if converge and reconcile is not None:
+            work = creation_work(before, spec, creating) + pending_work(
+                before, spec, delete_removed_volumes, tuple(earlier)
+            )
+            started = reconcile.start(array_id, stored.version, work)
     return current is None, {
         "array": spec.model_dump(by_alias=True, mode="json"),
         "version": stored.version,
