@@ -578,3 +578,32 @@ def test_set_instance_health_respects_the_grace_period_unless_told_not_to(
     # (no terminate hook: it goes at once) and the group launches its replacement
     states = group.wait_states(lambda s: len(s) == 1 and instance not in s, "a replacement")
     assert list(states.values()) == ["InService"]
+
+
+def test_a_launch_templates_default_version_is_set_by_name(aws: Callable[[str], Any]) -> None:
+    """EC2 API Reference, ModifyLaunchTemplate: "You must specify either the launch template ID
+    or launch template name in the request, but not both". By name, stock LocalStack failed with
+    an InternalError (KeyError 'LaunchTemplateId'); an apply giving an array's controllers a new
+    AMI sets its template's default version so."""
+    ec2 = aws("ec2")
+    name = f"lt-{uuid.uuid4().hex[:8]}"
+    ec2.create_launch_template(LaunchTemplateName=name, LaunchTemplateData={"ImageId": "ami-12c6146b"})
+    try:
+        version = ec2.create_launch_template_version(
+            LaunchTemplateName=name, LaunchTemplateData={"ImageId": "ami-1e749f67"}
+        )["LaunchTemplateVersion"]["VersionNumber"]
+        answer = ec2.modify_launch_template(LaunchTemplateName=name, DefaultVersion=str(version))
+        assert answer["LaunchTemplate"]["DefaultVersionNumber"] == version
+        default = ec2.describe_launch_template_versions(LaunchTemplateName=name, Versions=["$Default"])
+        assert default["LaunchTemplateVersions"][0]["LaunchTemplateData"]["ImageId"] == "ami-1e749f67"
+        # by id it works as before; by an unknown name it is the provider's own refusal, not ours
+        template_id = answer["LaunchTemplate"]["LaunchTemplateId"]
+        ec2.modify_launch_template(LaunchTemplateId=template_id, DefaultVersion="1")
+        assert (
+            ec2.describe_launch_templates(LaunchTemplateIds=[template_id])["LaunchTemplates"][0][
+                "DefaultVersionNumber"
+            ]
+            == 1
+        )
+    finally:
+        ec2.delete_launch_template(LaunchTemplateName=name)

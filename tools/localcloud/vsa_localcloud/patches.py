@@ -153,6 +153,29 @@ def _role_update_puts_its_inline_policies() -> None:
         return ProgressEvent(status=OperationStatus.SUCCESS, resource_model=model)
 
 
+def _modify_launch_template_by_name() -> None:
+    """ModifyLaunchTemplate takes the template by ``LaunchTemplateId`` *or*
+    ``LaunchTemplateName`` (EC2 API Reference, ModifyLaunchTemplate: "You must specify either
+    the launch template ID or launch template name in the request, but not both").
+    LocalStack's EC2 provider reads ``request["LaunchTemplateId"]`` and fails every call by name
+    with a KeyError (an InternalError), so an apply that gives an array's controllers a new AMI
+    or instance type (a new default version of the array's template, set by name) failed locally
+    where AWS accepts it. The name is resolved to the id first here. Pinned by
+    tests/localcloud/test_autoscaling.py::test_a_launch_templates_default_version_is_set_by_name.
+    """
+    from localstack.services.ec2.provider import Ec2Provider, get_moto_backend
+
+    @patch(Ec2Provider.modify_launch_template)
+    def by_name(fn: Any, self: Any, context: Any, request: Any) -> Any:
+        name = request.get("LaunchTemplateName")
+        if name and not request.get("LaunchTemplateId"):
+            ids = get_moto_backend(context).launch_template_name_to_ids
+            if name in ids:  # else the provider's own answer for an unknown template
+                request = {**request, "LaunchTemplateId": ids[name]}
+                request.pop("LaunchTemplateName")
+        return fn(self, context, request)
+
+
 @hooks.on_infra_start()
 def apply_localcloud_patches() -> None:
     _mocked_dynamodb_throw_keeps_its_error_name()
@@ -160,6 +183,7 @@ def apply_localcloud_patches() -> None:
     _role_update_puts_its_inline_policies()
     _jsonpath_parsed_once()
     _assumed_roles_reused()
+    _modify_launch_template_by_name()
     # moto's EC2 model is shared by EC2, Auto Scaling and CloudFormation; patch it before any
     # of them runs (the EC2 provider also applies it, idempotently, when it loads).
     from vsa_localcloud import ebs_model
