@@ -42,7 +42,7 @@ from tests.documents_tool import documents as tool
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = ROOT / ".dataplane"
-KERNEL = STATE / "kernel"
+KERNEL = Path(os.environ.get("VSA_DATAPLANE_KERNEL", STATE / "kernel"))
 VNG = STATE / "venv" / "bin" / "vng"
 AGENT = Path(__file__).resolve().parent / "guest_agent.sh"
 GUEST_MEMORY = "1G"
