@@ -126,3 +126,18 @@ def test_volumes_it_could_not_create_fail_the_run_saying_what_was_done_and_what_
         "SET reconcileState = :failed, reconcileError = :error, reconcileUpdatedAt = :now"
     ]
     assert lambda_inputs(run, "start") == []
+
+
+def test_the_roll_phase_starts_again_for_each_action_polled_every_15_seconds(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    # Given the roll's start takes an action (a surge) and its polls first wait, then say the
+    # next action is due (again); the next start finds nothing left
+    run = run_case(sfn, workflow(NAME, "reconcile_array.asl.json"), "RollsAgain", REQUEST)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    # Then the roll phase started twice, the other phases once, in order
+    assert [s["phase"] for s in lambda_inputs(run, "start")] == [*PHASES, "roll"]
+    # and its polls waited in WaitRoll (15 s), not WaitPhase (2 s)
+    states = entered(run)
+    assert states.count("WaitRoll") == 2
+    assert "WaitPhase" not in states
