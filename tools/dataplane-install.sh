@@ -4,7 +4,7 @@
 #   apt (root only, when missing): qemu-system-x86 (the guests, TCG), nvme-cli, fio, xfsprogs,
 #     kmod, iproute2, util-linux, busybox-static (the guests run the host's own tools: virtme-ng
 #     shares the host's root file system with them read-only over virtio-9p)
-#   .dataplane/kernel/   Debian's linux-image-amd64 (bookworm: 6.1) unpacked with dpkg -x, never
+#   .dataplane/kernel/   Debian bookworm's 6.12 kernel (below) unpacked with dpkg -x, never
 #                        installed: boot/vmlinuz-* and lib/modules/* (nvmet, nvmet-tcp, nvme-tcp,
 #                        xfs, 9p, virtio...). Fetched once; a newer point release is taken up
 #                        when the cache is removed (rm -rf .dataplane/kernel).
@@ -33,14 +33,33 @@ if ((${#missing[@]})); then
   fi
 fi
 
-# The guest kernel: the package linux-image-amd64 depends on (linux-image-<abi>-amd64).
+# The guest kernel: Debian bookworm's 6.12 series (VSA_DATAPLANE_SERIES, default 6.12: the newest
+# point release apt offers of linux-image-6.12.<n>+deb12-amd64-unsigned, the plain amd64 flavour,
+# whose config has the 9p modules virtme-ng needs; Amazon Linux 2023 ships the same series). Its
+# NVMe/TCP host fails a lost controller's IO over at the keep-alive's first timeout, where 6.1
+# waits for a second one (README, Failover settings). VSA_DATAPLANE_SERIES=6.1 takes bookworm's
+# default kernel (the package linux-image-amd64 depends on). A cached kernel of another series
+# is replaced.
+SERIES="${VSA_DATAPLANE_SERIES:-6.12}"
 kernel="$STATE/kernel"
+if [[ -f $kernel/PACKAGE ]] && ! grep -q "^Package: linux-image-${SERIES}\." "$kernel/PACKAGE"; then
+  echo "==> the cached guest kernel is not of the $SERIES series: fetching it anew"
+  rm -rf "$kernel"
+fi
+pick_image() {
+  if [[ $SERIES == 6.1 ]]; then
+    apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}'
+  else
+    apt-cache search --names-only "^linux-image-${SERIES//./\\.}\.[0-9]+\+deb12-amd64-unsigned\$" 2>/dev/null |
+      awk '{print $1}' | sort -V | tail -1
+  fi
+}
 if ! compgen -G "$kernel/boot/vmlinuz-*" >/dev/null; then
   if command -v apt-get >/dev/null 2>&1; then
-    image=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
+    image=$(pick_image)
     if [[ -z $image && $EUID -eq 0 ]]; then
       apt-get update -qq
-      image=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/ {print $2; exit}')
+      image=$(pick_image)
     fi
     if [[ -n $image ]]; then
       echo "==> fetching the guest kernel $image (apt-get download, unpacked into .dataplane/kernel)"
@@ -56,7 +75,7 @@ if ! compgen -G "$kernel/boot/vmlinuz-*" >/dev/null; then
       mv "$work/root" "$kernel"
       rm -rf "$work"
     else
-      echo "note: no linux-image-amd64 in apt's lists (apt-get update as root): tests/dataplane will skip" >&2
+      echo "note: no $SERIES guest kernel in apt's lists (apt-get update as root): tests/dataplane will skip" >&2
     fi
   fi
 fi
