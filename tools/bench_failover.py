@@ -3,9 +3,10 @@
     make bench-failover                                  (root; the QEMU tier's prerequisites)
     python tools/bench_failover.py [--rows k5 k2 ...] [--faults link freeze kill] [--quiet 30]
 
-One lab of the data-plane tier (``tests/dataplane/lab.py``: Debian's 6.1 kernel under QEMU TCG,
-two controllers c0 and c1 configured by configure-target, one host with native NVMe multipath,
-round-robin). For each row (a set of host settings) the host's paths are connected anew with
+One lab of the data-plane tier (``tests/dataplane/lab.py``: Debian's 6.12 kernel, or the one
+VSA_DATAPLANE_KERNEL names, under QEMU TCG, two controllers c0 and c1 configured by
+configure-target, one host with native NVMe multipath, round-robin). For each row (a set of
+host settings) the host's paths are connected anew with
 that row's ``nvme connect`` options (``-k`` keep-alive timeout, ``-l`` ctrl-loss-tmo, ``-c``
 reconnect delay; fast_io_fail_tmo through the controller's sysfs attribute, which nvme-cli 2.3's
 ``connect`` has no option for) and the row's ``nvme_core.io_timeout`` and
