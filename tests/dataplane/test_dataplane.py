@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ import pytest
 from tests.dataplane.conftest import SPARE, VOLUME
 from tests.dataplane.lab import Lab, Result
 from tests.documents_tool import documents as tool
+from vsa_core.arrays import dataplane
 from vsa_core.controllers import nvme
+from vsa_core.health import rules
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -521,5 +524,57 @@ def test_add_a_volume_to_the_running_array_a_path_per_controller_existing_untouc
     assert {p["address"]: (p["cntlid"], p["state"]) for p in kernel_state(lab)["paths"]} == existing
     result = fio.result()
     figures("addVolume", result)
+    assert result["error"] == 0
+    assert result["verifiedReads"] > 0
+
+
+# --- a controller dead while its instance runs (issue #19) ------------------------------------------
+def test_a_controller_whose_nvmet_port_stops_serving_is_judged_dead_from_the_hosts_report(
+    lab: Lab, figures: Any
+) -> None:
+    serving = _serving(lab)
+    assert len(serving) >= 2, serving
+    dead, alive = serving[-1], serving[0]
+    fio = Fio(lab, "dead-port", head_device(kernel_state(lab)))
+    # When nvmet's port on a running controller stops serving the array (its subsystem unlinked
+    # from the port: nvmet drops the hosts' connections, the instance itself stays healthy)
+    lab.controller(dead).sh(
+        'for link in /sys/kernel/config/nvmet/ports/*/subsystems/*; do rm "$link" || exit 1; done'
+    ).ok()
+    # Then the host's report-paths (what the health check reads) shows its path not live
+    dead_address = lab.links[dead].controller_address
+    report: dict[str, Any] = {}
+    for _ in range(60):
+        report = lab.host.document("report-paths", ArrayId=ARRAY, Volumes=VOLUME).ok().report
+        paths = [p for s in report["subsystems"] for p in s["paths"]]
+        if any(p["address"] == dead_address and p["state"] != "live" for p in paths):
+            break
+        lab.host.sh("sleep 1", name="wait")
+    else:
+        raise AssertionError(f"the host still reports {dead_address} live: {report}")
+    # and the product's health rules, given that report, judge it dead (witnessed by the host,
+    # which reaches the other controller), then replace it on the confirming run
+    when = datetime.now(UTC)
+    view = rules.HostView(
+        instance_id="host",
+        reported_at=when,
+        paths={
+            volume: [(str(p["address"]), str(p["state"])) for p in entry.get("paths") or []]
+            for volume, entry in dataplane.subsystems_of(
+                dataplane.Report("report-paths", "qemu", when.isoformat(), "Success", report), ARRAY
+            ).items()
+        },
+    )
+    controllers = [rules.Serving(f"c{i}", lab.links[i].controller_address) for i in serving]
+    assessment = rules.assess(controllers, [view], [VOLUME], when, timedelta(minutes=10))
+    assert assessment.dead == [f"c{dead}"], assessment
+    assert assessment.witnesses == {f"c{dead}": ["host"]}
+    first = rules.verdict(assessment, {}, replacing=0)
+    assert first.replace is None  # suspected once
+    assert rules.verdict(assessment, first.suspects, replacing=0).replace == f"c{dead}"
+    # and the IO went on through the other controller: no error, every write verified
+    assert lab.links[alive].controller_address in live_addresses(kernel_state(lab))
+    result = fio.result()
+    figures("deadPort", result)
     assert result["error"] == 0
     assert result["verifiedReads"] > 0
