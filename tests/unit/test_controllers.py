@@ -130,6 +130,27 @@ def test_scale_in_takes_the_serving_controller_in_the_highest_slot() -> None:
     assert slots.leaver(leased, []) is None
 
 
+def test_a_scale_in_of_several_takes_them_in_the_order_one_at_a_time_would() -> None:
+    leased = {
+        0: {"instanceId": "i-c", "state": "serving"},
+        3: {"instanceId": "i-a", "state": "serving"},
+        5: {"instanceId": "i-b", "state": "draining"},
+        6: {"instanceId": "i-e", "state": "bootstrapping"},
+    }
+    in_service = ["i-c", "i-a", "i-b", "i-e", "i-z"]
+    chosen = slots.leavers(leased, in_service, 3)
+    # each is the one leaver() picks once the ones before it are gone
+    left = list(in_service)
+    for one in chosen:
+        assert one == slots.leaver(leased, left)
+        left.remove(one)
+    assert chosen[0] == "i-a"
+    assert len(set(chosen)) == 3
+    # never more than are in service, never one twice
+    assert sorted(slots.leavers(leased, ["i-c", "i-a"], 5)) == ["i-a", "i-c"]
+    assert slots.leavers(leased, in_service, 0) == []
+
+
 # --- the trigger ------------------------------------------------------------------------------------
 
 

@@ -90,9 +90,9 @@ def test_scale_in_respects_the_floor_and_a_hold_at_it_is_at_target():
     assert held.floor_set
     assert rules.at_target(held)  # re-armed after the long pause: nothing to do until the floor ends
     assert plan(SPEC, 100_000, 9, recent_demand=[100_000.0] * 5).action == "scale-in"
-    # above the floor, scale-in goes on (one step), down to the floor
+    # above the floor, scale-in goes on, straight down to the floor and no further
     above = plan(SPEC, 100_000, 11, forecast=fl, recent_demand=[100_000.0] * 5)
-    assert (above.action, above.desired_controllers) == ("scale-in", 10)
+    assert (above.action, above.desired_controllers) == ("scale-in", 9)
 
 
 def test_an_off_floor_changes_nothing():
@@ -101,3 +101,14 @@ def test_an_off_floor_changes_nothing():
         plan(SPEC, 100_000, 4, forecast=fl).desired_controllers == plan(SPEC, 100_000, 4).desired_controllers
     )
     assert not plan(SPEC, 100_000, 4, forecast=fl).floor_set
+
+
+def test_the_floor_looks_at_its_horizon_and_not_a_bucket_beyond():
+    # Given 3 hours of an hourly surge from minute 30 to 44, and NOW at minute 25
+    history = hourly(3)
+    # When the horizon ends before the surge (5 min: minutes 25-29), the floor is off
+    assert not floor_from_minutes(history, NOW, **{**SIZING, "horizon_minutes": 5}).on
+    # And when it reaches the surge's first minute (6 min: minutes 25-30), the floor is the surge's
+    reached = floor_from_minutes(history, NOW, **{**SIZING, "horizon_minutes": 6})
+    assert reached.on
+    assert reached.iops == 1_500_000.0

@@ -75,16 +75,40 @@ def test_hold_when_the_running_controllers_serve_the_demand():
     assert decision.under_provisioned is False
 
 
-def test_scale_in_removes_one_controller_at_a_time():
+def test_scale_in_on_the_current_demand_alone_removes_one_controller_at_a_time():
     # Given an array running 6 controllers
     array = spec(min_controllers=2, max_controllers=8)
-    # When demand drops to what 2 controllers serve
+    # When demand drops to what 2 controllers serve, and nothing but this minute is known
     decision = plan(array, 200_000, current_controllers=6)
-    # Then it removes a single controller, not four
+    # Then it removes a single controller, not four: one minute proves no collapse
     assert decision.needed_controllers == 2
     assert decision.action == "scale-in"
     assert decision.desired_controllers == 5
     assert "one controller at a time" in decision.reason
+
+
+def test_a_collapse_the_whole_window_shows_is_shed_in_one_decision():
+    # Given an array running 6 controllers after a surge
+    array = spec(min_controllers=2, max_controllers=8)
+    # When every minute of the low alarm's window (5) fits 2 controllers with the margin
+    decision = plan(
+        array, 200_000, 6, recent_demand=[210_000.0] * 6, sustained_minutes=5, scale_in_headroom=0.9
+    )
+    # Then it goes straight to 2, saying so
+    assert (decision.action, decision.desired_controllers) == ("scale-in", 2), decision.reason
+    assert "scale in 4 at once" in decision.reason
+
+
+def test_a_collapse_goes_only_as_far_as_the_windows_busiest_minute():
+    # Given 6 controllers, and a window whose busiest minute needs 4 (the rest needs 2)
+    array = spec(min_controllers=2, max_controllers=8)
+    busiest = 4 * array.per_controller_iops * array.target_utilisation * 0.95
+    decision = plan(array, 100_000, 6, recent_demand=[100_000.0, busiest, 100_000.0], sustained_minutes=5)
+    # Then it sheds 2, down to what that minute needed, not to what the current minute needs
+    assert (decision.action, decision.desired_controllers) == ("scale-in", 4), decision.reason
+    assert decision.desired_controllers >= controllers_needed(
+        busiest, array.per_controller_iops, array.target_utilisation
+    )
 
 
 def test_scale_in_stops_at_the_minimum():
@@ -433,8 +457,8 @@ def test_sustained_demand_is_the_peak_of_the_last_sustained_minutes_only():
     recent = [700_000] + [100_000] * 9
     # When the sustained window is the last 5 minutes, this one included (the low alarm's window)
     decision = plan(spec(), 100_000, 4, recent_demand=recent, sustained_minutes=5)
-    # Then the old peak no longer holds the scale-in
-    assert (decision.action, decision.desired_controllers) == ("scale-in", 3)
+    # Then the old peak no longer holds the scale-in: straight to what the window needs (min 2)
+    assert (decision.action, decision.desired_controllers) == ("scale-in", 2)
     assert decision.sustained_iops == 100_000
     # And with all 10 samples it does
     assert plan(spec(), 100_000, 4, recent_demand=recent).action == "hold"
@@ -500,13 +524,25 @@ def test_with_any_context_desired_stays_within_min_max_and_16(
 
 
 @given(array=specs(), demand=demands, data=st.data(), context=contexts())
-def test_with_any_context_scale_in_is_one_step_and_serves_demand(
+def test_with_any_context_scale_in_serves_every_minute_of_its_window(
     array: ArraySpec, demand: float, data: st.DataObject, context: dict[str, Any]
 ):
     current = data.draw(st.integers(0, array.max_controllers), label="current")
     decision = plan(array, demand, current, **context)
     if decision.action == "scale-in":
-        assert decision.desired_controllers == current - 1
+        recent, minutes = context["recent_demand"], context["sustained_minutes"]
+        if not recent:
+            # one minute proves no collapse: one controller at a time
+            assert decision.desired_controllers == current - 1
+        else:
+            # straight down, but never below what any minute of the window needs at the margin
+            window = recent if minutes is None else recent[max(0, len(recent) - minutes + 1) :]
+            peak = max([*window, demand])
+            needs = controllers_needed(
+                peak, array.per_controller_iops, array.target_utilisation * context["scale_in_headroom"]
+            )
+            assert decision.desired_controllers >= min(needs, array.max_controllers)
+            assert decision.desired_controllers < current
         assert decision.desired_controllers >= decision.needed_controllers
         assert decision.desired_controllers >= array.min_controllers
 

@@ -164,9 +164,16 @@ def test_the_measured_case_returns_to_min_in_the_simulator():
     result = simulator.simulate_planner(SPEC, surge + after, trigger="alarms-rearmed")
     # Then the array is back at minControllers within 20 minutes of the fall
     assert result.serving[len(surge) + 20] == SPEC.min_controllers
-    # (never re-armed, as CloudWatch alone runs the alarms, the first held run leaves it stuck)
-    never = simulator.simulate_planner(SPEC, surge + after, trigger="alarms")
-    assert never.serving[-1] > SPEC.min_controllers
+    # (never re-armed, as CloudWatch alone runs the alarms, a first run held by the scale-in
+    # cooldown leaves it stuck: with a 15-minute one, started by the surge's last scale-out, the
+    # fall's low alarm comes within it)
+    slow = SPEC.model_copy(update={"scale_in_cooldown_seconds": 900})
+    bumped = [*surge, 900_000.0, 900_000.0, 900_000.0, *after]
+    never = simulator.simulate_planner(slow, bumped, trigger="alarms")
+    assert never.serving[-1] > slow.min_controllers
+    assert (
+        simulator.simulate_planner(slow, bumped, trigger="alarms-rearmed").serving[-1] == slow.min_controllers
+    )
 
 
 def test_a_plan_the_planner_makes_is_judged_by_the_same_rule():

@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 from vsactl.main import app
 
+from vsa_core.arrays.plan import SCALE_IN_HYSTERESIS
+from vsa_core.scaling.planner import controllers_needed
 from vsa_core.scaling.simulator import (
     compare,
     default_spec,
@@ -61,21 +63,21 @@ def test_with_alarms_the_step_is_seen_after_two_minutes():
 
 
 def test_an_alarm_left_in_alarm_starts_nothing_more_unless_scalearray_re_arms_it():
-    # Given 30 minutes needing 9 controllers, then 3 hours at 200,000 IOPS (2 serve it)
-    demand = [1_500_000.0] * 30 + [200_000.0] * 180
-    # When the low alarm goes to ALARM, ScaleArray removes one controller and lowers its threshold:
-    # the datapoints are still below the new threshold, the alarm stays in ALARM, no new event
-    deployed = simulate_planner(SPEC, demand, trigger="alarms")
-    assert deployed.scalings == 1
-    assert deployed.serving[-1] == 8
-    # Re-armed after every run (SetAlarmState OK), it fires again at the next evaluation: down to min
-    rearmed = simulate_planner(SPEC, demand, trigger="alarms-rearmed")
-    assert rearmed.serving[-1] == SPEC.min_controllers
-    assert all(d.action == "scale-in" for d in rearmed.decisions)
-    assert all(
-        a.desired_controllers - b.desired_controllers == 1
-        for a, b in zip(rearmed.decisions, rearmed.decisions[1:], strict=False)
-    )
+    # Given an array whose scale-in cooldown is 15 minutes, at 9 controllers since long ago
+    slow = SPEC.model_copy(update={"scale_in_cooldown_seconds": 900})
+    # And 30 minutes needing 9, a short bump needing 10 (a scale-out, which starts the scale-in
+    # cooldown), then 3 hours at 200,000 IOPS (2 serve it)
+    demand = [1_500_000.0] * 30 + [1_700_000.0] * 3 + [200_000.0] * 180
+    # When the low alarm goes to ALARM within the cooldown, ScaleArray holds: the datapoints stay
+    # below the threshold, the alarm stays in ALARM, and CloudWatch sends no new event
+    deployed = simulate_planner(slow, demand, trigger="alarms")
+    assert deployed.serving[-1] > slow.min_controllers
+    assert [d.action for d in deployed.decisions] == ["scale-out"]
+    # Re-armed after every run (SetAlarmState OK), it fires again once the cooldown is over: to min
+    rearmed = simulate_planner(slow, demand, trigger="alarms-rearmed")
+    assert rearmed.serving[-1] == slow.min_controllers
+    assert rearmed.decisions[0].action == "scale-out"
+    assert all(d.action == "scale-in" for d in rearmed.decisions[1:])
 
 
 def test_controller_hours_on_a_hand_example():
@@ -202,6 +204,12 @@ def test_every_replayed_decision_keeps_the_planner_invariants(demand: list[float
         assert d.reason
         assert SPEC.min_controllers <= d.desired_controllers <= 16
         if d.action == "scale-in":
-            # one at a time, never below what the current demand needs
-            assert d.desired_controllers == d.current_controllers - 1
+            # never below what the current demand, or any minute of the low alarm's window, needs
+            assert d.desired_controllers < d.current_controllers
             assert d.desired_controllers >= min(d.needed_controllers, 16)
+            assert d.sustained_iops is None or d.desired_controllers >= min(
+                controllers_needed(
+                    d.sustained_iops, d.per_controller_iops, d.target_utilisation * SCALE_IN_HYSTERESIS
+                ),
+                16,
+            )

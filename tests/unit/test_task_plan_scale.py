@@ -108,6 +108,37 @@ def test_scale_in_names_the_controller_that_leaves(registry, autoscaling, regist
     # Then one controller leaves, the one in the highest slot, and the scale-in clock is the one to set
     assert (decision["current_controllers"], decision["desired_controllers"]) == (6, 5)
     assert decision["leaver"] == instances[5] == min(instances)
+    assert decision["leavers"] == [instances[5]]
+    assert decision["scaleField"] == "lastScaleInAt"
+
+
+def test_a_collapse_names_every_controller_that_leaves(registry, autoscaling, registry_table: str):
+    # Given 6 serving controllers in slots 0..5 (the newest in the lowest)
+    registry.create(DEMO)
+    instances = sorted(make_group(autoscaling, 6), reverse=True)
+    for slot, instance in enumerate(instances):
+        boto3.client("dynamodb", region_name=REGION).put_item(
+            TableName=registry_table,
+            Item={
+                "pk": {"S": "ARRAY#demo"},
+                "sk": {"S": slot_key(slot)},
+                "instanceId": {"S": instance},
+                "state": {"S": "serving"},
+            },
+        )
+    # When the low alarm fires and GetMetricData shows every recent minute at what 2 serve
+    read = {
+        "demandIops": 200_000.0,
+        "recentDemand": [210_000.0] * 15,
+        "newestMinute": "2026-11-02T17:04:00+00:00",
+    }
+    raw = {**REQUEST, "alarmName": "vsa-demo-iops-low", "alarmKind": "low", "demand": read}
+    decision = handler.plan_scale(ScaleRequest.model_validate(raw), registry, autoscaling, NOW)
+    # Then it sheds 4 at once, and names the 4 in the highest slots, highest first (the workflow
+    # unprotects exactly these, so the group terminates them and no other)
+    assert (decision["current_controllers"], decision["desired_controllers"]) == (6, 2)
+    assert decision["leavers"] == [instances[5], instances[4], instances[3], instances[2]]
+    assert decision["leaver"] == instances[5]
     assert decision["scaleField"] == "lastScaleInAt"
 
 

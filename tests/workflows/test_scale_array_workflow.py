@@ -128,7 +128,7 @@ def test_scale_in_unprotects_the_leaver_before_lowering_capacity(
     run = run_case(sfn, workflow(NAME, "scale_array.asl.json"), "ScaleInOneController", REQUEST)
     assert run["status"] == "SUCCEEDED", run.get("cause")
     path = entered(run)
-    assert path.index("ReleaseLeaver") < path.index("SetCapacity")
+    assert path.index("ReleaseLeavers") < path.index("SetCapacity")
     protection = next(
         e["taskScheduledEventDetails"]["parameters"]
         for e in run["events"]
@@ -137,6 +137,30 @@ def test_scale_in_unprotects_the_leaver_before_lowering_capacity(
     )
     assert "i-0a1b2c3d4e5f60009" in protection
     assert path[-4:] == ["ReleaseLock", "WaitBeforeRearm", "Rearm", "Done"]
+
+
+def test_a_collapse_unprotects_every_leaver_in_one_call_then_lowers_capacity_once(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    # Given PlanScale sheds 3 of 6 controllers at once (its window of recent demand fits 3)
+    run = run_case(sfn, workflow(NAME, "scale_array.asl.json"), "ScaleInAfterACollapse", REQUEST)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    scheduled = {
+        e["taskScheduledEventDetails"]["resource"]: json.loads(e["taskScheduledEventDetails"]["parameters"])
+        for e in run["events"]
+        if e["type"] == "TaskScheduled"
+    }
+    # Then the three leavers, and only they, lose their scale-in protection, before the group's
+    # capacity goes to 3 (the group then terminates exactly those)
+    assert scheduled["setInstanceProtection"]["InstanceIds"] == [
+        "i-0a1b2c3d4e5f60005",
+        "i-0a1b2c3d4e5f60004",
+        "i-0a1b2c3d4e5f60003",
+    ]
+    assert scheduled["setInstanceProtection"]["ProtectedFromScaleIn"] is False
+    assert scheduled["setDesiredCapacity"]["DesiredCapacity"] == 3
+    path = entered(run)
+    assert path.index("ReleaseLeavers") < path.index("SetCapacity")
 
 
 def test_capacity_refused_releases_the_lock_and_fails_with_the_cause(

@@ -96,6 +96,16 @@ def last_serving(slots: Mapping[int, Mapping[str, str]], instance_id: str) -> bo
     return not others
 
 
+def leavers(slots: Mapping[int, Mapping[str, str]], in_service: Iterable[str], count: int) -> list[str]:
+    """The ``count`` controllers a scale-in removes, in the order ``leaver`` picks them (each the
+    one it would pick after the ones before it left); fewer when fewer are in service."""
+    left, chosen = list(in_service), list[str]()
+    while len(chosen) < count and (one := leaver(slots, left)) is not None:
+        chosen.append(one)
+        left.remove(one)
+    return chosen
+
+
 def leaver(slots: Mapping[int, Mapping[str, str]], in_service: Iterable[str]) -> str | None:
     """The controller a scale-in removes, among those in service in the group: the serving one
     in the highest slot, so the slots in use stay low and a new controller gets a slot back.

@@ -134,16 +134,20 @@ def plan_scale(
         **planner_inputs(array.spec),
     )
     in_service = [i["InstanceId"] for i in instances if i["LifecycleState"] == "InService"]
-    leaver = (
-        slots.leaver(registry.slots(request.array_id), in_service) if decision.action == "scale-in" else None
-    )
-    if decision.action == "scale-in" and leaver is None:
-        raise ArrayNotFoundError(f"array {request.array_id!r}: no serving controller to remove")
+    # a scale-in unprotects exactly the controllers it removes (the group's instances are
+    # protected from scale-in, so the group terminates those and no other)
+    leaving = current - decision.desired_controllers if decision.action == "scale-in" else 0
+    leavers = slots.leavers(registry.slots(request.array_id), in_service, leaving) if leaving else []
+    if len(leavers) < leaving:
+        raise ArrayNotFoundError(
+            f"array {request.array_id!r}: {leaving} controller(s) to remove, {len(leavers)} in service"
+        )
     logger.info("scale decision", extra=decision.as_dict())
     return {
         **decision.as_dict(),
         "groupName": name,
-        "leaver": leaver,
+        "leaver": leavers[0] if leavers else None,
+        "leavers": leavers,
         "scaleField": SCALE_FIELDS[decision.action],
         # every run re-arms its alarm (CloudWatch sends an event only on a change of state);
         # the rule shared with the simulator says when
@@ -190,6 +194,7 @@ def _stale(
         **decision.as_dict(),
         "groupName": group,
         "leaver": None,
+        "leavers": [],
         "scaleField": SCALE_FIELDS["hold"],
         "rearmSeconds": rearm_after(decision, request.rearm_seconds),
         "alarmName": request.alarm_name,

@@ -8,7 +8,8 @@ one more rule, named in the decision's reason:
   reversal hysteresis (``REVERSAL_MINUTES``, ``SETTLE_MINUTES``: bounded churn);
 - ``in_flight``: nothing changes while a controller is bootstrapping or draining;
 - ``recent_demand``: the demand trend (scale out ahead of a rising demand) and sustained demand
-  (scale in only when every recent minute fits one controller fewer);
+  (scale in only when every recent minute fits one controller fewer, and then straight to what
+  every one of them needs);
 - ``scale_in_headroom``: scale in only with a margin under target;
 - ``volume_iops``: the volumes' provisioned IOPS in total, what the array can deliver at most
   (``vsa_core.scaling.capacity``): no controller beyond what moves it all, and the decision says
@@ -175,9 +176,11 @@ def plan(
     """Desired controllers for ``demand_iops`` with ``current_controllers`` asked for.
 
     Always: desired = ceil(demand / (perControllerIops x targetUtilisation)), clamped to
-    [min, max] (max never above 16); scale-out goes straight to that count; scale-in removes one
-    controller at a time (straight to max when max was lowered below the running count) and
-    never goes below what current demand needs.
+    [min, max] (max never above 16); scale-out goes straight to that count; scale-in never goes
+    below what current demand needs, and removes one controller at a time when it knows only the
+    current demand (straight to max when max was lowered below the running count), or goes
+    straight to what every minute of ``recent_demand``'s window needs when it has one (the low
+    alarm's minutes: a collapse is shed in one run, not one controller per alarm cycle).
 
     Keyword-only inputs (their defaults switch their rule off, so the three-argument call
     decides on the current demand alone):
@@ -193,7 +196,8 @@ def plan(
     - ``recent_demand``: the demand of the minutes before this one, one sample a minute, oldest
       first. Scale-out plans for the larger of the current demand and the trend of the last
       ``TREND_MINUTES`` samples extrapolated ``lead_minutes`` ahead; scale-in plans for the
-      highest demand in the samples (a single quiet minute removes nothing).
+      highest demand in the samples (a single quiet minute removes nothing) and goes straight
+      to it (without samples, one controller at a time).
     - ``lead_minutes``: how far ahead a rising trend is extrapolated (default
       ``DEFAULT_LEAD_MINUTES``): about the boot time plus the scale-out cooldown.
     - ``scale_in_headroom``: in (0, 1]; scale in only if one controller fewer would serve the
@@ -287,8 +291,10 @@ def plan(
             if under:
                 notes.append(f"capped at maxControllers={ceiling}, the array stays under-provisioned")
     elif in_target < current_controllers:
-        # one at a time, but never above the ceiling (maxControllers may have been lowered)
-        step = max(in_target, min(current_controllers - 1, ceiling))
+        # with a window of recent demand, straight to what its every minute needs (a collapse is
+        # shed at once, not a controller per alarm cycle); with the current demand alone, one at
+        # a time; never above the ceiling (maxControllers may have been lowered)
+        step = in_target if recent_demand else max(in_target, min(current_controllers - 1, ceiling))
         if in_flight:
             waiting = True
             notes.append(f"scale-in to {step} waits: {in_flight} controller(s) bootstrapping or draining")
@@ -307,7 +313,13 @@ def plan(
             )
         else:
             desired, action = step, "scale-in"
-            notes.append("scale in one controller at a time")
+            if not recent_demand:
+                notes.append("scale in one controller at a time (no recent demand to judge more by)")
+            elif current_controllers - step > 1:
+                notes.append(
+                    f"scale in {current_controllers - step} at once: every minute of the last "
+                    f"{len(window) + 1} needs at most {in_target}"
+                )
             if current_controllers - 1 > ceiling:
                 notes.append(f"maxControllers={ceiling} was lowered below the running count")
             if in_target == floor and needed_in < floor:
