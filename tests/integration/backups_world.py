@@ -19,7 +19,7 @@ import boto3
 import pytest
 
 from tests.documents.xfs_lab import Lab, _missing
-from tests.integration.arrays_world import AMI, AZ, World, control, settle
+from tests.integration.arrays_world import AMI, AZ, World, control, create_array, settle
 from tests.integration.conftest import Api
 from tests.prerequisites import require
 from vsa_core.controllers.slots import DEVICE_NAMES
@@ -121,8 +121,7 @@ def backup_array(
             instance = world.host()
             host_mounts[instance] = [xfs_lab.xfs(f"h{h}m{m}").mountpoint for m in range(mountpoints)]
         spec = backup_spec(array_id, volume_ids, host_mounts, mode, retention)
-        status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
-        assert status == 201, reply
+        create_array(api, array_id, spec)
         array = BackupArray(array_id, volume_ids, host_mounts, spec=spec)
         serving_controller(stack_outputs["RegistryTableName"], array, world)
         return array

@@ -19,6 +19,7 @@ import pytest
 
 from tests.integration.arrays_world import (
     control,
+    create_array,
     exported,
     group_of,
     host_paths,
@@ -108,8 +109,7 @@ def lifecycle_array(stack_outputs, api, world, arrays, scripted_alarms) -> dict[
         scaleInCooldownSeconds=0,
     )
     spec["hosts"] = [{"instanceId": world.host(), "mountpoints": ["/data"]} for _ in range(2)]
-    status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
-    assert status == 201, reply
+    create_array(api, array_id, spec)
     settle(array_id)
     volumes = [v["volumeId"] for v in spec["volumes"]]
     return {

@@ -10,7 +10,16 @@ from typing import Any
 
 import boto3
 
-from tests.integration.arrays_world import FAKES, World, group_of, owned_volumes, put_new, settle, spec_for
+from tests.integration.arrays_world import (
+    FAKES,
+    World,
+    create_array,
+    group_of,
+    owned_volumes,
+    put_new,
+    settle,
+    spec_for,
+)
 from tests.integration.conftest import Api
 
 
@@ -36,8 +45,7 @@ def test_status_counts_a_hosts_paths_from_its_report_and_names_the_path_it_lost(
     array_id = arrays()
     volume = world.volume()
     spec = spec_for(array_id, world, volumes=[{"volumeId": volume}], minControllers=2, maxControllers=2)
-    code, reply = api.call("PUT", f"/arrays/{array_id}", spec)
-    assert code == 201, reply
+    create_array(api, array_id, spec)
     settle(array_id)
     host = spec["hosts"][0]["instanceId"]
     status = _status(api, array_id)

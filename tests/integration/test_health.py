@@ -13,7 +13,16 @@ from typing import Any
 
 import boto3
 
-from tests.integration.arrays_world import FAKES, World, group_of, host_paths, node_root, settle, spec_for
+from tests.integration.arrays_world import (
+    FAKES,
+    World,
+    create_array,
+    group_of,
+    host_paths,
+    node_root,
+    settle,
+    spec_for,
+)
 from tests.integration.conftest import Api, wait_for_execution
 
 
@@ -80,8 +89,7 @@ def test_a_controller_no_host_reaches_is_replaced_and_the_hosts_end_with_a_live_
     spec = spec_for(
         array_id, world, volumes=[{"volumeId": volume}], hosts=hosts, minControllers=2, maxControllers=2
     )
-    code, reply = api.call("PUT", f"/arrays/{array_id}", spec)
-    assert code == 201, reply
+    create_array(api, array_id, spec)
     settle(array_id)
     status = api.call("GET", f"/arrays/{array_id}")[1]["status"]
     assert status["dataPlane"]["converged"] is True, status["dataPlane"]
@@ -171,7 +179,7 @@ def test_a_path_lost_behind_the_control_planes_back_is_drift_that_the_health_che
         minControllers=2,
         maxControllers=2,
     )
-    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    create_array(api, array_id, spec)
     settle(array_id)
     assert check(stack_outputs, array_id)["drift"] == []
     status = api.call("GET", f"/arrays/{array_id}")[1]["status"]
@@ -225,7 +233,7 @@ def test_a_subsystem_unlinked_from_a_controllers_port_is_seen_by_report_exports_
         minControllers=2,
         maxControllers=2,
     )
-    assert api.call("PUT", f"/arrays/{array_id}", spec)[0] == 201
+    create_array(api, array_id, spec)
     settle(array_id)
     status = api.call("GET", f"/arrays/{array_id}")[1]["status"]
     victim = sorted(status["controllers"], key=lambda c: c["instanceId"])[1]

@@ -14,6 +14,7 @@ import boto3
 import pytest
 
 from tests.integration.arrays_world import (
+    create_array,
     exported,
     host_paths,
     node_root,
@@ -47,8 +48,7 @@ def running_array(stack_outputs, api, world, arrays, scripted_alarms) -> dict[st
         maxControllers=CONTROLLERS,
     )
     spec["hosts"] = [{"instanceId": world.host(), "mountpoints": ["/data"]} for _ in range(2)]
-    status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
-    assert status == 201, reply
+    create_array(api, array_id, spec)
     settle(array_id, timeout=300)
     volumes = [v["volumeId"] for v in spec["volumes"]]
     array = {

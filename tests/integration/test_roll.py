@@ -7,7 +7,7 @@ paths than the array's controllers)."""
 
 import boto3
 
-from tests.integration.arrays_world import group_of, node_root, settle, spec_for
+from tests.integration.arrays_world import create_array, group_of, node_root, settle, spec_for
 from tests.integration.test_controller_lifecycle import PathWatch, check_serving
 from tests.integration.test_reconcile_array import apply_and_follow
 from vsa_core.controllers.nvme import subsystem_nqn
@@ -30,8 +30,7 @@ def test_a_new_ami_replaces_every_controller_one_at_a_time_without_a_host_losing
         minControllers=CONTROLLERS,
         maxControllers=CONTROLLERS,
     )
-    status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
-    assert status == 201, reply
+    create_array(api, array_id, spec)
     settle(array_id, timeout=300)
     volumes = [v["volumeId"] for v in spec["volumes"]]
     array = {

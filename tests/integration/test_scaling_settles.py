@@ -17,7 +17,7 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.integration.arrays_world import control, group_of, node_root, spec_for
+from tests.integration.arrays_world import control, create_array, group_of, node_root, spec_for
 from tests.integration.test_controller_lifecycle import PathWatch
 from vsa_core.controllers.nvme import subsystem_nqn
 
@@ -72,8 +72,7 @@ def test_after_a_surge_the_array_returns_to_min_and_stays_there(stack_outputs, a
     array_id = arrays()
     volume = world.volume()
     spec = spec_for(array_id, world, volumes=[{"volumeId": volume}], minControllers=2, maxControllers=6)
-    status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
-    assert status == 201, reply
+    create_array(api, array_id, spec)
     _wait_for(lambda: _in_service(array_id) == 2, 300, "2 serving controllers", array_id)
     host = spec["hosts"][0]["instanceId"]
     endpoint = local_env["AWS_ENDPOINT_URL"]
