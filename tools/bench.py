@@ -128,24 +128,23 @@ class Row:
         return "; ".join(reasons)
 
 
+def needs(spec: ArraySpec, demand: Sequence[float], volume_iops: int | None, spare: int = 0) -> list[int]:
+    """Per minute, the controllers its demand needs (plus ``spare``), within [min, the most that
+    add IOPS: maxControllers, 16, the volumes' provisioned IOPS]."""
+    per, target = spec.per_controller_iops, spec.target_utilisation
+    ceiling = min(spec.max_controllers, 16)
+    if volume_iops is not None:
+        ceiling = min(ceiling, volume_controllers(volume_iops, per, target))
+    return [max(spec.min_controllers, min(ceiling, spare + controllers_needed(d, per, target))) for d in demand]
+
+
 def hindsight(
     spec: ArraySpec, demand: Sequence[float], volume_iops: int | None, boot: int, spare: int = 0
 ) -> tuple[float, float]:
     """(controller-hours, under-provisioned share) of the reference without foresight: at each
     minute it has serving what the demand ``boot + 1`` minutes earlier needed (plus ``spare``
     controllers, within [min, max]), billed from its order, drained at once."""
-    ceiling = min(spec.max_controllers, 16)
-    if volume_iops is not None:
-        ceiling = min(
-            ceiling, volume_controllers(volume_iops, spec.per_controller_iops, spec.target_utilisation)
-        )
-    need = [
-        max(
-            spec.min_controllers,
-            min(ceiling, spare + controllers_needed(d, spec.per_controller_iops, spec.target_utilisation)),
-        )
-        for d in demand
-    ]
+    need = needs(spec, demand, volume_iops, spare)
     lag = boot + 1
     billed = under = 0
     for t, d in enumerate(demand):
@@ -162,18 +161,7 @@ def confirmed(
     every minute of the low alarm's window (``LOW_EVALUATION_PERIODS``) has needed fewer, then
     billed through the drain. Its scale-outs are hindsight's (no trend, no cooldown, no boot in
     flight held): what confirming a fall costs by itself, whatever the planner does otherwise."""
-    ceiling = min(spec.max_controllers, 16)
-    if volume_iops is not None:
-        ceiling = min(
-            ceiling, volume_controllers(volume_iops, spec.per_controller_iops, spec.target_utilisation)
-        )
-    need = [
-        max(
-            spec.min_controllers,
-            min(ceiling, controllers_needed(d, spec.per_controller_iops, spec.target_utilisation)),
-        )
-        for d in demand
-    ]
+    need = needs(spec, demand, volume_iops)
     lag, window = boot + 1, LOW_EVALUATION_PERIODS
     # ordered at each minute (as hindsight orders need[x] at x): the most any minute of the
     # window up to it needed; billed as hindsight bills, and on through a drain

@@ -85,8 +85,8 @@ def test_scale_out_from_the_groups_capacity_with_what_the_workflow_needs(registr
     assert (decision["alarmName"], decision["eventId"]) == ("vsa-demo-iops-high", REQUEST["eventId"])
 
 
-def test_scale_in_names_the_controller_that_leaves(registry, autoscaling, registry_table: str):
-    # Given 6 serving controllers in slots 0..5 (the newest in the lowest) and demand that 2 serve
+def six_serving(registry: ArrayRegistry, autoscaling: Any, registry_table: str) -> list[str]:
+    """Array "demo" with 6 serving controllers in slots 0..5 (the newest in the lowest)."""
     registry.create(DEMO)
     instances = sorted(make_group(autoscaling, 6), reverse=True)
     for slot, instance in enumerate(instances):
@@ -99,6 +99,12 @@ def test_scale_in_names_the_controller_that_leaves(registry, autoscaling, regist
                 "state": {"S": "serving"},
             },
         )
+    return instances
+
+
+def test_scale_in_names_the_controller_that_leaves(registry, autoscaling, registry_table: str):
+    # Given 6 serving controllers in slots 0..5 (the newest in the lowest) and demand that 2 serve
+    instances = six_serving(registry, autoscaling, registry_table)
     decision = handler.plan_scale(
         request(alarmName="vsa-demo-iops-low", alarmKind="low", demandIops=200_000.0),
         registry,
@@ -114,18 +120,7 @@ def test_scale_in_names_the_controller_that_leaves(registry, autoscaling, regist
 
 def test_a_collapse_names_every_controller_that_leaves(registry, autoscaling, registry_table: str):
     # Given 6 serving controllers in slots 0..5 (the newest in the lowest)
-    registry.create(DEMO)
-    instances = sorted(make_group(autoscaling, 6), reverse=True)
-    for slot, instance in enumerate(instances):
-        boto3.client("dynamodb", region_name=REGION).put_item(
-            TableName=registry_table,
-            Item={
-                "pk": {"S": "ARRAY#demo"},
-                "sk": {"S": slot_key(slot)},
-                "instanceId": {"S": instance},
-                "state": {"S": "serving"},
-            },
-        )
+    instances = six_serving(registry, autoscaling, registry_table)
     # When the low alarm fires and GetMetricData shows every recent minute at what 2 serve
     read = {
         "demandIops": 200_000.0,
