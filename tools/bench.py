@@ -135,7 +135,8 @@ def needs(spec: ArraySpec, demand: Sequence[float], volume_iops: int | None, spa
     ceiling = min(spec.max_controllers, 16)
     if volume_iops is not None:
         ceiling = min(ceiling, volume_controllers(volume_iops, per, target))
-    return [max(spec.min_controllers, min(ceiling, spare + controllers_needed(d, per, target))) for d in demand]
+    floor = spec.min_controllers
+    return [max(floor, min(ceiling, spare + controllers_needed(d, per, target))) for d in demand]
 
 
 def hindsight(
