@@ -22,10 +22,14 @@
 #   host NQN, in hosts/<nqn>/{dhchap_key,dhchap_ctrl_key,dhchap_hash,dhchap_dhgroup}, not per
 #   subsystem: a host that has a dhchap_key must authenticate to every subsystem of this kernel
 #   that allows it (another array's too), with that one key. A key written while the host is
-#   connected is used from the host's next (re)connect: nvmet authenticates at connect time
-#   (and on a host's re-authentication request), so live connections stay up. Each attribute
-#   reads back what was written (the key text, the hash's and the group's names), so a key is
-#   compared and written, never logged.
+#   connected is used from the host's next (re)connect: nvmet authenticates when a host
+#   connects, so live connections stay up (seen on 6.12: tests/dataplane). Each attribute
+#   reads back what was written (the key text, the hash's and the group's names; nvmet's
+#   defaults are hmac(sha256) and, for the group, null), so a key is compared and written,
+#   never logged. nvmet takes any "DHHC-1:<hash id>:..." at write time (a truncated key too:
+#   it fails only at connect), so lib/dhchap.sh checks each key's form first; and a key once
+#   written cannot be cleared by a write ("\n": EINVAL, nothing: EFAULT, seen on 6.12): only
+#   removing the host entry removes it.
 # Every write is made only when the value differs, so a second run changes nothing.
 # On a plain directory tree (tests: no configfs) attributes are files and default groups are
 # directories; the script creates and removes them like configfs would show them.

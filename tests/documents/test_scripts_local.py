@@ -1013,7 +1013,7 @@ def test_connect_path_authenticates_both_ways_through_the_config_never_the_comma
     plain = connect(host, "10.0.0.5")
     # Then it is refused (nvmet holds a key for it), the keys left the config, which is 0644 again
     assert plain.code == 1
-    assert "authentication required" in plain.report["error"]
+    assert "Required key not available" in plain.report["error"]
     ports = [p for h in json.loads(config.read_text()) for s in h["subsystems"] for p in s["ports"]]
     assert not any("dhchap_key" in p or "dhchap_ctrl_key" in p for p in ports)
     assert config.stat().st_mode & 0o777 == 0o644
@@ -1030,7 +1030,7 @@ def test_connect_path_refused_with_a_wrong_host_key_or_a_controller_with_a_wrong
     impostor = connect(host, "10.0.0.5", **keyed(KeysSecretId=HOST_SECRET))
     # Then the controller refuses it
     assert impostor.code == 1
-    assert "authentication failed" in impostor.report["error"]
+    assert "Key was rejected by service" in impostor.report["error"]
     assert impostor.report["livePaths"] == 0
     shows_no_key(impostor, host_key, controller_key, other)
     # When the host expects another controller key than the controller's (bidirectional)
@@ -1038,7 +1038,8 @@ def test_connect_path_refused_with_a_wrong_host_key_or_a_controller_with_a_wrong
     rogue = connect(host, "10.0.0.5", **keyed(KeysSecretId=HOST_SECRET))
     # Then the host refuses the controller
     assert rogue.code == 1
-    assert "controller authentication failed" in rogue.report["error"]
+    assert "Key was rejected by service" in rogue.report["error"]
+    assert {c["traddr"] for c in fake_controllers(host).values()} == set()  # no path either way
     shows_no_key(rogue, host_key, controller_key, other)
     # And a host secret without the controller key, or none at all, fails before connecting
     put_secret(host, HOST_SECRET, {"hostKey": host_key})
