@@ -3,8 +3,8 @@
 #
 # Parameters arrive as shell variables assigned by the rendered document's prologue
 # (tools/documents.py): ARRAY_ID VOLUMES SLOT HOST_NQNS ALLOW_ANY_HOST LISTEN_ADDRESS PORT MODE
-# CONFIGFS_ROOT DEVICE_DIR MODPROBE_COMMAND. Their allowedPatterns (configure-target.yaml) are
-# what keeps them free of shell syntax.
+# CONFIGFS_ROOT DEVICE_DIR MODPROBE_COMMAND AUTHENTICATION KEYS_SECRET_ID DHCHAP_HASH DHCHAP_DHGROUP
+# AWS_COMMAND. Their allowedPatterns (configure-target.yaml) are what keeps them free of shell syntax.
 #
 # configfs rules this respects (drivers/nvme/target/configfs.c):
 # * a namespace's device_path, device_uuid, device_nguid and buffered_io change only while it
@@ -18,11 +18,24 @@
 #   only when 1 is written to its revalidate_size (write-only; EINVAL while disabled): then, if
 #   the size changed, it sends every connected host a namespace-attribute-changed event and the
 #   hosts re-read the namespace (an EBS volume grown by ModifyVolume is seen only so).
+# * DH-HMAC-CHAP (Authentication=dh-hmac-chap; CONFIG_NVME_TARGET_AUTH): nvmet keeps the keys per
+#   host NQN, in hosts/<nqn>/{dhchap_key,dhchap_ctrl_key,dhchap_hash,dhchap_dhgroup}, not per
+#   subsystem: a host that has a dhchap_key must authenticate to every subsystem of this kernel
+#   that allows it (another array's too), with that one key. A key written while the host is
+#   connected is used from the host's next (re)connect: nvmet authenticates when a host
+#   connects, so live connections stay up (seen on 6.12: tests/dataplane). Each attribute
+#   reads back what was written (the key text, the hash's and the group's names; nvmet's
+#   defaults are hmac(sha256) and, for the group, null), so a key is compared and written,
+#   never logged. nvmet takes any "DHHC-1:<hash id>:..." at write time (a truncated key too:
+#   it fails only at connect), so lib/dhchap.sh checks each key's form first; and a key once
+#   written cannot be cleared by a write ("\n": EINVAL, nothing: EFAULT, seen on 6.12): only
+#   removing the host entry removes it.
 # Every write is made only when the value differs, so a second run changes nothing.
 # On a plain directory tree (tests: no configfs) attributes are files and default groups are
 # directories; the script creates and removes them like configfs would show them.
 DOCUMENT=configure-target
 # vsa:include lib/common.sh
+# vsa:include lib/dhchap.sh
 CHANGES=0
 changed() { CHANGES=$((CHANGES + 1)); log "$*"; }
 
@@ -82,6 +95,7 @@ PORT_ID=$(port_id "$PORT")
 PORT_DIR=$NVMET/ports/$PORT_ID
 declare -A WANTED=() TOUCHED_HOSTS=() TOUCHED_PORTS=()
 REMOVED=()
+KEYED=()
 for volume in "${VOLS[@]}"; do
   nqn=$(subsystem_nqn "$ARRAY_ID" "$volume")
   [[ -z ${WANTED[$nqn]:-} ]] || fail "volume $volume is listed twice in Volumes"
@@ -91,6 +105,11 @@ for host in "${HOSTS[@]}"; do
   ((${#host} <= 223)) || fail "host NQN $host is longer than 223 bytes"
 done
 allowed_host() { local h; for h in "${HOSTS[@]}"; do [[ $h == "$1" ]] && return 0; done; return 1; }
+if [[ $MODE == apply && $AUTHENTICATION == dh-hmac-chap ]]; then
+  [[ $KEYS_SECRET_ID != none ]] || fail "Authentication dh-hmac-chap needs KeysSecretId (the secret with the keys)"
+  [[ $ALLOW_ANY_HOST != true ]] ||
+    fail "Authentication dh-hmac-chap needs the hosts listed: with AllowAnyHost=true nvmet has no host entry to hold a key"
+fi
 
 # --- steps ----------------------------------------------------------------------------------
 set_cntlid_range() { # attr_cntlid_min <= attr_cntlid_max must hold after each write
@@ -194,6 +213,25 @@ configure_subsystem() {
     "$(namespace_uuid "$volume")" "$(namespace_nguid "$volume")"
 }
 
+set_key() { # set_key ATTRIBUTE KEY WHAT: a key, written only when it differs, never shown
+  [[ "$(read_attr "$1")" == "$2" ]] && return 0
+  printf '%s\n' "$2" >"$1" || fail "cannot write $3 to $(short "$1")"
+  changed "set $(short "$1") ($3, a new key)"
+}
+
+configure_keys() { # each allowed host's key and the controller key (KEYS, from the secret) into nvmet
+  local host dir
+  for host in "${HOSTS[@]}"; do
+    dir=$NVMET/hosts/$host
+    set_attr "$dir/dhchap_hash" "$DHCHAP_HASH"
+    set_attr "$dir/dhchap_dhgroup" "$DHCHAP_DHGROUP"
+    set_key "$dir/dhchap_key" "${KEYS[hosts/$host]}" "the host's key"
+    set_key "$dir/dhchap_ctrl_key" "${KEYS[controllerKey]}" "the controller key"
+    KEYED+=("$host")
+  done
+  KEYS=()
+}
+
 configure_port() {
   local link name relink=()
   make_group "$PORT_DIR"
@@ -282,8 +320,19 @@ report() {
   printf '{"document":"%s","arrayId":%s,"mode":"%s","slot":%s,"subsystems":[%s],"serial":%s,"model":%s,' \
     "$DOCUMENT" "$(json "$ARRAY_ID")" "$MODE" "$SLOT" "$subsystems" "$(json "$SERIAL")" "$(json "$MODEL")"
   exports_json
-  printf '"cntlid":%s,"port":%s,"allowAnyHost":%s,"hosts":[%s],"removed":[%s],"changes":%s,"exports":[%s]}\n' \
-    "$cntlid" "$port" "$ALLOW_ANY_HOST" "$hosts" "$removed" "$CHANGES" "$EXPORTS_JSON"
+  printf '"cntlid":%s,"port":%s,"allowAnyHost":%s,"hosts":[%s],"removed":[%s],"changes":%s,"authentication":%s,"exports":[%s]}\n' \
+    "$cntlid" "$port" "$ALLOW_ANY_HOST" "$hosts" "$removed" "$CHANGES" "$(authentication_json)" "$EXPORTS_JSON"
+}
+
+authentication_json() { # what was asked and which hosts got their key in nvmet (never a key)
+  local keyed="" host
+  if [[ $AUTHENTICATION != dh-hmac-chap || $MODE != apply ]]; then
+    printf '{"method":"%s"}' "$AUTHENTICATION"
+    return 0
+  fi
+  for host in "${KEYED[@]}"; do keyed+=${keyed:+,}$(json "$host"); done
+  printf '{"method":"dh-hmac-chap","keysSecretId":%s,"hash":%s,"dhgroup":%s,"bidirectional":true,"keyedHosts":[%s]}' \
+    "$(json "$KEYS_SECRET_ID")" "$(json "$DHCHAP_HASH")" "$(json "$DHCHAP_DHGROUP")" "$keyed"
 }
 
 apply() {
@@ -295,6 +344,14 @@ apply() {
   done
   ((${#missing[@]} == 0)) ||
     fail "no EBS NVMe device for ${missing[*]}: attach the volume to this instance first"
+  if [[ $AUTHENTICATION == dh-hmac-chap ]]; then
+    # the secret first, too: one that cannot be read, or lacks a host's key, changes nothing
+    read_secret "$KEYS_SECRET_ID"
+    local wanted=(controllerKey) host
+    for host in "${HOSTS[@]}"; do wanted+=("hosts/$host"); done
+    secret_keys "$KEYS_SECRET_ID" "${wanted[@]}"
+    unset SECRET
+  fi
   "$MODPROBE_COMMAND" nvmet || fail "'$MODPROBE_COMMAND nvmet' failed"
   "$MODPROBE_COMMAND" nvmet-tcp || fail "'$MODPROBE_COMMAND nvmet-tcp' failed"
   [[ -d $NVMET/subsystems && -d $NVMET/ports && -d $NVMET/hosts ]] ||
@@ -302,6 +359,8 @@ apply() {
   if [[ $ALLOW_ANY_HOST != true ]]; then
     for host in "${HOSTS[@]}"; do make_group "$NVMET/hosts/$host"; done
   fi
+  # keys before the hosts are linked: a newly allowed host is never let in without its key
+  [[ $AUTHENTICATION != dh-hmac-chap ]] || configure_keys
   for volume in "${VOLS[@]}"; do configure_subsystem "$volume"; done
   configure_port
   for nqn in "${!WANTED[@]}"; do unlink_from_ports "$nqn" "$PORT_DIR"; done # a former Port

@@ -4,7 +4,7 @@
 #
 # Parameters (shell variables from the rendered document's prologue): ARRAY_ID VOLUMES ADDRESS
 # PORT HOST_NQN KEEP_ALIVE_TMO CTRL_LOSS_TMO RECONNECT_DELAY FAST_IO_FAIL_TMO NVME_CONFIG
-# IO_POLICY SYSFS_ROOT WAIT_SECONDS NVME_COMMAND.
+# IO_POLICY SYSFS_ROOT WAIT_SECONDS NVME_COMMAND AUTHENTICATION KEYS_SECRET_ID AWS_COMMAND.
 # The failover settings (keep-alive timeout, ctrl-loss-tmo, reconnect delay, fast_io_fail_tmo;
 # README "Failover settings") are written first into nvme-cli's JSON config (NVME_CONFIG,
 # /etc/nvme/config.json: libnvme's hosts -> subsystems -> ports), merged with what is there, so
@@ -20,8 +20,21 @@
 # host alone, whatever the array's size (seen on a real kernel: tests/dataplane). So each
 # subsystem's policy (/sys/class/nvme-subsystem/nvme-subsysN/iopolicy, per subsystem, kept
 # while the subsystem has a path) is set to IO_POLICY, round-robin by default.
+# DH-HMAC-CHAP (AUTHENTICATION=dh-hmac-chap): the host's key and the controller key, read on the
+# instance from the secret KEYS_SECRET_ID, go into the same JSON config, on each of the array's
+# ports at ADDRESS:PORT as "dhchap_key" (the host's: nvme-cli passes it to the kernel as
+# dhchap_secret) and "dhchap_ctrl_key" (the controller's: dhchap_ctrl_secret, so the host
+# authenticates the controller too). nvme-cli 2.3 / libnvme 1.3 reads both from there for a
+# plain `nvme connect --config` (seen: the option string it writes to /dev/nvme-fabrics), so no
+# key is ever on a command line (/proc/<pid>/cmdline is world-readable); the file is then made
+# root-only (0600). A "dhchap_key" on the host entry itself (an operator's) would win over the
+# port's in libnvme 1.3: connect-path warns about one. With AUTHENTICATION=none the array's
+# ports lose any key (a connect without authentication is what was asked).
+# A path that exists is left alone: it keeps the credentials it connected with until it
+# reconnects (the kernel's reconnects reuse them).
 DOCUMENT=connect-path
 # vsa:include lib/common.sh
+# vsa:include lib/dhchap.sh
 # vsa:include lib/host-paths.sh
 
 if ((CTRL_LOSS_TMO >= 0 && RECONNECT_DELAY > CTRL_LOSS_TMO)); then
@@ -32,6 +45,11 @@ if ((CTRL_LOSS_TMO >= 0 && FAST_IO_FAIL_TMO > CTRL_LOSS_TMO)); then
 fi
 if [[ $NVME_CONFIG == none ]] && ((FAST_IO_FAIL_TMO >= 0)); then
   fail "FastIoFailTmo needs NvmeConfig: nvme-cli 2.x takes fast_io_fail_tmo only from its JSON config"
+fi
+if [[ $AUTHENTICATION == dh-hmac-chap ]]; then
+  [[ $KEYS_SECRET_ID != none ]] || fail "Authentication dh-hmac-chap needs KeysSecretId (the secret with the keys)"
+  [[ $NVME_CONFIG != none ]] ||
+    fail "Authentication dh-hmac-chap needs NvmeConfig: the keys reach nvme connect through it, never on its command line"
 fi
 ((${#HOST_NQN} <= 223)) || fail "HostNqn is longer than 223 bytes"
 IFS=, read -r -a VOLS <<<"$VOLUMES"
@@ -52,6 +70,8 @@ CONFIG=none
 CONFIG_FILTER='
 import fcntl, json, os, sys, tempfile
 path, hostnqn, hostid, traddr, trsvcid, kato, loss, delay, failfast, *nqns = sys.argv[1:]
+# the DH-HMAC-CHAP keys on stdin (never in argv): the host key, then the controller key; none: empty
+host_key, ctrl_key = (sys.stdin.read().split("\n") + ["", ""])[:2]
 os.makedirs(os.path.dirname(path), exist_ok=True)
 lock = open(path + ".lock", "a")
 fcntl.flock(lock, fcntl.LOCK_EX)
@@ -84,18 +104,38 @@ for nqn in nqns:
         port["fast_io_fail_tmo"] = int(failfast)
     else:
         port.pop("fast_io_fail_tmo", None)
+    if host_key:
+        port.update(dhchap_key=host_key, dhchap_ctrl_key=ctrl_key)
+    else:
+        port.pop("dhchap_key", None)
+        port.pop("dhchap_ctrl_key", None)
+if host_key and host.get("dhchap_key"):
+    print(f"warning: {path}: the host entry of {hostnqn} has its own dhchap_key, which nvme-cli uses before the port key")
+keyed = any(
+    "dhchap_key" in h or any("dhchap_key" in p or "dhchap_ctrl_key" in p for s in h.get("subsystems") or [] for p in s.get("ports") or [])
+    for h in hosts
+)
 fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".config.", suffix=".json")
 with os.fdopen(fd, "w") as f:
     json.dump(hosts, f, indent=2)
     f.write("\n")
-os.chmod(temporary, 0o644)
+os.chmod(temporary, 0o600 if keyed else 0o644)  # keys: root-only
 os.replace(temporary, path)
 '
-if [[ $CONFIG != none ]]; then
-  output=$(python3 -c "$CONFIG_FILTER" "$CONFIG" "$HOST_NQN" "$HOST_ID" "$ADDRESS" "$PORT" \
-    "$KEEP_ALIVE_TMO" "$CTRL_LOSS_TMO" "$RECONNECT_DELAY" "$FAST_IO_FAIL_TMO" "${NQNS[@]}" 2>&1) ||
-    fail "cannot write the failover settings into $CONFIG: ${output//$'\n'/ }"
+declare -A KEYS=()
+if [[ $AUTHENTICATION == dh-hmac-chap ]]; then
+  read_secret "$KEYS_SECRET_ID"
+  secret_keys "$KEYS_SECRET_ID" hostKey controllerKey
+  unset SECRET
 fi
+if [[ $CONFIG != none ]]; then
+  output=$(printf '%s\n%s\n' "${KEYS[hostKey]:-}" "${KEYS[controllerKey]:-}" |
+    python3 -c "$CONFIG_FILTER" "$CONFIG" "$HOST_NQN" "$HOST_ID" "$ADDRESS" "$PORT" \
+      "$KEEP_ALIVE_TMO" "$CTRL_LOSS_TMO" "$RECONNECT_DELAY" "$FAST_IO_FAIL_TMO" "${NQNS[@]}" 2>&1) ||
+    fail "cannot write the failover settings into $CONFIG: $(redact "${output//$'\n'/ }")"
+  [[ -z $output ]] || log "$(redact "$output")"
+fi
+KEYS=()
 
 declare -A PRESENT=() LIVE=()
 scan() { # PRESENT[nqn]: a path of this host NQN to ADDRESS:PORT exists; LIVE[nqn]: it is live
@@ -122,8 +162,9 @@ for nqn in "${NQNS[@]}"; do
   [[ -z $HOST_ID ]] || args+=(--hostid "$HOST_ID")
   if output=$("$NVME_COMMAND" "${args[@]}" 2>&1); then
     CONNECTED+=("$nqn")
-    log "connected $nqn via $ADDRESS:$PORT"
+    log "connected $nqn via $ADDRESS:$PORT (authentication: $AUTHENTICATION)"
   else
+    output=$(redact "$output") # nvme-cli may echo the option string it wrote, keys included
     ERRORS+=("$nqn: ${output//$'\n'/ }")
     log "nvme connect $nqn via $ADDRESS:$PORT failed: $output"
   fi
@@ -178,7 +219,8 @@ if [[ -n $message ]]; then
 fi
 failover=$(printf '{"keepAliveTmo":%s,"ctrlLossTmo":%s,"reconnectDelay":%s,"fastIoFailTmo":%s,"config":%s}' \
   "$KEEP_ALIVE_TMO" "$CTRL_LOSS_TMO" "$RECONNECT_DELAY" "$FAST_IO_FAIL_TMO" "$(json "$CONFIG")")
-printf '{"document":"%s","arrayId":%s,"address":%s,"port":%s,"hostNqn":%s,"connected":[%s],"missing":[%s],"subsystems":[%s],"livePaths":%s,"ioPolicy":%s,"failover":%s,"error":%s}\n' \
+printf '{"document":"%s","arrayId":%s,"address":%s,"port":%s,"hostNqn":%s,"connected":[%s],"missing":[%s],"subsystems":[%s],"livePaths":%s,"ioPolicy":%s,"failover":%s,"authentication":%s,"error":%s}\n' \
   "$DOCUMENT" "$(json "$ARRAY_ID")" "$(json "$ADDRESS")" "$(json "$PORT")" "$(json "$HOST_NQN")" \
-  "$connected" "$missing" "$SUBSYSTEMS_JSON" "$LIVE_TOTAL" "$(json "$IO_POLICY")" "$failover" "$error"
+  "$connected" "$missing" "$SUBSYSTEMS_JSON" "$LIVE_TOTAL" "$(json "$IO_POLICY")" "$failover" \
+  "$(json "$AUTHENTICATION")" "$error"
 ((${#MISSING[@]} == 0 && ${#POLICY_FAILED[@]} == 0))

@@ -2,11 +2,13 @@
 derive are vsa_core.controllers.nvme's, they respect the kernel's configfs rules, and the fakes behave as the
 kernel and nvme-cli do where the documents depend on it."""
 
+import base64
 import json
 import os
 import re
 import subprocess
 import time
+import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,6 +24,7 @@ from tests.documents.conftest import (
     NVME_CONFIG,
     SYSFS,
     LocalNode,
+    Result,
     calls,
     tree,
 )
@@ -837,3 +840,212 @@ def test_report_exports_reports_configure_targets_exports_and_changes_nothing(no
     assert by_volume[VOLUMES[1]]["ports"] == []
     assert by_volume[VOLUMES[1]]["namespaces"][0]["sizeBytes"] == 16 * 2**30
     assert _configfs_tree(target.nvmet) == before
+
+
+# --- DH-HMAC-CHAP (issue #20) ------------------------------------------------------------------
+FAKE_AWS = str(Path(FAKE_NVME).with_name("aws"))
+ARRAY_SECRET = "vsa/demo/dhchap"
+HOST_SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:vsa/demo/host-AbCdEf"
+
+
+def dhchap_key() -> str:
+    """A DH-HMAC-CHAP secret as nvme gen-dhchap-key prints one: DHHC-1:00: (no transformation),
+    then base64 of the 32-byte key followed by its CRC-32 (little-endian), then ':'."""
+    key = os.urandom(32)
+    return "DHHC-1:00:" + base64.b64encode(key + zlib.crc32(key).to_bytes(4, "little")).decode() + ":"
+
+
+def put_secret(node: LocalNode, secret_id: str, value: object) -> None:
+    """What Secrets Manager holds under ``secret_id`` for this node (the fake aws's store)."""
+    store = node.root / ".fakes/secrets"
+    store.mkdir(parents=True, exist_ok=True)
+    text = value if isinstance(value, str) else json.dumps(value)
+    (store / secret_id.replace("/", "#").replace(":", "%")).write_text(text)
+
+
+def keyed(**params: str) -> dict[str, str]:
+    return {"Authentication": "dh-hmac-chap", "KeysSecretId": ARRAY_SECRET, "AwsCommand": FAKE_AWS, **params}
+
+
+def shows_no_key(result: Result, *keys: str) -> None:
+    for key in keys:
+        assert key not in result.stdout + result.stderr
+    assert "DHHC-1:0" not in result.stdout + result.stderr
+
+
+def test_configure_target_writes_each_hosts_key_and_the_controller_key_never_showing_one(node: Nodes):
+    # Given the array's keys in Secrets Manager: the controller key and one key per host
+    target = node("c0")
+    target.attach(*VOLUMES)
+    keys = {"controller": dhchap_key(), HOST: dhchap_key(), OTHER_HOST: dhchap_key()}
+    put_secret(
+        target,
+        ARRAY_SECRET,
+        {"controllerKey": keys["controller"], "hosts": {HOST: keys[HOST], OTHER_HOST: keys[OTHER_HOST]}},
+    )
+    # When configure-target applies with dh-hmac-chap for both hosts
+    result = configure(
+        target, "10.0.0.5", **keyed(HostNqns=f"{HOST},{OTHER_HOST}", DhchapHash="hmac(sha384)")
+    )
+    # Then nvmet's entry of each host holds its key, the controller key, the hash and the group
+    assert result.code == 0, result.stderr
+    for host in (HOST, OTHER_HOST):
+        entry = target.nvmet / "hosts" / host
+        assert (entry / "dhchap_key").read_text() == keys[host] + "\n"
+        assert (entry / "dhchap_ctrl_key").read_text() == keys["controller"] + "\n"
+        assert (entry / "dhchap_hash").read_text() == "hmac(sha384)\n"
+        assert (entry / "dhchap_dhgroup").read_text() == "ffdhe2048\n"
+    assert result.report["authentication"] == {
+        "method": "dh-hmac-chap",
+        "keysSecretId": ARRAY_SECRET,
+        "hash": "hmac(sha384)",
+        "dhgroup": "ffdhe2048",
+        "bidirectional": True,
+        "keyedHosts": [HOST, OTHER_HOST],
+    }
+    # and no key was shown, nor passed to any command (the AWS CLI got the secret's id only)
+    shows_no_key(result, *keys.values())
+    assert calls(target.root, "aws") == [
+        [
+            "secretsmanager",
+            "get-secret-value",
+            "--secret-id",
+            ARRAY_SECRET,
+            "--query",
+            "SecretString",
+            "--output",
+            "text",
+        ]
+    ]
+    # When it runs again: nothing changes
+    again = configure(target, "10.0.0.5", **keyed(HostNqns=f"{HOST},{OTHER_HOST}", DhchapHash="hmac(sha384)"))
+    assert again.code == 0
+    assert again.report["changes"] == 0
+    # When one host's key changes in the secret (a rotation)
+    keys[OTHER_HOST] = dhchap_key()
+    put_secret(
+        target,
+        ARRAY_SECRET,
+        {"controllerKey": keys["controller"], "hosts": {HOST: keys[HOST], OTHER_HOST: keys[OTHER_HOST]}},
+    )
+    rotated = configure(
+        target, "10.0.0.5", **keyed(HostNqns=f"{HOST},{OTHER_HOST}", DhchapHash="hmac(sha384)")
+    )
+    # Then exactly that key is written, and the log says so without showing it
+    assert rotated.code == 0
+    assert rotated.report["changes"] == 1
+    assert (target.nvmet / "hosts" / OTHER_HOST / "dhchap_key").read_text() == keys[OTHER_HOST] + "\n"
+    assert f"set hosts/{OTHER_HOST}/dhchap_key (the host's key, a new key)" in rotated.stderr
+    shows_no_key(rotated, *keys.values())
+
+
+def test_configure_target_without_authentication_reads_no_secret_and_writes_no_key(node: Nodes):
+    target = node("c0")
+    target.attach(*VOLUMES)
+    result = configure(target, "10.0.0.5", AwsCommand=FAKE_AWS)
+    assert result.code == 0
+    assert result.report["authentication"] == {"method": "none"}
+    assert calls(target.root, "aws") == []
+    assert not list(target.nvmet.glob("hosts/*/dhchap_*"))
+
+
+def test_configure_target_fails_naming_what_is_missing_never_a_key_and_changes_nothing(node: Nodes):
+    target = node("c0")
+    target.attach(*VOLUMES)
+    good = dhchap_key()
+    cases = [
+        ("absent", None, ["cannot read the secret vsa/demo/absent", "ResourceNotFoundException"]),
+        ("denied", None, ["cannot read the secret vsa/demo/denied", "AccessDeniedException"]),
+        ("not-json", "controllerKey=" + good, ["the secret vsa/demo/not-json is not JSON"]),
+        ("a-list", [good], ["the secret vsa/demo/a-list is not a JSON object"]),
+        ("no-host", {"controllerKey": good, "hosts": {OTHER_HOST: good}}, [f"no key for hosts/{HOST}"]),
+        ("no-controller", {"hosts": {HOST: good}}, ["no key for controllerKey"]),
+        (
+            "bad-key",
+            {"controllerKey": good, "hosts": {HOST: good[:-10] + ":"}},
+            ["not a DHHC-1 key", f"for hosts/{HOST}"],
+        ),
+    ]
+    for name, value, said in cases:
+        if value is not None:
+            put_secret(target, f"vsa/demo/{name}", value)
+        if name == "denied":
+            put_secret(target, "vsa/demo/denied", {"controllerKey": good})
+            put_secret(target, "vsa/demo/denied.denied", "")
+        # When configure-target applies with that secret
+        result = configure(target, "10.0.0.5", **keyed(KeysSecretId=f"vsa/demo/{name}"))
+        # Then it fails naming what is wrong, shows no key, and nvmet was not even loaded
+        assert result.code == 1, name
+        for words in said:
+            assert words in result.report["error"], (name, result.report["error"])
+        shows_no_key(result, good)
+        assert not target.nvmet.exists(), name
+    # Without a secret id, or with any host allowed (nvmet would hold no host entry to key)
+    assert "needs KeysSecretId" in configure(target, "10.0.0.5", **keyed(KeysSecretId="none")).report["error"]
+    anyone = configure(target, "10.0.0.5", **keyed(AllowAnyHost="true"))
+    assert "needs the hosts listed" in anyone.report["error"]
+
+
+def test_connect_path_authenticates_both_ways_through_the_config_never_the_command_line(node: Nodes):
+    # Given a controller keyed for the host, and the host's own secret (its key, the controller key)
+    target, host = node("c0"), node("h0")
+    target.attach(*VOLUMES)
+    host_key, controller_key = dhchap_key(), dhchap_key()
+    put_secret(target, ARRAY_SECRET, {"controllerKey": controller_key, "hosts": {HOST: host_key}})
+    assert configure(target, "10.0.0.5", **keyed()).code == 0
+    put_secret(host, HOST_SECRET, {"hostKey": host_key, "controllerKey": controller_key})
+    # When connect-path runs with dh-hmac-chap
+    result = connect(host, "10.0.0.5", **keyed(KeysSecretId=HOST_SECRET))
+    # Then every subsystem is connected, authenticated (the fake kernel checked both keys)
+    assert result.code == 0, result.stderr
+    assert result.report["authentication"] == "dh-hmac-chap"
+    assert result.report["livePaths"] == len(VOLUMES)
+    assert {c["authenticated"] for c in fake_controllers(host).values()} == {True}
+    # and the keys went through nvme-cli's config, root-only; never on a command line, never shown
+    config = host.root / NVME_CONFIG
+    assert config.stat().st_mode & 0o777 == 0o600
+    ports = [p for h in json.loads(config.read_text()) for s in h["subsystems"] for p in s["ports"]]
+    assert {(p["dhchap_key"], p["dhchap_ctrl_key"]) for p in ports} == {(host_key, controller_key)}
+    assert not any(key in json.dumps(calls(host.root)) for key in (host_key, controller_key))
+    shows_no_key(result, host_key, controller_key)
+    # When the host connects again without authentication (its paths gone: a reboot)
+    (host.root / ".fakes/nvme-state.json").unlink()
+    plain = connect(host, "10.0.0.5")
+    # Then it is refused (nvmet holds a key for it), the keys left the config, which is 0644 again
+    assert plain.code == 1
+    assert "Required key not available" in plain.report["error"]
+    ports = [p for h in json.loads(config.read_text()) for s in h["subsystems"] for p in s["ports"]]
+    assert not any("dhchap_key" in p or "dhchap_ctrl_key" in p for p in ports)
+    assert config.stat().st_mode & 0o777 == 0o644
+
+
+def test_connect_path_refused_with_a_wrong_host_key_or_a_controller_with_a_wrong_controller_key(node: Nodes):
+    target, host = node("c0"), node("h0")
+    target.attach(*VOLUMES)
+    host_key, controller_key, other = dhchap_key(), dhchap_key(), dhchap_key()
+    put_secret(target, ARRAY_SECRET, {"controllerKey": controller_key, "hosts": {HOST: host_key}})
+    assert configure(target, "10.0.0.5", **keyed()).code == 0
+    # When the host presents another key
+    put_secret(host, HOST_SECRET, {"hostKey": other, "controllerKey": controller_key})
+    impostor = connect(host, "10.0.0.5", **keyed(KeysSecretId=HOST_SECRET))
+    # Then the controller refuses it
+    assert impostor.code == 1
+    assert "Key was rejected by service" in impostor.report["error"]
+    assert impostor.report["livePaths"] == 0
+    shows_no_key(impostor, host_key, controller_key, other)
+    # When the host expects another controller key than the controller's (bidirectional)
+    put_secret(host, HOST_SECRET, {"hostKey": host_key, "controllerKey": other})
+    rogue = connect(host, "10.0.0.5", **keyed(KeysSecretId=HOST_SECRET))
+    # Then the host refuses the controller
+    assert rogue.code == 1
+    assert "Key was rejected by service" in rogue.report["error"]
+    assert {c["traddr"] for c in fake_controllers(host).values()} == set()  # no path either way
+    shows_no_key(rogue, host_key, controller_key, other)
+    # And a host secret without the controller key, or none at all, fails before connecting
+    put_secret(host, HOST_SECRET, {"hostKey": host_key})
+    partial = connect(host, "10.0.0.5", **keyed(KeysSecretId=HOST_SECRET))
+    assert "no key for controllerKey" in partial.report["error"]
+    assert "needs NvmeConfig" in connect(host, "10.0.0.5", **keyed(NvmeConfig="none")).report["error"]
+    assert "needs KeysSecretId" in connect(host, "10.0.0.5", **keyed(KeysSecretId="none")).report["error"]
+    refused = [argv for argv in calls(host.root) if argv[:1] == ["connect"]]
+    assert len(refused) == 2 * len(VOLUMES)  # the impostor's and the rogue's, nothing since

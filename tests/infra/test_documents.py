@@ -181,3 +181,52 @@ def test_every_id_the_spec_passes_to_a_document_is_the_pattern_the_document_take
     assert documents.load("connect-path").parameters["HostNqn"]["allowedPattern"] == f"^{NQN}$"
     hosts = documents.load("configure-target").parameters["HostNqns"]["allowedPattern"]
     assert hosts == f"^({NQN}(,{NQN})*)?$"
+
+
+def test_the_authentication_parameters_take_what_secrets_manager_and_nvmet_take_and_nothing_else():
+    # (issue #20) Both documents name the secret the same way: a Secrets Manager name or ARN,
+    # never a value the AWS CLI would read as an option (a leading '-'); none when unused
+    for name in ("configure-target", "connect-path"):
+        parameters = documents.load(name).parameters
+        assert parameters["Authentication"]["default"] == "none"
+        assert re.fullmatch(parameters["Authentication"]["allowedPattern"], "dh-hmac-chap")
+        assert not re.fullmatch(parameters["Authentication"]["allowedPattern"], "DH-HMAC-CHAP")
+        secret = parameters["KeysSecretId"]["allowedPattern"]
+        assert parameters["KeysSecretId"]["default"] == "none"
+        for good in (
+            "none",
+            "vsa/demo-array/dhchap",
+            "MySecret_1+=.@",
+            "arn:aws:secretsmanager:eu-west-1:123456789012:secret:vsa/demo/dhchap-AbCdEf",
+            "arn:aws-us-gov:secretsmanager:us-gov-west-1:123456789012:secret:x-AbCdEf",
+        ):
+            assert re.fullmatch(secret, good), (name, good)
+        for bad in ("", "-x", "--secret-id", "a:b", "arn:aws:s3:::bucket", "a" * 513, "x,y", "x*"):
+            assert not re.fullmatch(secret, bad), (name, bad)
+        assert parameters["AwsCommand"]["default"] == "aws"
+        assert (
+            parameters["AwsCommand"]["allowedPattern"]
+            == parameters["NvmeCommand" if name == "connect-path" else "ModprobeCommand"]["allowedPattern"]
+        )
+    assert documents.load("configure-target").parameters["KeysSecretId"] == {
+        **documents.load("connect-path").parameters["KeysSecretId"],
+        "description": documents.load("configure-target").parameters["KeysSecretId"]["description"],
+    }
+    # nvmet's configfs names (drivers/nvme/target/configfs.c): the hash as the crypto API names
+    # it, the FFDHE groups of RFC 7919 or null
+    controller = documents.load("configure-target").parameters
+    hashes = [h for h in ("hmac(sha256)", "hmac(sha384)", "hmac(sha512)", "sha256", "hmac(md5)")
+              if re.fullmatch(controller["DhchapHash"]["allowedPattern"], h)]  # fmt: skip
+    assert hashes == ["hmac(sha256)", "hmac(sha384)", "hmac(sha512)"]
+    groups = [
+        "null",
+        "ffdhe2048",
+        "ffdhe3072",
+        "ffdhe4096",
+        "ffdhe6144",
+        "ffdhe8192",
+        "ffdhe1024",
+        "modp2048",
+    ]
+    allowed = [g for g in groups if re.fullmatch(controller["DhchapDhgroup"]["allowedPattern"], g)]
+    assert allowed == groups[:6]
