@@ -12,7 +12,7 @@ LOCAL := env PATH="$(VENV):$$PATH" VSA_LOCALCLOUD_PORT=$(PORT) AWS_ENDPOINT_URL=
 OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0
 
 .PHONY: demo test check install localcloud-start localcloud-stop localcloud-logs build deploy-local \
-	lint format typecheck validate unit documents dataplane integration bench bench-lifecycle bench-backups \
+	lint format typecheck validate unit documents dataplane dataplane-auth integration bench bench-lifecycle bench-backups \
 	bench-coldstart bench-arrays bench-failover clean
 
 demo: install
@@ -67,7 +67,13 @@ documents: install
 # The documents on real Linux kernels: QEMU guests (TCG), controllers + a host, NVMe/TCP with
 # native multipath, fio and XFS (tests/dataplane; a few minutes; figures in .dataplane/figures.json).
 dataplane: install
-	$(OFFLINE) $(VENV)/python -m pytest tests/dataplane
+	$(OFFLINE) $(VENV)/python -m pytest --ignore=tests/dataplane/test_authentication.py tests/dataplane
+
+# DH-HMAC-CHAP on the 6.12 kernel (issue #20): keyed, keyless and wrong-key hosts, a wrong
+# controller key, connect time and IOPS with and without (its own lab; ~14 min under TCG; not yet
+# in make test, see README *Authentication on the data plane*).
+dataplane-auth: install
+	$(OFFLINE) $(VENV)/python -m pytest tests/dataplane/test_authentication.py
 
 # Failover settings on real kernels (the QEMU tier's lab: 2 controllers, 1 host): per setting,
 # the IO stall under fio verify when a controller's link is cut, its guest frozen or killed,

@@ -133,7 +133,10 @@ if [[ $status -ne 0 ]]; then show_log; fi
 
 step "tests: data plane (the documents on real Linux kernels in QEMU guests: controllers + a host, NVMe/TCP multipath, fio, XFS)"
 SECONDS=0
-offline "$VENV/python" -m pytest --durations=10 tests/dataplane || status=1
+# The authentication scenarios (tests/dataplane/test_authentication.py: their own lab, ~14 min
+# under TCG) run with make dataplane-auth until they share this tier's guests: with them the
+# command would be ~45 min (README, *Authentication on the data plane*).
+offline "$VENV/python" -m pytest --durations=10 --ignore=tests/dataplane/test_authentication.py tests/dataplane || status=1
 phase "data plane (QEMU)" "$SECONDS"
 
 step "integration (minutes of CloudWatch's cadence; started with the integration phase)"
