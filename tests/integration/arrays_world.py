@@ -177,6 +177,18 @@ def create_array(api: Api, array_id: str, spec: Spec, timeout: float = 180) -> t
         time.sleep(2)
 
 
+def get_array(api: Api, array_id: str) -> dict[str, Any]:
+    """GET the array (200), asking again after API Gateway's 504: a status read past its 29 s on
+    a loaded machine (seen in CI runs 15 and 17, the two clouds' workers on 2 cores): a caller
+    asks again."""
+    for _ in range(3):
+        code, answer = api.call("GET", f"/arrays/{array_id}")
+        if code != 504:
+            break
+    assert code == 200, (code, answer)
+    return dict(answer)
+
+
 def wait_until_gone(api: Api, array_id: str, timeout: float = 120) -> None:
     """DELETE answers 202; the DeleteArray workflow forgets the array when it has finished."""
     deadline = time.monotonic() + timeout

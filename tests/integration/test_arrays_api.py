@@ -20,6 +20,7 @@ from tests.integration.arrays_world import (
     World,
     alarms_of,
     follow_run,
+    get_array,
     group_of,
     no_trace,
     owned_volumes,
@@ -312,7 +313,7 @@ def test_a_volume_still_being_modified_converges_on_reapply_and_refuses_another_
     assert status == 409, refused
     assert f"volume scratch ({volume_id}) is still being modified to 60 GiB" in refused["message"]
     assert "apply again once it has completed" in refused["message"]
-    described = api.call("GET", f"/arrays/{array_id}")[1]
+    described = get_array(api, array_id)
     assert described["version"] == 2
     assert [v.get("sizeGiB") for v in described["spec"]["volumes"]] == [None, 60]
 
@@ -336,7 +337,7 @@ def test_a_fifth_modification_within_24_hours_is_a_409_saying_when_and_stores_no
     assert "within a rolling 24-hour period" in refused["message"]
     assert "at the latest" in refused["message"]
     # and nothing was written: the stored spec is the fourth, the volume 54 GiB
-    described = api.call("GET", f"/arrays/{array_id}")[1]
+    described = get_array(api, array_id)
     assert (described["version"], described["spec"]["volumes"][1]["sizeGiB"]) == (5, 54)
     assert owned_volumes(array_id)[0]["Size"] == 54
 

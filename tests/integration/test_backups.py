@@ -9,7 +9,7 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.integration.arrays_world import control
+from tests.integration.arrays_world import control, get_array
 from tests.integration.backups_world import BackupArray, backup_finished, frozen
 from tests.integration.conftest import STACK, Api
 
@@ -307,7 +307,7 @@ def test_a_scheduled_backup_then_a_restore_to_volumes_and_to_a_new_array(
     backup = api.call("GET", f"/arrays/{array.array_id}/backups/{backup_id}")[1]
     assert backup["trigger"] == "schedule"
     assert backup["state"] == "completed"
-    source_spec = api.call("GET", f"/arrays/{array.array_id}")[1]["spec"]
+    source_spec = get_array(api, array.array_id)["spec"]
 
     # When it is restored as volumes only, then into a new array
     status, volumes = api.call(
@@ -337,11 +337,11 @@ def test_a_scheduled_backup_then_a_restore_to_volumes_and_to_a_new_array(
             assert tags["vsa:array"] == target
             assert "vsa:owned" not in tags  # the control plane never deletes restored volumes
     # the new array is registered with the restored volumes as existing volumes
-    registered = api.call("GET", f"/arrays/{new_array}")[1]["spec"]
+    registered = get_array(api, new_array)["spec"]
     assert registered["volumes"] == [{"volumeId": v["volumeId"]} for v in restored["volumes"]]
     assert registered["hosts"] == source_spec["hosts"]
     # the source is untouched, and a repeated restore with the same key creates nothing more
-    assert api.call("GET", f"/arrays/{array.array_id}")[1]["spec"] == source_spec
+    assert get_array(api, array.array_id)["spec"] == source_spec
     again = api.call(
         "POST",
         f"/arrays/{array.array_id}/restores",

@@ -17,6 +17,7 @@ from tests.integration.arrays_world import (
     FAKES,
     World,
     create_array,
+    get_array,
     group_of,
     host_paths,
     node_root,
@@ -91,7 +92,7 @@ def test_a_controller_no_host_reaches_is_replaced_and_the_hosts_end_with_a_live_
     )
     create_array(api, array_id, spec)
     settle(array_id)
-    status = api.call("GET", f"/arrays/{array_id}")[1]["status"]
+    status = get_array(api, array_id)["status"]
     assert status["dataPlane"]["converged"] is True, status["dataPlane"]
     controllers = {c["instanceId"]: c["privateIp"] for c in status["controllers"]}
 
@@ -101,7 +102,7 @@ def test_a_controller_no_host_reaches_is_replaced_and_the_hosts_end_with_a_live_
     assert first["reportsRequested"] == 4  # report-paths to 2 hosts, report-exports to 2 controllers
     second = check(stack_outputs, array_id)  # reads the first run's report-paths
     assert (second["hostsReporting"], second["minLivePaths"], second["replaced"]) == (2, 2, None)
-    shown = api.call("GET", f"/arrays/{array_id}")[1]["status"]["hosts"]
+    shown = get_array(api, array_id)["status"]["hosts"]
     assert {h["observed"]["report"]["document"] for h in shown} == {"report-paths"}
     # and publishes what it saw, which the deployed dashboard graphs
     assert metric("ServingControllers", array_id) == 2
@@ -151,7 +152,7 @@ def test_a_controller_no_host_reaches_is_replaced_and_the_hosts_end_with_a_live_
         assert time.monotonic() < deadline, f"no replacement after 300 s: {members}"
         time.sleep(2)
     settle(array_id)
-    status = api.call("GET", f"/arrays/{array_id}")[1]["status"]
+    status = get_array(api, array_id)["status"]
     assert status["dataPlane"]["converged"] is True, status["dataPlane"]["differences"]
     serving = {c["instanceId"]: c["privateIp"] for c in status["controllers"]}
     assert dead not in serving
@@ -182,7 +183,7 @@ def test_a_path_lost_behind_the_control_planes_back_is_drift_that_the_health_che
     create_array(api, array_id, spec)
     settle(array_id)
     assert check(stack_outputs, array_id)["drift"] == []
-    status = api.call("GET", f"/arrays/{array_id}")[1]["status"]
+    status = get_array(api, array_id)["status"]
     lost = sorted(c["privateIp"] for c in status["controllers"])[0]
 
     # When one host's path through one controller is disconnected behind the control plane's back
@@ -235,7 +236,7 @@ def test_a_subsystem_unlinked_from_a_controllers_port_is_seen_by_report_exports_
     )
     create_array(api, array_id, spec)
     settle(array_id)
-    status = api.call("GET", f"/arrays/{array_id}")[1]["status"]
+    status = get_array(api, array_id)["status"]
     victim = sorted(status["controllers"], key=lambda c: c["instanceId"])[1]
     assert check(stack_outputs, array_id)["drift"] == []
 
@@ -251,7 +252,7 @@ def test_a_subsystem_unlinked_from_a_controllers_port_is_seen_by_report_exports_
     # is not dead (the hosts reach it for the other volume), and the drift starts ReconcileArray
     seen = check(stack_outputs, array_id)  # reads the reports sent before the change
     seen = check(stack_outputs, array_id)
-    shown = api.call("GET", f"/arrays/{array_id}")[1]["status"]["controllers"]
+    shown = get_array(api, array_id)["status"]["controllers"]
     report = next(c for c in shown if c["instanceId"] == victim["instanceId"])["observed"]["report"]
     assert report["document"] == "report-exports", report
     assert seen["deadControllers"] == {}

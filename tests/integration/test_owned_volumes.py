@@ -8,7 +8,15 @@ from typing import Any
 
 import boto3
 
-from tests.integration.arrays_world import alarms_of, node_root, owned_volumes, settle, spec_for, write_mounts
+from tests.integration.arrays_world import (
+    alarms_of,
+    get_array,
+    node_root,
+    owned_volumes,
+    settle,
+    spec_for,
+    write_mounts,
+)
 from tests.integration.conftest import wait_for_execution
 from tests.integration.test_controller_lifecycle import check_serving
 from tests.integration.test_health import check
@@ -77,7 +85,7 @@ def test_put_answers_202_with_the_plan_and_the_workflow_creates_tags_and_serves_
         }
         assert watched == set(ids), alarm["AlarmName"]
     # and GET shows the run converged
-    shown = api.call("GET", f"/arrays/{array_id}")[1]["reconcile"]
+    shown = get_array(api, array_id)["reconcile"]
     assert (shown["state"], shown["error"]) == ("converged", None), shown
 
 
@@ -107,7 +115,7 @@ def test_a_removed_owned_volume_is_kept_unless_asked_then_deleted_once_detached(
     # Then it is kept, detached, and GET names it with how to delete it
     kept = ec2.describe_volumes(VolumeIds=[owned["data0"]])["Volumes"][0]
     assert (kept["State"], kept["Attachments"]) == ("available", [])
-    shown = api.call("GET", f"/arrays/{array_id}")[1]
+    shown = get_array(api, array_id)
     assert [(k["name"], k["volumeId"]) for k in shown["keptVolumes"]] == [("data0", owned["data0"])]
     assert "deleteRemovedVolumes=true" in shown["keptVolumes"][0]["howToDelete"]
     # When data1 is removed too, now asking for deletion (data0, kept earlier, goes with it)
@@ -132,7 +140,7 @@ def test_a_removed_owned_volume_is_kept_unless_asked_then_deleted_once_detached(
         for v in ec2.describe_volumes(VolumeIds=[existing, owned["data2"]])["Volumes"]
     }
     assert left == {existing: "in-use", owned["data2"]: "in-use"}
-    shown = api.call("GET", f"/arrays/{array_id}")[1]
+    shown = get_array(api, array_id)
     assert shown["keptVolumes"] == []
     assert shown["reconcile"]["pendingVolumeDeletions"] == []
     assert shown["reconcile"]["state"] == "converged"

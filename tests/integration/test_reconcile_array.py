@@ -16,6 +16,7 @@ import pytest
 from tests.integration.arrays_world import (
     create_array,
     exported,
+    get_array,
     host_paths,
     node_root,
     owned_volumes,
@@ -112,7 +113,7 @@ def test_a_volume_added_then_removed_converges_on_every_controller_and_host_with
     assert watch.samples > 5, watch.samples
     assert watch.not_live == set(), watch.not_live
     assert watch.fewest[0] >= CONTROLLERS, watch.fewest
-    shown = api.call("GET", f"/arrays/{array_id}")[1]["reconcile"]
+    shown = get_array(api, array_id)["reconcile"]
     assert (shown["state"], shown["step"], shown["error"]) == ("converged", "done", None), shown
     # Given one host has the new volume mounted (its mount table), the other nothing, as the
     # hosts' report-paths say (the health check sends it)
@@ -122,7 +123,7 @@ def test_a_volume_added_then_removed_converges_on_every_controller_and_host_with
     check(stack_outputs, array_id)
     # When it is removed from the spec, it is refused: 409 naming the host, the mountpoint and
     # how to force, and nothing changed (the version, every host's paths)
-    version = api.call("GET", f"/arrays/{array_id}")[1]["version"]
+    version = get_array(api, array_id)["version"]
     started = time.monotonic()
     status, refused = api.call("PUT", f"/arrays/{array_id}", array["spec"])
     print(f"refused removal answered in {time.monotonic() - started:.1f} s")
@@ -130,7 +131,7 @@ def test_a_volume_added_then_removed_converges_on_every_controller_and_host_with
     assert f"host {mounted_on} has volume {added} mounted at /mnt/added" in refused["message"], refused
     assert "force=true" in refused["message"], refused
     assert other not in refused["message"], refused
-    assert api.call("GET", f"/arrays/{array_id}")[1]["version"] == version
+    assert get_array(api, array_id)["version"] == version
     assert all(host_paths(root)[new_nqn] for root in array["hosts"].values())
     # When it is removed with force
     with PathWatch(array["hosts"], array["nqns"]) as watch:
@@ -147,17 +148,6 @@ def test_a_volume_added_then_removed_converges_on_every_controller_and_host_with
     assert watch.samples > 5, watch.samples
     assert watch.not_live == set(), watch.not_live
     assert watch.fewest[0] >= CONTROLLERS, watch.fewest
-
-
-def _get(api: Any, array_id: str) -> dict[str, Any]:
-    """GET the array, asking again after API Gateway's 504 (a status read past its 29 s on a
-    loaded machine, seen in CI run 15 at load 15: a caller asks again)."""
-    for _ in range(3):
-        code, answer = api.call("GET", f"/arrays/{array_id}")
-        if code != 504:
-            break
-    assert code == 200, (code, answer)
-    return dict(answer)
 
 
 def _serving(stack_outputs: dict[str, str], world: Any, array: dict[str, Any]) -> list[str]:
@@ -206,7 +196,7 @@ def test_a_host_added_then_removed_is_allowed_then_connected_and_disconnected_th
     check_serving(stack_outputs, world, array, CONTROLLERS)
     assert watch.not_live == set(), watch.not_live
     assert watch.fewest[0] >= CONTROLLERS, watch.fewest
-    shown = api.call("GET", f"/arrays/{array_id}")[1]["reconcile"]
+    shown = get_array(api, array_id)["reconcile"]
     assert (shown["state"], shown["pendingHostRemovals"]) == ("converged", []), shown
 
 
@@ -243,7 +233,7 @@ def test_an_owned_volume_grown_is_re_read_by_every_controller_and_seen_by_every_
         "hosts": {h["instanceId"]: node_root(world.endpoint, h["instanceId"]) for h in spec["hosts"]},
     }
     controllers = check_serving(stack_outputs, world, array, 2)
-    shown = api.call("GET", f"/arrays/{array_id}")[1]["status"]
+    shown = get_array(api, array_id)["status"]
     assert {h["instanceId"]: [v["sizeBytes"] for v in h["observed"]["volumes"]] for h in shown["hosts"]} == {
         h: [100 * GIB, 8 * GIB] for h in array["hosts"]
     }
@@ -273,7 +263,7 @@ def test_an_owned_volume_grown_is_re_read_by_every_controller_and_seen_by_every_
         assert _revalidated(root, subsystem_nqn(array_id, owned))
         assert not _revalidated(root, subsystem_nqn(array_id, existing))
     # and every controller's exports report and every host's report show the new size
-    answer = _get(api, array_id)
+    answer = get_array(api, array_id)
     assert answer["reconcile"]["state"] == "converged", answer["reconcile"]
     shown = answer["status"]
     for controller in shown["controllers"]:

@@ -7,7 +7,7 @@ paths than the array's controllers)."""
 
 import boto3
 
-from tests.integration.arrays_world import create_array, group_of, node_root, settle, spec_for
+from tests.integration.arrays_world import create_array, get_array, group_of, node_root, settle, spec_for
 from tests.integration.test_controller_lifecycle import PathWatch, check_serving
 from tests.integration.test_reconcile_array import apply_and_follow
 from vsa_core.controllers.nvme import subsystem_nqn
@@ -58,7 +58,7 @@ def test_a_new_ami_replaces_every_controller_one_at_a_time_without_a_host_losing
     assert watch.samples > 5, watch.samples
     assert watch.not_live == set(), watch.not_live
     assert watch.fewest[0] >= CONTROLLERS, watch.fewest
-    shown = api.call("GET", f"/arrays/{array_id}")[1]["reconcile"]
+    shown = get_array(api, array_id)["reconcile"]
     assert (shown["state"], shown["error"]) == ("converged", None), shown
     # And applying the same spec again replaces nothing (the roll finds none outdated)
     status, again = api.call("PUT", f"/arrays/{array_id}", rolled)
