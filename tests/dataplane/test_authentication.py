@@ -418,28 +418,22 @@ def test_configure_target_fails_naming_what_is_missing_and_changes_nothing(lab: 
     before = lab.controller(0).sh("find /sys/kernel/config/nvmet | sort").ok().stdout
     # When the secret lacks a host's key, or cannot be read
     put_secret(lab.controller(0), "vsa/dhchap/partial", {"controllerKey": KEYS["controller"], "hosts": {}})
-    partial = lab.controller(0).document(
-        "configure-target",
-        ArrayId=ARRAY,
-        Volumes=VOLUME,
-        Slot="0",
-        HostNqns=GOOD,
-        ListenAddress=lab.links[0].controller_address,
-        Authentication="dh-hmac-chap",
-        KeysSecretId="vsa/dhchap/partial",
-        AwsCommand=str(lab.controller(0).dir / "aws"),
-    )
-    unreadable = lab.controller(0).document(
-        "configure-target",
-        ArrayId=ARRAY,
-        Volumes=VOLUME,
-        Slot="0",
-        HostNqns=GOOD,
-        ListenAddress=lab.links[0].controller_address,
-        Authentication="dh-hmac-chap",
-        KeysSecretId="vsa/dhchap/absent",
-        AwsCommand=str(lab.controller(0).dir / "aws"),
-    )
+
+    def configure(secret_id: str) -> Any:
+        return lab.controller(0).document(
+            "configure-target",
+            ArrayId=ARRAY,
+            Volumes=VOLUME,
+            Slot="0",
+            HostNqns=GOOD,
+            ListenAddress=lab.links[0].controller_address,
+            Authentication="dh-hmac-chap",
+            KeysSecretId=secret_id,
+            AwsCommand=str(lab.controller(0).dir / "aws"),
+        )
+
+    partial = configure("vsa/dhchap/partial")
+    unreadable = configure("vsa/dhchap/absent")
     # Then each fails naming what is missing (never a key) and nvmet is as it was
     no_key_shown(partial, unreadable)
     assert partial.rc == 1
