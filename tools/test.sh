@@ -18,6 +18,19 @@ step() { echo; echo "=== $*"; }
 offline() { env -u AWS_ENDPOINT_URL "$@"; }
 
 phase_times=()
+# Every pytest run's output is also kept, so the command's last lines can name what failed: the
+# local clouds' logs printed on a failure are long, and CI shows only the end of the output.
+failures="$(mktemp)"
+kept() { local name="$1"; shift; local log; log="$(mktemp)"; local rc=0
+  "$@" 2>&1 | tee "$log" || rc=1
+  grep -E '^(FAILED|ERROR) ' "$log" | sed "s/^/[$name] /" >>"$failures"
+  if [[ $rc -ne 0 ]] && ! grep -qE '^(FAILED|ERROR) ' "$log"; then
+    echo "[$name] failed without a FAILED or ERROR line: $(tail -n 1 "$log")" >>"$failures"
+  fi
+  rm -f "$log"; return $rc; }
+what_failed() {
+  if [[ -s "$failures" ]]; then echo; echo "=== what failed"; cat "$failures"; fi
+  rm -f "$failures"; }
 phase() { phase_times+=("$(printf '%-48s %5d s' "$1" "$2")"); }
 TOTAL_START="$(date +%s)"
 SECONDS=0
@@ -74,7 +87,8 @@ phase "local cloud started" "$SECONDS"
 # hosts.
 step "tests: unit + infra (no network); local-cloud fidelity; host documents (real XFS on loop devices, as root; SSM documents on sandbox nodes); workflows (the deployed ASL, tasks mocked)"
 SECONDS=0
-on "$FAST_PORT" "$VENV/python" -m pytest -n 3 --dist loadgroup --durations=10 tests/unit tests/infra tests/localcloud tests/documents tests/workflows || status=1
+kept "unit, infra, local cloud, documents, workflows" \
+  on "$FAST_PORT" "$VENV/python" -m pytest -n 3 --dist loadgroup --durations=10 tests/unit tests/infra tests/localcloud tests/documents tests/workflows || status=1
 phase "unit, infra, local cloud, documents, workflows" "$SECONDS"
 
 step "integration: the real template built once (sam build), deployed to both local clouds (sam deploy), the real Lambda code"
@@ -86,9 +100,11 @@ if ! on "$REALISTIC_PORT" tools/localcloud.sh status >/dev/null 2>&1; then
   started+=("$REALISTIC_PORT")
 fi
 if ! sam build --config-env local >/dev/null; then
+  echo; echo "=== what failed"; echo "[build] sam build --config-env local"
   exit 1
 fi
 if [[ -n "$realistic_start" ]] && ! wait "$realistic_start"; then
+  echo; echo "=== what failed"; echo "[build + deploy] the second local cloud did not start (port $REALISTIC_PORT)"
   exit 1
 fi
 on "$FAST_PORT" bash tools/deploy-local.sh >/dev/null & fast_deploy=$!
@@ -98,6 +114,7 @@ wait "$fast_deploy" || deployed=1
 wait "$realistic_deploy" || deployed=1
 if [[ $deployed -ne 0 ]]; then
   show_log
+  echo; echo "=== what failed"; echo "[build + deploy] tools/deploy-local.sh on a local cloud"
   exit 1
 fi
 echo "built and deployed in ${SECONDS} s"
@@ -122,11 +139,12 @@ on "$REALISTIC_PORT" env VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest 
   --durations=10 tests/integration >"$realistic_log" 2>&1 &
 realistic_pid=$!
 echo; echo "=== integration (fast latency profile), side by side"
-on "$FAST_PORT" "$VENV/python" -m pytest -n 4 -m "not realistic" --durations=10 tests/integration || status=1
+kept "integration, fast" on "$FAST_PORT" "$VENV/python" -m pytest -n 4 -m "not realistic" --durations=10 tests/integration || status=1
 phase "integration, fast profile" "$SECONDS"
 wait "$realistic_pid" || status=1
 phase "integration, realistic profile (beside it)" "$SECONDS"
 echo; echo "=== integration (realistic latency profile: AWS-like waits), side by side; ran beside the fast ones"
+kept "integration, realistic" cat "$realistic_log" >/dev/null
 cat "$realistic_log"
 rm -f "$realistic_log"
 if [[ $status -ne 0 ]]; then show_log; fi
@@ -136,11 +154,12 @@ SECONDS=0
 # The authentication scenarios (tests/dataplane/test_authentication.py: their own lab, ~14 min
 # under TCG) run with make dataplane-auth until they share this tier's guests: with them the
 # command would be ~45 min (README, *Authentication on the data plane*).
-offline "$VENV/python" -m pytest --durations=10 --ignore=tests/dataplane/test_authentication.py tests/dataplane || status=1
+kept "data plane" offline "$VENV/python" -m pytest --durations=10 --ignore=tests/dataplane/test_authentication.py tests/dataplane || status=1
 phase "data plane (QEMU)" "$SECONDS"
 
 step "integration (minutes of CloudWatch's cadence; started with the integration phase)"
 wait "$long_pid" || status=1
+kept "integration, minutes" cat "$long_log" >/dev/null
 cat "$long_log"
 rm -f "$long_log"
 phase "data plane, then what was left of the minutes tests" "$SECONDS"
@@ -150,4 +169,5 @@ stop_clouds
 step "times"
 printf '%s\n' "${phase_times[@]}"
 printf '%-48s %5d s\n' "the test command (after the install)" "$(($(date +%s) - TOTAL_START))"
+what_failed
 exit $status
