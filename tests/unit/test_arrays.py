@@ -220,6 +220,7 @@ def test_apply_creates_everything_the_spec_implies(world: World) -> None:
         "lifecycle-hook/vsa-demo-bootstrap",
         "lifecycle-hook/vsa-demo-drain",
         "schedule/vsa-demo-backup",
+        "secret/vsa/demo/keys",
         "volume/data",
     ]
     owned = world.ec2.describe_volumes(Filters=[{"Name": "tag:vsa:owned", "Values": ["true"]}])["Volumes"]

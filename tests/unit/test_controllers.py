@@ -89,7 +89,10 @@ def test_paths_give_each_host_its_own_nqn_and_the_controllers_the_allowed_list()
         ("i-0a1b2c3d4e5f60102", "nqn.2014-08.org.nvmexpress:uuid:host-b"),
     ]
     assert p.host_nqns == f"{derived},nqn.2014-08.org.nvmexpress:uuid:host-b"
-    assert (p.allow_any_host, slots.paths(spec(allowAnyHost=True), ()).allow_any_host) == (
+    assert (
+        p.allow_any_host,
+        slots.paths(spec(allowAnyHost=True, authentication="none"), ()).allow_any_host,
+    ) == (
         "false",
         "true",
     )
@@ -493,7 +496,11 @@ def test_connect_sends_the_document_to_each_host_with_its_own_nqn(
                 "InstanceIds": ["i-0000000000000a001"],
                 "Comment": "vsa demo connect-path to 10.0.1.9",
                 "TimeoutSeconds": 300,
-                "Parameters": {**shared, "HostNqn": ["nqn.2014-08.org.nvmexpress:uuid:a"]},
+                "Parameters": {
+                    **shared,
+                    "HostNqn": ["nqn.2014-08.org.nvmexpress:uuid:a"],
+                    "KeysSecretId": ["none"],
+                },
             },
         )
         sent_after = datetime.now(UTC)

@@ -13,6 +13,7 @@ from vsa_core.arrays.spec import (
     MULTI_ATTACH_LIMIT,
     ArraySpec,
     RegisteredArray,
+    keep_unsaid,
 )
 from vsa_core.naming import ARRAY_ID_PATTERN
 
@@ -248,3 +249,54 @@ def test_mountpoints_freeze_io_takes_are_accepted_once_each_and_at_most_64():
     with pytest.raises(ValidationError, match="at most 64"):
         ArraySpec.model_validate(spec_fields(hosts=[{"instanceId": HOST, "mountpoints": many}]))
     ArraySpec.model_validate(spec_fields(hosts=[{"instanceId": HOST, "mountpoints": many[:64]}]))
+
+
+# --- authentication ---------------------------------------------------------------------------
+
+
+def _auth_spec(**overrides: object) -> ArraySpec:
+    return ArraySpec.model_validate(
+        {
+            "arrayId": "demo",
+            "availabilityZone": "us-east-1a",
+            **BASE,
+            "minControllers": 2,
+            "maxControllers": 4,
+            "hosts": [{"instanceId": "i-0a1b2c3d4e5f60101"}],
+            **overrides,
+        }
+    )
+
+
+def test_a_new_array_authenticates_its_hosts_unless_told_not_to() -> None:
+    assert _auth_spec().authentication == "dh-hmac-chap"
+    assert _auth_spec(authentication="none").authentication == "none"
+    with pytest.raises(ValueError, match="authentication"):
+        _auth_spec(authentication="chap")
+
+
+def test_any_host_needs_no_authentication_said_so() -> None:
+    with pytest.raises(ValueError, match="set authentication: none to admit any host"):
+        _auth_spec(allowAnyHost=True)
+    assert _auth_spec(allowAnyHost=True, authentication="none").allow_any_host
+
+
+def test_two_hosts_cannot_share_an_nqn() -> None:
+    nqn = "nqn.2014-08.org.nvmexpress:uuid:0b1b3c1e-0000-4000-8000-00000000000a"
+    with pytest.raises(ValueError, match="given to more than one host"):
+        _auth_spec(
+            hosts=[
+                {"instanceId": "i-0a1b2c3d4e5f60101", "hostNqn": nqn},
+                {"instanceId": "i-0a1b2c3d4e5f60102", "hostNqn": nqn},
+            ]
+        )
+
+
+def test_an_update_that_does_not_say_keeps_the_arrays_authentication() -> None:
+    running = _auth_spec(authentication="none")
+    unsaid = ArraySpec.model_validate(
+        {k: v for k, v in _auth_spec().model_dump(by_alias=True).items() if k != "authentication"}
+    )
+    assert keep_unsaid(running, unsaid).authentication == "none"
+    assert keep_unsaid(running, _auth_spec(authentication="dh-hmac-chap")).authentication == "dh-hmac-chap"
+    assert keep_unsaid(None, unsaid).authentication == "dh-hmac-chap"

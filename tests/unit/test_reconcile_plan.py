@@ -159,7 +159,7 @@ def test_an_apply_starts_a_run_when_the_data_plane_changes_or_the_last_run_faile
     assert plan.needs_reconcile(base, base, "failed")  # re-applying resumes
     assert plan.needs_reconcile(base, spec((V1, V2, V3)), "converged")
     assert plan.needs_reconcile(base, spec(hosts=(H1,)), None)
-    assert plan.needs_reconcile(base, spec(allowAnyHost=True), None)
+    assert plan.needs_reconcile(base, spec(allowAnyHost=True, authentication="none"), None)
     # a change outside the data plane (scaling settings) starts none
     assert not plan.needs_reconcile(base, spec(maxControllers=8), "converged")
     # new launch settings for the controllers start one (its roll phase replaces them), and say so

@@ -281,3 +281,22 @@ def test_history_expires_after_the_retention(registry_table: str, dynamodb):
     # And a history item written now goes in 90 days, epoch seconds
     now = datetime(2026, 11, 2, 17, 5, tzinfo=UTC)
     assert expires_at(now, 90) == int(datetime(2027, 1, 31, 17, 5, tzinfo=UTC).timestamp())
+
+
+def test_a_spec_stored_before_authentication_existed_keeps_none(
+    registry: ArrayRegistry, dynamodb, registry_table: str
+):
+    # Given an array stored by an earlier release: its spec JSON has no authentication
+    registry.create(make_spec())
+    stored = json.loads(
+        dynamodb.get_item(TableName=registry_table, Key=array_key("demo"))["Item"]["spec"]["S"]
+    )
+    assert stored.pop("authentication") == "dh-hmac-chap"  # what this release stores for a new array
+    dynamodb.update_item(
+        TableName=registry_table,
+        Key=array_key("demo"),
+        UpdateExpression="SET spec = :spec",
+        ExpressionAttributeValues={":spec": {"S": json.dumps(stored)}},
+    )
+    # When read / Then it runs as it ran: without authentication (the default is for new arrays)
+    assert registry.get("demo").spec.authentication == "none"

@@ -66,7 +66,8 @@ def test_release_finish_forget_remove_what_was_created_and_keep_the_rest(applied
         "group/vsa-gone-controllers",
     }
     finished = {c["resource"] for c in step("finish")["changes"]}
-    assert finished == {"launch-template/vsa-gone-controller", "volume/owned"}
+    # the keys: the array's secret (its spec authenticates with dh-hmac-chap, the default)
+    assert finished == {"launch-template/vsa-gone-controller", "volume/owned", "secret/vsa/gone/keys"}
     step("forget")
     with pytest.raises(ArrayNotFoundError):
         applied["registry"].get("gone")

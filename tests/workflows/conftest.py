@@ -41,6 +41,7 @@ SUBSTITUTIONS = {
     "ControllerRegistrationSeconds": "300",
     "NodeSysfsRoot": "sys",
     "NodeNvmeConfig": "etc/nvme/config.json",
+    "NodeAwsCommand": "aws",
     "AlertsTopicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:vsa-wf-alerts",
     "TaskBackupFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-backup",
     "FreezeIoDocument": "vsa-wf-freeze-io",

@@ -44,6 +44,11 @@ def test_a_controller_is_attached_exported_connected_then_continued(
     assert configure["Parameters"]["Slot"] == ["2"]
     assert configure["Parameters"]["ListenAddress"] == ["10.0.1.9"]
     assert configure["Parameters"]["Mode"] == ["apply"]
+    # ... and, with dh-hmac-chap, the secret its keys are read from on the controller (never a key)
+    assert configure["Parameters"]["Authentication"] == ["dh-hmac-chap"]
+    assert configure["Parameters"]["KeysSecretId"] == ["vsa/wf-a/node/i-0a1b2c3d4e5f60009"]
+    assert configure["Parameters"]["AwsCommand"] == ["aws"]
+    assert "DHHC-1" not in json.dumps(run["events"])
     # connect-path to every host, each with its own NQN (the step adds it to the shared parameters)
     (connect,) = lambda_inputs(run, "connect")
     assert connect["document"] == "vsa-wf-connect-path"
@@ -53,6 +58,12 @@ def test_a_controller_is_attached_exported_connected_then_continued(
         ("i-0a1b2c3d4e5f60101", "nqn.2014-08.org.nvmexpress:uuid:a"),
         ("i-0a1b2c3d4e5f60102", "nqn.2014-08.org.nvmexpress:uuid:b"),
     ]
+    # each host reads its own secret; the shared parameters say how to authenticate
+    assert [h["keysSecretId"] for h in connect["hosts"]] == [
+        "vsa/wf-a/node/i-0a1b2c3d4e5f60101",
+        "vsa/wf-a/node/i-0a1b2c3d4e5f60102",
+    ]
+    assert connect["parameters"]["Authentication"] == ["dh-hmac-chap"]
     polls = lambda_inputs(run, "commands")
     assert all(p["commands"] == polls[0]["commands"] for p in polls)
     since = "2026-11-22T12:55:00+00:00"  # the connect step's answer, passed on to every poll

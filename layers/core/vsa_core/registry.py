@@ -205,8 +205,12 @@ class ArrayRegistry:
     @staticmethod
     def _from_item(item: dict[str, Any]) -> RegisteredArray:
         deleting = item.get("deleting", {}).get("S")
+        stored = json.loads(item["spec"]["S"])
+        # a spec stored before ``authentication`` existed ran without it: it keeps none (the
+        # field's default, dh-hmac-chap, is for new arrays) until an apply says otherwise
+        stored.setdefault("authentication", "none")
         return RegisteredArray(
-            spec=ArraySpec.model_validate(json.loads(item["spec"]["S"])),
+            spec=ArraySpec.model_validate(stored),
             desired_controllers=int(item["desiredControllers"]["N"]),
             version=int(item["version"]["N"]),
             deleting=Deletion.model_validate_json(deleting) if deleting else None,

@@ -31,6 +31,8 @@ class Settings(BaseModel):
     node_nvme_command: str = "nvme"
     node_sysfs_root: str = "/sys"
     node_mounts_file: str = "/proc/self/mounts"
+    node_aws_command: str = "aws"
+    keys_kms_key_id: str = ""
     health_check_minutes: int = Field(default=5, ge=1, le=60)
     history_retention_days: int = Field(default=90, ge=1, le=3650)
     deployment: str = Field(default="vsa", description="the stack's name: our metrics' Deployment dimension")
@@ -61,6 +63,8 @@ def get_settings() -> Settings:
         node_nvme_command=os.environ.get("VSA_NODE_NVME_COMMAND", "nvme"),
         node_sysfs_root=os.environ.get("VSA_NODE_SYSFS_ROOT", "/sys"),
         node_mounts_file=os.environ.get("VSA_NODE_MOUNTS_FILE", "/proc/self/mounts"),
+        node_aws_command=os.environ.get("VSA_NODE_AWS_COMMAND", "aws"),
+        keys_kms_key_id=os.environ.get("VSA_KEYS_KMS_KEY_ID", ""),
         health_check_minutes=int(os.environ.get("VSA_HEALTH_CHECK_MINUTES", "5")),
         history_retention_days=int(os.environ.get("VSA_HISTORY_RETENTION_DAYS", "90")),
         deployment=os.environ.get("VSA_DEPLOYMENT", "vsa"),

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from botocore.exceptions import ClientError
 
-from vsa_core.arrays import aws_observe, aws_volumes, plan
+from vsa_core.arrays import aws_keys, aws_observe, aws_volumes, plan
 from vsa_core.arrays.aws_observe import ArrayClients, project
 from vsa_core.arrays.plan import Change, Params, Resources
 from vsa_core.arrays.spec import ArraySpec
@@ -25,6 +25,10 @@ def apply(
     """Converge AWS on ``spec``; idempotent. Returns one Change per resource, ``unchanged``
     ones included (with no fields); only resources with changes were touched."""
     owned_ids, changes = _apply_volumes(clients, spec)
+    # the keys before the group: a controller it launches reads them at its bootstrap
+    changes += aws_keys.converge(
+        aws_keys.of(clients), spec, aws_keys.in_group(clients.autoscaling, spec.array_id)
+    )
     desired = _desired(clients, spec, desired_controllers, owned_ids, roll_surge)
     observed_template = aws_observe.observe_launch_template(clients, spec.array_id)
     template_change = plan.diff_resource(
@@ -76,6 +80,9 @@ def plan_apply(
         changes.append(template_change)
     observed = aws_observe.observe(clients, spec, desired)
     changes += [c for c in plan.diff(desired, observed) if c.resource.split("/", 1)[0] not in _APPLIED_FIRST]
+    changes += aws_keys.converge(
+        aws_keys.of(clients), spec, aws_keys.in_group(clients.autoscaling, spec.array_id), dry_run=True
+    )
     return changes
 
 

@@ -70,6 +70,11 @@ class ArrayClients:
     scheduler_role_arn: str
     iam: Any = None
     """Read only: validation asks whether the spec's instance profile exists."""
+    secretsmanager: Any = None
+    """The DH-HMAC-CHAP key secrets (``aws_keys``)."""
+    keys_kms_key_id: str = ""
+    """The customer-managed KMS key the key secrets are encrypted with (the stack's KeysKey;
+    empty: Secrets Manager's own aws/secretsmanager key, in tests only)."""
 
 
 def error_code(error: ClientError) -> str:

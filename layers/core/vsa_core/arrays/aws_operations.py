@@ -23,7 +23,7 @@ from vsa_core.arrays.aws_removals import MountCheck
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.plan import Change
-from vsa_core.arrays.spec import ArraySpec, Deletion, RegisteredArray
+from vsa_core.arrays.spec import ArraySpec, Deletion, RegisteredArray, keep_unsaid
 from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError, ReconcileError
 from vsa_core.naming import delete_execution_name, group_name
 from vsa_core.reconcile import aws_stop
@@ -96,6 +96,7 @@ def apply_array(
             f"array {array_id!r} is being deleted (workflow {current.deleting.execution_name}): "
             "apply again once it is gone"
         )
+    spec = keep_unsaid(current.spec if current is not None else None, spec)
     service.validate(spec, current)
     removed = aws_removals.removed_volumes(service.ctx, current.spec, spec) if current is not None else []
     forced = _check_removals(current, spec, removed, mounts, force)

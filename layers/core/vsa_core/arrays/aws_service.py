@@ -7,6 +7,7 @@ clients this object was built with. Every decision (names, parameters, threshold
 ``vsa_core.arrays.plan``. Clients are injected (or come from ``vsa_core.clients``).
 """
 
+import os
 from typing import Any
 
 from vsa_core.arrays import aws_apply, aws_observe, aws_status, aws_teardown, aws_validate, aws_volumes
@@ -30,6 +31,8 @@ class ArrayService:
         scheduler: Any = None,
         ssm: Any = None,
         iam: Any = None,
+        secretsmanager: Any = None,
+        keys_kms_key_id: str | None = None,
         wait_delay_seconds: int = 5,
         wait_max_attempts: int = 60,
     ) -> None:
@@ -43,6 +46,12 @@ class ArrayService:
             ssm=ssm or client("ssm"),
             scheduler_role_arn=scheduler_role_arn,
             iam=iam or client("iam"),
+            secretsmanager=secretsmanager or client("secretsmanager"),
+            # the stack's KMS key (VSA_KEYS_KMS_KEY_ID, Settings.keys_kms_key_id), read here without
+            # the rest of the settings: tests build this service with no table configured
+            keys_kms_key_id=os.environ.get("VSA_KEYS_KMS_KEY_ID", "")
+            if keys_kms_key_id is None
+            else keys_kms_key_id,
         )
         self._autoscaling = self.ctx.autoscaling
 

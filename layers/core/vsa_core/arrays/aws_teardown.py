@@ -1,7 +1,7 @@
 """Tear an array down (the DeleteArray workflow's steps): release what goes at once, then,
 once the group is gone, finish with the launch template and (on request) the owned volumes."""
 
-from vsa_core.arrays import aws_observe
+from vsa_core.arrays import aws_keys, aws_observe
 from vsa_core.arrays.aws_observe import ArrayClients, tag_dict
 from vsa_core.arrays.plan import Change
 from vsa_core.arrays.spec import ARRAY_TAG, ArraySpec
@@ -38,6 +38,8 @@ def finish(clients: ArrayClients, spec: ArraySpec, *, delete_volumes: bool) -> l
     if aws_observe.describe_group(clients, name) is not None:
         raise TeardownPendingError(f"group {name} is still being deleted")
     changes = _teardown_launch_template(clients, spec.array_id)
+    deleted = aws_keys.delete_all(aws_keys.of(clients), spec.array_id)
+    changes += [Change(f"secret/{name}", "delete") for name in deleted]
     if delete_volumes:
         owned = aws_observe.owned_volumes(clients, spec.array_id)
         attached = [v["VolumeId"] for v in owned.values() if v["State"] != "available"]

@@ -313,6 +313,13 @@ class ArraySpec(_Strict):
         alias="allowAnyHost",
         description="export to any host NQN (default: only the declared hosts' NQNs)",
     )
+    authentication: Literal["none", "dh-hmac-chap"] = Field(
+        default="dh-hmac-chap",
+        description="NVMe in-band authentication: dh-hmac-chap (default for a new array) gives each "
+        "host a key of its own and the array a controller key, both ways (a host without its key "
+        "is refused; a host checks the controllers); none admits the listed host NQNs without a "
+        "key. An array stored before this setting existed keeps none until its spec says otherwise",
+    )
     demand_metric: DemandMetric | None = Field(
         default=None,
         alias="demandMetric",
@@ -346,6 +353,19 @@ class ArraySpec(_Strict):
         hosts = [h.instance_id for h in self.hosts]
         if len(hosts) != len(set(hosts)):
             raise ValueError("a host is listed twice")
+        nqns = [h.host_nqn for h in self.hosts if h.host_nqn]
+        twice = sorted({n for n in nqns if nqns.count(n) > 1})
+        if twice:
+            raise ValueError(
+                f"hostNqn {', '.join(twice)} is given to more than one host: each host connects with "
+                "its own NQN (and, with dh-hmac-chap, its own key)"
+            )
+        if self.authentication == "dh-hmac-chap" and self.allow_any_host:
+            raise ValueError(
+                "allowAnyHost admits any host NQN, and dh-hmac-chap authenticates each declared host "
+                "with its own key: list the hosts and set allowAnyHost false, or set authentication: "
+                "none to admit any host without a key"
+            )
         if self.backup and self.backup.mode == "application":
             bare = [h.instance_id for h in self.hosts if not h.mountpoints]
             if not self.hosts or bare:
@@ -362,6 +382,20 @@ class ArraySpec(_Strict):
     @property
     def new_volumes(self) -> tuple[NewVolume, ...]:
         return tuple(v for v in self.volumes if isinstance(v, NewVolume))
+
+
+def keep_unsaid(current: ArraySpec | None, spec: ArraySpec) -> ArraySpec:
+    """``spec`` with the settings it does not mention kept as ``current`` has them, where the
+    default is for new arrays only: ``authentication`` (an array running without it keeps running
+    so until a spec says ``dh-hmac-chap``). Only ``none`` can be kept over the default, and none
+    fits every spec the default fits."""
+    if current is None or "authentication" in spec.model_fields_set:
+        return spec
+    if current.authentication == spec.authentication:
+        return spec
+    return ArraySpec.model_validate(
+        {**spec.model_dump(by_alias=True, exclude_unset=True), "authentication": current.authentication}
+    )
 
 
 class Deletion(BaseModel):

@@ -6,6 +6,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from vsa_core.arrays import aws_keys
 from vsa_core.arrays.plan import bootstrap_heartbeat_seconds
 from vsa_core.controllers import slots
 from vsa_core.controllers.aws_context import ATTACHED_STATES, ControllerContext
@@ -52,10 +53,19 @@ def prepare(ctx: ControllerContext, request: Prepare) -> dict[str, Any]:
         {s: item["instanceId"] for s, item in ctx.registry.slots(request.array_id).items()},
         request.instance_id,
     )
+    # the controller's own copy of the keys, before configure-target reads it (an idempotent
+    # write: a retried step writes the same)
+    credentials = aws_keys.write_controller(
+        aws_keys.of(ctx.arrays.ctx),
+        spec,
+        request.instance_id,
+        aws_keys.in_group(ctx.arrays.ctx.autoscaling, request.array_id),
+    )
     return {
         "arrayId": request.array_id,
         "instanceId": request.instance_id,
         "address": address,
+        "keysSecretId": credentials["keysSecretId"],
         "slot": slot,
         "slotKey": slot_key(slot),
         **slots.paths(spec, ids).as_dict(),

@@ -36,7 +36,12 @@ def connect(ctx: ControllerContext, request: Connect) -> dict[str, Any]:
             InstanceIds=[host.instance_id],
             Comment=request.comment,
             TimeoutSeconds=request.timeout_seconds,
-            Parameters={**request.parameters, "HostNqn": [host.host_nqn]},
+            # each host its own NQN and its own key secret (read on the host: never a key here)
+            Parameters={
+                **request.parameters,
+                "HostNqn": [host.host_nqn],
+                "KeysSecretId": [host.keys_secret_id],
+            },
         )
         return {"instanceId": host.instance_id, "commandId": answer["Command"]["CommandId"]}
 

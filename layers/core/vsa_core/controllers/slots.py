@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vsa_core.arrays import keys
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.controllers.batches import instance_batches
 from vsa_core.controllers.nvme import host_nqn
@@ -66,6 +67,15 @@ class Paths:
     host_batches: tuple[tuple[str, ...], ...]
     """The hosts in batches of at most 50: a document for every host (disconnect-path) is one
     SendCommand per batch (``vsa_core.controllers.batches``)."""
+    authentication: str = keys.NONE
+    """The spec's: with dh-hmac-chap each host reads its keys from its own secret."""
+    array_id: str = ""
+
+    def keys_secret(self, instance_id: str) -> str:
+        """The secret a node reads its keys from (``none`` without authentication)."""
+        if self.authentication != keys.DH_HMAC_CHAP:
+            return "none"
+        return keys.node_secret_name(self.array_id, instance_id)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -73,7 +83,11 @@ class Paths:
             "hosts": list(self.hosts),
             "hostNqns": self.host_nqns,
             "allowAnyHost": self.allow_any_host,
-            "hostTargets": [{"instanceId": i, "hostNqn": n} for i, n in self.host_targets],
+            "authentication": self.authentication,
+            "hostTargets": [
+                {"instanceId": i, "hostNqn": n, "keysSecretId": self.keys_secret(i)}
+                for i, n in self.host_targets
+            ],
             "hostBatches": [list(batch) for batch in self.host_batches],
         }
 
@@ -86,6 +100,8 @@ def paths(spec: ArraySpec, volume_ids: Sequence[str]) -> Paths:
         allow_any_host="true" if spec.allow_any_host else "false",
         host_targets=tuple((h.instance_id, host_nqn(h)) for h in spec.hosts),
         host_batches=instance_batches([h.instance_id for h in spec.hosts]),
+        authentication=spec.authentication,
+        array_id=spec.array_id,
     )
 
 

@@ -33,6 +33,8 @@ class Attach(_Step):
 class HostTarget(_Step):
     instance_id: InstanceId = Field(alias="instanceId")
     host_nqn: str = Field(alias="hostNqn", min_length=1)
+    keys_secret_id: str = Field(default="none", alias="keysSecretId", min_length=1)
+    """The host's own key secret (``none`` without authentication)."""
 
 
 class Connect(_Step):

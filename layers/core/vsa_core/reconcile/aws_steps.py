@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from vsa_core.arrays import aws_lock, aws_observe, aws_reports, lock
+from vsa_core.arrays import aws_keys, aws_lock, aws_observe, aws_reports, lock
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.controllers import aws_commands, slots
 from vsa_core.errors import RollBlockedError
@@ -174,6 +174,11 @@ def start(ctx: ReconcileContext, request: Start) -> dict[str, Any]:
         names = request.documents
         documents = plan.Documents(names.configure_target, names.connect_path, names.disconnect_path)
         node = plan.NodePaths(**request.node.model_dump())
+        if request.phase == "export":
+            # each controller's copy of the keys as they are now, before configure-target reads it
+            aws_keys.refresh_controllers(
+                aws_keys.of(ctx.arrays.ctx), observed.spec, [c.instance_id for c in observed.controllers]
+            )
         invocations = [i.as_dict() for i in plan.commands(request.phase, observed, documents, node)]
         if invocations:
             sent = aws_commands.send(ctx.ssm, invocations, plan.COMMAND_TIMEOUT_SECONDS[request.phase])

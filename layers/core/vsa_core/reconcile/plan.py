@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from vsa_core.arrays import dataplane
+from vsa_core.arrays import dataplane, keys
 from vsa_core.arrays.dataplane import Report
 from vsa_core.arrays.spec import ARRAY_TAG, OWNED_TAG, ArraySpec
 from vsa_core.controllers.nvme import host_nqn
@@ -153,6 +153,7 @@ class NodePaths:
     nvme_command: str = "nvme"
     nvme_config: str = "/etc/nvme/config.json"
     sysfs_root: str = "/sys"
+    aws_command: str = "aws"
 
 
 @dataclass(frozen=True)
@@ -259,6 +260,10 @@ def commands(phase: Phase, observed: Observed, documents: Documents, node: NodeP
                     "ConfigfsRoot": node.configfs_root,
                     "DeviceDir": node.device_dir,
                     "ModprobeCommand": node.modprobe_command,
+                    # the controller's own key secret (written at its bootstrap and by every apply)
+                    **keys.document_parameters(
+                        spec.authentication, keys.node_secret_name(array_id, c.instance_id), node.aws_command
+                    ),
                 },
                 f"vsa {array_id} reconcile configure-target slot {c.slot}",
             )
@@ -278,6 +283,9 @@ def commands(phase: Phase, observed: Observed, documents: Documents, node: NodeP
                     "SysfsRoot": node.sysfs_root,
                     # where nvme-cli keeps the failover settings (as BootstrapController sends it)
                     "NvmeConfig": node.nvme_config,
+                    **keys.document_parameters(
+                        spec.authentication, keys.node_secret_name(array_id, host), node.aws_command
+                    ),
                 },
                 f"vsa {array_id} reconcile connect-path to {c.address}",
             )
@@ -385,12 +393,13 @@ def size_differences(
 
 def data_plane(spec: ArraySpec) -> tuple[Any, ...]:
     """The part of a spec that ReconcileArray converges: the volumes (and their sizes), the hosts
-    and their NQNs, whether any host may connect."""
+    and their NQNs, whether any host may connect, how hosts authenticate."""
     return (
         spec.existing_volume_ids,
         tuple((v.name, v.size_gib, v.iops) for v in spec.new_volumes),
         tuple((h.instance_id, host_nqn(h)) for h in spec.hosts),
         spec.allow_any_host,
+        spec.authentication,
     )
 
 

@@ -36,6 +36,7 @@ class Node(BaseModel):
     nvme_command: str = Field(alias="nvmeCommand", min_length=1)
     nvme_config: str = Field(alias="nvmeConfig", min_length=1)
     sysfs_root: str = Field(alias="sysfsRoot", min_length=1)
+    aws_command: str = Field(default="aws", alias="awsCommand", min_length=1)
 
 
 class Lock(_Step):

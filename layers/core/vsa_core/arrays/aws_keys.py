@@ -1,0 +1,302 @@
+"""The array's DH-HMAC-CHAP keys in AWS Secrets Manager (``vsa_core.arrays.keys`` decides what
+they are and who gets which; this module stores them).
+
+- The array's own secret (``vsa/<array>/keys``): every key, read by the control plane only.
+- One secret per node (``vsa/<array>/node/<instance>``), tagged ``vsa:node`` = the node's
+  instance ARN: a controller's holds the controller key and every declared host's key; a host's,
+  its own key and the controller key. The node policy the stack outputs lets an instance read a
+  secret only when that tag names the instance itself (``ec2:SourceInstanceARN``).
+
+Every secret is encrypted with the stack's customer-managed KMS key (``KeysKey``) and tagged
+``vsa:array``. A node secret is written only when its content differs (no version churn on a
+re-apply); it is deleted without a recovery window when its node leaves the array (a deleted
+secret's name is taken for a few seconds: a host removed and added back at once may have to
+apply twice). No key ever reaches a Change, a log line or an answer: the changes say which
+hosts' keys were made or dropped, in words.
+"""
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from vsa_core.arrays import keys
+from vsa_core.arrays.aws_observe import ArrayClients
+from vsa_core.arrays.plan import Action, Change
+from vsa_core.arrays.spec import ARRAY_TAG, ArraySpec
+from vsa_core.controllers.nvme import host_nqn
+from vsa_core.naming import group_name
+
+NOT_FOUND = "ResourceNotFoundException"
+
+
+@dataclass(frozen=True)
+class KeysClients:
+    """Secrets Manager, the KMS key every key secret is encrypted with, and where the nodes are
+    (their instance ARNs: partition, region, account)."""
+
+    secretsmanager: Any
+    kms_key_id: str
+    partition: str
+    region: str
+    account: str
+
+    def node_arn(self, instance_id: str) -> str:
+        return keys.instance_arn(self.partition, self.region, self.account, instance_id)
+
+
+def keys_clients(secretsmanager: Any, kms_key_id: str, role_arn: str, region: str) -> KeysClients:
+    """``KeysClients`` in the partition and account of ``role_arn`` (any ARN of the stack's)."""
+    parts = role_arn.split(":")
+    return KeysClients(
+        secretsmanager=secretsmanager,
+        kms_key_id=kms_key_id,
+        partition=parts[1],
+        region=region,
+        account=parts[4],
+    )
+
+
+def of(clients: ArrayClients) -> KeysClients:
+    """The key clients of an array's steps (its Secrets Manager client and the stack's key)."""
+    return keys_clients(
+        clients.secretsmanager,
+        clients.keys_kms_key_id,
+        clients.scheduler_role_arn,
+        str(clients.ec2.meta.region_name),
+    )
+
+
+def in_group(autoscaling: Any, array_id: str) -> list[str]:
+    """The controllers of the array's group that are or will be serving (not terminating)."""
+    groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[group_name(array_id)])[
+        "AutoScalingGroups"
+    ]
+    instances = groups[0].get("Instances", []) if groups else []
+    return sorted(
+        str(i["InstanceId"]) for i in instances if not str(i.get("LifecycleState", "")).startswith("Terminat")
+    )
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _read(clients: KeysClients, name: str) -> str | None:
+    try:
+        return str(clients.secretsmanager.get_secret_value(SecretId=name)["SecretString"])
+    except ClientError as error:
+        if _code(error) == NOT_FOUND:
+            return None
+        raise
+
+
+def _write(clients: KeysClients, name: str, value: str, tags: dict[str, str]) -> Action:
+    """Create or update the secret ``name`` to hold ``value``: ``create``, ``update`` or
+    ``unchanged``."""
+    current = _read(clients, name)
+    if current == value:
+        return "unchanged"
+    if current is None:
+        clients.secretsmanager.create_secret(
+            Name=name,
+            SecretString=value,
+            KmsKeyId=clients.kms_key_id,
+            Description="VSA DH-HMAC-CHAP keys (vsa_core.arrays.keys); written by the control plane",
+            Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())],
+        )
+        return "create"
+    clients.secretsmanager.put_secret_value(SecretId=name, SecretString=value)
+    return "update"
+
+
+def _exists(clients: KeysClients, name: str) -> bool:
+    try:
+        clients.secretsmanager.describe_secret(SecretId=name)
+    except ClientError as error:
+        if _code(error) == NOT_FOUND:
+            return False
+        raise
+    return True
+
+
+def _delete(clients: KeysClients, name: str) -> bool:
+    """Delete ``name`` at once (no recovery window); whether it existed. DeleteSecret with
+    ForceDeleteWithoutRecovery answers success for a secret that does not exist (moto does as
+    AWS does), so existence is asked first."""
+    if not _exists(clients, name):
+        return False
+    try:
+        clients.secretsmanager.delete_secret(SecretId=name, ForceDeleteWithoutRecovery=True)
+    except ClientError as error:
+        if _code(error) == NOT_FOUND:
+            return False
+        raise
+    return True
+
+
+def array_keys(clients: KeysClients, array_id: str) -> keys.ArrayKeys | None:
+    """The array's keys as stored, or None before its first apply with dh-hmac-chap."""
+    text = _read(clients, keys.array_secret_name(array_id))
+    return keys.ArrayKeys.from_secret(text) if text is not None else None
+
+
+def node_secrets(clients: KeysClients, array_id: str) -> list[str]:
+    """The names of the array's node secrets that exist (not those already deleted)."""
+    prefix = keys.node_prefix(array_id)
+    names: list[str] = []
+    pages = clients.secretsmanager.get_paginator("list_secrets").paginate(
+        Filters=[{"Key": "name", "Values": [prefix]}]
+    )
+    for page in pages:
+        # the name filter matches a prefix of the name, case-sensitive (ListSecrets); checked
+        # again here all the same
+        names += [str(s["Name"]) for s in page.get("SecretList", []) if str(s["Name"]).startswith(prefix)]
+    return sorted(names)
+
+
+def _node_tags(clients: KeysClients, array_id: str, instance_id: str) -> dict[str, str]:
+    return {ARRAY_TAG: array_id, keys.NODE_TAG: clients.node_arn(instance_id), keys.KEYS_TAG: "node"}
+
+
+def _holders(content: str) -> list[str]:
+    """What a node secret holds, in words (never the keys)."""
+    value = json.loads(content)
+    said = ["controller key"] if "controllerKey" in value else []
+    said += ["its host key"] if "hostKey" in value else []
+    said += [f"host key of {n}" for n in sorted(value.get("hosts", {}))]
+    return said
+
+
+def converge(
+    clients: KeysClients, spec: ArraySpec, controllers: Sequence[str], dry_run: bool = False
+) -> list[Change]:
+    """Store the keys ``spec`` needs: the array's (a key made for each new host, the keys of
+    hosts no longer declared dropped) and each host's copy; the copies of ``controllers`` (the
+    group's) that exist are brought up to date, those of controllers gone are deleted. A
+    controller's copy is first written by its own bootstrap (``write_controller``), never here:
+    a controller launching meanwhile reads the keys then. With ``authentication: none`` every
+    key secret of the array is deleted (nodes then have nothing to read). ``dry_run``: only say
+    what would change. Idempotent."""
+    array_id = spec.array_id
+    existing = node_secrets(clients, array_id)
+    if spec.authentication != keys.DH_HMAC_CHAP:
+        gone = [*(n for n in [keys.array_secret_name(array_id)] if _read(clients, n) is not None), *existing]
+        if not dry_run:
+            for name in gone:
+                _delete(clients, name)
+        return [Change(f"secret/{name}", "delete") for name in gone]
+    wanted, change = _array_secret(clients, spec, dry_run)
+    changes = [change] if change is not None else []
+    copies = _copies(spec, wanted, [c for c in controllers if keys.node_secret_name(array_id, c) in existing])
+    changes += _store(clients, array_id, copies, existing, dry_run)
+    for name in existing:
+        if name not in copies:
+            if not dry_run:
+                _delete(clients, name)
+            changes.append(Change(f"secret/{name}", "delete"))
+    return changes
+
+
+def refresh_controllers(clients: KeysClients, spec: ArraySpec, controllers: Sequence[str]) -> list[Change]:
+    """Write each of ``controllers``' copies as the array's keys are now (before configure-target
+    reads them: a controller that bootstrapped while an apply changed the hosts has an older
+    copy). Nothing without authentication."""
+    if spec.authentication != keys.DH_HMAC_CHAP:
+        return []
+    wanted, change = _array_secret(clients, spec, dry_run=False)
+    copies = {k: v for k, v in _copies(spec, wanted, controllers).items() if v[0] in set(controllers)}
+    return ([change] if change is not None else []) + _store(
+        clients, spec.array_id, copies, node_secrets(clients, spec.array_id), dry_run=False
+    )
+
+
+def _copies(
+    spec: ArraySpec, wanted: keys.ArrayKeys, controllers: Iterable[str]
+) -> dict[str, tuple[str, str]]:
+    """Secret name → (instance id, content) of every host's copy and each of ``controllers``'."""
+    nqns = {h.instance_id: host_nqn(h) for h in spec.hosts}
+    copies = {keys.node_secret_name(spec.array_id, i): (i, wanted.host_secret(n)) for i, n in nqns.items()}
+    for instance_id in controllers:
+        content = wanted.controller_secret(nqns.values())
+        copies[keys.node_secret_name(spec.array_id, instance_id)] = (instance_id, content)
+    return copies
+
+
+def _store(
+    clients: KeysClients,
+    array_id: str,
+    copies: dict[str, tuple[str, str]],
+    existing: Sequence[str],
+    dry_run: bool,
+) -> list[Change]:
+    changes: list[Change] = []
+    for name, (instance_id, value) in sorted(copies.items()):
+        action: Action
+        if dry_run:
+            action = (
+                "unchanged" if _read(clients, name) == value else "update" if name in existing else "create"
+            )
+        else:
+            action = _write(clients, name, value, _node_tags(clients, array_id, instance_id))
+        if action != "unchanged":
+            changes.append(Change(f"secret/{name}", action, (("holds", None, _holders(value)),)))
+    return changes
+
+
+def _array_secret(
+    clients: KeysClients, spec: ArraySpec, dry_run: bool
+) -> tuple[keys.ArrayKeys, Change | None]:
+    """The array's keys for ``spec``'s hosts, stored (unless ``dry_run``) when they changed."""
+    current = array_keys(clients, spec.array_id)
+    wanted, said = keys.converge(current, (host_nqn(h) for h in spec.hosts))
+    if not said:
+        return wanted, None
+    name = keys.array_secret_name(spec.array_id)
+    if not dry_run:
+        _write(clients, name, wanted.as_secret(), {ARRAY_TAG: spec.array_id, keys.KEYS_TAG: "array"})
+    before = sorted(current.hosts) if current is not None else None
+    action: Action = "create" if current is None else "update"
+    return wanted, Change(f"secret/{name}", action, (("hosts", before, sorted(wanted.hosts)),))
+
+
+def write_controller(
+    clients: KeysClients, spec: ArraySpec, instance_id: str, in_group: Iterable[str] = ()
+) -> dict[str, str]:
+    """A bootstrapping controller's copy of the keys (the controller key and every declared
+    host's), from the array's secret; answers what configure-target is given: ``authentication``
+    and ``keysSecretId`` (``none`` without authentication). The copies of controllers that left
+    (neither a host nor in ``in_group``, the group's instances) are deleted on the way: a
+    controller lost without a drain leaves its copy until the next controller bootstraps."""
+    if spec.authentication != keys.DH_HMAC_CHAP:
+        return {"authentication": keys.NONE, "keysSecretId": "none"}
+    # the apply stores the keys before the group can launch a controller; one that failed
+    # half-way may not have: the same rule makes them now (a no-op when they are there)
+    stored, _ = _array_secret(clients, spec, dry_run=False)
+    nqns = [host_nqn(h) for h in spec.hosts]
+    name = keys.node_secret_name(spec.array_id, instance_id)
+    _write(clients, name, stored.controller_secret(nqns), _node_tags(clients, spec.array_id, instance_id))
+    keep = {
+        keys.node_secret_name(spec.array_id, i)
+        for i in [instance_id, *in_group, *(h.instance_id for h in spec.hosts)]
+    }
+    for stale in node_secrets(clients, spec.array_id):
+        if stale not in keep:
+            _delete(clients, stale)
+    return {"authentication": keys.DH_HMAC_CHAP, "keysSecretId": name}
+
+
+def delete_nodes(clients: KeysClients, array_id: str, instance_ids: Iterable[str]) -> list[str]:
+    """Delete the node secrets of ``instance_ids`` (nodes leaving the array); answers those
+    that existed."""
+    return [
+        name for name in (keys.node_secret_name(array_id, i) for i in instance_ids) if _delete(clients, name)
+    ]
+
+
+def delete_all(clients: KeysClients, array_id: str) -> list[str]:
+    """Every key secret of the array (its own and every node's), at teardown."""
+    names = [*node_secrets(clients, array_id), keys.array_secret_name(array_id)]
+    return [n for n in names if _delete(clients, n)]
