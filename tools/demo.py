@@ -30,6 +30,7 @@ from rich.console import Console
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.documents.xfs_lab import Lab, _missing  # noqa: E402 - the host's filesystem for the backup
+from tests.node_profile import ensure_node_profile  # noqa: E402 - what an operator makes once
 
 STACK = "vsa-control-plane"
 AZ = "us-east-1a"
@@ -77,7 +78,7 @@ def outputs() -> dict[str, str]:
     return {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
 
 
-def existing_infrastructure() -> tuple[str, str, str]:
+def existing_infrastructure(profile: str) -> tuple[str, str, str]:
     ec2 = boto3.client("ec2")
     volume = ec2.create_volume(
         AvailabilityZone=AZ,
@@ -89,19 +90,26 @@ def existing_infrastructure() -> tuple[str, str, str]:
     )["VolumeId"]
     gp3 = ec2.create_volume(AvailabilityZone=AZ, Size=100, VolumeType="gp3")["VolumeId"]
     host = ec2.run_instances(
-        ImageId=AMI, MinCount=1, MaxCount=1, InstanceType="m5.2xlarge", Placement={"AvailabilityZone": AZ}
+        ImageId=AMI,
+        MinCount=1,
+        MaxCount=1,
+        InstanceType="m5.2xlarge",
+        Placement={"AvailabilityZone": AZ},
+        IamInstanceProfile={"Name": profile},
     )["Instances"][0]["InstanceId"]
     control("ssm", "register_node", InstanceId=host)
     return str(volume), str(gp3), str(host)
 
 
-def write_spec(path: Path, array_id: str, volume: str, host: str, mountpoints: list[str]) -> dict[str, Any]:
+def write_spec(
+    path: Path, array_id: str, volume: str, host: str, mountpoints: list[str], profile: str
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "specVersion": 1,
         "arrayId": array_id,
         "availabilityZone": AZ,
         "volumes": [{"volumeId": volume}, {"name": "logs", "sizeGiB": LOGS_GIB, "iops": LOGS_IOPS}],
-        "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI},
+        "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI, "instanceProfile": profile},
         "minControllers": 2,
         "maxControllers": 8,
         "hosts": [{"instanceId": host, "mountpoints": mountpoints}],
@@ -237,10 +245,13 @@ def main() -> None:
     spec_file = Path(os.environ.get("VSA_STATE", ROOT / ".localcloud")) / f"{array_id}.yaml"
 
     say("4.", "what an operator already has: an io2 Multi-Attach volume and a client host")
-    volume, gp3, host = existing_infrastructure()
+    profile = ensure_node_profile(boto3.client("iam"), out["NodeKeysPolicyArn"])
+    volume, gp3, host = existing_infrastructure(profile)
     note(f"volume {volume} (io2, {EXISTING_GIB} GiB, {EXISTING_IOPS:,} IOPS, Multi-Attach) in {AZ};")
     note(f"host {host}")
     note("the host runs the SSM agent (here: registered as a local managed node with its own sandbox)")
+    note(f"the host and the controllers get instance profile {profile}: its role has the stack's")
+    note("NodeKeysPolicy, so each node reads its own DH-HMAC-CHAP keys from Secrets Manager, no other's")
     lab: Lab | None = None
     mountpoints: list[str] = []
     if (why_not := _missing()) is None:
@@ -252,7 +263,7 @@ def main() -> None:
     else:
         note(f"no filesystem to freeze on this machine ({why_not}): the backup below is crash-consistent")
     try:
-        run(out, array_id, spec_file, volume, gp3, host, mountpoints)
+        run(out, array_id, spec_file, volume, gp3, host, mountpoints, profile)
     finally:
         if lab is not None:
             lab.cleanup()
@@ -266,9 +277,10 @@ def run(
     gp3: str,
     host: str,
     mountpoints: list[str],
+    profile: str,
 ) -> None:
     say("5.", f"declare array [bold]{array_id}[/] once: {spec_file.name}")
-    spec = write_spec(spec_file, array_id, volume, host, mountpoints)
+    spec = write_spec(spec_file, array_id, volume, host, mountpoints, profile)
     console.print("    " + spec_file.read_text().replace("\n", "\n    ").rstrip())
     note("vsactl signs the request with SigV4 (IAM auth); the API validates everything against AWS")
     note("first (volumes, host, launch settings), stores the spec, then creates what it declares; the owned")

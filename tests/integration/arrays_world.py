@@ -19,6 +19,7 @@ import pytest
 import urllib3
 
 from tests.integration.conftest import Api
+from tests.node_profile import ensure_node_profile
 from vsa_core.waiters import execution_finished
 
 AZ, OTHER_AZ = "us-east-1a", "us-east-1b"
@@ -38,9 +39,12 @@ def control(endpoint: str, area: str, action: str, **body: Any) -> dict[str, Any
 class World:
     """What an operator already has before declaring an array: volumes and client hosts."""
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, profile: str | None = None) -> None:
         self.ec2 = boto3.client("ec2")
         self.endpoint = endpoint
+        self.profile = profile
+        """The nodes' instance profile (tests/node_profile.py): hosts launch with it, and the
+        specs give it to the controllers, so each reads its own keys with its instance role."""
         self.volumes: list[str] = []
         self.instances: list[str] = []
 
@@ -59,8 +63,14 @@ class World:
         return volume_id
 
     def host(self, managed: bool = True) -> str:
+        profile = {"IamInstanceProfile": {"Name": self.profile}} if self.profile else {}
         instance = self.ec2.run_instances(
-            ImageId=AMI, MinCount=1, MaxCount=1, InstanceType="m5.large", Placement={"AvailabilityZone": AZ}
+            ImageId=AMI,
+            MinCount=1,
+            MaxCount=1,
+            InstanceType="m5.large",
+            Placement={"AvailabilityZone": AZ},
+            **profile,
         )["Instances"][0]["InstanceId"]
         self.instances.append(instance)
         self.ec2.get_waiter("instance_running").wait(InstanceIds=[instance], WaiterConfig=WAIT)
@@ -68,6 +78,10 @@ class World:
         # the controllers) leaves it alone, as an instance without an SSM agent
         control(self.endpoint, "ssm", "register_node" if managed else "deregister_node", InstanceId=instance)
         return str(instance)
+
+    def controller_profile(self) -> dict[str, str]:
+        """The spec's ``controllers.instanceProfile`` (none without a profile)."""
+        return {"instanceProfile": self.profile} if self.profile else {}
 
     def close(self) -> None:
         for instance in self.instances:
@@ -81,9 +95,14 @@ class World:
                 self.ec2.delete_volume(VolumeId=volume)
 
 
+@pytest.fixture(scope="session")
+def node_profile(stack_outputs: dict[str, str]) -> str:
+    return ensure_node_profile(boto3.client("iam"), stack_outputs["NodeKeysPolicyArn"])
+
+
 @pytest.fixture
-def world(local_env: dict[str, str]) -> Iterator[World]:
-    w = World(local_env["AWS_ENDPOINT_URL"])
+def world(local_env: dict[str, str], node_profile: str) -> Iterator[World]:
+    w = World(local_env["AWS_ENDPOINT_URL"], node_profile)
     yield w
     w.close()
 
@@ -207,7 +226,7 @@ def spec_for(array_id: str, world: World, **overrides: Any) -> Spec:
         "arrayId": array_id,
         "availabilityZone": AZ,
         "volumes": [{"volumeId": world.volume()}, {"name": "scratch", "sizeGiB": 50, "iops": 50_000}],
-        "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI},
+        "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI, **world.controller_profile()},
         # the figures the tests use (r5b.2xlarge sustains 21,667): 18,200 IOPS a controller at the
         # 0.7 target; the volumes' 150,000 provisioned IOPS are used by up to 9 controllers
         "perControllerIops": 26_000,

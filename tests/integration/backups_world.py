@@ -37,7 +37,12 @@ class BackupArray:
 
 
 def backup_spec(
-    array_id: str, volume_ids: list[str], host_mounts: dict[str, list[Path]], mode: str, retention: int
+    array_id: str,
+    volume_ids: list[str],
+    host_mounts: dict[str, list[Path]],
+    mode: str,
+    retention: int,
+    controller_profile: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """An array of these existing volumes and hosts (their mountpoints), one to two controllers,
     a backup policy whose schedule never fires during a test."""
@@ -46,7 +51,7 @@ def backup_spec(
         "arrayId": array_id,
         "availabilityZone": AZ,
         "volumes": [{"volumeId": v} for v in volume_ids],
-        "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI},
+        "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI, **(controller_profile or {})},
         "perControllerIops": 260_000,  # the figures the tests use (r5b.2xlarge sustains 21,667)
         "minControllers": 1,
         "maxControllers": 2,
@@ -120,7 +125,7 @@ def backup_array(
         for h in range(hosts):
             instance = world.host()
             host_mounts[instance] = [xfs_lab.xfs(f"h{h}m{m}").mountpoint for m in range(mountpoints)]
-        spec = backup_spec(array_id, volume_ids, host_mounts, mode, retention)
+        spec = backup_spec(array_id, volume_ids, host_mounts, mode, retention, world.controller_profile())
         create_array(api, array_id, spec)
         array = BackupArray(array_id, volume_ids, host_mounts, spec=spec)
         serving_controller(stack_outputs["RegistryTableName"], array, world)

@@ -1,0 +1,32 @@
+"""The instance profile an operator gives the array's nodes (controllers and hosts): a role EC2
+may assume, with the stack's NodeKeysPolicy attached (each node reads its own DH-HMAC-CHAP keys
+from Secrets Manager, nothing else; README, *Authentication*). On AWS the role also needs
+AmazonSSMManagedInstanceCore for the SSM agent; the local cloud's nodes need no agent policy.
+
+Made once per local cloud (idempotent: an entity that exists is kept), by the integration tests
+and the demo alike."""
+
+import contextlib
+import json
+from typing import Any
+
+NAME = "vsa-nodes"
+TRUST = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    ],
+}
+
+
+def ensure_node_profile(iam: Any, node_keys_policy_arn: str, name: str = NAME) -> str:
+    """The instance profile ``name`` with its role and the node policy; answers its name."""
+    with contextlib.suppress(iam.exceptions.EntityAlreadyExistsException):
+        iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(TRUST))
+    iam.attach_role_policy(RoleName=name, PolicyArn=node_keys_policy_arn)
+    with contextlib.suppress(iam.exceptions.EntityAlreadyExistsException):
+        iam.create_instance_profile(InstanceProfileName=name)
+    roles = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Roles"]
+    if not any(r["RoleName"] == name for r in roles):
+        iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
+    return name
