@@ -304,5 +304,5 @@ def api(stack_outputs: dict[str, str], local_env: dict[str, str]) -> Api:
 
 
 # Fixtures the arrays and scaling tests share (defined next to their helpers).
-from tests.integration.arrays_world import arrays, scripted_alarms, world  # noqa: E402, F401
+from tests.integration.arrays_world import arrays, node_profile, scripted_alarms, world  # noqa: E402, F401
 from tests.integration.backups_world import backup_array, xfs_lab  # noqa: E402, F401
