@@ -48,7 +48,9 @@ Secrets Manager (issue #20: each node reads only its own DH-HMAC-CHAP keys): a s
 authorized by its full ARN (the name's 6-character suffix included) however the request names it
 (name, full or partial ARN), with its real tags as ``aws:ResourceTag/*`` and
 ``secretsmanager:ResourceTag/*``; GetSecretValue of a secret under a customer managed KMS key also
-needs ``kms:Decrypt`` on that key (``kms:ViaService``, the ``SecretARN`` encryption context).
+needs ``kms:Decrypt`` on that key (``kms:ViaService``, the ``SecretARN`` encryption context); the
+credentials a managed node's scripts get from its instance profile carry ``ec2:SourceInstanceARN``
+(``instance_roles``), so ``${ec2:SourceInstanceARN}`` works as a policy variable.
 
 Known limits (said where they matter): resource-based policies (Lambda permissions, SNS topic
 policies, KMS key policies, secrets' resource policies), SCPs, permission boundaries and session
@@ -174,6 +176,9 @@ class Caller:
     tags: dict[str, str]
     statements: tuple[iam_policy.Statement, ...]
     expired: bool = False  # the session's credentials have expired (AWS: ExpiredToken, 403)
+    # keys the credentials carry into every request context: an EC2 instance's role credentials
+    # carry ec2:sourceinstancearn and the instance's VPC and private IP (instance_roles)
+    source: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def _access_key(request: Any) -> str | None:
@@ -238,6 +243,9 @@ def identify(account: str, request: Any) -> Caller | None:
         if document is not None:
             statements += iam_policy.parse_policy(document, f"{role_name}/{arn.rsplit('/', 1)[-1]}")
     tags = {t["Key"]: t["Value"] for t in role.get("Tags") or []}
+    from vsa_localcloud import instance_roles
+
+    source = instance_roles.source_context(key)
     return Caller(
         account=creds.account_id,
         role_name=role_name,
@@ -247,6 +255,7 @@ def identify(account: str, request: Any) -> Caller | None:
         tags=tags,
         statements=tuple(statements),
         expired=bool(creds.is_expired()),
+        source=tuple((k, tuple(v)) for k, v in source.items()),
     )
 
 
@@ -645,14 +654,19 @@ def _principal_context(caller: Caller, region: str) -> dict[str, list[str]]:
     }
     for key, value in caller.tags.items():
         context[f"aws:principaltag/{key.lower()}"] = [value]
+    for key, values in caller.source:
+        context[key] = list(values)
     return context
 
 
 _SERVICE_SCOPED = ("aws:requesttag/", "aws:tagkeys", "aws:resourcetag/")
+# Cross-service keys that are global ("AWS global condition context keys"): in the context of
+# every request that has them, whatever the action.
+GLOBAL_KEYS = {"ec2:sourceinstancearn"}
 
 
 def _applicable(key: str, allowed_templates: list[str]) -> bool:
-    if key.startswith("aws:") and not key.startswith(_SERVICE_SCOPED):
+    if (key.startswith("aws:") and not key.startswith(_SERVICE_SCOPED)) or key in GLOBAL_KEYS:
         return True
     return any(_key_template_matches(t, key) for t in allowed_templates)
 
