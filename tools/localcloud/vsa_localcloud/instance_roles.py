@@ -35,14 +35,23 @@ no IAM policy):
   a profile (or whose profile has no role) gets none. ``iam_enforcement.identify`` adds
   ``source_context(access key)`` to the principal's request context: ``ec2:sourceinstancearn``,
   ``aws:ec2instancesourcevpc``, ``aws:ec2instancesourceprivateipv4``.
+* **The node's AWS CLI.** At start ``write_node_cli`` writes ``<state>/node-bin/aws`` (``<state>``
+  is the directory of the local cloud's venv: ``$VSA_STATE``, ``.localcloud`` of the checkout), a
+  shell wrapper that runs ``vsa_localcloud.node_aws`` with the local cloud's Python (which has
+  boto3), from any working directory. It is what a document's ``AwsCommand`` names on the local
+  cloud (``tools/deploy-local.sh``: ``NodeAwsCommand``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shlex
+import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from localstack.runtime import hooks
@@ -52,6 +61,7 @@ LOG = logging.getLogger(__name__)
 # EC2 rotates an instance's role credentials before they expire; a script here keeps the ones it
 # was started with for its whole run, so they outlast any step (AssumeRole's longest session).
 SESSION_SECONDS = 43_200
+NODE_CLI = "aws"
 
 
 @dataclass(frozen=True)
@@ -230,7 +240,34 @@ def deliver(account: str, region: str, instance_id: str) -> dict[str, str] | Non
     }
 
 
+# --- the node's AWS CLI --------------------------------------------------------------------------
+
+
+def node_cli_path() -> Path:
+    """``<state>/node-bin/aws``: the local cloud runs from ``<state>/venv`` (tools/install.sh)."""
+    return Path(sys.prefix).resolve().parent / "node-bin" / NODE_CLI
+
+
+def write_node_cli(path: Path | None = None) -> Path:
+    """Write the node's ``aws`` wrapper (atomically: local clouds of one checkout share it).
+    ``-I``: the node's working directory (its sandbox) and PYTHON* variables cannot change which
+    modules it runs."""
+    path = path or node_cli_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = (
+        "#!/bin/sh\n"
+        "# The AWS CLI of the local cloud's managed nodes (secretsmanager get-secret-value only),\n"
+        "# written at each start by vsa_localcloud/instance_roles.py; see vsa_localcloud/node_aws.py.\n"
+        f'exec {shlex.quote(sys.executable)} -I -m vsa_localcloud.node_aws "$@"\n'
+    )
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(text)
+    partial.chmod(0o755)
+    partial.replace(path)
+    return path
+
+
 @hooks.on_infra_start()
 def provide_instance_roles() -> None:
     apply_patches()
-    LOG.info("instance profiles from LocalStack's IAM")
+    LOG.info("instance profiles from LocalStack's IAM; the nodes' AWS CLI is %s", write_node_cli())
