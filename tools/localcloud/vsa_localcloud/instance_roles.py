@@ -215,12 +215,19 @@ def deliver(account: str, region: str, instance_id: str) -> dict[str, str] | Non
         if profile:
             LOG.warning("instance %s: instance profile %s has no role; no credentials", instance_id, profile)
         return None
+    from botocore.exceptions import BotoCoreError, ClientError
+
     sts = connect_to(aws_access_key_id=account, region_name=region).sts.request_metadata(
         service_principal="ec2"
     )
-    credentials = sts.assume_role(RoleArn=role, RoleSessionName=instance_id, DurationSeconds=SESSION_SECONDS)[
-        "Credentials"
-    ]
+    try:
+        reply = sts.assume_role(RoleArn=role, RoleSessionName=instance_id, DurationSeconds=SESSION_SECONDS)
+    except (BotoCoreError, ClientError):
+        # as an instance whose metadata service has no credentials: the script runs (most
+        # documents call no AWS API) and any AWS call it makes says it found none
+        LOG.exception("instance %s: could not assume %s; no credentials", instance_id, role)
+        return None
+    credentials = reply["Credentials"]
     delivery = Delivery(
         instance_arn=instance_arn(account, region, instance_id),
         vpc_id=str(instance.vpc_id or ""),
