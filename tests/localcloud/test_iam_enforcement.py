@@ -611,6 +611,41 @@ def test_a_secret_is_authorized_by_its_full_arn_and_its_tags_however_it_is_named
     manager.delete_secret(SecretId=_names(ours)[1], ForceDeleteWithoutRecovery=True)
 
 
+def test_a_secret_that_does_not_exist_is_authorized_by_the_arn_the_request_names(role_session):
+    # Given a role that may use every secret under vsa/, and one that may use those tagged a1
+    anywhere = role_session(
+        {
+            "Effect": "Allow",
+            "Action": ["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
+            "Resource": f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:vsa/*",
+        }
+    )("secretsmanager")
+    tagged = role_session(
+        {
+            "Effect": "Allow",
+            "Action": "secretsmanager:GetSecretValue",
+            "Resource": "*",
+            "Condition": {"StringEquals": {"aws:ResourceTag/vsa:array": "a1"}},
+        }
+    )("secretsmanager")
+    missing = f"vsa/a1/iamtest-{uuid.uuid4().hex[:8]}"
+    # When they ask for a secret that does not exist / Then the first learns it does not exist
+    # (the control plane asks so before creating one), outside vsa/ it is refused, and the
+    # second is refused (a secret that does not exist has no tag to allow it)
+    outcomes = []
+    for client, call, secret_id in (
+        (anywhere, "get_secret_value", missing),
+        (anywhere, "describe_secret", missing),
+        (anywhere, "get_secret_value", f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:{missing}"),
+        (anywhere, "get_secret_value", f"other/{missing}"),
+        (tagged, "get_secret_value", missing),
+    ):
+        with pytest.raises(ClientError) as failed:
+            getattr(client, call)(SecretId=secret_id)
+        outcomes.append(_code(failed.value))
+    assert outcomes == ["ResourceNotFoundException"] * 3 + ["AccessDeniedException"] * 2
+
+
 def test_secretsmanager_resource_tag_conditions_a_secret_as_aws_resource_tag_does(role_session, secret):
     manager = role_session(
         {

@@ -57,7 +57,8 @@ policies, KMS key policies, secrets' resource policies), SCPs, permission bounda
 policies are not evaluated; tags are read for EC2 resources, Auto Scaling groups and Secrets
 Manager secrets (the resources the product's policies condition on); a resource that does not
 exist is not authorized here, so the provider answers its ``NotFound`` error as before (unless
-it is all the request names: then its resource type's ARN with ``*`` for the missing id is).
+it is all the request names: then its resource type's ARN with ``*`` for the missing id is; a
+secret that does not exist is authorized by the ARN the request names, with no tags).
 """
 
 from __future__ import annotations
@@ -300,10 +301,12 @@ def resource_tags(arn: str, account: str, region: str) -> dict[str, str] | None:
     if service == "secretsmanager" and resource.startswith("secret:"):
         if resource.endswith(CREATING_SECRET):
             return {}  # the secret CreateSecret is creating: no tags yet
+        # A secret that does not exist is authorized by the ARN the request names, with no tags:
+        # a caller allowed on it is told ResourceNotFoundException (the control plane asks
+        # GetSecretValue and DescribeSecret whether a secret exists); one whose policy needs a
+        # tag is refused, since there is none to see.
         secret = secret_named(arn, account, region)
-        if secret is None:
-            return None
-        return {_tag_key(t): _tag_value(t) for t in secret.tags or []}
+        return {_tag_key(t): _tag_value(t) for t in secret.tags or []} if secret is not None else {}
     if service == "ec2" and "/" in resource:
         kind, resource_id = resource.split("/", 1)
         backend = _ec2_backend(account, parts[3] or region)
