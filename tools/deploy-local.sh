@@ -24,6 +24,7 @@ parameters=(
   NodeNvmeConfig=etc/nvme/config.json  # where connect-path keeps the failover settings
   "NodeNvmeCommand=$ROOT/tests/fakes/nvme"
   "NodeModprobeCommand=$ROOT/tests/fakes/modprobe"
+  "NodeAwsCommand=$VSA_STATE/node-bin/aws"  # the nodes' AWS CLI, written at start (vsa_localcloud/instance_roles.py)
   # the tests and the demo invoke the health check when they mean it: a scheduled run in the
   # middle of a test would send report-paths and replace the hosts' last reports it reads
   "HealthCheckSchedule=${VSA_HEALTH_CHECK_SCHEDULE:-DISABLED}"

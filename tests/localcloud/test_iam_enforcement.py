@@ -31,6 +31,7 @@ from vsa_core.naming import INSTANCE_INDEX
 
 ZONE = "us-east-1a"
 AMI = "ami-12c6146b"  # known to moto
+ACCOUNT = "000000000000"  # the local cloud's default account
 DESCRIBE = {"Effect": "Allow", "Action": ["ec2:Describe*"], "Resource": "*"}
 TAGGED_ATTACH = {  # the statement the product shipped before: the tag on *every* resource
     "Effect": "Allow",
@@ -529,3 +530,231 @@ def test_a_query_of_an_index_is_authorized_against_the_index_alone(role_session,
             getattr(dynamodb, call)(TableName=registry_table, **params)
         refused.append(_code(denied.value))
     assert refused == ["AccessDeniedException"] * 4
+
+
+# --- Secrets Manager: a secret's tags and its KMS key (issue #20) ---------------------------------
+# Service Authorization Reference, AWS Secrets Manager
+# (https://docs.aws.amazon.com/service-authorization/latest/reference/list_awssecretsmanager.html):
+# the Secret resource type (arn:…:secret:${SecretId}) supports aws:ResourceTag/${TagKey} and
+# secretsmanager:ResourceTag/${TagKey}; CreateSecret and TagResource aws:RequestTag and aws:TagKeys.
+# A secret's ARN ends with "-" and six random characters (Secrets Manager API Reference,
+# CreateSecret); a request may name it by name, full ARN or partial ARN (without them).
+
+
+@pytest.fixture
+def secret(aws: Callable[[str], Any]) -> Iterator[Callable[..., str]]:
+    """``secret(array, **create_secret)``: a secret ``vsa/<array>/…`` tagged ``vsa:array``; its ARN.
+    Deleted after (unless the test did)."""
+    made: list[str] = []
+
+    def create(array: str, **params: Any) -> str:
+        params.setdefault("Name", f"vsa/{array}/iamtest-{uuid.uuid4().hex[:8]}")
+        params.setdefault("SecretString", f"keys of {array}")
+        params.setdefault("Tags", [{"Key": "vsa:array", "Value": array}])
+        arn = str(aws("secretsmanager").create_secret(**params)["ARN"])
+        made.append(arn)
+        return arn
+
+    yield create
+    for arn in made:
+        try:
+            aws("secretsmanager").delete_secret(SecretId=arn, ForceDeleteWithoutRecovery=True)
+        except ClientError as exc:
+            if _code(exc) != "ResourceNotFoundException":
+                raise
+
+
+def _names(arn: str) -> list[str]:
+    """The ways a request may name a secret: its full ARN, its partial ARN, its name."""
+    partial = arn[: -len("-AbCdEf")]
+    return [arn, partial, partial.split(":secret:", 1)[1]]
+
+
+def test_a_secret_is_authorized_by_its_full_arn_and_its_tags_however_it_is_named(role_session, secret):
+    # Given a role that may use the secrets of array a1 only (their tag), and a secret of a1 and
+    # one of a2
+    clients = role_session(
+        {
+            "Effect": "Allow",
+            "Action": [
+                "secretsmanager:DescribeSecret",
+                "secretsmanager:GetSecretValue",
+                "secretsmanager:PutSecretValue",
+                "secretsmanager:TagResource",
+                "secretsmanager:DeleteSecret",
+            ],
+            "Resource": f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:vsa/*",
+            "Condition": {"StringEquals": {"aws:ResourceTag/vsa:array": "a1"}},
+        }
+    )
+    manager = clients("secretsmanager")
+    ours, theirs = secret("a1"), secret("a2")
+    # Then a1's secret is used by ARN, partial ARN and name alike
+    for name in _names(ours):
+        assert manager.describe_secret(SecretId=name)["ARN"] == ours
+        assert manager.get_secret_value(SecretId=name)["SecretString"] == "keys of a1"
+        manager.put_secret_value(SecretId=name, SecretString="keys of a1")
+        manager.tag_resource(SecretId=name, Tags=[{"Key": "rotated", "Value": "yes"}])
+    # and a2's is refused however it is named, the refusal naming its full ARN
+    for name in _names(theirs):
+        for call, params in (
+            ("describe_secret", {}),
+            ("get_secret_value", {}),
+            ("put_secret_value", {"SecretString": "x"}),
+            ("tag_resource", {"Tags": [{"Key": "vsa:array", "Value": "a1"}]}),
+            ("delete_secret", {"ForceDeleteWithoutRecovery": True}),
+        ):
+            with pytest.raises(ClientError) as denied:
+                getattr(manager, call)(SecretId=name, **params)
+            assert _code(denied.value) == "AccessDeniedException"
+            assert f"on resource: {theirs} because" in denied.value.response["Error"]["Message"]
+    manager.delete_secret(SecretId=_names(ours)[1], ForceDeleteWithoutRecovery=True)
+
+
+def test_a_secret_that_does_not_exist_is_authorized_by_the_arn_the_request_names(role_session):
+    # Given a role that may use every secret under vsa/, and one that may use those tagged a1
+    anywhere = role_session(
+        {
+            "Effect": "Allow",
+            "Action": ["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
+            "Resource": f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:vsa/*",
+        }
+    )("secretsmanager")
+    tagged = role_session(
+        {
+            "Effect": "Allow",
+            "Action": "secretsmanager:GetSecretValue",
+            "Resource": "*",
+            "Condition": {"StringEquals": {"aws:ResourceTag/vsa:array": "a1"}},
+        }
+    )("secretsmanager")
+    missing = f"vsa/a1/iamtest-{uuid.uuid4().hex[:8]}"
+    # When they ask for a secret that does not exist / Then the first learns it does not exist
+    # (the control plane asks so before creating one), outside vsa/ it is refused, and the
+    # second is refused (a secret that does not exist has no tag to allow it)
+    outcomes = []
+    for client, call, secret_id in (
+        (anywhere, "get_secret_value", missing),
+        (anywhere, "describe_secret", missing),
+        (anywhere, "get_secret_value", f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:{missing}"),
+        (anywhere, "get_secret_value", f"other/{missing}"),
+        (tagged, "get_secret_value", missing),
+    ):
+        with pytest.raises(ClientError) as failed:
+            getattr(client, call)(SecretId=secret_id)
+        outcomes.append(_code(failed.value))
+    assert outcomes == ["ResourceNotFoundException"] * 3 + ["AccessDeniedException"] * 2
+
+
+def test_secretsmanager_resource_tag_conditions_a_secret_as_aws_resource_tag_does(role_session, secret):
+    manager = role_session(
+        {
+            "Effect": "Allow",
+            "Action": "secretsmanager:GetSecretValue",
+            "Resource": "*",
+            "Condition": {"StringEquals": {"secretsmanager:ResourceTag/vsa:array": "a1"}},
+        }
+    )("secretsmanager")
+    assert manager.get_secret_value(SecretId=secret("a1"))["SecretString"] == "keys of a1"
+    with pytest.raises(ClientError) as denied:
+        manager.get_secret_value(SecretId=secret("a2"))
+    assert _code(denied.value) == "AccessDeniedException"
+
+
+def test_creating_and_tagging_a_secret_see_the_request_tags(role_session, secret, aws):
+    # Given a role that creates array a1's secrets (named vsa/…, tagged vsa:array=a1) and may tag
+    # them, but never with vsa:node (the tag that decides which node reads a secret)
+    manager = role_session(
+        {
+            "Effect": "Allow",
+            "Action": ["secretsmanager:CreateSecret", "secretsmanager:TagResource"],
+            "Resource": f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:vsa/*",
+            "Condition": {"StringEqualsIfExists": {"aws:RequestTag/vsa:array": "a1"}},
+        },
+        {
+            "Effect": "Deny",
+            "Action": ["secretsmanager:CreateSecret", "secretsmanager:TagResource"],
+            "Resource": "*",
+            "Condition": {"ForAnyValue:StringEquals": {"aws:TagKeys": ["vsa:node"]}},
+        },
+    )("secretsmanager")
+    name = f"vsa/a1/iamtest-{uuid.uuid4().hex[:8]}"
+    created = manager.create_secret(Name=name, SecretString="k", Tags=[{"Key": "vsa:array", "Value": "a1"}])
+    aws("secretsmanager").delete_secret(SecretId=created["ARN"], ForceDeleteWithoutRecovery=True)
+    refused = []
+    for params in (
+        {"Name": name + "-2", "Tags": [{"Key": "vsa:array", "Value": "a2"}]},
+        {"Name": name + "-3", "Tags": [{"Key": "vsa:node", "Value": "arn:aws:ec2:us-east-1:1:instance/i-1"}]},
+        {"Name": f"other/{name}", "Tags": [{"Key": "vsa:array", "Value": "a1"}]},
+    ):
+        with pytest.raises(ClientError) as denied:
+            manager.create_secret(SecretString="k", **params)
+        refused.append(_code(denied.value))
+    assert refused == ["AccessDeniedException"] * 3
+    ours = secret("a1")
+    manager.tag_resource(SecretId=ours, Tags=[{"Key": "owner", "Value": "ops"}])
+    with pytest.raises(ClientError) as denied:
+        manager.tag_resource(SecretId=ours, Tags=[{"Key": "vsa:node", "Value": "x"}])
+    assert _code(denied.value) == "AccessDeniedException"
+
+
+def test_reading_a_secret_under_a_customer_managed_key_also_needs_kms_decrypt(role_session, secret, aws):
+    """ "Secret encryption and decryption in AWS Secrets Manager"
+    (https://docs.aws.amazon.com/secretsmanager/latest/userguide/security-encryption.html): to read a
+    secret encrypted with a customer managed key the caller needs kms:Decrypt on the key, which
+    Secrets Manager calls on its behalf (kms:ViaService, encryption context SecretARN); the AWS
+    managed key aws/secretsmanager needs no permission of the caller's."""
+    kms = aws("kms")
+    key = kms.create_key()["KeyMetadata"]
+    alias = f"alias/iamtest-{uuid.uuid4().hex[:8]}"
+    kms.create_alias(AliasName=alias, TargetKeyId=key["KeyId"])
+    try:
+        # Given secrets under the key (by its ARN, by an alias), under the AWS managed key
+        # (named, and by default), and a role that may read them all but decrypt nothing
+        by_arn, by_alias = secret("a1", KmsKeyId=key["Arn"]), secret("a1", KmsKeyId=alias)
+        managed = [secret("a1", KmsKeyId="alias/aws/secretsmanager"), secret("a1")]
+        read = {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": "*"}
+        manager = role_session(read)("secretsmanager")
+        # Then those under the AWS managed key are read; those under the customer managed key are
+        # refused kms:Decrypt on that key
+        for arn in managed:
+            assert manager.get_secret_value(SecretId=arn)["SecretString"] == "keys of a1"
+        for arn in (by_arn, by_alias):
+            with pytest.raises(ClientError) as denied:
+                manager.get_secret_value(SecretId=arn)
+            assert _code(denied.value) == "AccessDeniedException"
+            assert f"kms:Decrypt on resource: {key['Arn']} " in denied.value.response["Error"]["Message"]
+        # When kms:Decrypt is granted through Secrets Manager for one secret (its encryption
+        # context) / Then that secret is read, the other still refused
+        manager = role_session(
+            read,
+            {
+                "Effect": "Allow",
+                "Action": "kms:Decrypt",
+                "Resource": key["Arn"],
+                "Condition": {
+                    "StringEquals": {
+                        "kms:ViaService": "secretsmanager.us-east-1.amazonaws.com",
+                        "kms:EncryptionContext:SecretARN": by_arn,
+                    }
+                },
+            },
+        )("secretsmanager")
+        assert manager.get_secret_value(SecretId=by_arn)["SecretString"] == "keys of a1"
+        with pytest.raises(ClientError):
+            manager.get_secret_value(SecretId=by_alias)
+        # and kms:Decrypt granted for calls not made through Secrets Manager does not do
+        manager = role_session(
+            read,
+            {
+                "Effect": "Allow",
+                "Action": "kms:Decrypt",
+                "Resource": key["Arn"],
+                "Condition": {"StringEquals": {"kms:ViaService": "ec2.us-east-1.amazonaws.com"}},
+            },
+        )("secretsmanager")
+        with pytest.raises(ClientError):
+            manager.get_secret_value(SecretId=by_arn)
+    finally:
+        kms.delete_alias(AliasName=alias)
+        kms.schedule_key_deletion(KeyId=key["KeyId"], PendingWindowInDays=7)

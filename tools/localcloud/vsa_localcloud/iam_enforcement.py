@@ -44,11 +44,21 @@ Modes (``VSA_LOCALCLOUD_IAM`` at start, or ``POST /_localcloud/iam/configure {"m
 lists them per role (to tighten a policy to exactly what is used); ``…/iam/decisions`` lists the
 last decisions.
 
+Secrets Manager (issue #20: each node reads only its own DH-HMAC-CHAP keys): a secret is
+authorized by its full ARN (the name's 6-character suffix included) however the request names it
+(name, full or partial ARN), with its real tags as ``aws:ResourceTag/*`` and
+``secretsmanager:ResourceTag/*``; GetSecretValue of a secret under a customer managed KMS key also
+needs ``kms:Decrypt`` on that key (``kms:ViaService``, the ``SecretARN`` encryption context); the
+credentials a managed node's scripts get from its instance profile carry ``ec2:SourceInstanceARN``
+(``instance_roles``), so ``${ec2:SourceInstanceARN}`` works as a policy variable.
+
 Known limits (said where they matter): resource-based policies (Lambda permissions, SNS topic
-policies, KMS key policies), SCPs, permission boundaries and session policies are not evaluated;
-tags are read for EC2 resources and Auto Scaling groups (the only resources the product's policies
-condition on); a resource that does not exist is not authorized here, so the provider answers its
-``NotFound`` error as before.
+policies, KMS key policies, secrets' resource policies), SCPs, permission boundaries and session
+policies are not evaluated; tags are read for EC2 resources, Auto Scaling groups and Secrets
+Manager secrets (the resources the product's policies condition on); a resource that does not
+exist is not authorized here, so the provider answers its ``NotFound`` error as before (unless
+it is all the request names: then its resource type's ARN with ``*`` for the missing id is; a
+secret that does not exist is authorized by the ARN the request names, with no tags).
 """
 
 from __future__ import annotations
@@ -146,6 +156,10 @@ def resource_type(prefix: str, name: str) -> dict[str, Any] | None:
 
 
 def _key_template_matches(template: str, key: str) -> bool:
+    # The Service Authorization Reference writes Secrets Manager's tag key as
+    # ``secretsmanager:ResourceTag/tag-key``, meaning ``${TagKey}`` (its user guide's examples use
+    # ``secretsmanager:ResourceTag/<key>``).
+    template = re.sub(r"(?i)/tag-key$", "/${TagKey}", template)
     regex = re.escape(template.lower()).replace(r"\$\{tagkey\}", ".+").replace(r"\$\{attributename\}", ".+")
     return re.fullmatch(regex, key.lower()) is not None
 
@@ -163,6 +177,9 @@ class Caller:
     tags: dict[str, str]
     statements: tuple[iam_policy.Statement, ...]
     expired: bool = False  # the session's credentials have expired (AWS: ExpiredToken, 403)
+    # keys the credentials carry into every request context: an EC2 instance's role credentials
+    # carry ec2:sourceinstancearn and the instance's VPC and private IP (instance_roles)
+    source: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def _access_key(request: Any) -> str | None:
@@ -227,6 +244,9 @@ def identify(account: str, request: Any) -> Caller | None:
         if document is not None:
             statements += iam_policy.parse_policy(document, f"{role_name}/{arn.rsplit('/', 1)[-1]}")
     tags = {t["Key"]: t["Value"] for t in role.get("Tags") or []}
+    from vsa_localcloud import instance_roles
+
+    source = instance_roles.source_context(key)
     return Caller(
         account=creds.account_id,
         role_name=role_name,
@@ -236,6 +256,7 @@ def identify(account: str, request: Any) -> Caller | None:
         tags=tags,
         statements=tuple(statements),
         expired=bool(creds.is_expired()),
+        source=tuple((k, tuple(v)) for k, v in source.items()),
     )
 
 
@@ -277,6 +298,15 @@ def resource_tags(arn: str, account: str, region: str) -> dict[str, str] | None:
         return {_tag_key(t): _tag_value(t) for t in group.tags}
     if "*" in resource:
         return {}
+    if service == "secretsmanager" and resource.startswith("secret:"):
+        if resource.endswith(CREATING_SECRET):
+            return {}  # the secret CreateSecret is creating: no tags yet
+        # A secret that does not exist is authorized by the ARN the request names, with no tags:
+        # a caller allowed on it is told ResourceNotFoundException (the control plane asks
+        # GetSecretValue and DescribeSecret whether a secret exists); one whose policy needs a
+        # tag is refused, since there is none to see.
+        secret = secret_named(arn, account, region)
+        return {_tag_key(t): _tag_value(t) for t in secret.tags or []} if secret is not None else {}
     if service == "ec2" and "/" in resource:
         kind, resource_id = resource.split("/", 1)
         backend = _ec2_backend(account, parts[3] or region)
@@ -292,6 +322,73 @@ def _tag_key(tag: dict[str, Any]) -> str:
 
 def _tag_value(tag: dict[str, Any]) -> str:
     return str(tag.get("Value", tag.get("value", "")))
+
+
+# --- Secrets Manager's secrets and their KMS keys --------------------------------------------------
+
+# "Secrets Manager automatically adds a hyphen and six random characters after the secret name at
+# the end of the ARN" (Secrets Manager API Reference, CreateSecret): the secret CreateSecret is
+# about to create is authorized with those six characters unknown.
+CREATING_SECRET = "-??????"  # noqa: S105 - a placeholder in an ARN, not a password
+AWS_MANAGED_SECRETS_KEY = "alias/aws/secretsmanager"
+
+
+def secret_named(secret_id: str, account: str, region: str) -> Any | None:
+    """The secret a request names, as Secrets Manager takes it: its name, its full ARN, or a
+    partial ARN (without the suffix); from moto's backend, on which LocalStack's Secrets Manager
+    provider keeps its secrets. None when there is none."""
+    from moto.secretsmanager import secretsmanager_backends
+
+    if secret_id.startswith("arn:"):
+        parts = secret_id.split(":", 6)
+        if len(parts) < 7 or parts[2] != "secretsmanager":
+            return None
+        account, region = parts[4] or account, parts[3] or region
+    try:
+        return secretsmanager_backends[account][region].secrets.get(secret_id)
+    except KeyError:  # a region moto does not know holds no secrets
+        return None
+
+
+def _secret_version(secret: Any, request: dict[str, Any]) -> str | None:
+    """The version GetSecretValue reads: VersionId, else the one with VersionStage (AWSCURRENT)."""
+    if request.get("VersionId"):
+        return str(request["VersionId"])
+    stage = request.get("VersionStage") or "AWSCURRENT"
+    for version_id, version in (getattr(secret, "versions", None) or {}).items():
+        if stage in (version.get("version_stages") or []):
+            return str(version_id)
+    return None
+
+
+def secret_key_arn(secret: Any) -> str | None:
+    """The ARN of the customer managed KMS key that encrypts the secret; None for the AWS managed
+    key (``aws/secretsmanager``, also what a secret without ``KmsKeyId`` uses). The key is
+    looked up in LocalStack's KMS (an alias to its target); a key LocalStack does not know (its
+    Secrets Manager does not check ``KmsKeyId``, AWS does) is named from the id as given."""
+    key_id = str(getattr(secret, "kms_key_id", None) or "")
+    parts = str(secret.arn).split(":", 5)
+    region, account = parts[3], parts[4]
+    if not key_id:
+        return None
+    if key_id.startswith("arn:"):
+        key_parts = key_id.split(":", 5)
+        region, account, key_id = key_parts[3] or region, key_parts[4] or account, key_parts[5]
+    if key_id == AWS_MANAGED_SECRETS_KEY:
+        return None
+    from localstack.services.kms.models import kms_stores
+
+    store = kms_stores[account][region]
+    if key_id.startswith("alias/"):
+        alias = store.aliases.get(key_id)
+        if alias is None:
+            return f"arn:aws:kms:{region}:{account}:{key_id}"
+        key_id = str(alias.metadata["TargetKeyId"])
+    key_id = key_id.removeprefix("key/")
+    key = store.keys.get(key_id)
+    if key is not None and key.metadata.get("KeyManager") == "AWS":
+        return None
+    return f"arn:aws:kms:{region}:{account}:key/{key_id}"
 
 
 def ec2_attributes(arn: str, account: str, region: str) -> dict[str, list[str]]:
@@ -440,6 +537,18 @@ def _special_arns(
 ) -> dict[str, list[str]]:
     """Resources a request implies without naming them (found in the local cloud's state)."""
     account, region = base["Account"], base["Region"]
+    if prefix == "secretsmanager":
+        # A secret is authorized by its ARN, suffix included, however the request names it
+        # (name, partial ARN); CreateSecret by the ARN of the secret it creates.
+        if operation == "CreateSecret" and isinstance(request.get("Name"), str):
+            name = request["Name"]
+            arn = f"arn:{base['Partition']}:secretsmanager:{region}:{account}:secret:{name}{CREATING_SECRET}"
+            return {"Secret": [arn]}
+        if isinstance(request.get("SecretId"), str):
+            secret = secret_named(request["SecretId"], account, region)
+            if secret is not None:
+                return {"Secret": [str(secret.arn)]}
+        return {}
     if prefix == "dynamodb" and request.get("IndexName"):
         # A Query or Scan of a secondary index is authorized against the index's ARN
         # (table/<name>/index/<index>) alone: AWS's policy examples grant Query on index/* apart
@@ -548,14 +657,19 @@ def _principal_context(caller: Caller, region: str) -> dict[str, list[str]]:
     }
     for key, value in caller.tags.items():
         context[f"aws:principaltag/{key.lower()}"] = [value]
+    for key, values in caller.source:
+        context[key] = list(values)
     return context
 
 
 _SERVICE_SCOPED = ("aws:requesttag/", "aws:tagkeys", "aws:resourcetag/")
+# Cross-service keys that are global ("AWS global condition context keys"): in the context of
+# every request that has them, whatever the action.
+GLOBAL_KEYS = {"ec2:sourceinstancearn"}
 
 
 def _applicable(key: str, allowed_templates: list[str]) -> bool:
-    if key.startswith("aws:") and not key.startswith(_SERVICE_SCOPED):
+    if (key.startswith("aws:") and not key.startswith(_SERVICE_SCOPED)) or key in GLOBAL_KEYS:
         return True
     return any(_key_template_matches(t, key) for t in allowed_templates)
 
@@ -640,8 +754,33 @@ def _implied_checks(
     base: dict[str, str],
     principal: dict[str, list[str]],
 ) -> list[Check]:
-    """Authorizations AWS adds to an operation: tag-on-create and passing a role."""
+    """Authorizations AWS adds to an operation: tag-on-create, passing a role, decrypting a
+    secret with its KMS key."""
     checks: list[Check] = []
+    # "Secret encryption and decryption in AWS Secrets Manager" (Secrets Manager user guide,
+    # https://docs.aws.amazon.com/secretsmanager/latest/userguide/security-encryption.html): to
+    # read a secret encrypted with a customer managed key, the caller needs kms:Decrypt on that key,
+    # which Secrets Manager calls on the caller's behalf (kms:ViaService
+    # secretsmanager.<region>.amazonaws.com, encryption context SecretARN and SecretVersionId).
+    # The AWS managed key aws/secretsmanager needs nothing more. Only the caller's identity-based
+    # policies decide here: KMS key policies (which must also allow it on AWS) are not evaluated.
+    secret_id = request.get("SecretId")
+    if prefix == "secretsmanager" and operation == "GetSecretValue" and isinstance(secret_id, str):
+        secret = secret_named(secret_id, base["Account"], base["Region"])
+        key_arn = secret_key_arn(secret) if secret is not None else None
+        if secret is not None and key_arn is not None:
+            context = dict(principal)
+            context["aws:viaawsservice"] = ["true"]
+            context["kms:viaservice"] = [f"secretsmanager.{str(secret.arn).split(':')[3]}.amazonaws.com"]
+            context["kms:calleraccount"] = [caller.account]
+            context["kms:encryptioncontext:secretarn"] = [str(secret.arn)]
+            encryption_keys = ["SecretARN"]
+            version = _secret_version(secret, request)
+            if version:
+                context["kms:encryptioncontext:secretversionid"] = [version]
+                encryption_keys.append("SecretVersionId")
+            context["kms:encryptioncontextkeys"] = encryption_keys
+            checks.append(Check("kms:Decrypt", [(key_arn, context)]))
     # "Grant permission to tag Amazon EC2 resources during creation": ec2:CreateTags with
     # ec2:CreateAction = the creating operation, on each resource type tagged.
     if prefix == "ec2" and operation != "CreateTags":

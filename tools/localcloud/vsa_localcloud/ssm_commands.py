@@ -10,8 +10,14 @@ environment:
 * ``VSA_NODE_ROOT``       the node's sandbox directory (its "root file system"),
 * ``VSA_INSTANCE_ID``     the instance id,
 * ``AWS_SSM_INSTANCE_ID`` and ``AWS_SSM_REGION_NAME``, as the real agent sets them,
-* ``AWS_ENDPOINT_URL``, ``AWS_REGION``/``AWS_DEFAULT_REGION`` and credentials of the node's
-  account, so a script can call the local cloud as an instance profile would let it,
+* ``AWS_ENDPOINT_URL``, ``AWS_REGION``/``AWS_DEFAULT_REGION``, and, when the instance has an
+  instance profile, its role's credentials (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+  ``AWS_SESSION_TOKEN``; assumed for each invocation, session name = the instance id:
+  ``instance_roles.deliver``), so a script calls the local cloud as the instance's programs call
+  AWS, within the role's policies, its requests carrying ``ec2:SourceInstanceARN``. An instance
+  without an instance profile gets no credentials (on AWS the CLI then says "Unable to locate
+  credentials"); ``AWS_EC2_METADATA_DISABLED=true`` in every case (there is no instance metadata
+  service here: the SDKs must not look for one at 169.254.169.254),
 * ``HOME`` the sandbox, ``PATH`` the system's, ``TMPDIR`` LocalStack's.
 
 A step that runs past its ``timeoutSeconds`` (``executionTimeout``), or is cancelled, has its
@@ -38,7 +44,7 @@ from typing import Any
 
 from localstack import config
 
-from vsa_localcloud import eventbus, timings
+from vsa_localcloud import eventbus, instance_roles, timings
 from vsa_localcloud.ssm_documents import RUN_SHELL_SCRIPT, Step
 from vsa_localcloud.ssm_nodes import CHANGED, LOCK, data_dir, instance_gone, node, now
 
@@ -59,8 +65,7 @@ def iso(moment: datetime | None) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
-def instance_arn(account_id: str, region: str, instance_id: str) -> str:
-    return f"arn:aws:ec2:{region}:{account_id}:instance/{instance_id}"
+instance_arn = instance_roles.instance_arn
 
 
 @dataclass
@@ -108,6 +113,7 @@ class Invocation:
     details: str = "Pending"
     cancel: bool = False
     process: subprocess.Popen[bytes] | None = None
+    credentials: dict[str, str] = field(default_factory=dict)  # the instance role's, if any
 
     @property
     def done(self) -> bool:
@@ -373,9 +379,8 @@ def _environment(invocation: Invocation, root: Path) -> dict[str, str]:
         "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
         "AWS_REGION": command.region,
         "AWS_DEFAULT_REGION": command.region,
-        # LocalStack maps a 12-digit access key to that account: the node acts in its own account
-        "AWS_ACCESS_KEY_ID": command.account_id,
-        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        **invocation.credentials,
     }
 
 
@@ -486,6 +491,12 @@ def _run(invocation: Invocation) -> None:
             if root is None:
                 return
             _set(invocation, "InProgress", "In Progress")
+        # the instance role's credentials, as the node's programs find them in its instance
+        # metadata (an STS call: outside LOCK)
+        command = invocation.command
+        invocation.credentials = (
+            instance_roles.deliver(command.account_id, command.region, invocation.instance_id) or {}
+        )
         failed: Plugin | None = None
         for plugin, step in zip(invocation.plugins, invocation.command.steps, strict=True):
             if failed is not None:
