@@ -70,7 +70,9 @@ def test_a_new_array_authenticates_its_host_with_keys_only_that_node_can_read(
 ) -> None:
     # Given a new array of one host and one controller, its spec silent on authentication
     array_id = arrays()
-    spec = spec_for(array_id, world, minControllers=1, maxControllers=1)
+    spec = spec_for(
+        array_id, world, volumes=[{"volumeId": world.volume()}], minControllers=1, maxControllers=1
+    )
     assert "authentication" not in spec
     _, reply = create_array(api, array_id, spec)
     assert reply["array"]["authentication"] == "dh-hmac-chap", reply
@@ -126,7 +128,14 @@ def test_an_array_asked_without_authentication_stores_no_key_and_its_host_connec
     api: Api, world: World, arrays: Callable[[], str]
 ) -> None:
     array_id = arrays()
-    spec = spec_for(array_id, world, minControllers=1, maxControllers=1, authentication="none")
+    spec = spec_for(
+        array_id,
+        world,
+        volumes=[{"volumeId": world.volume()}],
+        minControllers=1,
+        maxControllers=1,
+        authentication="none",
+    )
     create_array(api, array_id, spec)
     settle(array_id)
     listed = boto3.client("secretsmanager").list_secrets(

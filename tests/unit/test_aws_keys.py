@@ -168,3 +168,13 @@ def test_teardown_deletes_every_key_of_the_array_and_none_of_another(clients: aw
         "vsa/dbx-2/keys",
         f"vsa/dbx-2/node/{HOST_2}",
     ]
+
+
+def test_the_nodes_arns_come_from_the_stacks_key_arn_or_fail_saying_what_is_missing() -> None:
+    made = aws_keys.keys_clients(None, "", "arn:aws-cn:kms:cn-north-1:123456789012:key/k", "cn-north-1")
+    assert (
+        made.node_arn("i-0123456789abcdef0")
+        == "arn:aws-cn:ec2:cn-north-1:123456789012:instance/i-0123456789abcdef0"
+    )
+    with pytest.raises(ValueError, match="need an ARN of the stack's"):
+        aws_keys.keys_clients(None, "", "", REGION)

@@ -47,9 +47,11 @@ class KeysClients:
         return keys.instance_arn(self.partition, self.region, self.account, instance_id)
 
 
-def keys_clients(secretsmanager: Any, kms_key_id: str, role_arn: str, region: str) -> KeysClients:
-    """``KeysClients`` in the partition and account of ``role_arn`` (any ARN of the stack's)."""
-    parts = role_arn.split(":")
+def keys_clients(secretsmanager: Any, kms_key_id: str, arn: str, region: str) -> KeysClients:
+    """``KeysClients`` in the partition and account of ``arn`` (any ARN of the stack's)."""
+    parts = arn.split(":")
+    if len(parts) < 6 or parts[0] != "arn":
+        raise ValueError(f"need an ARN of the stack's to know its partition and account, not {arn!r}")
     return KeysClients(
         secretsmanager=secretsmanager,
         kms_key_id=kms_key_id,
@@ -60,11 +62,13 @@ def keys_clients(secretsmanager: Any, kms_key_id: str, role_arn: str, region: st
 
 
 def of(clients: ArrayClients) -> KeysClients:
-    """The key clients of an array's steps (its Secrets Manager client and the stack's key)."""
+    """The key clients of an array's steps (its Secrets Manager client and the stack's key, whose
+    ARN says the partition and account; the backup scheduler role's where no key is configured)."""
+    key = clients.keys_kms_key_id
     return keys_clients(
         clients.secretsmanager,
-        clients.keys_kms_key_id,
-        clients.scheduler_role_arn,
+        key,
+        key if key.startswith("arn:") else clients.scheduler_role_arn,
         str(clients.ec2.meta.region_name),
     )
 
