@@ -48,7 +48,7 @@ def test_a_controller_is_attached_exported_connected_then_continued(
     assert configure["Parameters"]["Authentication"] == ["dh-hmac-chap"]
     assert configure["Parameters"]["KeysSecretId"] == ["vsa/wf-a/node/i-0a1b2c3d4e5f60009"]
     assert configure["Parameters"]["AwsCommand"] == ["aws"]
-    assert "DHHC-1" not in json.dumps(run["events"])
+    assert "DHHC-1" not in json.dumps(run["events"], default=str)
     # connect-path to every host, each with its own NQN (the step adds it to the shared parameters)
     (connect,) = lambda_inputs(run, "connect")
     assert connect["document"] == "vsa-wf-connect-path"
