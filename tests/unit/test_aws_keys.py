@@ -76,6 +76,10 @@ def test_an_apply_stores_the_keys_and_each_hosts_own_copy_tagged_to_that_host(
         "vsa:array": "dbx",
         "vsa:node": f"arn:aws:ec2:{REGION}:123456789012:instance/{HOST_1}",
         "vsa:keys": "node",
+        # the content's digest: one ListSecrets says which copies are current
+        "vsa:digest": aws_keys.digest(
+            json.dumps({"hostKey": stored.hosts[nqn_1], "controllerKey": stored.controller_key})
+        ),
     }
     assert meta["KmsKeyId"] == clients.kms_key_id
     # what the answer shows holds no key
@@ -104,7 +108,7 @@ def test_a_reapply_changes_nothing_and_hosts_added_or_removed_change_only_theirs
     nqn_1 = host_nqn(spec(HOST_1).hosts[0])
     assert after["hosts"][nqn_1] == before["hosts"][nqn_1]
     assert len(after["hosts"]) == 2
-    assert aws_keys.node_secrets(clients, "dbx") == [f"vsa/dbx/node/{HOST_1}", f"vsa/dbx/node/{HOST_3}"]
+    assert list(aws_keys.node_secrets(clients, "dbx")) == [f"vsa/dbx/node/{HOST_1}", f"vsa/dbx/node/{HOST_3}"]
 
 
 def test_a_controller_gets_its_copy_at_bootstrap_and_the_copies_of_controllers_gone_go(

@@ -15,6 +15,7 @@ apply twice). No key ever reaches a Change, a log line or an answer: the changes
 hosts' keys were made or dropped, in words.
 """
 
+import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -97,22 +98,37 @@ def _read(clients: KeysClients, name: str) -> str | None:
         raise
 
 
-def _write(clients: KeysClients, name: str, value: str, tags: dict[str, str]) -> Action:
-    """Create or update the secret ``name`` to hold ``value``: ``create``, ``update`` or
-    ``unchanged``."""
-    current = _read(clients, name)
-    if current == value:
-        return "unchanged"
-    if current is None:
-        clients.secretsmanager.create_secret(
-            Name=name,
-            SecretString=value,
-            KmsKeyId=clients.kms_key_id,
-            Description="VSA DH-HMAC-CHAP keys (vsa_core.arrays.keys); written by the control plane",
-            Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())],
-        )
-        return "create"
+DIGEST_TAG = "vsa:digest"
+"""On every key secret: the SHA-256 of its content (first 32 hex digits; the content holds 256
+random bits a key, so the digest says nothing of it). One ListSecrets then tells which node
+copies are current, instead of a GetSecretValue each: an apply stays well inside API Gateway's
+29 s with many hosts."""
+
+
+def digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:32]
+
+
+def _write(clients: KeysClients, name: str, value: str, tags: dict[str, str], exists: bool) -> Action:
+    """Create the secret ``name`` holding ``value`` (with ``tags`` and its digest), or, when it
+    ``exists``, put ``value`` as its new version and its digest tag. ListSecrets is eventually
+    consistent (Secrets Manager API reference): a secret created moments ago may not be listed
+    yet, so a create refused as existing is an update."""
+    if not exists:
+        try:
+            clients.secretsmanager.create_secret(
+                Name=name,
+                SecretString=value,
+                KmsKeyId=clients.kms_key_id,
+                Description="VSA DH-HMAC-CHAP keys (vsa_core.arrays.keys); written by the control plane",
+                Tags=[{"Key": k, "Value": v} for k, v in sorted({**tags, DIGEST_TAG: digest(value)}.items())],
+            )
+            return "create"
+        except ClientError as error:
+            if _code(error) != "ResourceExistsException":
+                raise
     clients.secretsmanager.put_secret_value(SecretId=name, SecretString=value)
+    clients.secretsmanager.tag_resource(SecretId=name, Tags=[{"Key": DIGEST_TAG, "Value": digest(value)}])
     return "update"
 
 
@@ -147,18 +163,22 @@ def array_keys(clients: KeysClients, array_id: str) -> keys.ArrayKeys | None:
     return keys.ArrayKeys.from_secret(text) if text is not None else None
 
 
-def node_secrets(clients: KeysClients, array_id: str) -> list[str]:
-    """The names of the array's node secrets that exist (not those already deleted)."""
+def node_secrets(clients: KeysClients, array_id: str) -> dict[str, str]:
+    """The array's node secrets that exist: name → the digest of their content (its tag; ""
+    for one without)."""
     prefix = keys.node_prefix(array_id)
-    names: list[str] = []
+    found: dict[str, str] = {}
     pages = clients.secretsmanager.get_paginator("list_secrets").paginate(
         Filters=[{"Key": "name", "Values": [prefix]}]
     )
     for page in pages:
         # the name filter matches a prefix of the name, case-sensitive (ListSecrets); checked
         # again here all the same
-        names += [str(s["Name"]) for s in page.get("SecretList", []) if str(s["Name"]).startswith(prefix)]
-    return sorted(names)
+        for listed in page.get("SecretList", []):
+            if str(listed["Name"]).startswith(prefix):
+                tags = {str(t["Key"]): str(t["Value"]) for t in listed.get("Tags", [])}
+                found[str(listed["Name"])] = tags.get(DIGEST_TAG, "")
+    return dict(sorted(found.items()))
 
 
 def _node_tags(clients: KeysClients, array_id: str, instance_id: str) -> dict[str, str]:
@@ -233,20 +253,21 @@ def _store(
     clients: KeysClients,
     array_id: str,
     copies: dict[str, tuple[str, str]],
-    existing: Sequence[str],
+    existing: dict[str, str],
     dry_run: bool,
 ) -> list[Change]:
+    """Write each of ``copies`` whose content differs from what ``existing`` (name → digest)
+    says is stored."""
     changes: list[Change] = []
     for name, (instance_id, value) in sorted(copies.items()):
-        action: Action
-        if dry_run:
-            action = (
-                "unchanged" if _read(clients, name) == value else "update" if name in existing else "create"
+        if existing.get(name) == digest(value):
+            continue
+        action: Action = "update" if name in existing else "create"
+        if not dry_run:
+            action = _write(
+                clients, name, value, _node_tags(clients, array_id, instance_id), name in existing
             )
-        else:
-            action = _write(clients, name, value, _node_tags(clients, array_id, instance_id))
-        if action != "unchanged":
-            changes.append(Change(f"secret/{name}", action, (("holds", None, _holders(value)),)))
+        changes.append(Change(f"secret/{name}", action, (("holds", None, _holders(value)),)))
     return changes
 
 
@@ -254,13 +275,15 @@ def _array_secret(
     clients: KeysClients, spec: ArraySpec, dry_run: bool
 ) -> tuple[keys.ArrayKeys, Change | None]:
     """The array's keys for ``spec``'s hosts, stored (unless ``dry_run``) when they changed."""
-    current = array_keys(clients, spec.array_id)
+    name = keys.array_secret_name(spec.array_id)
+    text = _read(clients, name)
+    current = keys.ArrayKeys.from_secret(text) if text is not None else None
     wanted, said = keys.converge(current, (host_nqn(h) for h in spec.hosts))
     if not said:
         return wanted, None
-    name = keys.array_secret_name(spec.array_id)
     if not dry_run:
-        _write(clients, name, wanted.as_secret(), {ARRAY_TAG: spec.array_id, keys.KEYS_TAG: "array"})
+        tags = {ARRAY_TAG: spec.array_id, keys.KEYS_TAG: "array"}
+        _write(clients, name, wanted.as_secret(), tags, exists=text is not None)
     before = sorted(current.hosts) if current is not None else None
     action: Action = "create" if current is None else "update"
     return wanted, Change(f"secret/{name}", action, (("hosts", before, sorted(wanted.hosts)),))
@@ -281,12 +304,15 @@ def write_controller(
     stored, _ = _array_secret(clients, spec, dry_run=False)
     nqns = [host_nqn(h) for h in spec.hosts]
     name = keys.node_secret_name(spec.array_id, instance_id)
-    _write(clients, name, stored.controller_secret(nqns), _node_tags(clients, spec.array_id, instance_id))
+    existing = node_secrets(clients, spec.array_id)
+    _store(
+        clients, spec.array_id, {name: (instance_id, stored.controller_secret(nqns))}, existing, dry_run=False
+    )
     keep = {
         keys.node_secret_name(spec.array_id, i)
         for i in [instance_id, *in_group, *(h.instance_id for h in spec.hosts)]
     }
-    for stale in node_secrets(clients, spec.array_id):
+    for stale in existing:
         if stale not in keep:
             _delete(clients, stale)
     return {"authentication": keys.DH_HMAC_CHAP, "keysSecretId": name}
