@@ -18,7 +18,7 @@ import boto3
 import pytest
 import urllib3
 
-from tests.integration.conftest import Api
+from tests.integration.conftest import STACK, Api
 from tests.node_profile import ensure_node_profile
 from vsa_core.waiters import execution_finished
 
@@ -196,6 +196,45 @@ def create_array(api: Api, array_id: str, spec: Spec, timeout: float = 180) -> t
         time.sleep(2)
 
 
+def put_spec(api: Api, spec: Spec, query: str = "", timeout: float = 180) -> tuple[int, dict[str, Any]]:
+    """PUT ``spec`` as a test's step: the status and answer, or, after API Gateway's 504 (its 29 s
+    past on an apply slowed by the loaded machine: CI's two clouds and eleven workers on 2 cores;
+    the apply's Lambda goes on), what a caller learns by asking: GET until the next version is
+    stored and, if that version started a ReconcileArray run, the run is recorded; the answer is
+    then built from GET with the fields the tests read (``version``, ``reconcile`` with
+    ``executionName`` and ``executionArn``, ``creating``: the owned volumes still missing) and the
+    status the PUT would have had (201 new, 202 creating, 200)."""
+    array_id = spec["arrayId"]
+    code, before = api.call("GET", f"/arrays/{array_id}")
+    known = int(before["version"]) if code == 200 else 0
+    code, reply = api.call("PUT", f"/arrays/{array_id}{query}", spec)
+    if code != 504:
+        return code, dict(reply)
+    deadline = time.monotonic() + timeout
+    machine = boto3.client("cloudformation").describe_stacks(StackName=STACK)["Stacks"][0]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in machine["Outputs"]}
+    while True:
+        got, answer = api.call("GET", f"/arrays/{array_id}")
+        run = (answer.get("reconcile") or {}) if got == 200 else {}
+        stored = got == 200 and int(answer["version"]) > known and group_of(array_id) is not None
+        if stored and run.get("version") == int(answer["version"]) and run.get("execution"):
+            name = str(run["execution"])
+            arn = (
+                outputs["ReconcileArrayStateMachineArn"].replace(":stateMachine:", ":execution:") + f":{name}"
+            )
+            owned = [v["name"] for v in spec["volumes"] if "name" in v]
+            creating = owned if known == 0 else []
+            reconcile = {"state": "converging", "executionName": name, "executionArn": arn, "remaining": []}
+            status = 202 if creating else 201 if known == 0 else 200
+            return status, {**answer, "reconcile": reconcile, "creating": creating}
+        if stored and known == 0 and not [v for v in spec["volumes"] if "name" in v]:
+            return 201, {**answer, "reconcile": None, "creating": []}
+        assert time.monotonic() < deadline, (
+            f"array {array_id}: {timeout} s after a 504 on PUT: {got} {answer}"
+        )
+        time.sleep(2)
+
+
 def get_array(api: Api, array_id: str) -> dict[str, Any]:
     """GET the array (200), asking again after API Gateway's 504: a status read past its 29 s on
     a loaded machine (seen in CI runs 15 and 17, the two clouds' workers on 2 cores): a caller
@@ -344,7 +383,7 @@ def put_new(api: Api, spec: Spec, follow: bool = True) -> dict[str, Any]:
     """PUT a new array: 201, or 202 while owned volumes remain to be created by the ReconcileArray
     run the answer names, followed here to its end unless not ``follow`` (it creates them, waits
     for the bootstraps, then attaches, exports and connects what they missed). The answer."""
-    status, reply = api.call("PUT", f"/arrays/{spec['arrayId']}", spec)
+    status, reply = put_spec(api, spec)
     owned = [v["name"] for v in spec["volumes"] if "name" in v]
     assert status == (202 if owned else 201), reply
     if owned:

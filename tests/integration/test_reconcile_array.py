@@ -21,6 +21,7 @@ from tests.integration.arrays_world import (
     node_root,
     owned_volumes,
     put_new,
+    put_spec,
     settle,
     spec_for,
     write_mounts,
@@ -68,11 +69,13 @@ def apply_and_follow(
 ) -> tuple[dict, float]:
     """PUT the spec, then follow the ReconcileArray run it started to its end: (run, seconds)."""
     started = time.monotonic()
-    status, reply = api.call("PUT", f"/arrays/{spec['arrayId']}{query}", spec)
+    status, reply = put_spec(api, spec, query)
     answered = time.monotonic() - started
     assert status == 200, reply
     assert reply["reconcile"]["state"] == "converging", reply
-    print(f"PUT answered in {answered:.1f} s: {reply['reconcile']['remaining']} {reply.get('forced', '')}")
+    print(
+        f"PUT answered in {answered:.1f} s: {reply['reconcile'].get('remaining')} {reply.get('forced', '')}"
+    )
     # while it runs, GET shows the array converging with its current step
     # (a 504 is API Gateway giving up on a status read that took over 29 s, seen with 8 test
     # processes on 2 cores in CI; a caller asks again, as wait_until_gone does)
