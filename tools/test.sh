@@ -139,7 +139,7 @@ on "$REALISTIC_PORT" env VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest 
   --durations=10 tests/integration >"$realistic_log" 2>&1 &
 realistic_pid=$!
 echo; echo "=== integration (fast latency profile), side by side"
-kept "integration, fast" on "$FAST_PORT" "$VENV/python" -m pytest -n 4 -m "not realistic" --durations=10 tests/integration || status=1
+kept "integration, fast" on "$FAST_PORT" "$VENV/python" -m pytest -n 3 -m "not realistic" --durations=10 tests/integration || status=1
 phase "integration, fast profile" "$SECONDS"
 wait "$realistic_pid" || status=1
 phase "integration, realistic profile (beside it)" "$SECONDS"

@@ -116,6 +116,11 @@ LAMBDA_GENERIC = frozenset(
         "Lambda.SdkClientException",
         "Lambda.TooManyRequestsException",
         "Lambda.Unknown",
+        # a function that runs past its Timeout: the invocation's errorType, which the Lambda task
+        # fails with (https://docs.aws.amazon.com/lambda/latest/dg/troubleshooting-invocation.html
+        # #troubleshooting-timeouts: Sandbox.Timedout, "Task timed out after N seconds"; the local
+        # cloud's process executor answers the same)
+        "Sandbox.Timedout",
     }
 )
 

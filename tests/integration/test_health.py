@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
+from botocore.config import Config
 
 from tests.integration.arrays_world import (
     FAKES,
@@ -29,7 +30,9 @@ from tests.integration.conftest import Api, wait_for_execution
 
 def check(stack_outputs: dict[str, str], array_id: str) -> dict[str, Any]:
     """One health-check run for the array, and (waited for) the report-paths it sent."""
-    reply = boto3.client("lambda").invoke(
+    # the function may run for its whole Timeout (120 s, template.yaml); botocore's default read
+    # timeout (60 s) gave up first on the loaded machine (CI: ReadTimeoutError while it ran on)
+    reply = boto3.client("lambda", config=Config(read_timeout=150, retries={"max_attempts": 0})).invoke(
         FunctionName=stack_outputs["TaskHealthCheckFunctionName"],
         Payload=json.dumps({"arrayIds": [array_id]}).encode(),
     )

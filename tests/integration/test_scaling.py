@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from tests.integration.arrays_world import (
@@ -369,8 +370,9 @@ def test_a_recurring_surge_ahead_is_pre_scaled_by_the_health_checks_look_ahead(
     _apply(api, array_id, spec)
     _put_recurring_history(array_id, 20_000.0, 100_000.0)
     _publish_ebs(local_env["AWS_ENDPOINT_URL"], _volumes(array_id, spec), [20_000.0] * 3)
-    # When the health check runs for it
-    reply = boto3.client("lambda").invoke(
+    # When the health check runs for it (read timeout past the function's own 120 s: botocore's
+    # 60 s gave up first on the loaded machine, and a retry would invoke it again)
+    reply = boto3.client("lambda", config=Config(read_timeout=150, retries={"max_attempts": 0})).invoke(
         FunctionName=stack_outputs["TaskHealthCheckFunctionName"],
         Payload=json.dumps({"arrayIds": [array_id]}).encode(),
     )
