@@ -26,9 +26,7 @@ def apply(
     ones included (with no fields); only resources with changes were touched."""
     owned_ids, changes = _apply_volumes(clients, spec)
     # the keys before the group: a controller it launches reads them at its bootstrap
-    changes += aws_keys.converge(
-        aws_keys.of(clients), spec, aws_keys.in_group(clients.autoscaling, spec.array_id)
-    )
+    changes += aws_keys.converge(aws_keys.of(clients), spec, aws_keys.in_group(clients, spec.array_id))
     desired = _desired(clients, spec, desired_controllers, owned_ids, roll_surge)
     observed_template = aws_observe.observe_launch_template(clients, spec.array_id)
     template_change = plan.diff_resource(
@@ -81,7 +79,7 @@ def plan_apply(
     observed = aws_observe.observe(clients, spec, desired)
     changes += [c for c in plan.diff(desired, observed) if c.resource.split("/", 1)[0] not in _APPLIED_FIRST]
     changes += aws_keys.converge(
-        aws_keys.of(clients), spec, aws_keys.in_group(clients.autoscaling, spec.array_id), dry_run=True
+        aws_keys.of(clients), spec, aws_keys.in_group(clients, spec.array_id), dry_run=True
     )
     return changes
 

@@ -24,7 +24,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from vsa_core.arrays import keys
-from vsa_core.arrays.aws_observe import ArrayClients
+from vsa_core.arrays.aws_observe import ArrayClients, describe_group
 from vsa_core.arrays.plan import Action, Change
 from vsa_core.arrays.spec import ARRAY_TAG, ArraySpec
 from vsa_core.controllers.nvme import host_nqn
@@ -74,12 +74,10 @@ def of(clients: ArrayClients) -> KeysClients:
     )
 
 
-def in_group(autoscaling: Any, array_id: str) -> list[str]:
+def in_group(clients: ArrayClients, array_id: str) -> list[str]:
     """The controllers of the array's group that are or will be serving (not terminating)."""
-    groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[group_name(array_id)])[
-        "AutoScalingGroups"
-    ]
-    instances = groups[0].get("Instances", []) if groups else []
+    group = describe_group(clients, group_name(array_id))
+    instances = group.get("Instances", []) if group else []
     return sorted(
         str(i["InstanceId"]) for i in instances if not str(i.get("LifecycleState", "")).startswith("Terminat")
     )
@@ -207,7 +205,7 @@ def converge(
     array_id = spec.array_id
     existing = node_secrets(clients, array_id)
     if spec.authentication != keys.DH_HMAC_CHAP:
-        gone = [*(n for n in [keys.array_secret_name(array_id)] if _read(clients, n) is not None), *existing]
+        gone = [*(n for n in [keys.array_secret_name(array_id)] if _exists(clients, n)), *existing]
         if not dry_run:
             for name in gone:
                 _delete(clients, name)
@@ -316,14 +314,6 @@ def write_controller(
         if stale not in keep:
             _delete(clients, stale)
     return {"authentication": keys.DH_HMAC_CHAP, "keysSecretId": name}
-
-
-def delete_nodes(clients: KeysClients, array_id: str, instance_ids: Iterable[str]) -> list[str]:
-    """Delete the node secrets of ``instance_ids`` (nodes leaving the array); answers those
-    that existed."""
-    return [
-        name for name in (keys.node_secret_name(array_id, i) for i in instance_ids) if _delete(clients, name)
-    ]
 
 
 def delete_all(clients: KeysClients, array_id: str) -> list[str]:

@@ -25,7 +25,7 @@ import re
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 Authentication = Literal["none", "dh-hmac-chap"]
 DH_HMAC_CHAP: Final = "dh-hmac-chap"
@@ -42,12 +42,6 @@ NODE_TAG: Final = "vsa:node"
 ``${ec2:SourceInstanceARN}``."""
 KEYS_TAG: Final = "vsa:keys"
 """On every secret of an array's keys: ``array`` (the control plane's own) or ``node``."""
-
-DHCHAP_HASH: Final = "hmac(sha256)"
-"""The HMAC the controllers ask the hosts to authenticate with (configure-target's default)."""
-DHCHAP_DHGROUP: Final = "ffdhe2048"
-"""The DH group of the exchange: each authentication derives a session key (configure-target's
-default)."""
 
 
 class InvalidKeyError(ValueError):
@@ -163,14 +157,3 @@ def document_parameters(authentication: str, secret_name: str | None, aws_comman
     if authentication != DH_HMAC_CHAP or secret_name is None:
         return {"Authentication": NONE, "KeysSecretId": "none", "AwsCommand": aws_command}
     return {"Authentication": DH_HMAC_CHAP, "KeysSecretId": secret_name, "AwsCommand": aws_command}
-
-
-def redacted(value: Any) -> Any:
-    """``value`` with every DHHC-1 key replaced (for logs and answers that echo a document)."""
-    if isinstance(value, str):
-        return re.sub(r"DHHC-1:[0-9]{2}:[A-Za-z0-9+/=]+:", "DHHC-1:<redacted>", value)
-    if isinstance(value, Mapping):
-        return {k: redacted(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redacted(v) for v in value]
-    return value

@@ -59,7 +59,7 @@ def prepare(ctx: ControllerContext, request: Prepare) -> dict[str, Any]:
         aws_keys.of(ctx.arrays.ctx),
         spec,
         request.instance_id,
-        aws_keys.in_group(ctx.arrays.ctx.autoscaling, request.array_id),
+        aws_keys.in_group(ctx.arrays.ctx, request.array_id),
     )
     return {
         "arrayId": request.array_id,
