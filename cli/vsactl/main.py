@@ -300,6 +300,34 @@ def list_arrays(ctx: typer.Context, output: OutputOption = Output.table) -> None
     out.print(render.arrays_table(arrays))
 
 
+@app.command(name="rotate-keys")
+def rotate_keys(
+    ctx: typer.Context,
+    array_id: Annotated[str, typer.Argument(metavar="ID", help="The array's id.")],
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Follow the rotation (a ReconcileArray run) to its end.")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="With --wait: give up after this many seconds.")] = 3600,
+    output: OutputOption = Output.table,
+) -> None:
+    """New DH-HMAC-CHAP keys for the array's controllers and hosts, without an IO stop: each
+    controller gets them in turn, every host's path to it re-authenticates, then the next; the
+    old keys are removed at the end. Asked again while one runs, the same rotation goes on."""
+    try:
+        answer = _client(ctx).request("POST", f"/arrays/{array_id}/rotate-keys") or {}
+    except CliError as e:
+        raise _fail(e) from e
+    if output is Output.json:
+        render.print_json(out, answer)
+    else:
+        what = "started" if answer.get("rotation") == "started" else "under way, going on"
+        out.print(f"array {array_id}: keys rotation {what}", highlight=False)
+        for line in render.reconcile_lines(answer.get("reconcile")):
+            out.print(line, highlight=False, markup=False, soft_wrap=True)
+    if wait:
+        _follow_reconcile(ctx, array_id, timeout)
+
+
 @app.command()
 def delete(
     ctx: typer.Context,

@@ -10,6 +10,8 @@ validates (422 with the failing fields),
     GET    /arrays/{arrayId}/events?since=&limit=  the array's timeline, oldest first
     DELETE /arrays/{arrayId}?deleteVolumes=    202: the DeleteArray workflow tears down what the
                                                control plane created, then forgets the array
+    POST   /arrays/{arrayId}/rotate-keys       202: new DH-HMAC-CHAP keys, put in place by a
+                                               ReconcileArray run controller by controller
 """
 
 from datetime import UTC, datetime, timedelta
@@ -115,12 +117,7 @@ def put_array(
         registry=_registry(),
         service=_service(),
         if_match=if_match,
-        reconcile=ReconcileStarter(
-            sfn=client("stepfunctions"),
-            dynamodb=client("dynamodb"),
-            table=settings.table_name,
-            state_machine_arn=settings.reconcile_state_machine_arn,
-        ),
+        reconcile=_reconcile_starter(),
         dry_run=dry_run,
         mounts=MountCheck(
             ssm=client("ssm"),
@@ -202,6 +199,31 @@ def get_array_events(
         since=since,
         limit=limit,
     )
+
+
+def _reconcile_starter() -> ReconcileStarter:
+    settings = get_settings()
+    return ReconcileStarter(
+        sfn=client("stepfunctions"),
+        dynamodb=client("dynamodb"),
+        table=settings.table_name,
+        state_machine_arn=settings.reconcile_state_machine_arn,
+    )
+
+
+@app.post(
+    "/arrays/<array_id>/rotate-keys",
+    summary="Rotate the array's DH-HMAC-CHAP keys without an IO stop",
+    tags=["arrays"],
+    responses=replies.responses(404, 409, ok=(202,)),
+)
+def rotate_keys(array_id: ArrayIdPath) -> Response[dict[str, Any]]:
+    logger.append_keys(array_id=array_id)
+    reply = aws_operations.rotate_keys(
+        array_id, registry=_registry(), service=_service(), reconcile=_reconcile_starter()
+    )
+    logger.info("keys rotation", extra={"rotation": reply["rotation"]})
+    return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=reply)
 
 
 @app.delete(

@@ -28,6 +28,7 @@ from vsa_core.arrays.aws_observe import ArrayClients, describe_group
 from vsa_core.arrays.plan import Action, Change
 from vsa_core.arrays.spec import ARRAY_TAG, ArraySpec
 from vsa_core.controllers.nvme import host_nqn
+from vsa_core.errors import ConflictError
 from vsa_core.naming import group_name
 
 NOT_FOUND = "ResourceNotFoundException"
@@ -242,7 +243,7 @@ def _copies(
     nqns = {h.instance_id: host_nqn(h) for h in spec.hosts}
     copies = {keys.node_secret_name(spec.array_id, i): (i, wanted.host_secret(n)) for i, n in nqns.items()}
     for instance_id in controllers:
-        content = wanted.controller_secret(nqns.values())
+        content = wanted.controller_secret(nqns.values(), instance_id)
         copies[keys.node_secret_name(spec.array_id, instance_id)] = (instance_id, content)
     return copies
 
@@ -304,7 +305,11 @@ def write_controller(
     name = keys.node_secret_name(spec.array_id, instance_id)
     existing = node_secrets(clients, spec.array_id)
     _store(
-        clients, spec.array_id, {name: (instance_id, stored.controller_secret(nqns))}, existing, dry_run=False
+        clients,
+        spec.array_id,
+        {name: (instance_id, stored.controller_secret(nqns, instance_id))},
+        existing,
+        dry_run=False,
     )
     keep = {
         keys.node_secret_name(spec.array_id, i)
@@ -314,6 +319,83 @@ def write_controller(
         if stale not in keep:
             _delete(clients, stale)
     return {"authentication": keys.DH_HMAC_CHAP, "keysSecretId": name}
+
+
+def rotation(clients: KeysClients, spec: ArraySpec) -> keys.ArrayKeys | None:
+    """The array's keys when it authenticates (None without authentication or keys)."""
+    if spec.authentication != keys.DH_HMAC_CHAP:
+        return None
+    return array_keys(clients, spec.array_id)
+
+
+def begin_rotation(clients: KeysClients, spec: ArraySpec) -> bool:
+    """Store new keys for the controller and every host beside the current ones (``vsactl
+    rotate-keys``); a rotation under way goes on. Whether one began. Refused (``ConflictError``)
+    for an array without authentication or whose keys are not stored yet."""
+    if spec.authentication != keys.DH_HMAC_CHAP:
+        raise ConflictError(
+            f"array {spec.array_id!r} has authentication none: there are no keys to rotate "
+            "(apply it with authentication: dh-hmac-chap to turn authentication on)"
+        )
+    stored = array_keys(clients, spec.array_id)
+    if stored is None:
+        raise ConflictError(
+            f"array {spec.array_id!r} has no keys stored yet: apply it again, then rotate its keys"
+        )
+    rotating, began = stored.begin_rotation()
+    if began:
+        _put_array(clients, spec.array_id, rotating)
+    return began
+
+
+def _put_array(clients: KeysClients, array_id: str, value: keys.ArrayKeys) -> None:
+    tags = {ARRAY_TAG: array_id, keys.KEYS_TAG: "array"}
+    _write(clients, keys.array_secret_name(array_id), value.as_secret(), tags, exists=True)
+
+
+def rekey_target(clients: KeysClients, spec: ArraySpec, instance_id: str, address: str) -> None:
+    """The rotation reaches the controller ``instance_id``: recorded (``keying``), and its copy
+    rewritten with the new keys, before configure-target reads it."""
+    stored = array_keys(clients, spec.array_id)
+    if stored is None or stored.rotation is None:
+        raise ValueError(f"array {spec.array_id!r} has no key rotation under way")
+    keying = stored.at_stage(instance_id, "keying", address)
+    _put_array(clients, spec.array_id, keying)
+    copies = {k: v for k, v in _copies(spec, keying, [instance_id]).items() if v[0] == instance_id}
+    _store(clients, spec.array_id, copies, node_secrets(clients, spec.array_id), dry_run=False)
+
+
+def rekey_stage(
+    clients: KeysClients, array_id: str, instance_id: str, stage: keys.Stage, address: str
+) -> None:
+    """A controller's rotation stage, once reached (``keyed``: configure-target succeeded;
+    ``connected``: every host's connect-path did)."""
+    stored = array_keys(clients, array_id)
+    if stored is not None and stored.rotation is not None:
+        _put_array(clients, array_id, stored.at_stage(instance_id, stage, address))
+
+
+def rekey_hosts(clients: KeysClients, spec: ArraySpec) -> list[Change]:
+    """Every host's copy as the rotation stands (the new keys for the addresses of the
+    controllers whose nvmet holds them), before connect-path reads it."""
+    stored = array_keys(clients, spec.array_id)
+    if stored is None:
+        return []
+    copies = _copies(spec, stored, [])
+    return _store(clients, spec.array_id, copies, node_secrets(clients, spec.array_id), dry_run=False)
+
+
+def promote(clients: KeysClients, spec: ArraySpec, controllers: Sequence[str]) -> list[Change]:
+    """The rotation's keys become the array's: its secret and every copy (the hosts' lose the
+    per-address keys; the controllers' already hold the new ones) hold no old key any more."""
+    stored = array_keys(clients, spec.array_id)
+    if stored is None or stored.rotation is None:
+        return []
+    promoted = stored.promoted()
+    _put_array(clients, spec.array_id, promoted)
+    existing = node_secrets(clients, spec.array_id)
+    held = [c for c in controllers if keys.node_secret_name(spec.array_id, c) in existing]
+    return _store(clients, spec.array_id, _copies(spec, promoted, held), existing, dry_run=False)
 
 
 def delete_all(clients: KeysClients, array_id: str) -> list[str]:

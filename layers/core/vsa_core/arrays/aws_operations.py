@@ -18,7 +18,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from vsa_core.arrays import aws_observe, aws_removals, dataplane, removals
+from vsa_core.arrays import aws_keys, aws_observe, aws_removals, dataplane, removals
 from vsa_core.arrays.aws_removals import MountCheck
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.aws_service import ArrayService
@@ -399,3 +399,21 @@ def delete_array(
         "requestedAt": array.deleting.requested_at,
         "stoppedReconcile": stopped,
     }
+
+
+def rotate_keys(
+    array_id: str, *, registry: ArrayRegistry, service: ArrayService, reconcile: ReconcileStarter
+) -> dict[str, Any]:
+    """Start a rotation of the array's DH-HMAC-CHAP keys: new keys for the controller and every
+    host stored beside the current ones (``aws_keys.begin_rotation``), then a ReconcileArray run,
+    whose ``rekey`` phase moves the array controller by controller (``keys.rekey_step``) and
+    ends with the old keys removed. Asked while one is under way, the same rotation goes on (a
+    run stopped half-way resumes where it stopped). Refused (409) without authentication, while
+    the array is being deleted."""
+    array = registry.get(array_id)
+    if array.deleting is not None:
+        raise ConflictError(f"array {array_id!r} is being deleted: there are no keys to rotate")
+    began = aws_keys.begin_rotation(aws_keys.of(service.ctx), array.spec)
+    said = "new keys stored: controllers rekeyed one at a time" if began else "a rotation under way goes on"
+    started = reconcile.start(array_id, array.version, [f"keys rotation: {said}"])
+    return {"arrayId": array_id, "rotation": "started" if began else "resumed", "reconcile": started}

@@ -23,7 +23,7 @@ import binascii
 import json
 import re
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -99,56 +99,227 @@ def instance_arn(partition: str, region: str, account: str, instance_id: str) ->
     return f"arn:{partition}:ec2:{region}:{account}:instance/{instance_id}"
 
 
+Stage = Literal["keying", "keyed", "connected"]
+"""Where a controller is in a key rotation: ``keying`` its copy holds the new keys and
+configure-target is writing them into nvmet (or was, when a run stopped: it is sent again);
+``keyed`` nvmet holds them (configure-target succeeded); ``connected`` every host's path to it
+uses them (connect-path succeeded on every host)."""
+STAGES: Final[tuple[Stage, ...]] = ("keying", "keyed", "connected")
+
+
 @dataclass(frozen=True)
-class ArrayKeys:
-    """The array's keys: the controller key, and each host's by its NQN."""
+class Generation:
+    """One set of keys: the controller key, and each host's by its NQN."""
 
     controller_key: str
     hosts: Mapping[str, str] = field(default_factory=dict)
 
+    def as_json(self) -> dict[str, object]:
+        return {"controllerKey": self.controller_key, "hosts": dict(sorted(self.hosts.items()))}
+
+    @classmethod
+    def from_json(cls, value: object, what: str) -> "Generation":
+        if not isinstance(value, dict) or not isinstance(value.get("hosts"), dict):
+            raise InvalidKeyError(f'{what} is not {{"controllerKey": ..., "hosts": {{...}}}}')
+        decode_key(str(value.get("controllerKey", "")))
+        for key in value["hosts"].values():
+            decode_key(str(key))
+        return cls(
+            controller_key=str(value["controllerKey"]),
+            hosts={str(k): str(v) for k, v in value["hosts"].items()},
+        )
+
+    def for_hosts(self, wanted: Iterable[str]) -> tuple["Generation", list[str], list[str]]:
+        """These keys for exactly the hosts ``wanted``: a new key for each host without one, the
+        keys of hosts not wanted dropped. Answers the keys, the hosts keyed and those dropped."""
+        nqns = sorted(set(wanted))
+        hosts = {n: self.hosts[n] if n in self.hosts else new_key() for n in nqns}
+        made = [n for n in nqns if n not in self.hosts]
+        dropped = sorted(set(self.hosts) - set(nqns))
+        return Generation(self.controller_key, hosts), made, dropped
+
+
+def new_generation(nqns: Iterable[str]) -> Generation:
+    """Fresh keys: a controller key and one key per host."""
+    return Generation(controller_key=new_key(), hosts={n: new_key() for n in sorted(set(nqns))})
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """A key rotation under way (``vsactl rotate-keys``): the new keys, and each controller's
+    stage. nvmet holds one key per host, so the old keys cannot stay accepted beside the new:
+    the rotation goes controller by controller instead. A controller's nvmet gets the new keys
+    (its live connections stay up: authentication happens at connect and at re-authentication),
+    then every host's path to that controller re-authenticates with them, and only then the next
+    controller; each path uses the keys of the controller it leads to (a host's copy names the
+    rotated controllers' addresses), so a path that reconnects meanwhile still authenticates."""
+
+    keys: Generation
+    controllers: Mapping[str, tuple[Stage, str]] = field(default_factory=dict)
+    """controller instance id → (its stage, its address)."""
+
+    def stage(self, instance_id: str) -> Stage | None:
+        entry = self.controllers.get(instance_id)
+        return entry[0] if entry is not None else None
+
+
+@dataclass(frozen=True)
+class ArrayKeys:
+    """The array's keys: the controller key, each host's by its NQN, and a rotation when one is
+    under way (the new keys and how far it has come)."""
+
+    controller_key: str
+    hosts: Mapping[str, str] = field(default_factory=dict)
+    rotation: Rotation | None = None
+
+    @property
+    def current(self) -> Generation:
+        return Generation(self.controller_key, self.hosts)
+
     def as_secret(self) -> str:
-        return json.dumps({"controllerKey": self.controller_key, "hosts": dict(sorted(self.hosts.items()))})
+        value: dict[str, object] = dict(self.current.as_json())
+        if self.rotation is not None:
+            value["rotation"] = {
+                **self.rotation.keys.as_json(),
+                "controllers": {
+                    i: {"stage": stage, "address": address}
+                    for i, (stage, address) in sorted(self.rotation.controllers.items())
+                },
+            }
+        return json.dumps(value)
 
     @classmethod
     def from_secret(cls, text: str) -> "ArrayKeys":
         value = json.loads(text)
-        if not isinstance(value, dict) or not isinstance(value.get("hosts"), dict):
-            raise InvalidKeyError('the array\'s key secret is not {"controllerKey": ..., "hosts": {...}}')
-        decode_key(str(value.get("controllerKey", "")))
-        for key in value["hosts"].values():
-            decode_key(str(key))
-        return cls(controller_key=value["controllerKey"], hosts=dict(value["hosts"]))
+        current = Generation.from_json(value, "the array's key secret")
+        rotation = None
+        if isinstance(value, dict) and value.get("rotation") is not None:
+            raw = value["rotation"]
+            new = Generation.from_json(raw, "the array's key rotation")
+            controllers: dict[str, tuple[Stage, str]] = {}
+            for instance_id, entry in dict(raw.get("controllers") or {}).items():
+                stage = entry.get("stage") if isinstance(entry, dict) else None
+                if stage not in STAGES:
+                    raise InvalidKeyError(f"the key rotation's stage of {instance_id} is not one of {STAGES}")
+                controllers[str(instance_id)] = (stage, str(entry.get("address", "")))
+            rotation = Rotation(new, controllers)
+        return cls(controller_key=current.controller_key, hosts=current.hosts, rotation=rotation)
 
-    def controller_secret(self, nqns: Iterable[str]) -> str:
+    def generation_of(self, instance_id: str) -> Generation:
+        """The keys a controller's nvmet holds, or is being given: the new ones from the moment
+        the rotation reaches it."""
+        if self.rotation is not None and self.rotation.stage(instance_id) is not None:
+            return self.rotation.keys
+        return self.current
+
+    def controller_secret(self, nqns: Iterable[str], instance_id: str = "") -> str:
         """A controller's copy: the controller key and the listed hosts' keys (configure-target's
-        KeysSecretId)."""
+        KeysSecretId), of the generation that controller is at."""
+        keys = self.generation_of(instance_id)
         return json.dumps(
-            {"controllerKey": self.controller_key, "hosts": {n: self.hosts[n] for n in sorted(set(nqns))}}
+            {"controllerKey": keys.controller_key, "hosts": {n: keys.hosts[n] for n in sorted(set(nqns))}}
         )
 
     def host_secret(self, nqn: str) -> str:
-        """A host's copy: its own key and the controller key (connect-path's KeysSecretId)."""
-        return json.dumps({"hostKey": self.hosts[nqn], "controllerKey": self.controller_key})
+        """A host's copy: its own key and the controller key (connect-path's KeysSecretId); during
+        a rotation, under ``paths``, the new keys for each controller whose nvmet holds them (by
+        its address: connect-path takes the keys of the address it connects to)."""
+        value: dict[str, object] = {"hostKey": self.hosts[nqn], "controllerKey": self.controller_key}
+        if self.rotation is not None:
+            new = self.rotation.keys
+            paths = {
+                address: {"hostKey": new.hosts[nqn], "controllerKey": new.controller_key}
+                for _, (stage, address) in sorted(self.rotation.controllers.items())
+                if stage in ("keyed", "connected") and address
+            }
+            if paths:
+                value["paths"] = dict(sorted(paths.items()))
+        return json.dumps(value)
+
+    def begin_rotation(self) -> tuple["ArrayKeys", bool]:
+        """New keys for the controller and every host, no controller at them yet; a rotation
+        already under way is kept (asked again, it goes on). Whether one began."""
+        if self.rotation is not None:
+            return self, False
+        return ArrayKeys(self.controller_key, self.hosts, Rotation(new_generation(self.hosts))), True
+
+    def at_stage(self, instance_id: str, stage: Stage, address: str) -> "ArrayKeys":
+        """The rotation with ``instance_id`` at ``stage`` (its address as given)."""
+        if self.rotation is None:
+            raise ValueError("no key rotation is under way")
+        controllers = {**self.rotation.controllers, instance_id: (stage, address)}
+        return ArrayKeys(self.controller_key, self.hosts, Rotation(self.rotation.keys, controllers))
+
+    def promoted(self) -> "ArrayKeys":
+        """The rotation's keys as the array's: the old ones are gone."""
+        if self.rotation is None:
+            return self
+        return ArrayKeys(self.rotation.keys.controller_key, self.rotation.keys.hosts)
 
 
 def converge(current: ArrayKeys | None, nqns: Iterable[str]) -> tuple[ArrayKeys, list[str]]:
     """The keys for the hosts ``nqns``: ``current``'s kept, a new key for each host without one,
-    the keys of hosts no longer listed dropped; a controller key made when there is none. Answers
-    the keys and what changed, in words (never a key)."""
+    the keys of hosts no longer listed dropped (in both generations during a rotation); a
+    controller key made when there is none. Answers the keys and what changed, in words (never
+    a key)."""
     wanted = sorted(set(nqns))
     changes: list[str] = []
     if current is None:
         current = ArrayKeys(controller_key=new_key())
         changes.append("controller key created")
-    hosts = {n: current.hosts[n] for n in wanted if n in current.hosts}
-    for nqn in wanted:
-        if nqn not in hosts:
-            hosts[nqn] = new_key()
-            changes.append(f"key created for host {nqn}")
-    changes += [
-        f"key dropped for host {n} (no longer listed)" for n in sorted(set(current.hosts) - set(wanted))
-    ]
-    return ArrayKeys(controller_key=current.controller_key, hosts=hosts), changes
+    keys, made, dropped = current.current.for_hosts(wanted)
+    changes += [f"key created for host {n}" for n in made]
+    changes += [f"key dropped for host {n} (no longer listed)" for n in dropped]
+    rotation = current.rotation
+    if rotation is not None:
+        new, made, dropped = rotation.keys.for_hosts(wanted)
+        if made or dropped:
+            changes.append("rotation's new keys follow the hosts")
+        rotation = Rotation(new, rotation.controllers)
+    return ArrayKeys(keys.controller_key, keys.hosts, rotation), changes
+
+
+RekeyKind = Literal["none", "target", "paths", "promote"]
+
+
+@dataclass(frozen=True)
+class RekeyStep:
+    """The key rotation's next action (``rekey_step``)."""
+
+    kind: RekeyKind
+    instance_id: str = ""
+    address: str = ""
+    reason: str = ""
+
+
+def rekey_step(keys: ArrayKeys | None, serving: Sequence[tuple[str, str]]) -> RekeyStep:
+    """What the rotation does next, given the serving controllers ``(instance id, address)`` in
+    slot order: nothing without one; else the first controller whose nvmet does not hold the new
+    keys yet gets them (``target``: also one whose configure-target a stopped run left unsure);
+    else the first whose hosts' paths do not use them yet (``paths``); else every serving
+    controller and path is at the new keys and they become the array's (``promote``). A
+    controller that left the array mid-rotation is not waited for; one that joined is rotated
+    too (it bootstrapped with the old keys)."""
+    if keys is None or keys.rotation is None:
+        return RekeyStep("none", reason="no key rotation under way")
+    rotation = keys.rotation
+    total = len(serving)
+    for number, (instance_id, address) in enumerate(serving, start=1):
+        stage = rotation.stage(instance_id)
+        if stage in (None, "keying") or rotation.controllers[instance_id][1] != address:
+            return RekeyStep(
+                "target", instance_id, address, f"new keys into nvmet on {instance_id} ({number} of {total})"
+            )
+        if stage == "keyed":
+            return RekeyStep(
+                "paths",
+                instance_id,
+                address,
+                f"hosts' paths to {instance_id} re-authenticate with the new keys ({number} of {total})",
+            )
+    return RekeyStep(
+        "promote", reason=f"all {total} controllers and their paths at the new keys: old keys removed"
+    )
 
 
 def document_parameters(authentication: str, secret_name: str | None, aws_command: str) -> dict[str, str]:

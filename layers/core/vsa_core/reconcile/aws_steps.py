@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from vsa_core.arrays import aws_keys, aws_lock, aws_observe, aws_reports, lock
+from vsa_core.arrays import aws_keys, aws_lock, aws_observe, aws_reports, keys, lock
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.controllers import aws_commands, slots
 from vsa_core.errors import RollBlockedError
@@ -141,6 +141,8 @@ def start(ctx: ReconcileContext, request: Start) -> dict[str, Any]:
     }
     if request.phase == "roll":
         answer.update(_roll(ctx, request.array_id, request.owner, now, act=True))
+    elif request.phase == "rekey":
+        answer.update(_rekey(ctx, request, observed, now))
     elif request.phase == "settle":
         answer["pending"] = bool(plan.unready_volumes(observed))
     elif request.phase == "attach":
@@ -250,6 +252,47 @@ def _roll(ctx: ReconcileContext, array_id: str, owner: str, now: str, *, act: bo
     }
 
 
+def _rekey(ctx: ReconcileContext, request: Start, observed: Observed, now: str) -> dict[str, Any]:
+    """A key rotation's next action (``keys.rekey_step``), recorded as the run's step in words:
+    new keys into one controller's nvmet, then every host's path to it re-authenticating with
+    them, controller by controller; at the end the new keys become the array's. Nothing when
+    no rotation is under way (every run passes here)."""
+    clients = aws_keys.of(ctx.arrays.ctx)
+    serving = [(c.instance_id, c.address) for c in observed.controllers]
+    names = request.documents
+    documents = plan.Documents(names.configure_target, names.connect_path, names.disconnect_path)
+    node = plan.NodePaths(**request.node.model_dump())
+    while True:
+        step = keys.rekey_step(aws_keys.rotation(clients, observed.spec), serving)
+        said = {"rekey": step.kind, "reason": step.reason}
+        if step.kind == "none":
+            return {**said, "pending": False}
+        aws_record.progress(
+            ctx.dynamodb, ctx.table, request.array_id, request.owner, f"rekey: {step.reason}", now
+        )
+        if step.kind == "promote":
+            aws_keys.promote(clients, observed.spec, [c for c, _ in serving])
+            return {**said, "pending": False}
+        if step.kind == "target":
+            aws_keys.rekey_target(clients, observed.spec, step.instance_id, step.address)
+        else:
+            aws_keys.rekey_hosts(clients, observed.spec)
+        invocations, timeout = plan.rekey_commands(step, observed, documents, node)
+        if not invocations:  # no host: its paths are trivially at the new keys
+            aws_keys.rekey_stage(clients, request.array_id, step.instance_id, "connected", step.address)
+            continue
+        sent = aws_commands.send(ctx.ssm, [i.as_dict() for i in invocations], timeout)
+        return {
+            **said,
+            "pending": True,
+            "instanceId": step.instance_id,
+            "address": step.address,
+            "document": invocations[0].document,
+            "since": sent["since"],
+            "commands": sent["commands"],
+        }
+
+
 def poll(ctx: ReconcileContext, request: Poll) -> dict[str, Any]:
     _hold(ctx, request.array_id, request.owner)
     started = request.started
@@ -291,6 +334,24 @@ def poll(ctx: ReconcileContext, request: Poll) -> dict[str, Any]:
     wanted = set(plan.invocation_pairs(started["commands"]))
     since = datetime.fromisoformat(started["since"])
     states = aws_commands.invocation_states(ctx.ssm, started["document"], since, wanted)
+    if request.phase == "rekey":
+        if states["done"]:  # this action's stage reached; the phase starts again for the next
+            stage: keys.Stage = "keyed" if started["rekey"] == "target" else "connected"
+            aws_keys.rekey_stage(
+                aws_keys.of(ctx.arrays.ctx),
+                request.array_id,
+                started["instanceId"],
+                stage,
+                started["address"],
+            )
+        timed_out = not states["done"] and states["waitedSeconds"] >= int(started["timeoutSeconds"])
+        return {
+            **states,
+            "done": False,
+            "again": states["done"],
+            "waiting": states["running"],
+            "timedOut": timed_out,
+        }
     if states["done"] and request.phase == "disconnect":
         hosts = list(started.get("hosts", []))
         aws_record.clear_host_removals(ctx.dynamodb, ctx.table, request.array_id, hosts)
@@ -306,6 +367,10 @@ def verify(ctx: ReconcileContext, request: Verify) -> dict[str, Any]:
     _hold(ctx, request.array_id, request.owner)
     observed, held = observe(ctx, request.array_id)
     left = plan.remaining(observed)
+    stored = aws_keys.rotation(aws_keys.of(ctx.arrays.ctx), observed.spec)
+    if stored is not None and stored.rotation is not None:
+        serving = [(c.instance_id, c.address) for c in observed.controllers]
+        left.append(f"keys rotation under way: {keys.rekey_step(stored, serving).reason}")
     if request.documents is not None and not left:
         # the nodes' own reports (Run Command's history): every controller re-read each
         # volume's size in the export phase, every host reported what it sees in connect

@@ -45,7 +45,7 @@ from vsa_core.arrays.dataplane import Report
 from vsa_core.arrays.spec import ARRAY_TAG, OWNED_TAG, ArraySpec
 from vsa_core.controllers.nvme import host_nqn
 
-Phase = Literal["settle", "attach", "disconnect", "export", "connect", "detach", "delete", "roll"]
+Phase = Literal["settle", "attach", "disconnect", "export", "connect", "detach", "delete", "roll", "rekey"]
 PHASES: tuple[Phase, ...] = (
     "settle",
     "attach",
@@ -55,6 +55,7 @@ PHASES: tuple[Phase, ...] = (
     "detach",
     "delete",
     "roll",
+    "rekey",
 )
 
 PHASE_TIMEOUT_SECONDS: Mapping[Phase, int] = {
@@ -72,6 +73,10 @@ PHASE_TIMEOUT_SECONDS: Mapping[Phase, int] = {
     # old one is gone: a launch + bootstrap, a drain + termination); the phase starts again
     # for the next one (vsa_core.reconcile.roll)
     "roll": 1800,
+    # each of a key rotation's actions (configure-target on one controller, or connect-path on
+    # every host to it: as export and connect); the phase starts again for the next one
+    # (vsa_core.arrays.keys.rekey_step); after the roll, so a replaced controller is rekeyed
+    "rekey": 600,
 }
 COMMAND_TIMEOUT_SECONDS: Mapping[Phase, int] = {"disconnect": 120, "export": 600, "connect": 300}
 
@@ -293,6 +298,27 @@ def commands(phase: Phase, observed: Observed, documents: Documents, node: NodeP
             for host, nqn in observed.hosts
         ]
     raise ValueError(f"phase {phase} sends no commands")
+
+
+def rekey_commands(
+    step: keys.RekeyStep, observed: Observed, documents: Documents, node: NodePaths
+) -> tuple[list[Invocation], int]:
+    """A key rotation's action as Run Command invocations and their timeout: configure-target
+    on the one controller (``target``: exactly the export phase's command for it, which reads
+    its copy, now at the new keys), or connect-path on every host for that controller's address
+    (``paths``: the connect phase's, whose document re-authenticates an existing path whose keys
+    differ from its copy's)."""
+    if step.kind == "target":
+        sent = [i for i in commands("export", observed, documents, node) if i.instance_id == step.instance_id]
+        return sent, COMMAND_TIMEOUT_SECONDS["export"]
+    if step.kind == "paths":
+        sent = [
+            i
+            for i in commands("connect", observed, documents, node)
+            if i.parameters["Address"] == step.address
+        ]
+        return sent, COMMAND_TIMEOUT_SECONDS["connect"]
+    return [], 0
 
 
 def _disconnect(array_id: str, volumes: str, address: str, node: NodePaths) -> dict[str, str]:

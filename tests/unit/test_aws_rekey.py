@@ -1,0 +1,251 @@
+"""ReconcileArray's rekey phase on moto (vsa_core.reconcile.aws_steps with aws_keys): after
+``vsactl rotate-keys`` stored new keys, the phase goes controller by controller, each action
+one start and its polls: configure-target on one controller, whose copy holds the new keys;
+then connect-path on every host for that controller's address, the hosts' copies giving the new
+keys for that address only; at the end the new keys are the array's and no copy holds an old
+one. Run Command is moto's, whose invocations all succeed; moto does not implement
+ListCommandInvocations (NotImplementedError), so ``MotoSsm`` answers it from moto's own
+ListCommands: every invocation of every command sent, Success."""
+
+import json
+import time
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.unit.conftest import REGION
+from vsa_core.arrays import aws_keys, aws_lock, aws_operations, keys
+from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.arrays.spec import ArraySpec
+from vsa_core.controllers.nvme import host_nqn
+from vsa_core.errors import ConflictError
+from vsa_core.reconcile import aws_record, aws_steps
+from vsa_core.reconcile.steps import Poll, Start, Verify
+from vsa_core.registry import ArrayRegistry
+
+NAMES = {"configureTarget": "ct", "connectPath": "cp", "disconnectPath": "dp"}
+NODE = {
+    "configfsRoot": "c",
+    "deviceDir": "d",
+    "modprobeCommand": "m",
+    "nvmeCommand": "n",
+    "nvmeConfig": "f",
+    "sysfsRoot": "s",
+}
+COMMON = {"arrayId": "demo", "owner": "run-1"}
+HOSTS = ("i-0a1b2c3d4e5f60101", "i-0a1b2c3d4e5f60102")
+
+
+class MotoSsm:
+    """moto's SSM client, with ListCommandInvocations (which moto lacks) read from its ListCommands."""
+
+    def __init__(self) -> None:
+        self.client = boto3.client("ssm", region_name=REGION)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def get_paginator(self, operation: str) -> Any:
+        if operation != "list_command_invocations":
+            return self.client.get_paginator(operation)
+        commands = self.client.list_commands()["Commands"]
+        invocations = [
+            {
+                "CommandId": c["CommandId"],
+                "InstanceId": i,
+                "DocumentName": c["DocumentName"],
+                "Status": "Success",
+                "CommandPlugins": [{"Status": "Success", "Output": ""}],
+            }
+            for c in commands
+            for i in c["InstanceIds"]
+        ]
+
+        class Pages:
+            def paginate(self, **_: Any) -> list[dict[str, Any]]:
+                return [{"CommandInvocations": invocations}]
+
+        return Pages()
+
+
+def _spec(authentication: str = "dh-hmac-chap") -> ArraySpec:
+    return ArraySpec.model_validate(
+        {
+            "arrayId": "demo",
+            "availabilityZone": "us-east-1a",
+            "controllers": {"launchTemplate": {"launchTemplateName": "vsa-demo-controller"}},
+            "perControllerIops": 100_000,
+            "minControllers": 2,
+            "maxControllers": 2,
+            "volumes": [{"volumeId": "vol-0a1b2c3d4e5f60001"}],
+            "hosts": [{"instanceId": h} for h in HOSTS],
+            "authentication": authentication,
+        }
+    )
+
+
+@pytest.fixture
+def world(registry_table: str) -> dict[str, Any]:
+    ec2 = boto3.client("ec2", region_name=REGION)
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    key = boto3.client("kms", region_name=REGION).create_key(Description="keys")["KeyMetadata"]["Arn"]
+    registry = ArrayRegistry(registry_table, dynamodb)
+    spec = _spec()
+    registry.create(spec)
+    controllers = []
+    for slot in range(2):
+        instance_id = f"i-0c0000000000000c{slot + 1}"
+        controllers.append(instance_id)
+        dynamodb.put_item(
+            TableName=registry_table,
+            Item={
+                "pk": {"S": "ARRAY#demo"},
+                "sk": {"S": f"SLOT#{slot:02d}"},
+                "instanceId": {"S": instance_id},
+                "state": {"S": "serving"},
+                "address": {"S": f"10.0.0.{slot + 1}"},
+            },
+        )
+    service = ArrayService(scheduler_role_arn="arn:aws:iam::123456789012:role/s", keys_kms_key_id=key)
+    clients = aws_keys.of(service.ctx)
+    aws_keys.converge(clients, spec, [])
+    for instance_id in controllers:
+        aws_keys.write_controller(clients, spec, instance_id, controllers)
+    aws_record.start(dynamodb, registry_table, "demo", "run-1", 1, "2026-11-27T00:00:00+00:00")
+    aws_lock.acquire(dynamodb, registry_table, "demo", "run-1", 900, int(time.time()))
+    ctx = aws_steps.ReconcileContext(
+        registry=registry,
+        arrays=service,
+        dynamodb=dynamodb,
+        ec2=ec2,
+        ssm=MotoSsm(),
+        table=registry_table,
+    )
+    return {"ctx": ctx, "clients": clients, "spec": spec, "controllers": controllers, "registry": registry}
+
+
+def _read(clients: aws_keys.KeysClients, name: str) -> dict[str, Any]:
+    return dict(json.loads(clients.secretsmanager.get_secret_value(SecretId=name)["SecretString"]))
+
+
+def _run_phase(ctx: aws_steps.ReconcileContext) -> list[dict[str, Any]]:
+    """The rekey phase as the workflow runs it: start, poll until done or again, start again."""
+    actions = []
+    for _ in range(10):
+        started = aws_steps.start(
+            ctx,
+            Start.model_validate(
+                {**COMMON, "step": "start", "phase": "rekey", "documents": NAMES, "node": NODE}
+            ),
+        )
+        actions.append(started)
+        if not started["pending"]:
+            return actions
+        polled = aws_steps.poll(
+            ctx, Poll.model_validate({**COMMON, "step": "poll", "phase": "rekey", "started": started})
+        )
+        assert polled["failed"] == []
+        assert polled["again"] is True
+        assert polled["done"] is False
+    raise AssertionError("the rekey phase did not end in 10 actions")
+
+
+def test_without_a_rotation_the_phase_does_nothing(world: dict[str, Any]) -> None:
+    actions = _run_phase(world["ctx"])
+    assert [(a["pending"], a["rekey"]) for a in actions] == [(False, "none")]
+
+
+def test_a_rotation_goes_controller_by_controller_and_leaves_no_old_key(world: dict[str, Any]) -> None:
+    ctx, clients, spec = world["ctx"], world["clients"], world["spec"]
+    first, second = world["controllers"]
+    before = aws_keys.array_keys(clients, "demo")
+    assert before is not None
+    assert aws_keys.begin_rotation(clients, spec) is True
+    rotating = aws_keys.array_keys(clients, "demo")
+    assert rotating is not None
+    assert rotating.rotation is not None
+    new = rotating.rotation.keys
+
+    actions = _run_phase(ctx)
+
+    sent = [(a["rekey"], a.get("instanceId"), a.get("document")) for a in actions]
+    assert sent == [
+        ("target", first, "ct"),
+        ("paths", first, "cp"),
+        ("target", second, "ct"),
+        ("paths", second, "cp"),
+        ("promote", None, ""),
+    ]
+    # configure-target went to that controller only; connect-path to every host, for its address
+    assert [c["instanceId"] for c in actions[0]["commands"]] == [first]
+    assert sorted(c["instanceId"] for c in actions[1]["commands"]) == sorted(HOSTS)
+    assert actions[1]["address"] == "10.0.0.1"
+    after = aws_keys.array_keys(clients, "demo")
+    assert after is not None
+    assert after.rotation is None
+    assert (after.controller_key, dict(after.hosts)) == (new.controller_key, dict(new.hosts))
+    old = {before.controller_key, *before.hosts.values()}
+    assert not old & {after.controller_key, *after.hosts.values()}
+    for host in HOSTS:
+        nqn = host_nqn(spec.hosts[HOSTS.index(host)])
+        copy = _read(clients, keys.node_secret_name("demo", host))
+        assert copy == {"hostKey": new.hosts[nqn], "controllerKey": new.controller_key}
+    for controller in (first, second):
+        copy = _read(clients, keys.node_secret_name("demo", controller))
+        assert copy["controllerKey"] == new.controller_key
+        assert set(copy["hosts"].values()) == set(new.hosts.values())
+
+
+def test_mid_rotation_a_host_copy_gives_the_new_keys_for_the_rekeyed_controller_only(
+    world: dict[str, Any],
+) -> None:
+    ctx, clients, spec = world["ctx"], world["clients"], world["spec"]
+    aws_keys.begin_rotation(clients, spec)
+    common = {**COMMON, "documents": NAMES, "node": NODE}
+    target = aws_steps.start(ctx, Start.model_validate({**common, "step": "start", "phase": "rekey"}))
+    # the controller's copy holds the new keys before its configure-target reads it; the hosts' not yet
+    rotating = aws_keys.array_keys(clients, "demo")
+    assert rotating is not None
+    assert rotating.rotation is not None
+    new = rotating.rotation.keys
+    controller_copy = _read(clients, keys.node_secret_name("demo", world["controllers"][0]))
+    assert controller_copy["controllerKey"] == new.controller_key
+    assert "paths" not in _read(clients, keys.node_secret_name("demo", HOSTS[0]))
+    aws_steps.poll(ctx, Poll.model_validate({**COMMON, "step": "poll", "phase": "rekey", "started": target}))
+    aws_steps.start(ctx, Start.model_validate({**common, "step": "start", "phase": "rekey"}))
+    host_copy = _read(clients, keys.node_secret_name("demo", HOSTS[0]))
+    nqn = host_nqn(spec.hosts[0])
+    assert host_copy["paths"] == {
+        "10.0.0.1": {"hostKey": new.hosts[nqn], "controllerKey": new.controller_key}
+    }
+    assert host_copy["hostKey"] == rotating.hosts[nqn]
+    # the run is not converged while a rotation is under way: the verify says where it stands
+    verified = aws_steps.verify(ctx, Verify.model_validate({**COMMON, "step": "verify"}))
+    assert verified["converged"] is False
+    assert any("keys rotation under way" in r for r in verified["remaining"])
+
+
+def test_rotate_keys_is_refused_without_authentication_and_resumes_a_rotation_under_way(
+    world: dict[str, Any],
+) -> None:
+    registry: ArrayRegistry = world["registry"]
+
+    class Starter:
+        def __init__(self) -> None:
+            self.works: list[list[str]] = []
+
+        def start(self, array_id: str, version: int, work: list[str]) -> dict[str, Any]:
+            self.works.append(work)
+            return {"state": "converging", "executionName": f"run-{len(self.works)}"}
+
+    starter = Starter()
+    service = world["ctx"].arrays
+    first = aws_operations.rotate_keys("demo", registry=registry, service=service, reconcile=starter)  # type: ignore[arg-type]
+    again = aws_operations.rotate_keys("demo", registry=registry, service=service, reconcile=starter)  # type: ignore[arg-type]
+    assert (first["rotation"], again["rotation"]) == ("started", "resumed")
+    assert len(starter.works) == 2
+    stored = registry.get("demo")
+    registry.put(_spec("none"), stored.version)
+    with pytest.raises(ConflictError, match="authentication none"):
+        aws_operations.rotate_keys("demo", registry=registry, service=service, reconcile=starter)  # type: ignore[arg-type]
