@@ -1,7 +1,7 @@
 """The data plane's desired against observed (vsa_core.arrays.dataplane, pure): every difference
-named, per controller and per host, from the nodes' own reports in the documents' shapes; and
-the last report of a node read from Run Command's history (aws_reports, with botocore's Stubber:
-the request shape matters)."""
+named, per controller and per host, from the nodes' own reports in the documents' shapes (with
+DH-HMAC-CHAP: which hosts each controller keyed); and the last report of a node read from Run
+Command's history (aws_reports, aws_status, with botocore's Stubber: the request shape matters)."""
 
 import json
 from datetime import UTC, datetime, timedelta
@@ -9,9 +9,13 @@ from typing import Any
 
 import boto3
 from botocore.stub import Stubber
+from hypothesis import given
+from hypothesis import strategies as st
 
-from vsa_core.arrays import aws_reports, dataplane
+from tests.specs import BASE
+from vsa_core.arrays import aws_observe, aws_reports, aws_status, dataplane
 from vsa_core.arrays.dataplane import Controller, Desired, Host, Observed, Report, Volume
+from vsa_core.arrays.spec import ArraySpec
 from vsa_core.controllers.nvme import default_host_nqn, subsystem_nqn
 
 ARRAY = "demo"
@@ -58,9 +62,30 @@ def export(volume_id: str, size_gib: int, hosts: list[str], address: str, **over
     return {**entry, **overrides}
 
 
-def controller_report(instance_id: str, exports: list[dict[str, Any]]) -> Report:
-    body = {"document": "configure-target", "arrayId": ARRAY, "mode": "apply", "exports": exports}
-    return Report("configure-target", f"cmd-{instance_id}", "2026-11-24T10:00:00+00:00", "Success", body)
+def controller_report(
+    instance_id: str,
+    exports: list[dict[str, Any]],
+    authentication: dict[str, Any] | None = None,
+    document: str = "configure-target",
+) -> Report:
+    """configure-target's report (``authentication`` as the script prints it; None: a report
+    from before the field, or report-exports', which has none)."""
+    body: dict[str, Any] = {"document": document, "arrayId": ARRAY, "mode": "apply", "exports": exports}
+    if authentication is not None:
+        body["authentication"] = authentication
+    return Report(document, f"cmd-{instance_id}", "2026-11-24T10:00:00+00:00", "Success", body)
+
+
+def keyed(*nqns: str) -> dict[str, Any]:
+    """configure-target's ``authentication`` with dh-hmac-chap, ``nqns`` keyed."""
+    return {
+        "method": "dh-hmac-chap",
+        "keysSecretId": f"vsa/{ARRAY}/nodes/c",
+        "hash": "hmac(sha256)",
+        "dhgroup": "ffdhe2048",
+        "bidirectional": True,
+        "keyedHosts": list(nqns),
+    }
 
 
 def host_report(
@@ -220,6 +245,197 @@ def test_parse_report_takes_the_last_json_line() -> None:
     assert dataplane.parse_report('log line\n{"a": 1}\n') == {"a": 1}
     assert dataplane.parse_report('{"a": 1}\n{"cut short": \n') is None
     assert dataplane.parse_report("") is None
+
+
+# --- DH-HMAC-CHAP: which hosts each controller holds a key for ----------------------------------
+
+NQN1, NQN2 = default_host_nqn(H1), default_host_nqn(H2)
+
+
+def with_authentication(
+    observed: Observed,
+    by_controller: dict[str, dict[str, Any] | None],
+    fallback: dict[str, Report | None] | None = None,
+) -> Observed:
+    """``observed`` with each controller's report carrying ``by_controller``'s authentication."""
+    reports = {
+        c: controller_report(c, list(r.body["exports"]), by_controller.get(c))
+        for c, r in observed.controller_reports.items()
+        if r is not None
+    }
+    return Observed(
+        observed.controllers, observed.attachments, reports, observed.host_reports, fallback or {}
+    )
+
+
+def test_a_controller_without_authentication_and_an_allowed_host_without_a_key_are_named() -> None:
+    # Given an array with dh-hmac-chap: controller 1 ran configure-target without
+    # authentication, controller 2 keyed host 1 only
+    wanted = desired(authentication="dh-hmac-chap")
+    observed = with_authentication(healthy(), {C1: {"method": "none"}, C2: keyed(NQN1)})
+    # When compared
+    differences = dataplane.compare(wanted, observed)
+    # Then each is named on its controller, with what fixes it, and nothing else
+    remedy = "a ReconcileArray run (vsactl apply; the drift check starts one) writes"
+    assert [(d.node, d.kind, d.volume) for d in differences] == [
+        (C1, "no-authentication", None),
+        (C2, "host-not-keyed", None),
+    ]
+    assert texts(differences) == [
+        f"controller {C1} (slot 0, 10.0.0.1) authenticates no host (its configure-target ran with "
+        "authentication none), the spec asks dh-hmac-chap: allowed hosts connect without a key; "
+        f"{remedy} every host's key",
+        f"controller {C2} (slot 1, 10.0.0.2) holds no DH-HMAC-CHAP key for host {NQN2}: it admits "
+        f"that host without authenticating it, or refuses it if it does not allow it; {remedy} the key",
+    ]
+    # and each controller's view says what its report says
+    view = dataplane.controller_view(wanted, observed, observed.controllers[1])
+    assert view["authentication"] == {
+        "method": "dh-hmac-chap",
+        "keyedHosts": [NQN1],
+        "document": "configure-target",
+    }
+
+
+def test_every_allowed_host_keyed_is_converged_and_a_key_left_for_a_dropped_host_is_no_drift() -> None:
+    # Given both controllers keyed both hosts, one also a host the spec no longer allows (nvmet
+    # cannot clear its key)
+    dropped = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-8333-8444-555555555555"
+    observed = with_authentication(healthy(), {C1: keyed(NQN1, NQN2), C2: keyed(NQN2, dropped, NQN1)})
+    # Then nothing differs
+    assert dataplane.compare(desired(authentication="dh-hmac-chap"), observed) == []
+
+
+def test_a_report_that_says_nothing_of_keys_is_unknown_not_drift() -> None:
+    # Given controllers whose last report has no authentication (a configure-target from before
+    # the field; report-exports'), or dh-hmac-chap without keyed hosts (a teardown's)
+    wanted = desired(authentication="dh-hmac-chap")
+    observed = with_authentication(healthy(), {C1: None, C2: {"method": "dh-hmac-chap"}})
+    # Then no authentication difference, and the view says unknown
+    assert dataplane.compare(wanted, observed) == []
+    view = dataplane.controller_view(wanted, observed, observed.controllers[0])
+    assert view["authentication"] == {"method": "unknown", "keyedHosts": None, "document": None}
+
+
+def test_a_report_exports_report_takes_the_keys_from_the_last_configure_target() -> None:
+    # Given controller 1's last report is report-exports' (no authentication) and its last
+    # configure-target keyed host 1 only; controller 2's own report keyed both
+    observed = healthy()
+    exports = list(observed.controller_reports[C1].body["exports"])  # type: ignore[union-attr]
+    reports = {
+        C1: controller_report(C1, exports, document="report-exports"),
+        C2: controller_report(C2, exports, keyed(NQN1, NQN2)),
+    }
+    fallback = {
+        C1: controller_report(C1, exports, keyed(NQN1)),
+        C2: controller_report(C2, exports, {"method": "none"}),
+    }
+    observed = Observed(observed.controllers, observed.attachments, reports, observed.host_reports, fallback)
+    # Then controller 1 lacks host 2's key; controller 2's own report wins over its fallback
+    differences = dataplane.compare(desired(authentication="dh-hmac-chap"), observed)
+    assert [(d.node, d.kind) for d in differences] == [(C1, "host-not-keyed")]
+    assert NQN2 in differences[0].text
+
+
+def test_an_array_without_authentication_is_never_flagged_for_keys() -> None:
+    # Given an array with authentication none, whose controllers report no keys, or keys of a
+    # former setting (nvmet keeps them)
+    for by_controller in ({C1: {"method": "none"}, C2: keyed()}, {C1: keyed(NQN1), C2: None}):
+        observed = with_authentication(healthy(), by_controller)
+        # Then nothing differs
+        assert dataplane.compare(desired(), observed) == []
+        assert dataplane.compare(desired(authentication="none"), observed) == []
+
+
+NQNS = [default_host_nqn(f"i-00000000000000a{i:02d}") for i in range(4)]
+CS = (C1, C2)
+
+
+@given(
+    allowed=st.sets(st.sampled_from(NQNS), max_size=4),
+    keyed_by=st.lists(st.sets(st.sampled_from(NQNS)), min_size=2, max_size=2),
+    states=st.lists(st.sampled_from(["serving", "draining", "bootstrapping"]), min_size=2, max_size=2),
+)
+def test_key_drift_iff_an_allowed_host_is_unkeyed_on_a_serving_controller(
+    allowed: set[str], keyed_by: list[set[str]], states: list[str]
+) -> None:
+    # Given any allowed hosts, two controllers in any state, each having keyed any hosts
+    hosts = [Host(f"i-h{i}", nqn) for i, nqn in enumerate(sorted(allowed))]
+    nodes = [
+        Controller(c, ADDRESSES[c], slot, state)
+        for slot, (c, state) in enumerate(zip(CS, states, strict=True))
+    ]
+    reports = {c: controller_report(c, [], keyed(*k)) for c, k in zip(CS, keyed_by, strict=True)}
+    observed = Observed(nodes, controller_reports=reports)
+    # When compared (the hosts report nothing here: only the controllers' differences count)
+    differences = [
+        d
+        for d in dataplane.compare(desired(volumes=[], hosts=hosts, authentication="dh-hmac-chap"), observed)
+        if d.node in CS
+    ]
+    # Then one host-not-keyed per serving controller and allowed host it holds no key for, and nothing else
+    unkeyed = {
+        (c, nqn)
+        for c, k, state in zip(CS, keyed_by, states, strict=True)
+        if state == "serving"
+        for nqn in allowed - k
+    }
+    assert {(d.node, nqn) for d in differences for nqn in NQNS if f"key for host {nqn}:" in d.text} == unkeyed
+    assert [d.kind for d in differences] == ["host-not-keyed"] * len(unkeyed)
+    # and none at all for an array without authentication
+    assert [d for d in dataplane.compare(desired(volumes=[], hosts=hosts), observed) if d.node in CS] == []
+
+
+def test_the_status_reads_the_last_configure_target_only_where_the_last_report_is_another_documents() -> None:
+    ssm = boto3.client("ssm", region_name="us-east-1")
+    clients = aws_observe.ArrayClients(None, None, None, None, ssm, "")
+    documents = aws_reports.NodeDocuments(
+        "vsa-configure-target", "vsa-connect-path", "vsa-disconnect-path", report_exports="vsa-report-exports"
+    )
+    now = datetime(2026, 11, 24, 10, 0, tzinfo=UTC)
+    mine = controller_report(C1, [], keyed(NQN1)).body
+    last = {
+        C1: controller_report(C1, [], document="report-exports"),
+        C2: controller_report(C2, [], keyed(NQN1)),
+        DRAINING: None,
+    }
+    spec = ArraySpec.model_validate(
+        {
+            **BASE,
+            "arrayId": ARRAY,
+            "availabilityZone": "us-east-1a",
+            "minControllers": 1,
+            "maxControllers": 2,
+            "hosts": [{"instanceId": H1}],
+        }
+    )
+    assert spec.authentication == "dh-hmac-chap"
+    with Stubber(ssm) as stub:
+        # Given controller 1's last report is report-exports', controller 2's configure-target's,
+        # and a third reported nothing: only controller 1's configure-target history is read
+        stub.add_response(
+            "list_command_invocations",
+            {"CommandInvocations": [_invocation(CMD["c-old"], now - timedelta(days=1))]},
+            {"InstanceId": C1, "Filters": [{"key": "DocumentName", "value": "vsa-configure-target"}]},
+        )
+        stub.add_response(
+            "get_command_invocation",
+            {"CommandId": CMD["c-old"], "InstanceId": C1, "StandardOutputContent": json.dumps(mine) + "\n"},
+            {"CommandId": CMD["c-old"], "InstanceId": C1},
+        )
+        found = aws_status._authentication_reports(clients, spec, documents, last)
+        stub.assert_no_pending_responses()
+    assert list(found) == [C1]
+    assert dataplane.authentication_of(found[C1]) == dataplane.Authenticating(
+        "dh-hmac-chap", frozenset({NQN1}), "configure-target"
+    )
+    # and nothing is read for an array without authentication
+    assert (
+        aws_status._authentication_reports(
+            clients, spec.model_copy(update={"authentication": "none"}), documents, last
+        )
+        == {}
+    )
 
 
 # --- the last report, from Run Command's history -------------------------------------------------

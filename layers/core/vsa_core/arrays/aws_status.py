@@ -3,12 +3,14 @@ controller in flight makes it busy.
 
 The data plane's part is what the nodes themselves last reported (``aws_reports``), next to
 what the spec asks, with every difference in words (``vsa_core.arrays.dataplane``): a host's
-paths are the host's own report, never inferred from the registry."""
+paths are the host's own report, never inferred from the registry. For an array with
+dh-hmac-chap, a controller whose last report is report-exports' (which says nothing of keys)
+has its keyed hosts from its last configure-target report: one more read per such controller."""
 
 from collections.abc import Mapping
 from typing import Any
 
-from vsa_core.arrays import aws_observe, aws_reports, dataplane
+from vsa_core.arrays import aws_observe, aws_reports, dataplane, keys
 from vsa_core.arrays.aws_observe import ArrayClients
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.dataplane import Report
@@ -16,6 +18,10 @@ from vsa_core.arrays.spec import ArraySpec
 from vsa_core.controllers.nvme import host_nqn
 from vsa_core.naming import backup_schedule_name, group_name, iops_alarm_name
 from vsa_core.scaling.capacity import deliverable_iops, volume_bound_reason, volume_controllers
+
+CONFIGURE_TARGET = "configure-target"
+"""The document name a configure-target report carries (its ``document``; the deployed SSM
+document's name is the stack's)."""
 
 
 def status(
@@ -107,16 +113,17 @@ def _data_plane(
         )
         for c in controllers
     ]
+    controller_reports = {
+        n.instance_id: aws_reports.last_report(
+            clients.ssm, n.instance_id, documents.controller, spec.array_id, documents.recent
+        )
+        for n in nodes
+        if n.state == "serving"
+    }
     observed = dataplane.Observed(
         controllers=nodes,
         attachments={v["volumeId"]: frozenset(v["attachments"]) for v in volumes},
-        controller_reports={
-            n.instance_id: aws_reports.last_report(
-                clients.ssm, n.instance_id, documents.controller, spec.array_id, documents.recent
-            )
-            for n in nodes
-            if n.state == "serving"
-        },
+        controller_reports=controller_reports,
         host_reports=dict(host_reports)
         if host_reports is not None
         else {
@@ -125,6 +132,7 @@ def _data_plane(
             )
             for h in desired.hosts
         },
+        authentication_reports=_authentication_reports(clients, spec, documents, controller_reports),
     )
     for controller, node in zip(controllers, nodes, strict=True):
         if node.state == "serving":
@@ -141,9 +149,29 @@ def _data_plane(
     }
 
 
+def _authentication_reports(
+    clients: ArrayClients,
+    spec: ArraySpec,
+    documents: NodeDocuments,
+    controller_reports: Mapping[str, Report | None],
+) -> dict[str, Report | None]:
+    """For an array with dh-hmac-chap, each serving controller's last configure-target report
+    where its last report is another document's (report-exports, the health check's, says
+    nothing of keys): which hosts it keyed. Nothing to read for an array without keys."""
+    if spec.authentication != keys.DH_HMAC_CHAP or not documents.configure_target:
+        return {}
+    return {
+        instance_id: aws_reports.last_report(
+            clients.ssm, instance_id, (documents.configure_target,), spec.array_id
+        )
+        for instance_id, report in controller_reports.items()
+        if report is not None and report.document != CONFIGURE_TARGET
+    }
+
+
 def desired_data_plane(spec: ArraySpec, volumes: list[dict[str, Any]]) -> dataplane.Desired:
     """What the spec asks of the nodes: every volume that exists (its size as EBS has it),
-    every host with the NQN it connects with."""
+    every host with the NQN it connects with, how they authenticate."""
     return dataplane.Desired(
         array_id=spec.array_id,
         volumes=[
@@ -151,6 +179,7 @@ def desired_data_plane(spec: ArraySpec, volumes: list[dict[str, Any]]) -> datapl
         ],
         hosts=[dataplane.Host(h.instance_id, host_nqn(h)) for h in spec.hosts],
         allow_any_host=spec.allow_any_host,
+        authentication=spec.authentication,
     )
 
 

@@ -8,6 +8,12 @@ ports it is linked to). A host's is connect-path's or disconnect-path's, whichev
 multipath head's size). ``compare`` is what ``GET /arrays/{id}`` shows as the array's drift, and
 what a dry-run shows as the data plane's part of the plan.
 
+With ``authentication: dh-hmac-chap`` a controller's report also says how it authenticates:
+configure-target's ``authentication`` (``method``, and ``keyedHosts``: the host NQNs whose key it
+wrote into nvmet). A report without it (report-exports', or a configure-target older than the
+field) says nothing about keys: ``unknown``, never drift. A keyed host the spec no longer allows
+is no drift either: nvmet cannot clear a key (only removing the host entry does).
+
 Only **serving** controllers (their slot says so) are expected to export and to be reached by
 every host: a controller still bootstrapping or already draining is on its way in or out, and
 its workflow owns its paths.
@@ -18,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vsa_core.arrays.keys import DH_HMAC_CHAP, NONE, Authentication
 from vsa_core.controllers.nvme import subsystem_nqn_prefix
 
 GIB = 2**30
@@ -99,17 +106,66 @@ class Desired:
     hosts: Sequence[Host]
     allow_any_host: bool = False
     io_policy: str = IO_POLICY
+    authentication: Authentication = NONE
+    """How hosts authenticate (the spec's): with dh-hmac-chap every serving controller holds a
+    key for every host in ``hosts``."""
 
 
 @dataclass(frozen=True)
 class Observed:
     """What AWS and the nodes say: the group's controllers, each volume's attachments (EC2),
-    and each node's last report (None when it has reported nothing)."""
+    and each node's last report (None when it has reported nothing). ``authentication_reports``:
+    per controller, the report to read its authentication from when its last report carries
+    none (its last configure-target's: report-exports, the health check's, says nothing of keys)."""
 
     controllers: Sequence[Controller]
     attachments: Mapping[str, frozenset[str]] = field(default_factory=dict)
     controller_reports: Mapping[str, Report | None] = field(default_factory=dict)
     host_reports: Mapping[str, Report | None] = field(default_factory=dict)
+    authentication_reports: Mapping[str, Report | None] = field(default_factory=dict)
+
+
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Authenticating:
+    """How a controller authenticates hosts as its report says: ``method`` ``unknown`` when no
+    report says (before the field existed, or only report-exports'), ``keyed_hosts`` None when
+    the report names none (unknown, not empty: a teardown's, or an unknown method)."""
+
+    method: str = UNKNOWN
+    keyed_hosts: frozenset[str] | None = None
+    document: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        keyed = None if self.keyed_hosts is None else sorted(self.keyed_hosts)
+        return {"method": self.method, "keyedHosts": keyed, "document": self.document}
+
+
+def authentication_of(report: Report | None) -> Authenticating | None:
+    """The ``authentication`` a report carries, or None when it carries none."""
+    if report is None:
+        return None
+    value = report.body.get("authentication")
+    if not isinstance(value, Mapping) or not isinstance(value.get("method"), str):
+        return None
+    keyed = value.get("keyedHosts")
+    return Authenticating(
+        method=str(value["method"]),
+        keyed_hosts=frozenset(str(h) for h in keyed) if isinstance(keyed, list) else None,
+        document=report.document,
+    )
+
+
+def authenticating(observed: Observed, instance_id: str) -> Authenticating:
+    """How a controller authenticates: its last report's word, else its last configure-target's,
+    else ``unknown``."""
+    return (
+        authentication_of(observed.controller_reports.get(instance_id))
+        or authentication_of(observed.authentication_reports.get(instance_id))
+        or Authenticating()
+    )
 
 
 def _gib(size: Any) -> str:
@@ -193,7 +249,41 @@ def _controller_differences(desired: Desired, observed: Observed, controller: Co
     for volume_id in sorted(set(exports) - known):
         text = f"{where} exports volume {volume_id}, which the spec does not declare"
         add("exported-not-declared", text, volume_id)
+    if desired.authentication == DH_HMAC_CHAP:
+        found += _key_differences(node, where, authenticating(observed, node), wanted_hosts)
     return found
+
+
+REMEDY = "a ReconcileArray run (vsactl apply; the drift check starts one) writes"
+
+
+def _key_differences(
+    node: str, where: str, seen: Authenticating, wanted_hosts: list[str]
+) -> list[Difference]:
+    """What a controller lacks of dh-hmac-chap, as its report says: an unknown method or
+    unnamed keyed hosts say nothing; a host keyed but no longer wanted is no difference (nvmet
+    cannot clear a key)."""
+    if seen.method == UNKNOWN:
+        return []
+    if seen.method != DH_HMAC_CHAP:
+        text = (
+            f"{where} authenticates no host (its configure-target ran with authentication "
+            f"{seen.method}), the spec asks dh-hmac-chap: allowed hosts connect without a key; "
+            f"{REMEDY} every host's key"
+        )
+        return [Difference(node, "no-authentication", text)]
+    if seen.keyed_hosts is None:
+        return []
+    return [
+        Difference(
+            node,
+            "host-not-keyed",
+            f"{where} holds no DH-HMAC-CHAP key for host {nqn}: it admits that host without "
+            f"authenticating it, or refuses it if it does not allow it; {REMEDY} the key",
+        )
+        for nqn in wanted_hosts
+        if nqn not in seen.keyed_hosts
+    ]
 
 
 def _export_differences(
@@ -311,11 +401,13 @@ def host_view(desired: Desired, observed: Observed, host: Host) -> dict[str, Any
 
 
 def controller_view(desired: Desired, observed: Observed, controller: Controller) -> dict[str, Any]:
-    """A controller as its own last report shows it: the array's subsystems it exports."""
+    """A controller as its own last report shows it: the array's subsystems it exports, and how
+    it authenticates hosts (``authenticating``: ``unknown`` when no report says)."""
     report = observed.controller_reports.get(controller.instance_id)
     exports = exports_of(report, desired.array_id)
     return {
         "report": report.as_dict() if report is not None else None,
+        "authentication": authenticating(observed, controller.instance_id).as_dict(),
         "exports": [
             {
                 "volumeId": volume_id,

@@ -405,6 +405,7 @@ def size_differences(
         volumes=[dataplane.Volume(v, v, observed.sizes.get(v)) for v in observed.volume_ids],
         hosts=[dataplane.Host(h, nqn) for h, nqn in observed.hosts],
         allow_any_host=observed.spec.allow_any_host,
+        authentication=observed.spec.authentication,
     )
     seen = dataplane.Observed(
         controllers=[
