@@ -136,8 +136,33 @@ def test_the_roll_phase_starts_again_for_each_action_polled_every_15_seconds(
     run = run_case(sfn, workflow(NAME, "reconcile_array.asl.json"), "RollsAgain", REQUEST)
     assert run["status"] == "SUCCEEDED", run.get("cause")
     # Then the roll phase started twice, the other phases once, in order
-    assert [s["phase"] for s in lambda_inputs(run, "start")] == [*PHASES, "roll"]
+    after_roll = PHASES.index("roll") + 1
+    assert [s["phase"] for s in lambda_inputs(run, "start")] == [
+        *PHASES[:after_roll],
+        "roll",
+        *PHASES[after_roll:],
+    ]
     # and its polls waited in WaitRoll (15 s), not WaitPhase (2 s)
     states = entered(run)
     assert states.count("WaitRoll") == 2
     assert "WaitPhase" not in states
+
+
+def test_a_key_rotation_starts_the_rekey_phase_again_for_each_action_polled_every_2_seconds(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    # Given a key rotation under way: the rekey phase's start sends configure-target to the one
+    # controller, its poll says the next action is due (again); the next start sends
+    # connect-path to the hosts, polled again; the third start promotes the keys (no command)
+    run = run_case(sfn, workflow(NAME, "reconcile_array.asl.json"), "RekeysAgain", REQUEST)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    # Then the rekey phase started three times, after every other phase, each poll's
+    # "again" taking it back to its start with the poll's own answer
+    assert [s["phase"] for s in lambda_inputs(run, "start")] == [*PHASES, "rekey", "rekey"]
+    polls = lambda_inputs(run, "poll")
+    assert [p["started"]["rekey"] for p in polls] == ["target", "paths"]
+    # and polled every 2 s (WaitPhase), not the roll's 15 s
+    states = entered(run)
+    assert states.count("WaitPhase") == 2
+    assert "WaitRoll" not in states
+    assert states[-1] == "Converged"
