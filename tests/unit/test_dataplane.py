@@ -21,6 +21,7 @@ from vsa_core.controllers.nvme import default_host_nqn, subsystem_nqn
 ARRAY = "demo"
 V1, V2 = "vol-0000000000000000a", "vol-0000000000000000b"
 C1, C2, DRAINING = "i-00000000000000c01", "i-00000000000000c02", "i-00000000000000c03"
+C3 = "i-00000000000000c04"
 H1, H2 = "i-00000000000000a01", "i-00000000000000a02"
 ADDRESSES = {C1: "10.0.0.1", C2: "10.0.0.2", DRAINING: "10.0.0.3"}
 GIB = 2**30
@@ -337,6 +338,30 @@ def test_a_report_exports_report_takes_the_keys_from_the_last_configure_target()
     assert NQN2 in differences[0].text
 
 
+def test_report_exports_keyed_hosts_are_read_as_nvmet_shows_them_now() -> None:
+    # Given controller 1's last report is report-exports' naming host 1 only as keyed in nvmet
+    # (method observed), and its last configure-target keyed both (the fallback, not needed)
+    observed = healthy()
+    exports = list(observed.controller_reports[C1].body["exports"])  # type: ignore[union-attr]
+    reports = {
+        C1: controller_report(
+            C1, exports, {"method": "observed", "keyedHosts": [NQN1]}, document="report-exports"
+        ),
+        C2: controller_report(C2, exports, keyed(NQN1, NQN2)),
+    }
+    fallback = {C1: controller_report(C1, exports, keyed(NQN1, NQN2))}
+    observed = Observed(observed.controllers, observed.attachments, reports, observed.host_reports, fallback)
+    # Then controller 1 lacks host 2's key: report-exports' view wins over an older configure-target
+    differences = dataplane.compare(desired(authentication="dh-hmac-chap"), observed)
+    assert [(d.node, d.kind) for d in differences] == [(C1, "host-not-keyed")]
+    # and an observed report with every host keyed is converged, not "no authentication"
+    reports[C1] = controller_report(
+        C1, exports, {"method": "observed", "keyedHosts": [NQN1, NQN2]}, document="report-exports"
+    )
+    observed = Observed(observed.controllers, observed.attachments, reports, observed.host_reports, {})
+    assert dataplane.compare(desired(authentication="dh-hmac-chap"), observed) == []
+
+
 def test_an_array_without_authentication_is_never_flagged_for_keys() -> None:
     # Given an array with authentication none, whose controllers report no keys, or keys of a
     # former setting (nvmet keeps them)
@@ -397,6 +422,10 @@ def test_the_status_reads_the_last_configure_target_only_where_the_last_report_i
     last = {
         C1: controller_report(C1, [], document="report-exports"),
         C2: controller_report(C2, [], keyed(NQN1)),
+        # report-exports that names the keyed hosts itself: nothing more to read
+        C3: controller_report(
+            C3, [], {"method": "observed", "keyedHosts": [NQN1]}, document="report-exports"
+        ),
         DRAINING: None,
     }
     spec = ArraySpec.model_validate(

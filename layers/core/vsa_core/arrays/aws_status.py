@@ -4,8 +4,9 @@ controller in flight makes it busy.
 The data plane's part is what the nodes themselves last reported (``aws_reports``), next to
 what the spec asks, with every difference in words (``vsa_core.arrays.dataplane``): a host's
 paths are the host's own report, never inferred from the registry. For an array with
-dh-hmac-chap, a controller whose last report is report-exports' (which says nothing of keys)
-has its keyed hosts from its last configure-target report: one more read per such controller."""
+dh-hmac-chap, report-exports says which hosts nvmet holds a key for; a controller whose last
+report says nothing of keys (one from a report-exports before it did) has its keyed hosts from
+its last configure-target report: one more read per such controller."""
 
 from collections.abc import Mapping
 from typing import Any
@@ -165,7 +166,9 @@ def _authentication_reports(
             clients.ssm, instance_id, (documents.configure_target,), spec.array_id
         )
         for instance_id, report in controller_reports.items()
-        if report is not None and report.document != CONFIGURE_TARGET
+        if report is not None
+        and report.document != CONFIGURE_TARGET
+        and dataplane.authentication_of(report) is None
     }
 
 

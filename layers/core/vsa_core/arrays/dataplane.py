@@ -254,6 +254,9 @@ def _controller_differences(desired: Desired, observed: Observed, controller: Co
     return found
 
 
+OBSERVED = "observed"
+"""report-exports' method: the keyed hosts as nvmet's configfs shows them now (whatever the
+last configure-target was asked)."""
 REMEDY = "a ReconcileArray run (vsactl apply; the drift check starts one) writes"
 
 
@@ -265,7 +268,7 @@ def _key_differences(
     cannot clear a key)."""
     if seen.method == UNKNOWN:
         return []
-    if seen.method != DH_HMAC_CHAP:
+    if seen.method not in (DH_HMAC_CHAP, OBSERVED):
         text = (
             f"{where} authenticates no host (its configure-target ran with authentication "
             f"{seen.method}), the spec asks dh-hmac-chap: allowed hosts connect without a key; "
