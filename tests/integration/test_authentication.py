@@ -6,7 +6,9 @@ A new array authenticates by default: the apply stores the array's keys and each
 the controller's bootstrap its own copy; configure-target writes the keys into nvmet's host
 entries and connect-path connects with them, each reading its secret on the node. The stack's
 NodeKeysPolicy lets a node read only the secret tagged with its own instance ARN
-(``ec2:SourceInstanceARN``): another node, of this array or of none, is refused."""
+(``ec2:SourceInstanceARN``): another node, of this array or of none, is refused. A rotation
+(POST /arrays/{id}/rotate-keys) runs ReconcileArray's rekey phase: every key new, nvmet and the
+copies at them, the paths live throughout."""
 
 import contextlib
 import json
@@ -20,6 +22,8 @@ from botocore.exceptions import WaiterError
 from tests.integration.arrays_world import (
     World,
     create_array,
+    follow_run,
+    get_array,
     host_paths,
     node_root,
     settle,
@@ -146,3 +150,75 @@ def test_an_array_asked_without_authentication_stores_no_key_and_its_host_connec
     paths = host_paths(node_root(world.endpoint, host))
     assert paths
     assert all(set(states.values()) == {"live"} for states in paths.values()), paths
+
+
+def test_rotate_keys_replaces_every_key_controller_by_controller_with_paths_kept_live(
+    api: Api, world: World, arrays: Callable[[], str]
+) -> None:
+    # Given an array of one host and two controllers, authenticated, its paths live
+    array_id = arrays()
+    spec = spec_for(
+        array_id, world, volumes=[{"volumeId": world.volume()}], minControllers=2, maxControllers=2
+    )
+    create_array(api, array_id, spec)
+    settle(array_id)
+    host = spec["hosts"][0]["instanceId"]
+    controllers = [
+        i["InstanceId"]
+        for i in boto3.client("autoscaling").describe_auto_scaling_groups(
+            AutoScalingGroupNames=[f"vsa-{array_id}-controllers"]
+        )["AutoScalingGroups"][0]["Instances"]
+    ]
+    old = _secret(f"vsa/{array_id}/keys")
+    (nqn,) = old["hosts"]
+
+    # When its keys are rotated (vsactl rotate-keys)
+    status, reply = api.call("POST", f"/arrays/{array_id}/rotate-keys")
+    assert status == 202, reply
+    assert reply["rotation"] == "started"
+    follow_run(reply)
+
+    # Then the array's keys are all new, no rotation is left half-done
+    new = _secret(f"vsa/{array_id}/keys")
+    assert "rotation" not in new
+    assert new["controllerKey"] != old["controllerKey"]
+    assert new["hosts"][nqn] != old["hosts"][nqn]
+    # ... each controller's nvmet holds the new keys for the host, and its copy holds no old key
+    for controller in controllers:
+        entry = _nvmet_host(node_root(world.endpoint, controller), nqn)
+        assert (entry / "dhchap_key").read_text().strip() == new["hosts"][nqn]
+        assert (entry / "dhchap_ctrl_key").read_text().strip() == new["controllerKey"]
+        assert _secret(f"vsa/{array_id}/node/{controller}") == new
+    # ... the host's copy holds the new keys only (no per-address keys left)
+    assert _secret(f"vsa/{array_id}/node/{host}") == {
+        "hostKey": new["hosts"][nqn],
+        "controllerKey": new["controllerKey"],
+    }
+    # ... and its paths through both controllers stayed live
+    paths = host_paths(node_root(world.endpoint, host))
+    assert paths
+    assert all(len(states) == 2 and set(states.values()) == {"live"} for states in paths.values()), paths
+    # and the array shows the run converged, its last step the rotation's end
+    array = get_array(api, array_id)
+    assert array["reconcile"]["state"] == "converged", array["reconcile"]
+
+
+def test_rotate_keys_says_what_to_fix_without_authentication_or_array(
+    api: Api, world: World, arrays: Callable[[], str]
+) -> None:
+    array_id = arrays()
+    spec = spec_for(
+        array_id,
+        world,
+        volumes=[{"volumeId": world.volume()}],
+        minControllers=1,
+        maxControllers=1,
+        authentication="none",
+    )
+    create_array(api, array_id, spec)
+    status, reply = api.call("POST", f"/arrays/{array_id}/rotate-keys")
+    assert status == 409, reply
+    assert "authentication none" in reply["message"]
+    assert "dh-hmac-chap" in reply["message"]
+    status, reply = api.call("POST", "/arrays/no-such-array/rotate-keys")
+    assert status == 404, reply
