@@ -195,6 +195,14 @@ def test_a_rotation_goes_controller_by_controller_and_leaves_no_old_key(world: d
         copy = _read(clients, keys.node_secret_name("demo", controller))
         assert copy["controllerKey"] == new.controller_key
         assert set(copy["hosts"].values()) == set(new.hosts.values())
+    # and no secret keeps a previous version by its stage (those held old keys)
+    names = [
+        keys.array_secret_name("demo"),
+        *(keys.node_secret_name("demo", n) for n in [*HOSTS, first, second]),
+    ]
+    for name in names:
+        stages = clients.secretsmanager.describe_secret(SecretId=name)["VersionIdsToStages"]
+        assert not any("AWSPREVIOUS" in s for s in stages.values()), (name, stages)
 
 
 def test_mid_rotation_a_host_copy_gives_the_new_keys_for_the_rekeyed_controller_only(

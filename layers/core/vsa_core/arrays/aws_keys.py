@@ -395,7 +395,22 @@ def promote(clients: KeysClients, spec: ArraySpec, controllers: Sequence[str]) -
     _put_array(clients, spec.array_id, promoted)
     existing = node_secrets(clients, spec.array_id)
     held = [c for c in controllers if keys.node_secret_name(spec.array_id, c) in existing]
-    return _store(clients, spec.array_id, _copies(spec, promoted, held), existing, dry_run=False)
+    changes = _store(clients, spec.array_id, _copies(spec, promoted, held), existing, dry_run=False)
+    for name in [keys.array_secret_name(spec.array_id), *node_secrets(clients, spec.array_id)]:
+        _forget_previous(clients, name)
+    return changes
+
+
+def _forget_previous(clients: KeysClients, name: str) -> None:
+    """Take ``AWSPREVIOUS`` off the secret's previous version (which held old keys): a version
+    without a staging label is deprecated, and Secrets Manager deletes it in time
+    (UpdateSecretVersionStage; "Secrets Manager removes outdated versions")."""
+    versions = clients.secretsmanager.describe_secret(SecretId=name).get("VersionIdsToStages", {})
+    for version_id, stages in versions.items():
+        if "AWSPREVIOUS" in stages and "AWSCURRENT" not in stages:
+            clients.secretsmanager.update_secret_version_stage(
+                SecretId=name, VersionStage="AWSPREVIOUS", RemoveFromVersionId=version_id
+            )
 
 
 def delete_all(clients: KeysClients, array_id: str) -> list[str]:
