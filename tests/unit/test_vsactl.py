@@ -825,3 +825,38 @@ def test_events_refuses_a_since_it_cannot_read_and_sends_nothing(run, api):
     assert api.requests == []
     missing = run("events", "nope")
     assert missing.exit_code == 1
+
+
+def test_rotate_keys_posts_signed_and_wait_follows_the_run_to_its_end(run, api):
+    started = {
+        "arrayId": "demo",
+        "rotation": "started",
+        "reconcile": {
+            "state": "converging",
+            "executionName": "reconcile-demo-v4-r1",
+            "remaining": ["keys rotation"],
+        },
+    }
+    api.answer("POST", "/v1/arrays/demo/rotate-keys", 202, started)
+    api.answer("GET", "/v1/arrays/demo", 200, {"reconcile": {"state": "converged", "step": "rekey: done"}})
+
+    result = run("rotate-keys", "demo", "--wait")
+
+    assert result.exit_code == 0, result.output
+    assert "array demo: keys rotation started" in result.output
+    assert "demo: converged (rekey: done)" in result.output
+    assert [(r.method, r.path) for r in api.requests] == [
+        ("POST", "/v1/arrays/demo/rotate-keys"),
+        ("GET", "/v1/arrays/demo"),
+    ]
+    assert_signed(api.requests[0])
+
+
+def test_rotate_keys_shows_the_apis_refusal_and_exits_1(run, api):
+    refusal = {"message": "array 'demo' has authentication none: there are no keys to rotate"}
+    api.answer("POST", "/v1/arrays/demo/rotate-keys", 409, refusal)
+
+    result = run("rotate-keys", "demo")
+
+    assert result.exit_code == 1, result.output
+    assert "authentication none" in result.output
