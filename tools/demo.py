@@ -379,8 +379,16 @@ def run(
     serving = controllers_settled(array_id, out)
     show_paths(host)
 
+    say("12.", "rotate the array's DH-HMAC-CHAP keys, with no IO stop: controller by controller")
+    note("the API stores new keys beside the current ones and starts ReconcileArray; its rekey phase")
+    note("writes them into one controller's nvmet (live connections stay up), then has every host's path")
+    note("to it re-authenticate with them, then the next controller; at the end they become the array's")
+    note("and no secret keeps an old key (each node reads only its own copy, with its own instance role):")
+    vsactl("rotate-keys", array_id, "--wait", "--timeout", "600")
+    show_paths(host)
+
     mode = "application" if mountpoints else "crash"
-    say("12.", f"an {mode}-consistent backup of the whole array: one point in time across every volume")
+    say("13.", f"an {mode}-consistent backup of the whole array: one point in time across every volume")
     if mountpoints:
         note("ConsistentBackup: preflight (a serving controller, the host online, freeze-io dry run on every")
         note("host), freeze-io on every host at once (each arms an on-host watchdog that thaws by itself")
@@ -394,15 +402,15 @@ def run(
     note("window; otherwise crash-consistent with the reason. Retention keeps the policy's 7 sets;")
     note(f"vsactl backup list {array_id} lists them, vsactl restore makes volumes (or a new array) from one.")
 
-    say("13.", "the array's live state, with the decisions, the controllers' slots and the last backups")
+    say("14.", "the array's live state, with the decisions, the controllers' slots and the last backups")
     vsactl("get", array_id)
     vsactl("list")
 
-    say("14.", "the array's story so far, oldest first: each decision, bootstrap, drain, reconcile, backup")
+    say("15.", "the array's story so far, oldest first: each decision, bootstrap, drain, reconcile, backup")
     note("from the registry and the workflows' runs; a failure would show its error and cause on its line")
     vsactl("events", array_id)
 
-    say("15.", "the health check: what every host sees, every few minutes (here invoked, twice)")
+    say("16.", "the health check: what every host sees, every few minutes (here invoked, twice)")
     note("on its schedule it reads each host's newest report, counts each host's live paths against the")
     note("serving controllers, replaces a controller no host reaches (two runs in a row), starts")
     note("ReconcileArray for a data plane that drifted from the spec, flags an overdue backup, sends the")
