@@ -257,6 +257,8 @@ def _rekey(ctx: ReconcileContext, request: Start, observed: Observed, now: str) 
     new keys into one controller's nvmet, then every host's path to it re-authenticating with
     them, controller by controller; at the end the new keys become the array's. Nothing when
     no rotation is under way (every run passes here)."""
+    if observed.spec.authentication != keys.DH_HMAC_CHAP:
+        return {"rekey": "none", "reason": "the array does not authenticate", "pending": False}
     clients = aws_keys.of(ctx.arrays.ctx)
     serving = [(c.instance_id, c.address) for c in observed.controllers]
     names = request.documents
@@ -367,7 +369,8 @@ def verify(ctx: ReconcileContext, request: Verify) -> dict[str, Any]:
     _hold(ctx, request.array_id, request.owner)
     observed, held = observe(ctx, request.array_id)
     left = plan.remaining(observed)
-    stored = aws_keys.rotation(aws_keys.of(ctx.arrays.ctx), observed.spec)
+    authenticates = observed.spec.authentication == keys.DH_HMAC_CHAP
+    stored = aws_keys.rotation(aws_keys.of(ctx.arrays.ctx), observed.spec) if authenticates else None
     if stored is not None and stored.rotation is not None:
         serving = [(c.instance_id, c.address) for c in observed.controllers]
         left.append(f"keys rotation under way: {keys.rekey_step(stored, serving).reason}")
