@@ -294,3 +294,96 @@ def test_a_dashboard_is_created_updated_and_deleted_and_a_bad_body_fails(aws: Ca
         assert "DashboardBody is not valid JSON" in failure_reasons(cfn, bad)
     finally:
         cfn.delete_stack(StackName=bad)
+
+
+def _managed_policy_template(actions: list[str], roles: list[str]) -> str:
+    role = {
+        "Type": "AWS::IAM::Role",
+        "Properties": {
+            "AssumeRolePolicyDocument": {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Principal": {"Service": "lambda.amazonaws.com"},
+                        "Action": "sts:AssumeRole",
+                    }
+                ],
+            }
+        },
+    }
+    return json.dumps(
+        {
+            "Resources": {
+                "First": role,
+                "Second": role,
+                "Policy": {
+                    "Type": "AWS::IAM::ManagedPolicy",
+                    "Properties": {
+                        "PolicyDocument": {
+                            "Version": "2012-10-17",
+                            "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}],
+                        },
+                        "Roles": [{"Ref": r} for r in roles],
+                    },
+                },
+            },
+            "Outputs": {
+                "PolicyArn": {"Value": {"Ref": "Policy"}},
+                "First": {"Value": {"Ref": "First"}},
+                "Second": {"Value": {"Ref": "Second"}},
+            },
+        }
+    )
+
+
+def test_a_stack_update_versions_a_managed_policy_and_moves_its_attachments(
+    aws: Callable[[str], Any],
+) -> None:
+    """AWS::IAM::ManagedPolicy ``PolicyDocument``, ``Roles``: "Update requires: No interruption"
+    (CloudFormation User Guide, AWS::IAM::ManagedPolicy): the same policy gets a new default
+    version. LocalStack's provider raised NotImplementedError on update, which its engine
+    reported as UPDATE_COMPLETE with the policy unchanged."""
+    cfn, iam = aws("cloudformation"), aws("iam")
+    name = f"cfn-policy-{uuid.uuid4().hex[:8]}"
+    # Given a managed policy of one action attached to the first role
+    cfn.create_stack(
+        StackName=name, TemplateBody=_managed_policy_template(["ec2:DescribeVolumes"], ["First"])
+    )
+    cfn.get_waiter("stack_create_complete").wait(StackName=name, WaiterConfig=FAST)
+    out = outputs(cfn, name)
+    try:
+        # When the stack is updated six times: the document gains an action each time, and the
+        # policy moves from the first role to the second
+        actions = ["ec2:DescribeVolumes"]
+        for extra in [
+            "ec2:DescribeInstances",
+            "ssm:SendCommand",
+            "sqs:GetQueueUrl",
+            "s3:GetObject",
+            "sns:Publish",
+        ]:
+            actions.append(extra)
+            cfn.update_stack(StackName=name, TemplateBody=_managed_policy_template(actions, ["Second"]))
+            cfn.get_waiter("stack_update_complete").wait(StackName=name, WaiterConfig=FAST)
+        # Then it is the same policy, its default version holding every action (IAM keeps 5)
+        assert outputs(cfn, name)["PolicyArn"] == out["PolicyArn"]
+        policy = iam.get_policy(PolicyArn=out["PolicyArn"])["Policy"]
+        version = iam.get_policy_version(PolicyArn=out["PolicyArn"], VersionId=policy["DefaultVersionId"])
+        document = version["PolicyVersion"]["Document"]
+        if isinstance(document, str):
+            document = json.loads(document)
+        assert document["Statement"][0]["Action"] == actions
+        assert len(iam.list_policy_versions(PolicyArn=out["PolicyArn"])["Versions"]) == 5
+        # and attached to the second role only
+        attached = {
+            role: [
+                p["PolicyArn"]
+                for p in iam.list_attached_role_policies(RoleName=out[role])["AttachedPolicies"]
+            ]
+            for role in ("First", "Second")
+        }
+        assert attached == {"First": [], "Second": [out["PolicyArn"]]}
+    finally:
+        cfn.delete_stack(StackName=name)
+        cfn.get_waiter("stack_delete_complete").wait(StackName=name, WaiterConfig=FAST)

@@ -153,6 +153,21 @@ def _role_update_puts_its_inline_policies() -> None:
         return ProgressEvent(status=OperationStatus.SUCCESS, resource_model=model)
 
 
+def _managed_policy_updates() -> None:
+    """CloudFormation's AWS::IAM::ManagedPolicy: LocalStack's provider raises
+    NotImplementedError on update, which its engine logs and reports as UPDATE_COMPLETE with the
+    policy unchanged (a redeployed stack kept a policy's old statements, and IAM enforcement
+    refused what the new template grants). ``vsa_localcloud.cfn.iam_managedpolicy.update`` does
+    it as AWS does."""
+    from localstack.services.iam.resource_providers.aws_iam_managedpolicy import IAMManagedPolicyProvider
+
+    from vsa_localcloud.cfn import iam_managedpolicy
+
+    @patch(IAMManagedPolicyProvider.update)
+    def update(fn: Any, self: Any, request: Any) -> Any:
+        return iam_managedpolicy.update(request)
+
+
 def _modify_launch_template_by_name() -> None:
     """ModifyLaunchTemplate takes the template by ``LaunchTemplateId`` *or*
     ``LaunchTemplateName`` (EC2 API Reference, ModifyLaunchTemplate: "You must specify either
@@ -181,6 +196,7 @@ def apply_localcloud_patches() -> None:
     _mocked_dynamodb_throw_keeps_its_error_name()
     _a_stopped_execution_stays_stopped()
     _role_update_puts_its_inline_policies()
+    _managed_policy_updates()
     _jsonpath_parsed_once()
     _assumed_roles_reused()
     _modify_launch_template_by_name()
