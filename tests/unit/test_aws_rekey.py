@@ -129,10 +129,17 @@ def _read(clients: aws_keys.KeysClients, name: str) -> dict[str, Any]:
     return dict(json.loads(clients.secretsmanager.get_secret_value(SecretId=name)["SecretString"]))
 
 
+def _versions(clients: aws_keys.KeysClients, name: str) -> int:
+    listed = clients.secretsmanager.list_secret_version_ids(
+        SecretId=name, IncludeDeprecated=True, MaxResults=100
+    )
+    return len(listed["Versions"])
+
+
 def _run_phase(ctx: aws_steps.ReconcileContext) -> list[dict[str, Any]]:
     """The rekey phase as the workflow runs it: start, poll until done or again, start again."""
     actions = []
-    for _ in range(10):
+    for _ in range(20):
         started = aws_steps.start(
             ctx,
             Start.model_validate(
@@ -148,7 +155,7 @@ def _run_phase(ctx: aws_steps.ReconcileContext) -> list[dict[str, Any]]:
         assert polled["failed"] == []
         assert polled["again"] is True
         assert polled["done"] is False
-    raise AssertionError("the rekey phase did not end in 10 actions")
+    raise AssertionError("the rekey phase did not end in 20 actions")
 
 
 def test_without_a_rotation_the_phase_does_nothing(world: dict[str, Any]) -> None:
@@ -161,6 +168,7 @@ def test_a_rotation_goes_controller_by_controller_and_leaves_no_old_key(world: d
     first, second = world["controllers"]
     before = aws_keys.array_keys(clients, "demo")
     assert before is not None
+    versions_before = _versions(clients, keys.array_secret_name("demo"))
     assert aws_keys.begin_rotation(clients, spec) is True
     rotating = aws_keys.array_keys(clients, "demo")
     assert rotating is not None
@@ -170,13 +178,20 @@ def test_a_rotation_goes_controller_by_controller_and_leaves_no_old_key(world: d
     actions = _run_phase(ctx)
 
     sent = [(a["rekey"], a.get("instanceId"), a.get("document")) for a in actions]
+    # each controller in two halves (the hosts' keys, then the controller key), each into its
+    # nvmet first, then through the hosts' paths to it
     assert sent == [
+        ("target", first, "ct"),
+        ("paths", first, "cp"),
         ("target", first, "ct"),
         ("paths", first, "cp"),
         ("target", second, "ct"),
         ("paths", second, "cp"),
+        ("target", second, "ct"),
+        ("paths", second, "cp"),
         ("promote", None, ""),
     ]
+    assert [a.get("then") for a in actions[:4]] == ["keyed", "connected", "ctrl-keyed", "ctrl-connected"]
     # configure-target went to that controller only; connect-path to every host, for its address
     assert [c["instanceId"] for c in actions[0]["commands"]] == [first]
     assert sorted(c["instanceId"] for c in actions[1]["commands"]) == sorted(HOSTS)
@@ -195,6 +210,11 @@ def test_a_rotation_goes_controller_by_controller_and_leaves_no_old_key(world: d
         copy = _read(clients, keys.node_secret_name("demo", controller))
         assert copy["controllerKey"] == new.controller_key
         assert set(copy["hosts"].values()) == set(new.hosts.values())
+    # the array's secret got two versions (the new keys, then their promotion): the progress,
+    # which moved 8 times, is the registry's (Secrets Manager: no more than one new version of
+    # a secret every 10 minutes); each host's copy one per paths action and the promotion
+    assert _versions(clients, keys.array_secret_name("demo")) == versions_before + 2
+    assert world["registry"].get("demo").rekey_stages == {}
     # and no secret keeps a previous version by its stage (those held old keys)
     names = [
         keys.array_secret_name("demo"),
@@ -212,20 +232,22 @@ def test_mid_rotation_a_host_copy_gives_the_new_keys_for_the_rekeyed_controller_
     aws_keys.begin_rotation(clients, spec)
     common = {**COMMON, "documents": NAMES, "node": NODE}
     target = aws_steps.start(ctx, Start.model_validate({**common, "step": "start", "phase": "rekey"}))
-    # the controller's copy holds the new keys before its configure-target reads it; the hosts' not yet
+    # the controller's copy holds the hosts' new keys (with the old controller key) before its
+    # configure-target reads it; the hosts' copies not yet
     rotating = aws_keys.array_keys(clients, "demo")
     assert rotating is not None
     assert rotating.rotation is not None
     new = rotating.rotation.keys
+    nqn = host_nqn(spec.hosts[0])
     controller_copy = _read(clients, keys.node_secret_name("demo", world["controllers"][0]))
-    assert controller_copy["controllerKey"] == new.controller_key
+    assert controller_copy == {"controllerKey": rotating.controller_key, "hosts": dict(new.hosts)}
     assert "paths" not in _read(clients, keys.node_secret_name("demo", HOSTS[0]))
     aws_steps.poll(ctx, Poll.model_validate({**COMMON, "step": "poll", "phase": "rekey", "started": target}))
     aws_steps.start(ctx, Start.model_validate({**common, "step": "start", "phase": "rekey"}))
+    # then the hosts' copies give that address the new host key with the old controller key
     host_copy = _read(clients, keys.node_secret_name("demo", HOSTS[0]))
-    nqn = host_nqn(spec.hosts[0])
     assert host_copy["paths"] == {
-        "10.0.0.1": {"hostKey": new.hosts[nqn], "controllerKey": new.controller_key}
+        "10.0.0.1": {"hostKey": new.hosts[nqn], "controllerKey": rotating.controller_key}
     }
     assert host_copy["hostKey"] == rotating.hosts[nqn]
     # the run is not converged while a rotation is under way: the verify says where it stands
@@ -247,12 +269,29 @@ def test_rotate_keys_is_refused_without_authentication_and_resumes_a_rotation_un
             self.works.append(work)
             return {"state": "converging", "executionName": f"run-{len(self.works)}"}
 
+        def clear_rekey_stages(self, array_id: str) -> None:
+            ctx = world["ctx"]
+            aws_record.set_rekey_stages(ctx.dynamodb, ctx.table, array_id, {})
+
     starter = Starter()
     service = world["ctx"].arrays
     first = aws_operations.rotate_keys("demo", registry=registry, service=service, reconcile=starter)  # type: ignore[arg-type]
     again = aws_operations.rotate_keys("demo", registry=registry, service=service, reconcile=starter)  # type: ignore[arg-type]
     assert (first["rotation"], again["rotation"]) == ("started", "resumed")
     assert len(starter.works) == 2
+    # a rotation's progress left behind by one that finished is cleared as a new one begins
+    _run_phase(world["ctx"])
+    aws_record.set_rekey_stages(
+        world["ctx"].dynamodb,
+        world["ctx"].table,
+        "demo",
+        {"i-0c0000000000000c9": {"stage": "keyed", "address": "x"}},
+    )
+    assert (
+        aws_operations.rotate_keys("demo", registry=registry, service=service, reconcile=starter)["rotation"]
+        == "started"
+    )  # type: ignore[arg-type]
+    assert registry.get("demo").rekey_stages == {}
     stored = registry.get("demo")
     registry.put(_spec("none"), stored.version)
     with pytest.raises(ConflictError, match="authentication none"):

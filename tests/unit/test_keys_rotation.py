@@ -30,10 +30,13 @@ def advance(state: keys.ArrayKeys, serving: list[tuple[str, str]]) -> tuple[keys
     """One action of the rotation as ReconcileArray's rekey phase takes it, succeeding."""
     step = keys.rekey_step(state, serving)
     if step.kind == "target":
-        state = state.at_stage(step.instance_id, "keying", step.address)
-        state = state.at_stage(step.instance_id, "keyed", step.address)
+        assert step.begin is not None
+        assert step.done is not None
+        state = state.at_stage(step.instance_id, step.begin, step.address)
+        state = state.at_stage(step.instance_id, step.done, step.address)
     elif step.kind == "paths":
-        state = state.at_stage(step.instance_id, "connected", step.address)
+        assert step.done is not None
+        state = state.at_stage(step.instance_id, step.done, step.address)
     elif step.kind == "promote":
         state = state.promoted()
     return state, step
@@ -44,7 +47,7 @@ def consistent(state: keys.ArrayKeys, serving: list[tuple[str, str]], nqns: list
     controllers that are not between their copy and their nvmet: ``keying``)."""
     wrong = []
     for instance_id, address in serving:
-        if state.rotation is not None and state.rotation.stage(instance_id) == "keying":
+        if state.rotation is not None and state.rotation.stage(instance_id) in ("keying", "ctrl-keying"):
             continue
         held = json.loads(state.controller_secret(nqns, instance_id))
         for nqn in nqns:
@@ -52,6 +55,21 @@ def consistent(state: keys.ArrayKeys, serving: list[tuple[str, str]], nqns: list
             if (host_key, controller_key) != (held["hosts"][nqn], held["controllerKey"]):
                 wrong.append(f"{nqn} to {instance_id}")
     return wrong
+
+
+def one_key_at_a_time(
+    before: keys.ArrayKeys, after: keys.ArrayKeys, serving: list[tuple[str, str]], nqns: list[str]
+) -> list[str]:
+    """Where an action changed both keys a host's path to a controller uses (a live path
+    re-authenticates one key at a time)."""
+    both = []
+    for nqn in nqns:
+        for instance_id, address in serving:
+            old = path_keys(before.host_secret(nqn), address)
+            new = path_keys(after.host_secret(nqn), address)
+            if old[0] != new[0] and old[1] != new[1]:
+                both.append(f"{nqn} to {instance_id}")
+    return both
 
 
 def test_the_rotation_goes_controller_by_controller_then_promotes() -> None:
@@ -66,9 +84,15 @@ def test_the_rotation_goes_controller_by_controller_then_promotes() -> None:
         if step.kind == "promote":
             break
     first, second = serving[0][0], serving[1][0]
+    # each controller in two halves, one key of each pair at a time: the hosts' keys, then the
+    # controller key, each into nvmet and then through the hosts' paths
     assert kinds == [
         ("target", first),
         ("paths", first),
+        ("target", first),
+        ("paths", first),
+        ("target", second),
+        ("paths", second),
         ("target", second),
         ("paths", second),
         ("promote", ""),
@@ -92,23 +116,35 @@ def test_a_controller_left_keying_by_a_stopped_run_is_keyed_again() -> None:
     state, _ = state.begin_rotation()
     serving = controllers(1)
     state = state.at_stage(serving[0][0], "keying", serving[0][1])
-    assert keys.rekey_step(state, serving).kind == "target"
+    assert (keys.rekey_step(state, serving).kind, keys.rekey_step(state, serving).begin) == (
+        "target",
+        "keying",
+    )
+    state = state.at_stage(serving[0][0], "ctrl-keying", serving[0][1])
+    assert (keys.rekey_step(state, serving).kind, keys.rekey_step(state, serving).begin) == (
+        "target",
+        "ctrl-keying",
+    )
 
 
-def test_the_state_survives_the_secret() -> None:
+def test_the_keys_survive_the_secret_and_the_progress_the_registry() -> None:
     state, _ = keys.converge(None, HOSTS[:2])
     state, _ = state.begin_rotation()
     state = state.at_stage("i-0c000000000000000", "keyed", "10.0.1.10")
-    assert keys.ArrayKeys.from_secret(state.as_secret()) == state
+    # the secret holds the keys only: the progress moves 6 times a controller, and Secrets
+    # Manager asks for no more than one new version of a secret every 10 minutes
+    assert "i-0c000000000000000" not in state.as_secret()
+    assert keys.ArrayKeys.from_secret(state.as_secret()).with_stages(state.stages()) == state
+    # progress without a rotation in the secret (a rotation's end recorded there first) is ignored
+    done = state.promoted()
+    assert keys.ArrayKeys.from_secret(done.as_secret()).with_stages(state.stages()) == done
 
 
 def test_a_stage_that_is_not_one_is_refused() -> None:
     state, _ = keys.converge(None, HOSTS[:1])
     state, _ = state.begin_rotation()
-    value = json.loads(state.as_secret())
-    value["rotation"]["controllers"] = {"i-0c000000000000000": {"stage": "half", "address": "10.0.1.10"}}
     with pytest.raises(keys.InvalidKeyError, match="stage"):
-        keys.ArrayKeys.from_secret(json.dumps(value))
+        state.with_stages({"i-0c000000000000000": {"stage": "half", "address": "10.0.1.10"}})
 
 
 def test_a_host_copy_names_only_the_controllers_whose_nvmet_holds_the_new_keys() -> None:
@@ -117,12 +153,25 @@ def test_a_host_copy_names_only_the_controllers_whose_nvmet_holds_the_new_keys()
     assert "paths" not in json.loads(state.host_secret(HOSTS[0]))
     keying = state.at_stage("i-0c000000000000000", "keying", "10.0.1.10")
     assert "paths" not in json.loads(keying.host_secret(HOSTS[0]))
+    assert state.rotation is not None
+    new = state.rotation.keys
+    # the first half: the controller holds the host's new key with the old controller key, and
+    # so does the host's path to it once nvmet holds them
+    held = json.loads(keying.controller_secret(HOSTS[:1], "i-0c000000000000000"))
+    assert held == {"controllerKey": state.controller_key, "hosts": {HOSTS[0]: new.hosts[HOSTS[0]]}}
     keyed = keying.at_stage("i-0c000000000000000", "keyed", "10.0.1.10")
-    assert set(json.loads(keyed.host_secret(HOSTS[0]))["paths"]) == {"10.0.1.10"}
-    # the controller's own copy holds the new keys from keying on
-    assert json.loads(keying.controller_secret(HOSTS[:1], "i-0c000000000000000"))["controllerKey"] == (
-        state.rotation.keys.controller_key if state.rotation else None
-    )
+    paths = json.loads(keyed.host_secret(HOSTS[0]))["paths"]
+    assert paths == {"10.0.1.10": {"hostKey": new.hosts[HOSTS[0]], "controllerKey": state.controller_key}}
+    # the second half: the new controller key, in nvmet first, then in the host's copy
+    ctrl_keying = keyed.at_stage("i-0c000000000000000", "ctrl-keying", "10.0.1.10")
+    held = json.loads(ctrl_keying.controller_secret(HOSTS[:1], "i-0c000000000000000"))
+    assert held["controllerKey"] == new.controller_key
+    assert json.loads(ctrl_keying.host_secret(HOSTS[0]))["paths"] == paths
+    ctrl_keyed = ctrl_keying.at_stage("i-0c000000000000000", "ctrl-keyed", "10.0.1.10")
+    assert json.loads(ctrl_keyed.host_secret(HOSTS[0]))["paths"]["10.0.1.10"] == {
+        "hostKey": new.hosts[HOSTS[0]],
+        "controllerKey": new.controller_key,
+    }
 
 
 def test_hosts_added_or_removed_mid_rotation_follow_in_both_generations() -> None:
@@ -153,8 +202,10 @@ def test_every_path_matches_its_controller_throughout_and_the_rotation_ends(
 ) -> None:
     """Any interleaving of the rotation's actions with controllers joining (bootstrapped with
     the array's keys as they are) and leaving, and hosts changing: every host's keys for every
-    settled controller match that controller's, and once the array stops changing, the rotation
-    ends in at most 2 actions per controller plus the promotion, with no old key left."""
+    settled controller match that controller's, each action changes one key of a settled path's
+    pair at most (a live path re-authenticates one key at a time), and once the array stops
+    changing, the rotation ends in at most 4 actions per controller plus the promotion, with no
+    old key left."""
     nqns = HOSTS[:n_hosts]
     state, _ = keys.converge(None, nqns)
     old = {state.controller_key, *state.hosts.values()}
@@ -163,7 +214,9 @@ def test_every_path_matches_its_controller_throughout_and_the_rotation_ends(
     serving = pool[:initial]
     for event in events:
         if event[0] == "act":
+            before = state
             state, _ = advance(state, serving)
+            assert one_key_at_a_time(before, state, serving, nqns) == []
         elif event[0] == "join":
             joining = pool[int(event[1])]  # type: ignore[call-overload]
             if joining not in serving:
@@ -178,11 +231,13 @@ def test_every_path_matches_its_controller_throughout_and_the_rotation_ends(
         assert consistent(state, serving, nqns) == []
         if state.rotation is None:
             break
-    for _ in range(2 * len(serving) + 1):
+    for _ in range(4 * len(serving) + 1):
         if state.rotation is None:
             break
+        before = state
         state, _ = advance(state, serving)
         assert consistent(state, serving, nqns) == []
+        assert one_key_at_a_time(before, state, serving, nqns) == []
     assert state.rotation is None
     assert keys.rekey_step(state, serving).kind == "none"
     now = {state.controller_key, *state.hosts.values()}

@@ -119,6 +119,7 @@ class ArrayRegistry:
             pending_volume_deletions=tuple(sorted({*current.pending_volume_deletions, *delete_volumes})),
             reconcile=current.reconcile,
             roll_surge=current.roll_surge,
+            rekey_stages=current.rekey_stages,
         )
 
     def all(self) -> list[RegisteredArray]:
@@ -227,6 +228,7 @@ class ArrayRegistry:
             or None,
             forecast_floor=json.loads(floor) if (floor := item.get("forecastFloor", {}).get("S")) else None,
             roll_surge=int(item.get("rollSurge", {}).get("N", "0")),
+            rekey_stages=json.loads(item.get("keysRotation", {}).get("S", "{}")),
             scaling_lock_until=int(item["scalingLockUntil"]["N"])
             if "scalingLock" in item and "scalingLockUntil" in item
             else None,

@@ -20,13 +20,20 @@ from vsa_core.naming import launch_template_name
 
 
 def apply(
-    clients: ArrayClients, spec: ArraySpec, desired_controllers: int, roll_surge: int = 0
+    clients: ArrayClients,
+    spec: ArraySpec,
+    desired_controllers: int,
+    roll_surge: int = 0,
+    rekey_stages: aws_keys.Stages | None = None,
 ) -> list[Change]:
     """Converge AWS on ``spec``; idempotent. Returns one Change per resource, ``unchanged``
-    ones included (with no fields); only resources with changes were touched."""
+    ones included (with no fields); only resources with changes were touched. ``rekey_stages``:
+    a key rotation's progress (the node copies are written as it stands)."""
     owned_ids, changes = _apply_volumes(clients, spec)
     # the keys before the group: a controller it launches reads them at its bootstrap
-    changes += aws_keys.converge(aws_keys.of(clients), spec, aws_keys.in_group(clients, spec.array_id))
+    changes += aws_keys.converge(
+        aws_keys.of(clients), spec, aws_keys.in_group(clients, spec.array_id), stages=rekey_stages
+    )
     desired = _desired(clients, spec, desired_controllers, owned_ids, roll_surge)
     observed_template = aws_observe.observe_launch_template(clients, spec.array_id)
     template_change = plan.diff_resource(
@@ -53,7 +60,11 @@ def apply(
 
 
 def plan_apply(
-    clients: ArrayClients, spec: ArraySpec, desired_controllers: int, roll_surge: int = 0
+    clients: ArrayClients,
+    spec: ArraySpec,
+    desired_controllers: int,
+    roll_surge: int = 0,
+    rekey_stages: aws_keys.Stages | None = None,
 ) -> list[Change]:
     """What ``apply`` would change, from the same diff, without changing anything (reads only:
     a dry-run). An owned volume not created yet is named in the alarms' metrics by a
@@ -79,7 +90,11 @@ def plan_apply(
     observed = aws_observe.observe(clients, spec, desired)
     changes += [c for c in plan.diff(desired, observed) if c.resource.split("/", 1)[0] not in _APPLIED_FIRST]
     changes += aws_keys.converge(
-        aws_keys.of(clients), spec, aws_keys.in_group(clients, spec.array_id), dry_run=True
+        aws_keys.of(clients),
+        spec,
+        aws_keys.in_group(clients, spec.array_id),
+        dry_run=True,
+        stages=rekey_stages,
     )
     return changes
 

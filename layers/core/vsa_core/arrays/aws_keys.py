@@ -17,7 +17,7 @@ hosts' keys were made or dropped, in words.
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,8 @@ from vsa_core.errors import ConflictError
 from vsa_core.naming import group_name
 
 NOT_FOUND = "ResourceNotFoundException"
+Stages = Mapping[str, Mapping[str, str]]
+"""A key rotation's progress as the registry keeps it (``RegisteredArray.rekey_stages``)."""
 
 
 @dataclass(frozen=True)
@@ -156,10 +158,11 @@ def _delete(clients: KeysClients, name: str) -> bool:
     return True
 
 
-def array_keys(clients: KeysClients, array_id: str) -> keys.ArrayKeys | None:
-    """The array's keys as stored, or None before its first apply with dh-hmac-chap."""
+def array_keys(clients: KeysClients, array_id: str, stages: Stages | None = None) -> keys.ArrayKeys | None:
+    """The array's keys as stored (with a rotation's progress ``stages``), or None before its
+    first apply with dh-hmac-chap."""
     text = _read(clients, keys.array_secret_name(array_id))
-    return keys.ArrayKeys.from_secret(text) if text is not None else None
+    return keys.ArrayKeys.from_secret(text).with_stages(stages or {}) if text is not None else None
 
 
 def node_secrets(clients: KeysClients, array_id: str) -> dict[str, str]:
@@ -194,7 +197,11 @@ def _holders(content: str) -> list[str]:
 
 
 def converge(
-    clients: KeysClients, spec: ArraySpec, controllers: Sequence[str], dry_run: bool = False
+    clients: KeysClients,
+    spec: ArraySpec,
+    controllers: Sequence[str],
+    dry_run: bool = False,
+    stages: Stages | None = None,
 ) -> list[Change]:
     """Store the keys ``spec`` needs: the array's (a key made for each new host, the keys of
     hosts no longer declared dropped) and each host's copy; the copies of ``controllers`` (the
@@ -212,6 +219,7 @@ def converge(
                 _delete(clients, name)
         return [Change(f"secret/{name}", "delete") for name in gone]
     wanted, change = _array_secret(clients, spec, dry_run)
+    wanted = wanted.with_stages(stages or {})
     changes = [change] if change is not None else []
     copies = _copies(spec, wanted, [c for c in controllers if keys.node_secret_name(array_id, c) in existing])
     changes += _store(clients, array_id, copies, existing, dry_run)
@@ -223,13 +231,16 @@ def converge(
     return changes
 
 
-def refresh_controllers(clients: KeysClients, spec: ArraySpec, controllers: Sequence[str]) -> list[Change]:
+def refresh_controllers(
+    clients: KeysClients, spec: ArraySpec, controllers: Sequence[str], stages: Stages | None = None
+) -> list[Change]:
     """Write each of ``controllers``' copies as the array's keys are now (before configure-target
     reads them: a controller that bootstrapped while an apply changed the hosts has an older
     copy). Nothing without authentication."""
     if spec.authentication != keys.DH_HMAC_CHAP:
         return []
     wanted, change = _array_secret(clients, spec, dry_run=False)
+    wanted = wanted.with_stages(stages or {})
     copies = {k: v for k, v in _copies(spec, wanted, controllers).items() if v[0] in set(controllers)}
     return ([change] if change is not None else []) + _store(
         clients, spec.array_id, copies, node_secrets(clients, spec.array_id), dry_run=False
@@ -321,17 +332,19 @@ def write_controller(
     return {"authentication": keys.DH_HMAC_CHAP, "keysSecretId": name}
 
 
-def rotation(clients: KeysClients, spec: ArraySpec) -> keys.ArrayKeys | None:
-    """The array's keys when it authenticates (None without authentication or keys)."""
+def rotation(clients: KeysClients, spec: ArraySpec, stages: Stages | None = None) -> keys.ArrayKeys | None:
+    """The array's keys with a rotation's progress, when it authenticates (None without
+    authentication or keys)."""
     if spec.authentication != keys.DH_HMAC_CHAP:
         return None
-    return array_keys(clients, spec.array_id)
+    return array_keys(clients, spec.array_id, stages)
 
 
 def begin_rotation(clients: KeysClients, spec: ArraySpec) -> bool:
     """Store new keys for the controller and every host beside the current ones (``vsactl
-    rotate-keys``); a rotation under way goes on. Whether one began. Refused (``ConflictError``)
-    for an array without authentication or whose keys are not stored yet."""
+    rotate-keys``); a rotation under way goes on. Whether one began (its progress in the
+    registry then starts empty: the caller clears it). Refused (``ConflictError``) for an array
+    without authentication or whose keys are not stored yet."""
     if spec.authentication != keys.DH_HMAC_CHAP:
         raise ConflictError(
             f"array {spec.array_id!r} has authentication none: there are no keys to rotate "
@@ -353,42 +366,23 @@ def _put_array(clients: KeysClients, array_id: str, value: keys.ArrayKeys) -> No
     _write(clients, keys.array_secret_name(array_id), value.as_secret(), tags, exists=True)
 
 
-def rekey_target(clients: KeysClients, spec: ArraySpec, instance_id: str, address: str) -> None:
-    """The rotation reaches the controller ``instance_id``: recorded (``keying``), and its copy
-    rewritten with the new keys, before configure-target reads it."""
-    stored = array_keys(clients, spec.array_id)
-    if stored is None or stored.rotation is None:
-        raise ValueError(f"array {spec.array_id!r} has no key rotation under way")
-    keying = stored.at_stage(instance_id, "keying", address)
-    _put_array(clients, spec.array_id, keying)
-    copies = {k: v for k, v in _copies(spec, keying, [instance_id]).items() if v[0] == instance_id}
-    _store(clients, spec.array_id, copies, node_secrets(clients, spec.array_id), dry_run=False)
-
-
-def rekey_stage(
-    clients: KeysClients, array_id: str, instance_id: str, stage: keys.Stage, address: str
-) -> None:
-    """A controller's rotation stage, once reached (``keyed``: configure-target succeeded;
-    ``connected``: every host's connect-path did)."""
-    stored = array_keys(clients, array_id)
-    if stored is not None and stored.rotation is not None:
-        _put_array(clients, array_id, stored.at_stage(instance_id, stage, address))
-
-
-def rekey_hosts(clients: KeysClients, spec: ArraySpec) -> list[Change]:
-    """Every host's copy as the rotation stands (the new keys for the addresses of the
-    controllers whose nvmet holds them), before connect-path reads it."""
-    stored = array_keys(clients, spec.array_id)
+def rekey_hosts(clients: KeysClients, spec: ArraySpec, stages: Stages) -> list[Change]:
+    """Every host's copy as the rotation stands (``paths``: the keys each controller whose nvmet
+    holds new ones holds, by its address), before connect-path reads it."""
+    stored = array_keys(clients, spec.array_id, stages)
     if stored is None:
         return []
     copies = _copies(spec, stored, [])
     return _store(clients, spec.array_id, copies, node_secrets(clients, spec.array_id), dry_run=False)
 
 
-def promote(clients: KeysClients, spec: ArraySpec, controllers: Sequence[str]) -> list[Change]:
+def promote(
+    clients: KeysClients, spec: ArraySpec, controllers: Sequence[str], stages: Stages
+) -> list[Change]:
     """The rotation's keys become the array's: its secret and every copy (the hosts' lose the
-    per-address keys; the controllers' already hold the new ones) hold no old key any more."""
-    stored = array_keys(clients, spec.array_id)
+    per-address keys; the controllers' already hold the new ones) hold no old key any more, and
+    no secret keeps its previous version by a label. The caller then clears the progress."""
+    stored = array_keys(clients, spec.array_id, stages)
     if stored is None or stored.rotation is None:
         return []
     promoted = stored.promoted()

@@ -133,7 +133,7 @@ def apply_array(
         creating or needs_reconcile(before, spec, last_state, deleting=bool(deletions))
     )
     try:
-        applied = service.apply(spec, stored.desired_controllers, stored.roll_surge)
+        applied = service.apply(spec, stored.desired_controllers, stored.roll_surge, stored.rekey_stages)
         changes = grown + [c for c in applied if c.resource not in {g.resource for g in grown}]
     except ClientError as error:
         code, message = error.response["Error"].get("Code", "?"), error.response["Error"].get("Message", "")
@@ -202,7 +202,12 @@ def dry_run_plan(
 ) -> dict[str, Any]:
     """What an apply of ``spec`` would change, from reads only."""
     desired_controllers = current.desired_controllers if current else spec.min_controllers
-    control = service.plan(spec, desired_controllers, current.roll_surge if current else 0)
+    control = service.plan(
+        spec,
+        desired_controllers,
+        current.roll_surge if current else 0,
+        current.rekey_stages if current else None,
+    )
     slots = registry.slots(spec.array_id) if current else {}
     serving = [s["instanceId"] for s in slots.values() if s.get("state") == "serving" and s.get("instanceId")]
     before = dataplane.spec_volumes(current.spec.volumes) if current else []
@@ -413,7 +418,11 @@ def rotate_keys(
     array = registry.get(array_id)
     if array.deleting is not None:
         raise ConflictError(f"array {array_id!r} is being deleted: there are no keys to rotate")
-    began = aws_keys.begin_rotation(aws_keys.of(service.ctx), array.spec)
+    clients = aws_keys.of(service.ctx)
+    stored = aws_keys.rotation(clients, array.spec)
+    if array.rekey_stages and (stored is None or stored.rotation is None):
+        reconcile.clear_rekey_stages(array_id)  # a finished rotation's progress, left behind
+    began = aws_keys.begin_rotation(clients, array.spec)
     said = "new keys stored: controllers rekeyed one at a time" if began else "a rotation under way goes on"
     started = reconcile.start(array_id, array.version, [f"keys rotation: {said}"])
     return {"arrayId": array_id, "rotation": "started" if began else "resumed", "reconcile": started}

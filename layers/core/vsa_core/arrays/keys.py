@@ -99,12 +99,29 @@ def instance_arn(partition: str, region: str, account: str, instance_id: str) ->
     return f"arn:{partition}:ec2:{region}:{account}:instance/{instance_id}"
 
 
-Stage = Literal["keying", "keyed", "connected"]
-"""Where a controller is in a key rotation: ``keying`` its copy holds the new keys and
-configure-target is writing them into nvmet (or was, when a run stopped: it is sent again);
-``keyed`` nvmet holds them (configure-target succeeded); ``connected`` every host's path to it
-uses them (connect-path succeeded on every host)."""
-STAGES: Final[tuple[Stage, ...]] = ("keying", "keyed", "connected")
+Stage = Literal["keying", "keyed", "connected", "ctrl-keying", "ctrl-keyed", "ctrl-connected"]
+"""Where a controller is in a key rotation, which takes each controller's keys in two halves,
+one key of each pair at a time: the hosts' keys, then the controller key. A host re-authenticates
+a live path when one of its keys is written (sysfs ``dhchap_secret`` or ``dhchap_ctrl_secret``),
+and that re-authentication must find the controller holding the other key of the pair as it was:
+changed together, the first write's re-authentication runs with one key new and one old and
+fails (seen on 6.12: the host then resets the path). For each half: ``…keying`` the controller's
+copy holds the new key and configure-target is writing it into nvmet (or was, when a run
+stopped: it is sent again); ``…keyed`` nvmet holds it; ``…connected`` every host's path to the
+controller uses it (connect-path succeeded on every host)."""
+STAGES: Final[tuple[Stage, ...]] = (
+    "keying",
+    "keyed",
+    "connected",
+    "ctrl-keying",
+    "ctrl-keyed",
+    "ctrl-connected",
+)
+HOST_HALF: Final = ("keying", "keyed", "connected")
+"""The stages at which the controller's nvmet holds (or is given) the new host keys and the old
+controller key."""
+PATHS_AT_NEW_HOST_KEY: Final = ("keyed", "connected", "ctrl-keying")
+PATHS_AT_NEW_KEYS: Final = ("ctrl-keyed", "ctrl-connected")
 
 
 @dataclass(frozen=True)
@@ -177,15 +194,11 @@ class ArrayKeys:
         return Generation(self.controller_key, self.hosts)
 
     def as_secret(self) -> str:
+        """The array's secret: the keys, and a rotation's new keys (its progress is the
+        registry's: ``stages`` / ``with_stages``)."""
         value: dict[str, object] = dict(self.current.as_json())
         if self.rotation is not None:
-            value["rotation"] = {
-                **self.rotation.keys.as_json(),
-                "controllers": {
-                    i: {"stage": stage, "address": address}
-                    for i, (stage, address) in sorted(self.rotation.controllers.items())
-                },
-            }
+            value["rotation"] = self.rotation.keys.as_json()
         return json.dumps(value)
 
     @classmethod
@@ -194,23 +207,40 @@ class ArrayKeys:
         current = Generation.from_json(value, "the array's key secret")
         rotation = None
         if isinstance(value, dict) and value.get("rotation") is not None:
-            raw = value["rotation"]
-            new = Generation.from_json(raw, "the array's key rotation")
-            controllers: dict[str, tuple[Stage, str]] = {}
-            for instance_id, entry in dict(raw.get("controllers") or {}).items():
-                stage = entry.get("stage") if isinstance(entry, dict) else None
-                if stage not in STAGES:
-                    raise InvalidKeyError(f"the key rotation's stage of {instance_id} is not one of {STAGES}")
-                controllers[str(instance_id)] = (stage, str(entry.get("address", "")))
-            rotation = Rotation(new, controllers)
+            rotation = Rotation(Generation.from_json(value["rotation"], "the array's key rotation"))
         return cls(controller_key=current.controller_key, hosts=current.hosts, rotation=rotation)
 
+    def stages(self) -> dict[str, dict[str, str]]:
+        """The rotation's progress as the registry keeps it (empty without a rotation)."""
+        if self.rotation is None:
+            return {}
+        return {
+            i: {"stage": stage, "address": a} for i, (stage, a) in sorted(self.rotation.controllers.items())
+        }
+
+    def with_stages(self, stages: Mapping[str, Mapping[str, str]]) -> "ArrayKeys":
+        """These keys with a rotation's progress as the registry keeps it (``stages``); without a
+        rotation the progress is stale (a rotation's end recorded in the secret first) and
+        ignored."""
+        if self.rotation is None:
+            return self
+        controllers: dict[str, tuple[Stage, str]] = {}
+        for instance_id, entry in stages.items():
+            stage = entry.get("stage")
+            if stage not in STAGES:
+                raise InvalidKeyError(f"the key rotation's stage of {instance_id} is not one of {STAGES}")
+            controllers[str(instance_id)] = (stage, str(entry.get("address", "")))
+        return ArrayKeys(self.controller_key, self.hosts, Rotation(self.rotation.keys, controllers))
+
     def generation_of(self, instance_id: str) -> Generation:
-        """The keys a controller's nvmet holds, or is being given: the new ones from the moment
-        the rotation reaches it."""
-        if self.rotation is not None and self.rotation.stage(instance_id) is not None:
-            return self.rotation.keys
-        return self.current
+        """The keys a controller's nvmet holds, or is being given: the new host keys with the
+        old controller key in the rotation's first half, all new keys in its second."""
+        stage = self.rotation.stage(instance_id) if self.rotation is not None else None
+        if self.rotation is None or stage is None:
+            return self.current
+        if stage in HOST_HALF:
+            return Generation(self.controller_key, self.rotation.keys.hosts)
+        return self.rotation.keys
 
     def controller_secret(self, nqns: Iterable[str], instance_id: str = "") -> str:
         """A controller's copy: the controller key and the listed hosts' keys (configure-target's
@@ -222,15 +252,20 @@ class ArrayKeys:
 
     def host_secret(self, nqn: str) -> str:
         """A host's copy: its own key and the controller key (connect-path's KeysSecretId); during
-        a rotation, under ``paths``, the new keys for each controller whose nvmet holds them (by
-        its address: connect-path takes the keys of the address it connects to)."""
+        a rotation, under ``paths``, the keys of each controller whose nvmet holds new ones, as it
+        holds them (by its address: connect-path takes the keys of the address it connects to)."""
         value: dict[str, object] = {"hostKey": self.hosts[nqn], "controllerKey": self.controller_key}
         if self.rotation is not None:
             new = self.rotation.keys
             paths = {
-                address: {"hostKey": new.hosts[nqn], "controllerKey": new.controller_key}
+                address: {
+                    "hostKey": new.hosts[nqn],
+                    "controllerKey": new.controller_key
+                    if stage in PATHS_AT_NEW_KEYS
+                    else self.controller_key,
+                }
                 for _, (stage, address) in sorted(self.rotation.controllers.items())
-                if stage in ("keyed", "connected") and address
+                if stage in (*PATHS_AT_NEW_HOST_KEY, *PATHS_AT_NEW_KEYS) and address
             }
             if paths:
                 value["paths"] = dict(sorted(paths.items()))
@@ -284,39 +319,54 @@ RekeyKind = Literal["none", "target", "paths", "promote"]
 
 @dataclass(frozen=True)
 class RekeyStep:
-    """The key rotation's next action (``rekey_step``)."""
+    """The key rotation's next action (``rekey_step``): ``target`` configure-target on one
+    controller after its stage is set to ``begin``; ``paths`` connect-path on every host for its
+    address; either records ``done`` once it succeeded."""
 
     kind: RekeyKind
     instance_id: str = ""
     address: str = ""
     reason: str = ""
+    begin: Stage | None = None
+    done: Stage | None = None
+
+
+_NEXT: Final[Mapping[Stage | None, tuple[RekeyKind, Stage | None, Stage, str]]] = {
+    None: ("target", "keying", "keyed", "the hosts' new keys into nvmet on {c}"),
+    "keying": ("target", "keying", "keyed", "the hosts' new keys into nvmet on {c}"),
+    "keyed": ("paths", None, "connected", "hosts' paths to {c} re-authenticate with their new keys"),
+    "connected": ("target", "ctrl-keying", "ctrl-keyed", "the new controller key into nvmet on {c}"),
+    "ctrl-keying": ("target", "ctrl-keying", "ctrl-keyed", "the new controller key into nvmet on {c}"),
+    "ctrl-keyed": (
+        "paths",
+        None,
+        "ctrl-connected",
+        "hosts' paths to {c} re-authenticate it with the new controller key",
+    ),
+}
 
 
 def rekey_step(keys: ArrayKeys | None, serving: Sequence[tuple[str, str]]) -> RekeyStep:
     """What the rotation does next, given the serving controllers ``(instance id, address)`` in
-    slot order: nothing without one; else the first controller whose nvmet does not hold the new
-    keys yet gets them (``target``: also one whose configure-target a stopped run left unsure);
-    else the first whose hosts' paths do not use them yet (``paths``); else every serving
-    controller and path is at the new keys and they become the array's (``promote``). A
-    controller that left the array mid-rotation is not waited for; one that joined is rotated
-    too (it bootstrapped with the old keys)."""
+    slot order: nothing without one; else the first controller not through both halves takes
+    its next action (``_NEXT``: its hosts' keys into nvmet, its hosts' paths re-authenticating,
+    the controller key into nvmet, the paths again; a controller left ``…keying`` by a stopped
+    run gets configure-target again); else every serving controller and path is at the new keys
+    and they become the array's (``promote``). A controller that left the array mid-rotation is
+    not waited for; one that joined is rotated too (it bootstrapped with the old keys)."""
     if keys is None or keys.rotation is None:
         return RekeyStep("none", reason="no key rotation under way")
     rotation = keys.rotation
     total = len(serving)
     for number, (instance_id, address) in enumerate(serving, start=1):
         stage = rotation.stage(instance_id)
-        if stage in (None, "keying") or rotation.controllers[instance_id][1] != address:
-            return RekeyStep(
-                "target", instance_id, address, f"new keys into nvmet on {instance_id} ({number} of {total})"
-            )
-        if stage == "keyed":
-            return RekeyStep(
-                "paths",
-                instance_id,
-                address,
-                f"hosts' paths to {instance_id} re-authenticate with the new keys ({number} of {total})",
-            )
+        if stage is not None and rotation.controllers[instance_id][1] != address:
+            stage = None  # the same instance at another address: from the start
+        if stage == "ctrl-connected":
+            continue
+        kind, begin, done, said = _NEXT[stage]
+        reason = f"{said.format(c=instance_id)} ({number} of {total})"
+        return RekeyStep(kind, instance_id, address, reason, begin, done)
     return RekeyStep(
         "promote", reason=f"all {total} controllers and their paths at the new keys: old keys removed"
     )

@@ -439,3 +439,8 @@ class RegisteredArray(BaseModel):
     roll_surge: int = Field(default=0, ge=0, le=1)
     """1 while ReconcileArray's roll has one controller more up than the array's count (the new
     one serving before the outdated one drains): an apply keeps the group one above it."""
+    rekey_stages: dict[str, dict[str, str]] = Field(default_factory=dict)
+    """A key rotation's progress (``keysRotation``): controller instance id → {stage, address}
+    (``vsa_core.arrays.keys.Stage``); empty without a rotation. Kept here, not in the keys'
+    secret: a rotation moves it 6 times a controller, and Secrets Manager asks for no more than
+    one new version of a secret every 10 minutes."""

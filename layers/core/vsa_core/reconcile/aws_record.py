@@ -3,6 +3,7 @@ state, step, version, startedAt, updatedAt, error), which ``GET /arrays/{id}`` s
 hosts waiting to be disconnected (``pendingHostRemovals``). The workflow writes the final state
 itself (ASL), conditional on being the recorded execution."""
 
+import json
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
@@ -101,3 +102,26 @@ def add_volume_deletions(
         raise ConflictError(
             f"array {array_id!r} changed since version {version}: read it and apply again"
         ) from None
+
+
+def set_rekey_stages(
+    dynamodb: "DynamoDBClient", table: str, array_id: str, stages: dict[str, dict[str, str]]
+) -> None:
+    """A key rotation's progress (``RegisteredArray.rekey_stages``, ``keysRotation``; none:
+    removed), whole: the API clears what a finished rotation left as a new one begins, then
+    ReconcileArray's rekey phase writes it under the array lock (one writer at a time)."""
+    if stages:
+        dynamodb.update_item(
+            TableName=table,
+            Key=array_key(array_id),
+            UpdateExpression="SET keysRotation = :stages",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":stages": {"S": json.dumps(stages, sort_keys=True)}},
+        )
+    else:
+        dynamodb.update_item(
+            TableName=table,
+            Key=array_key(array_id),
+            UpdateExpression="REMOVE keysRotation",
+            ConditionExpression="attribute_exists(pk)",
+        )

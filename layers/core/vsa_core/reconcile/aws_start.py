@@ -23,6 +23,10 @@ class ReconcileStarter:
     def add_volume_deletions(self, array_id: str, version: int, volume_ids: tuple[str, ...]) -> None:
         aws_record.add_volume_deletions(self.dynamodb, self.table, array_id, version, volume_ids)
 
+    def clear_rekey_stages(self, array_id: str) -> None:
+        """What a finished key rotation left of its progress, as a new one begins."""
+        aws_record.set_rekey_stages(self.dynamodb, self.table, array_id, {})
+
     def start(self, array_id: str, version: int, work: list[str]) -> dict[str, Any]:
         """Start the run for spec ``version``; answers what the API shows of it."""
         name = reconcile_execution_name(array_id, version)

@@ -179,7 +179,10 @@ def start(ctx: ReconcileContext, request: Start) -> dict[str, Any]:
         if request.phase == "export":
             # each controller's copy of the keys as they are now, before configure-target reads it
             aws_keys.refresh_controllers(
-                aws_keys.of(ctx.arrays.ctx), observed.spec, [c.instance_id for c in observed.controllers]
+                aws_keys.of(ctx.arrays.ctx),
+                observed.spec,
+                [c.instance_id for c in observed.controllers],
+                ctx.registry.get(request.array_id).rekey_stages,
             )
         invocations = [i.as_dict() for i in plan.commands(request.phase, observed, documents, node)]
         if invocations:
@@ -265,23 +268,33 @@ def _rekey(ctx: ReconcileContext, request: Start, observed: Observed, now: str) 
     documents = plan.Documents(names.configure_target, names.connect_path, names.disconnect_path)
     node = plan.NodePaths(**request.node.model_dump())
     while True:
-        step = keys.rekey_step(aws_keys.rotation(clients, observed.spec), serving)
+        stages = ctx.registry.get(request.array_id).rekey_stages
+        stored = aws_keys.rotation(clients, observed.spec, stages)
+        step = keys.rekey_step(stored, serving)
         said = {"rekey": step.kind, "reason": step.reason}
         if step.kind == "none":
             return {**said, "pending": False}
+        assert stored is not None  # a rotation is under way
         aws_record.progress(
             ctx.dynamodb, ctx.table, request.array_id, request.owner, f"rekey: {step.reason}", now
         )
         if step.kind == "promote":
-            aws_keys.promote(clients, observed.spec, [c for c, _ in serving])
+            # the secrets first: progress left behind without a rotation in the secret is ignored
+            aws_keys.promote(clients, observed.spec, [c for c, _ in serving], stages)
+            aws_record.set_rekey_stages(ctx.dynamodb, ctx.table, request.array_id, {})
             return {**said, "pending": False}
+        assert step.done is not None  # a target or paths action
         if step.kind == "target":
-            aws_keys.rekey_target(clients, observed.spec, step.instance_id, step.address)
+            assert step.begin is not None
+            # recorded before the copy: every writer of copies then derives this one's content
+            stages = stored.at_stage(step.instance_id, step.begin, step.address).stages()
+            aws_record.set_rekey_stages(ctx.dynamodb, ctx.table, request.array_id, stages)
+            aws_keys.refresh_controllers(clients, observed.spec, [step.instance_id], stages)
         else:
-            aws_keys.rekey_hosts(clients, observed.spec)
+            aws_keys.rekey_hosts(clients, observed.spec, stages)
         invocations, timeout = plan.rekey_commands(step, observed, documents, node)
         if not invocations:  # no host: its paths are trivially at the new keys
-            aws_keys.rekey_stage(clients, request.array_id, step.instance_id, "connected", step.address)
+            _rekey_stage(ctx, request.array_id, step.instance_id, step.done, step.address)
             continue
         sent = aws_commands.send(ctx.ssm, [i.as_dict() for i in invocations], timeout)
         return {
@@ -289,10 +302,20 @@ def _rekey(ctx: ReconcileContext, request: Start, observed: Observed, now: str) 
             "pending": True,
             "instanceId": step.instance_id,
             "address": step.address,
+            "then": step.done,
             "document": invocations[0].document,
             "since": sent["since"],
             "commands": sent["commands"],
         }
+
+
+def _rekey_stage(
+    ctx: ReconcileContext, array_id: str, instance_id: str, stage: keys.Stage, address: str
+) -> None:
+    """A controller's rotation stage, once reached (under the array lock: the one writer)."""
+    stages = dict(ctx.registry.get(array_id).rekey_stages)
+    stages[instance_id] = {"stage": stage, "address": address}
+    aws_record.set_rekey_stages(ctx.dynamodb, ctx.table, array_id, stages)
 
 
 def poll(ctx: ReconcileContext, request: Poll) -> dict[str, Any]:
@@ -338,14 +361,10 @@ def poll(ctx: ReconcileContext, request: Poll) -> dict[str, Any]:
     states = aws_commands.invocation_states(ctx.ssm, started["document"], since, wanted)
     if request.phase == "rekey":
         if states["done"]:  # this action's stage reached; the phase starts again for the next
-            stage: keys.Stage = "keyed" if started["rekey"] == "target" else "connected"
-            aws_keys.rekey_stage(
-                aws_keys.of(ctx.arrays.ctx),
-                request.array_id,
-                started["instanceId"],
-                stage,
-                started["address"],
-            )
+            stage = str(started["then"])
+            if stage not in keys.STAGES:
+                raise ValueError(f"the rekey action's stage {stage!r} is not one of {keys.STAGES}")
+            _rekey_stage(ctx, request.array_id, started["instanceId"], stage, started["address"])
         timed_out = not states["done"] and states["waitedSeconds"] >= int(started["timeoutSeconds"])
         return {
             **states,
@@ -370,7 +389,8 @@ def verify(ctx: ReconcileContext, request: Verify) -> dict[str, Any]:
     observed, held = observe(ctx, request.array_id)
     left = plan.remaining(observed)
     authenticates = observed.spec.authentication == keys.DH_HMAC_CHAP
-    stored = aws_keys.rotation(aws_keys.of(ctx.arrays.ctx), observed.spec) if authenticates else None
+    stages = ctx.registry.get(request.array_id).rekey_stages
+    stored = aws_keys.rotation(aws_keys.of(ctx.arrays.ctx), observed.spec, stages) if authenticates else None
     if stored is not None and stored.rotation is not None:
         serving = [(c.instance_id, c.address) for c in observed.controllers]
         left.append(f"keys rotation under way: {keys.rekey_step(stored, serving).reason}")
