@@ -13,6 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -1132,52 +1133,111 @@ def test_connect_path_takes_the_keys_of_its_address_from_the_secrets_paths(node:
     shows_no_key(partial, old, new, old_ctrl)
 
 
-def test_a_path_connected_with_old_keys_is_rekeyed_in_place_never_showing_a_key(node: Nodes):
-    # Given the host connected with the old keys through c0 and c1
+def two_keyed_controllers(node: Nodes, old: str, old_ctrl: str) -> tuple[LocalNode, LocalNode, LocalNode]:
+    """c0 and c1 keyed with the old keys, the host connected through both with them."""
     c0, c1, host = node("c0"), node("c1"), node("h0")
-    old, new, old_ctrl, new_ctrl = dhchap_key(), dhchap_key(), dhchap_key(), dhchap_key()
     for slot, (target, address) in enumerate(((c0, C0), (c1, C1))):
         target.attach(*VOLUMES)
         keyed_array(target, address, slot, old, old_ctrl)
     put_secret(host, HOST_SECRET, {"hostKey": old, "controllerKey": old_ctrl})
     for address in (C0, C1):
         assert connect_keyed(host, address).code == 0
+    return c0, c1, host
+
+
+@pytest.mark.parametrize("changed", ["host key", "controller key"])
+def test_a_path_with_one_key_changed_is_rekeyed_in_place_never_showing_a_key(node: Nodes, changed: str):
+    # Given the host connected with the old keys through c0 and c1
+    old, new, old_ctrl = dhchap_key(), dhchap_key(), dhchap_key()
+    c0, _c1, host = two_keyed_controllers(node, old, old_ctrl)
     devices = {name: ctrl["traddr"] for name, ctrl in fake_controllers(host).items()}
-    # When c0 gets the new keys (configure-target), then the host's secret the new keys for c0's
+    # When c0 gets one new key (configure-target), then the host's secret the same for c0's
     # address, and connect-path runs for c0's address
-    keyed_array(c0, C0, 0, new, new_ctrl)
-    put_secret(
-        host,
-        HOST_SECRET,
-        {
-            "hostKey": old,
-            "controllerKey": old_ctrl,
-            "paths": {C0: {"hostKey": new, "controllerKey": new_ctrl}},
-        },
-    )
+    wanted = (new, old_ctrl) if changed == "host key" else (old, new)
+    keyed_array(c0, C0, 0, *wanted)
+    paths = {C0: {"hostKey": wanted[0], "controllerKey": wanted[1]}}
+    put_secret(host, HOST_SECRET, {"hostKey": old, "controllerKey": old_ctrl, "paths": paths})
     before = len(calls(host.root))
     result = connect_keyed(host, C0)
-    # Then c0's paths were rekeyed where they are: their sysfs files hold the new keys, the same
+    # Then c0's paths were rekeyed where they are: their sysfs files hold the new key, the same
     # controllers (no disconnect, no connect), c1's paths kept the old keys
     assert result.code == 0, result.stderr
     assert result.report["rekeyed"] == NQNS
-    assert (result.report["connected"], result.report["reconnected"], result.report["unauthenticated"]) == (
-        [],
-        [],
-        [],
-    )
-    assert keys_at(host, C0) == {(new, new_ctrl)}
+    others = ("connected", "reconnected", "unauthenticated", "notRekeyed")
+    assert [result.report[k] for k in others] == [[], [], [], []]
+    assert keys_at(host, C0) == {wanted}
     assert keys_at(host, C1) == {(old, old_ctrl)}
     assert {name: ctrl["traddr"] for name, ctrl in fake_controllers(host).items()} == devices
     assert {argv[0] for argv in calls(host.root)[before:]} == {"list-subsys"}
     assert result.report["livePaths"] == 2 * len(VOLUMES)
-    # written as the kernel takes a key: the bytes of the key, no newline
-    (device,) = [name for name, address in devices.items() if address == C0][:1]
-    assert (host.root / SYSFS / "class/nvme" / device / "dhchap_secret").read_text() == new
+    # only the key that changed was written, as the kernel takes a key: its bytes, no newline
+    file = "dhchap_secret" if changed == "host key" else "dhchap_ctrl_secret"
+    other = "dhchap_ctrl_secret" if changed == "host key" else "dhchap_secret"
+    for device in (name for name, address in devices.items() if address == C0):
+        assert (host.root / SYSFS / "class/nvme" / device / file).read_text() == new
+        assert (host.root / SYSFS / "class/nvme" / device / other).read_text().endswith("\n")  # as connected
     # and no key in stdout, stderr or the report, nor on any command line
+    shows_no_key(result, old, new, old_ctrl)
+    assert not any(key in json.dumps(calls(host.root)) for key in (old, new, old_ctrl))
+    assert f"in place: wrote a new {changed}" in result.stderr
+
+
+def test_a_path_with_both_keys_changed_is_connected_again_with_them_while_another_path_is_live(node: Nodes):
+    # Given the host connected with the old keys through c0 and c1
+    old, new, old_ctrl, new_ctrl = dhchap_key(), dhchap_key(), dhchap_key(), dhchap_key()
+    c0, _c1, host = two_keyed_controllers(node, old, old_ctrl)
+    # When c0 gets both new keys, the host's secret the same for c0's address, and connect-path
+    # runs for c0's address
+    keyed_array(c0, C0, 0, new, new_ctrl)
+    paths = {C0: {"hostKey": new, "controllerKey": new_ctrl}}
+    put_secret(host, HOST_SECRET, {"hostKey": old, "controllerKey": old_ctrl, "paths": paths})
+    before = len(calls(host.root))
+    result = connect_keyed(host, C0)
+    # Then each of c0's paths was disconnected (c1's carried the IO) and connected again with the
+    # new keys (not written in place: two writes race two re-authentications on 6.12)
+    assert result.code == 0, result.stderr
+    assert result.report["rekeyed"] == NQNS
+    others = ("connected", "reconnected", "unauthenticated", "notRekeyed")
+    assert [result.report[k] for k in others] == [[], [], [], []]
+    assert keys_at(host, C0) == {(new, new_ctrl)}
+    assert keys_at(host, C1) == {(old, old_ctrl)}
+    commands = [argv for argv in calls(host.root)[before:] if argv[0] in ("connect", "disconnect")]
+    assert [c[0] for c in commands] == ["disconnect"] * len(VOLUMES) + ["connect"] * len(VOLUMES)
+    assert all(c[1] == "-d" for c in commands[: len(VOLUMES)])  # one path each, never -n
+    assert {c["authenticated"] for c in fake_controllers(host).values()} == {True}
+    assert result.report["livePaths"] == 2 * len(VOLUMES)
     shows_no_key(result, old, new, old_ctrl, new_ctrl)
     assert not any(key in json.dumps(calls(host.root)) for key in (old, new, old_ctrl, new_ctrl))
-    assert "rekeyed nvme" in result.stderr
+
+
+def test_the_only_live_path_with_both_keys_changed_is_left_alone_and_reported(node: Nodes):
+    # Given the host connected with the old keys through c0 only, then c0 given both new keys
+    c0, host = node("c0"), node("h0")
+    old, new, old_ctrl, new_ctrl = dhchap_key(), dhchap_key(), dhchap_key(), dhchap_key()
+    c0.attach(*VOLUMES)
+    keyed_array(c0, C0, 0, old, old_ctrl)
+    put_secret(host, HOST_SECRET, {"hostKey": old, "controllerKey": old_ctrl})
+    assert connect_keyed(host, C0).code == 0
+    devices = {name: str(c["nqn"]) for name, c in fake_controllers(host).items()}
+    keyed_array(c0, C0, 0, new, new_ctrl)
+    put_secret(host, HOST_SECRET, {"hostKey": new, "controllerKey": new_ctrl})
+    before = len(calls(host.root))
+    # When connect-path runs with the new keys
+    result = connect_keyed(host, C0)
+    # Then each path keeps its old keys and its connection, reported; the run is no failure
+    assert result.code == 0, result.stderr
+    reason = (
+        "connected with other keys (both: a rekey in place resets the path) and the only live path"
+        " of the subsystem: left as it is"
+    )
+    assert result.report["notRekeyed"] == [
+        {"nqn": nqn, "device": device, "reason": reason}
+        for device, nqn in sorted(devices.items(), key=lambda item: NQNS.index(item[1]))
+    ]
+    assert (result.report["rekeyed"], result.report["unauthenticated"]) == ([], [])
+    assert {argv[0] for argv in calls(host.root)[before:]} == {"list-subsys"}
+    assert keys_at(host, C0) == {(old, old_ctrl)}
+    shows_no_key(result, old, new, old_ctrl, new_ctrl)
 
 
 def test_paths_whose_keys_already_match_are_left_alone(node: Nodes):
