@@ -41,8 +41,8 @@
 # without that secret, or text not starting "DHHC-1:"; it stores the bytes written as they are
 # (so no newline), then queues dhchap_auth_work, which re-authenticates the live connection's
 # queues (drivers/nvme/host/auth.c nvme_ctrl_auth_work: "Failure is a soft-state; credentials
-# remain valid until the controller terminates the connection"; but see below),
-# and the controller's next reconnect uses the new key. So:
+# remain valid until the controller terminates the connection"; but see below), and the
+# controller's next reconnect uses the new key. So:
 # * the keys already the wanted ones: nothing;
 # * connected with keys, one of the two others wanted: that key is written (printf, a bash
 #   builtin, into the sysfs file: never an argv) and the kernel re-authenticates the live
@@ -50,12 +50,14 @@
 # * connected with keys, both others wanted (a rotation of the host's and the controller key):
 #   not written in place. Seen on 6.12 against nvmet (tests/dataplane/test_authentication.py):
 #   the re-authentication the first write starts (one new key, one old) fails ("controller
-#   authentication failed"), and that is not soft there: the host starts error recovery at once;
-#   once it reconnected with both keys 2.5 s later, once the second write raced the recovery and
-#   the path stayed "resetting" past WAIT_SECONDS. So, like a keyless path below, the path is
-#   disconnected and connected again with the keys, only while its subsystem has another live
-#   path; reported in "rekeyed" too (the log says how). Otherwise it is left as it is, in
-#   "notRekeyed" ({nqn, device, reason}).
+#   authentication failed"), and that is not soft there: nvmet ends a controller whose
+#   authentication ends in failure (drivers/nvme/target/fabrics-cmd-auth.c
+#   nvmet_execute_auth_send: FAILURE2 -> nvmet_ctrl_fatal_error), so the host starts error
+#   recovery at once; once it reconnected with both keys 2.5 s later, once the second write
+#   raced the recovery and the path stayed "resetting" past WAIT_SECONDS. So, like a keyless
+#   path below, the path is disconnected and connected again with the keys, only while its
+#   subsystem has another live path; reported in "rekeyed" too (the log says how). Otherwise it
+#   is left as it is, in "notRekeyed" ({nqn, device, reason}).
 # * connected without a key (the array went from authentication none to dh-hmac-chap): the
 #   kernel cannot be given one, so the path is disconnected (nvme disconnect -d nvmeX) and
 #   connected again with the keys, only when its subsystem has another live path of this host
@@ -63,8 +65,10 @@
 #   reported in "unauthenticated" ({nqn, device, reason}).
 # Paths left as they are are not an error: the control plane runs connect-path again once
 # another path is live. Whether the kernel accepted keys written in place shows only in its log
-# ("qid 0: authenticated"); the controller must hold them first (configure-target), or the
-# path's next reconnect is refused.
+# ("qid 0: authenticated"); the controller must hold them first (configure-target), or nvmet
+# ends the connection as above and the path's reconnects are refused. nvmet gives each step of
+# an authentication KEEP_ALIVE_TMO seconds (auth_expired_work, same file): a host whose DH
+# exchange is slower (TCG guests under load, not EC2 hardware) is refused with EIO.
 DOCUMENT=connect-path
 # vsa:include lib/common.sh
 # vsa:include lib/dhchap.sh
