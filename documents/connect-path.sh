@@ -55,9 +55,11 @@
 #   nvmet ends a controller whose authentication ends in failure
 #   (drivers/nvme/target/fabrics-cmd-auth.c nvmet_execute_auth_send: FAILURE2 ->
 #   nvmet_ctrl_fatal_error), so the host starts error recovery and reconnects the path with the
-#   keys it holds by then, both new, about 2.5 s later (IO meanwhile on the other paths); in one
-#   run of two the second write raced the recovery and the path stayed "resetting" past
-#   WAIT_SECONDS: an error here. Not through nvme disconnect + nvme connect: nvme-cli 2.3 /
+#   keys it holds by then, both new, about 2.5 s later (IO meanwhile on the other paths). When
+#   the second write came before the recovery started (the host logged its "re-authenticating
+#   controller" first), the path stayed "resetting" past WAIT_SECONDS (twice in three runs): so
+#   the controller key is written only once the path has left "live" (the recovery started),
+#   or after 5 s. Not through nvme disconnect + nvme connect: nvme-cli 2.3 /
 #   libnvme 1.3 then sends the host key of another live path of the same host NQN (read from
 #   its sysfs dhchap_secret) instead of the port's in the config (seen: its -vvv option string
 #   carried the old host key with the new controller key; nvmet "host response mismatch"), so
@@ -256,6 +258,10 @@ if [[ $AUTHENTICATION == dh-hmac-chap ]]; then
         continue
       }
       wrote+=("a new host key")
+      if [[ $has_ctrl != "$CTRL_KEY" ]]; then # both: let the first re-authentication end first
+        deadline=$((SECONDS + (WAIT_SECONDS < 5 ? WAIT_SECONDS : 5)))
+        while [[ "$(cat "$dir/state" 2>/dev/null)" == live ]] && ((SECONDS < deadline)); do sleep 0.1; done
+      fi
     fi
     if [[ $has_ctrl != "$CTRL_KEY" ]]; then
       write_key "$dir" dhchap_ctrl_secret "$CTRL_KEY" || {
