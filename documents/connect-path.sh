@@ -30,8 +30,51 @@
 # root-only (0600). A "dhchap_key" on the host entry itself (an operator's) would win over the
 # port's in libnvme 1.3: connect-path warns about one. With AUTHENTICATION=none the array's
 # ports lose any key (a connect without authentication is what was asked).
-# A path that exists is left alone: it keeps the credentials it connected with until it
-# reconnects (the kernel's reconnects reuse them).
+# Per-address keys (a rotation, controller by controller: issue #20): when the host's secret has
+# "paths": {"<ADDRESS>": {"hostKey", "controllerKey"}}, those are the keys for ADDRESS, else the
+# top-level ones.
+# The keys of paths that exist converge (AUTHENTICATION=dh-hmac-chap): each of the array's
+# controllers at ADDRESS:PORT shows the keys it connected with in
+# <SYSFS_ROOT>/class/nvme/nvmeX/dhchap_secret and dhchap_ctrl_secret ("none": connected without).
+# Linux drivers/nvme/host/sysfs.c (nvme_ctrl_dhchap_secret_store, _ctrl_secret_store; read in
+# torvalds/linux, the same since 6.x): a write refuses with EINVAL a controller that connected
+# without that secret, or text not starting "DHHC-1:"; it stores the bytes written as they are
+# (so no newline), then queues dhchap_auth_work, which re-authenticates the live connection's
+# queues (drivers/nvme/host/auth.c nvme_ctrl_auth_work: "Failure is a soft-state; credentials
+# remain valid until the controller terminates the connection"; but see below), and the
+# controller's next reconnect uses the new key. So:
+# * the keys already the wanted ones: nothing;
+# * connected with keys, one of the two others wanted: that key is written (printf, a bash
+#   builtin, into the sysfs file: never an argv) and the kernel re-authenticates the live
+#   connection; the controller must then be live within WAIT_SECONDS. Reported in "rekeyed".
+# * connected with keys, both others wanted (a rotation of the host's and the controller key):
+#   both written, the host key first, only while the subsystem has another live path; else
+#   left as it is, in "notRekeyed" ({nqn, device, reason}). Seen on 6.12 against nvmet
+#   (tests/dataplane/test_authentication.py): the re-authentication the first write starts (one
+#   key new, one old) fails ("controller authentication failed"), and that is not soft there:
+#   nvmet ends a controller whose authentication ends in failure
+#   (drivers/nvme/target/fabrics-cmd-auth.c nvmet_execute_auth_send: FAILURE2 ->
+#   nvmet_ctrl_fatal_error), so the host starts error recovery and reconnects the path with the
+#   keys it holds by then, both new, about 2.5 s later (IO meanwhile on the other paths). When
+#   the second write came before the recovery started (the host logged its "re-authenticating
+#   controller" first), the path stayed "resetting" past WAIT_SECONDS (twice in three runs): so
+#   the controller key is written only once the path has left "live" (the recovery started),
+#   or after 5 s. Not through nvme disconnect + nvme connect: nvme-cli 2.3 /
+#   libnvme 1.3 then sends the host key of another live path of the same host NQN (read from
+#   its sysfs dhchap_secret) instead of the port's in the config (seen: its -vvv option string
+#   carried the old host key with the new controller key; nvmet "host response mismatch"), so
+#   a new path's host key is another path's while one is connected with another host key.
+# * connected without a key (the array went from authentication none to dh-hmac-chap): the
+#   kernel cannot be given one, so the path is disconnected (nvme disconnect -d nvmeX) and
+#   connected again with the keys, only when its subsystem has another live path of this host
+#   (IO goes on through it); reported in "reconnected". Otherwise it is left as it is and
+#   reported in "unauthenticated" ({nqn, device, reason}).
+# Paths left as they are are not an error: the control plane runs connect-path again once
+# another path is live. Whether the kernel accepted keys written in place shows only in its log
+# ("qid 0: authenticated"); the controller must hold them first (configure-target), or nvmet
+# ends the connection as above and the path's reconnects are refused. nvmet gives each step of
+# an authentication KEEP_ALIVE_TMO seconds (auth_expired_work, same file): a host whose DH
+# exchange is slower (TCG guests under load, not EC2 hardware) is refused with EIO.
 DOCUMENT=connect-path
 # vsa:include lib/common.sh
 # vsa:include lib/dhchap.sh
@@ -123,13 +166,18 @@ os.chmod(temporary, 0o600 if keyed else 0o644)  # keys: root-only
 os.replace(temporary, path)
 '
 declare -A KEYS=()
+HOST_KEY="" CTRL_KEY="" # the keys for ADDRESS (shell variables only, cleared at the end)
 if [[ $AUTHENTICATION == dh-hmac-chap ]]; then
   read_secret "$KEYS_SECRET_ID"
-  secret_keys "$KEYS_SECRET_ID" hostKey controllerKey
+  names=(hostKey controllerKey)
+  if secret_has "paths/$ADDRESS"; then names=("paths/$ADDRESS/hostKey" "paths/$ADDRESS/controllerKey"); fi
+  secret_keys "$KEYS_SECRET_ID" "${names[@]}"
+  HOST_KEY=${KEYS[${names[0]}]} CTRL_KEY=${KEYS[${names[1]}]}
+  if [[ ${names[0]} == paths/* ]]; then log "the keys for $ADDRESS: the secret's paths/$ADDRESS"; fi
   unset SECRET
 fi
 if [[ $CONFIG != none ]]; then
-  output=$(printf '%s\n%s\n' "${KEYS[hostKey]:-}" "${KEYS[controllerKey]:-}" |
+  output=$(printf '%s\n%s\n' "$HOST_KEY" "$CTRL_KEY" |
     python3 -c "$CONFIG_FILTER" "$CONFIG" "$HOST_NQN" "$HOST_ID" "$ADDRESS" "$PORT" \
       "$KEEP_ALIVE_TMO" "$CTRL_LOSS_TMO" "$RECONNECT_DELAY" "$FAST_IO_FAIL_TMO" "${NQNS[@]}" 2>&1) ||
     fail "cannot write the failover settings into $CONFIG: $(redact "${output//$'\n'/ }")"
@@ -151,8 +199,91 @@ scan() { # PRESENT[nqn]: a path of this host NQN to ADDRESS:PORT exists; LIVE[nq
   done <<<"$LISTING"
 }
 
+other_live() { # other_live NQN DEVICE: NQN has a live path of this host NQN other than DEVICE
+  local nqn dev state host
+  while IFS=$'\x1f' read -r nqn dev state _ _ host _; do
+    [[ $nqn == "$1" && $dev != "$2" && $state == live ]] || continue
+    [[ -z $host || $host == "$HOST_NQN" ]] && return 0
+  done <<<"$LISTING"
+  return 1
+}
+write_key() { # write_key DIR FILE KEY: the key into the controller's sysfs FILE (builtins only)
+  { printf '%s' "$3" >"$1/$2"; } 2>/dev/null
+}
+
 scan
+REKEYED=()
+UNAUTHENTICATED="" NOT_REKEYED=""
+KEY_ERRORS=()
+declare -A RECONNECTING=()
+if [[ $AUTHENTICATION == dh-hmac-chap ]]; then
+  for nqn in "${NQNS[@]}"; do
+    dev=${PRESENT[$nqn]:-}
+    [[ -n $dev ]] || continue
+    dir=$SYSFS/class/nvme/$dev
+    if [[ ! -r $dir/dhchap_secret || ! -r $dir/dhchap_ctrl_secret ]]; then
+      KEY_ERRORS+=("$nqn: $dir shows no dhchap_secret (a kernel without NVMe host authentication?)")
+      continue
+    fi
+    has_host=$(<"$dir/dhchap_secret") has_ctrl=$(<"$dir/dhchap_ctrl_secret")
+    [[ $has_host != "$HOST_KEY" || $has_ctrl != "$CTRL_KEY" ]] || continue
+    if [[ $has_host == none || $has_ctrl == none ]]; then # no key to replace: connect again
+      if ! other_live "$nqn" "$dev"; then
+        reason="connected without a key and the only live path of the subsystem: left as it is"
+        UNAUTHENTICATED+=${UNAUTHENTICATED:+,}$(printf '{"nqn":%s,"device":%s,"reason":%s}' \
+          "$(json "$nqn")" "$(json "$dev")" "$(json "$reason")")
+        log "$dev ($nqn) via $ADDRESS:$PORT: $reason"
+        continue
+      fi
+      if output=$("$NVME_COMMAND" disconnect -d "$dev" 2>&1); then
+        log "disconnected $dev ($nqn) via $ADDRESS:$PORT, connected without a key, to connect it again with the keys"
+        RECONNECTING[$nqn]=1
+        unset "PRESENT[$nqn]" "LIVE[$nqn]"
+      else
+        KEY_ERRORS+=("$nqn: nvme disconnect -d $dev (to connect it again with the keys) said: $(redact "${output//$'\n'/ }")")
+      fi
+      continue
+    fi
+    if [[ $has_host != "$HOST_KEY" && $has_ctrl != "$CTRL_KEY" ]] && ! other_live "$nqn" "$dev"; then
+      reason="connected with other keys (both: the host resets the path on the way) and the only live path of the subsystem: left as it is"
+      NOT_REKEYED+=${NOT_REKEYED:+,}$(printf '{"nqn":%s,"device":%s,"reason":%s}' \
+        "$(json "$nqn")" "$(json "$dev")" "$(json "$reason")")
+      log "$dev ($nqn) via $ADDRESS:$PORT: $reason"
+      continue
+    fi
+    started=$SECONDS wrote=()
+    if [[ $has_host != "$HOST_KEY" ]]; then
+      write_key "$dir" dhchap_secret "$HOST_KEY" || {
+        KEY_ERRORS+=("$nqn: the kernel refused a new key in $dir/dhchap_secret")
+        continue
+      }
+      wrote+=("a new host key")
+      if [[ $has_ctrl != "$CTRL_KEY" ]]; then # both: let the first re-authentication end first
+        deadline=$((SECONDS + (WAIT_SECONDS < 5 ? WAIT_SECONDS : 5)))
+        while [[ "$(cat "$dir/state" 2>/dev/null)" == live ]] && ((SECONDS < deadline)); do sleep 0.1; done
+      fi
+    fi
+    if [[ $has_ctrl != "$CTRL_KEY" ]]; then
+      write_key "$dir" dhchap_ctrl_secret "$CTRL_KEY" || {
+        KEY_ERRORS+=("$nqn: the kernel refused a new key in $dir/dhchap_ctrl_secret")
+        continue
+      }
+      wrote+=("a new controller key")
+    fi
+    deadline=$((SECONDS + WAIT_SECONDS))
+    until [[ "$(cat "$dir/state" 2>/dev/null)" == live ]] || ((SECONDS >= deadline)); do sleep 0.2; done
+    if [[ "$(cat "$dir/state" 2>/dev/null)" != live ]]; then
+      KEY_ERRORS+=("$nqn: $dev not live ${WAIT_SECONDS} s after its new keys")
+      continue
+    fi
+    REKEYED+=("$nqn")
+    log "rekeyed $dev ($nqn) via $ADDRESS:$PORT in place: wrote ${wrote[*]} (the kernel re-authenticates the live connection), live after $((SECONDS - started)) s"
+  done
+fi
+HOST_KEY="" CTRL_KEY=""
+
 CONNECTED=()
+RECONNECTED=()
 ERRORS=()
 for nqn in "${NQNS[@]}"; do
   [[ -z ${PRESENT[$nqn]:-} ]] || continue
@@ -161,7 +292,7 @@ for nqn in "${NQNS[@]}"; do
     --reconnect-delay "$RECONNECT_DELAY" --config "$CONFIG")
   [[ -z $HOST_ID ]] || args+=(--hostid "$HOST_ID")
   if output=$("$NVME_COMMAND" "${args[@]}" 2>&1); then
-    CONNECTED+=("$nqn")
+    if [[ -n ${RECONNECTING[$nqn]:-} ]]; then RECONNECTED+=("$nqn"); else CONNECTED+=("$nqn"); fi
     log "connected $nqn via $ADDRESS:$PORT (authentication: $AUTHENTICATION)"
   else
     output=$(redact "$output") # nvme-cli may echo the option string it wrote, keys included
@@ -204,6 +335,10 @@ connected=""
 for nqn in "${CONNECTED[@]}"; do connected+=${connected:+,}$(json "$nqn"); done
 missing=""
 for nqn in "${MISSING[@]}"; do missing+=${missing:+,}$(json "$nqn"); done
+rekeyed=""
+for nqn in "${REKEYED[@]}"; do rekeyed+=${rekeyed:+,}$(json "$nqn"); done
+reconnected=""
+for nqn in "${RECONNECTED[@]}"; do reconnected+=${reconnected:+,}$(json "$nqn"); done
 error=null
 message=""
 if ((${#MISSING[@]} > 0)); then
@@ -213,14 +348,17 @@ fi
 if ((${#POLICY_FAILED[@]} > 0)); then
   message+=${message:+; }"cannot set the IO policy $IO_POLICY in $SYSFS/class/nvme-subsystem for ${POLICY_FAILED[*]}"
 fi
+if ((${#KEY_ERRORS[@]} > 0)); then
+  message+=${message:+; }"the keys of the paths to $ADDRESS:$PORT: ${KEY_ERRORS[*]}"
+fi
 if [[ -n $message ]]; then
   printf '%s: error: %s\n' "$DOCUMENT" "$message" >&2
   error=$(json "$message")
 fi
 failover=$(printf '{"keepAliveTmo":%s,"ctrlLossTmo":%s,"reconnectDelay":%s,"fastIoFailTmo":%s,"config":%s}' \
   "$KEEP_ALIVE_TMO" "$CTRL_LOSS_TMO" "$RECONNECT_DELAY" "$FAST_IO_FAIL_TMO" "$(json "$CONFIG")")
-printf '{"document":"%s","arrayId":%s,"address":%s,"port":%s,"hostNqn":%s,"connected":[%s],"missing":[%s],"subsystems":[%s],"livePaths":%s,"ioPolicy":%s,"failover":%s,"authentication":%s,"error":%s}\n' \
+printf '{"document":"%s","arrayId":%s,"address":%s,"port":%s,"hostNqn":%s,"connected":[%s],"missing":[%s],"subsystems":[%s],"livePaths":%s,"ioPolicy":%s,"failover":%s,"authentication":%s,"rekeyed":[%s],"reconnected":[%s],"unauthenticated":[%s],"notRekeyed":[%s],"error":%s}\n' \
   "$DOCUMENT" "$(json "$ARRAY_ID")" "$(json "$ADDRESS")" "$(json "$PORT")" "$(json "$HOST_NQN")" \
   "$connected" "$missing" "$SUBSYSTEMS_JSON" "$LIVE_TOTAL" "$(json "$IO_POLICY")" "$failover" \
-  "$(json "$AUTHENTICATION")" "$error"
-((${#MISSING[@]} == 0 && ${#POLICY_FAILED[@]} == 0))
+  "$(json "$AUTHENTICATION")" "$rekeyed" "$reconnected" "$UNAUTHENTICATED" "$NOT_REKEYED" "$error"
+((${#MISSING[@]} == 0 && ${#POLICY_FAILED[@]} == 0 && ${#KEY_ERRORS[@]} == 0))

@@ -63,3 +63,18 @@ secret_keys() { # secret_keys ID NAME...: the keys NAME (a/b: b inside a) of SEC
     [[ -n $name ]] && KEYS[$name]=$value
   done < <(printf '%s\n' "$output") # a pipe: a here-string may be a temporary file
 }
+secret_has() { # secret_has NAME: SECRET has an entry NAME (a/b: b inside a), whatever it holds
+  # (not JSON: no; secret_keys then fails naming why)
+  local found
+  found=$(printf '%s' "$SECRET" | python3 -c '
+import json, sys
+try:
+    where = json.loads(sys.stdin.read())
+except ValueError:
+    where = None
+for part in sys.argv[1].split("/"):
+    where = where.get(part) if isinstance(where, dict) else None
+print("yes" if where is not None else "no")
+' "$1") || fail "cannot read the secret's JSON with python3"
+  [[ $found == yes ]]
+}

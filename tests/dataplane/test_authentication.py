@@ -126,9 +126,9 @@ def configure(lab: Lab, index: int, authentication: str, hosts: list[str], mode:
     return result
 
 
-def connect(lab: Lab, index: int, host_nqn: str, secret: str = "none") -> Result:
+def connect(lab: Lab, index: int, host_nqn: str, secret: str = "none", **extra: str) -> Result:
     values = {"ArrayId": ARRAY, "Volumes": VOLUME, "Address": lab.links[index].controller_address}
-    values |= {"HostNqn": host_nqn, "WaitSeconds": "10"}
+    values |= {"HostNqn": host_nqn, "WaitSeconds": "10", **extra}
     if secret != "none":
         values |= {
             "Authentication": "dh-hmac-chap",
@@ -443,3 +443,296 @@ def test_configure_target_fails_naming_what_is_missing_and_changes_nothing(lab: 
     assert "ResourceNotFoundException" in unreadable.report["error"]
     assert lab.controller(0).sh("find /sys/kernel/config/nvmet | sort").ok().stdout == before
     assert live(lab) == sorted(link.controller_address for link in lab.links)
+
+
+# --- key rotation without an IO stop (issue #20) -----------------------------------------------
+SWITCH = nvme.default_host_nqn("i-0d0a7a91a2e0f00a5")  # connected without keys, then switched to them
+ROTATION = {"KeepAliveTmo": "6"}
+"""These scenarios' connects: nvmet gives each DH-HMAC-CHAP step of a connect the controller's
+keep-alive timeout to answer (drivers/nvme/target/fabrics-cmd-auth.c nvmet_execute_auth_send:
+auth_expired_work after ctrl->kato seconds), and with the product's 2 s a first authenticated
+connect of a fresh lab was refused once (nvmet "ctrl 1 fatal error occurred!" 2.1 s after
+"creating nvm controller ... with DH-HMAC-CHAP", nvme connect EIO): probably the guest's first
+DH exchange under TCG; on EC2 hardware it takes milliseconds."""
+
+
+class LongFio(Fio):
+    """Fio that outlasts a whole rotation (each connect-path takes 15-40 s under TCG: the
+    first run's fio ended by its 300 s bound before the scenario did)."""
+
+    MAX_SECONDS = 840
+
+
+def path_keys(lab: Lab, index: int, host_nqn: str = GOOD) -> dict[str, str]:
+    """The host's path to controller ``index`` as its sysfs shows it: device, state and the keys
+    the kernel holds for it (dhchap_secret, dhchap_ctrl_secret: a key or none)."""
+    address = lab.links[index].controller_address
+    script = (
+        'for c in /sys/class/nvme/nvme*; do [ "$(cat $c/subsysnqn 2>/dev/null)" = '
+        f"'{NQN}' ] && [ \"$(cat $c/hostnqn)\" = '{host_nqn}' ] || continue;"
+        f' case "$(cat $c/address)" in traddr={address},*) ;; *) continue;; esac;'
+        ' printf "%s|%s|%s|%s\\n" "${c##*/}" "$(cat $c/state)" "$(cat $c/dhchap_secret)"'
+        ' "$(cat $c/dhchap_ctrl_secret)"; done'
+    )
+    lines = lab.host.sh(script, name="path-keys").ok().stdout.splitlines()
+    assert len(lines) == 1, f"expected one path to {address}, got {lines}"
+    device, state, host_key, ctrl_key = lines[0].split("|")
+    return {"device": device, "state": state, "hostKey": host_key, "controllerKey": ctrl_key}
+
+
+def clean_slate(lab: Lab) -> None:
+    """No path of the host to the array (a scenario that needs its own connections)."""
+    disconnect(lab, 1)
+    disconnect(lab, 0, last=True)
+    assert paths(lab) == []
+
+
+def kernel_seconds(line: str) -> float:
+    """A kernel log line's timestamp: ``[  123.456789] ...``."""
+    return float(line[1 : line.index("]")])
+
+
+def reauthentication(lab: Lab, device: str, since: int, timeout: float = 60) -> dict[str, Any]:
+    """The host kernel's re-authentication of ``device`` after log line ``since``: waits until
+    it logged that the controller authenticated after its last "re-authenticating controller",
+    and returns the log lines and the seconds from the first of those to it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = [line for line in kernel_log(lab.host, since) if f"{device}:" in line]
+        starts = [i for i, line in enumerate(lines) if "re-authenticating controller" in line]
+        done = [
+            line
+            for line in lines[starts[-1] :]
+            if starts and ("authenticated" in line and "re-authenticating" not in line)
+        ]
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert starts, f"{device}: no re-authentication in the host's log: {lines}"
+    assert done, f"{device}: the re-authentication did not finish within {timeout} s: {lines}"
+    failed = [line for line in lines[starts[-1] :] if "failed" in line]
+    assert failed == [], f"{device}: the last re-authentication failed: {lines}"
+    return {
+        "seconds": round(kernel_seconds(done[-1]) - kernel_seconds(lines[starts[0]]), 3),
+        "errorRecovery": any("starting error recovery" in line for line in lines),
+        "log": lines,
+    }
+
+
+SETUP_RETRIES: list[str] = []
+"""Connects of a scenario's Given step that were refused once and made again (figures)."""
+
+
+def connect_for_setup(lab: Lab, index: int, host_nqn: str, secret: str = "none") -> Result:
+    """connect-path in a scenario's Given step, made once more if refused: the first
+    authenticated connect of a fresh lab was refused once under TCG (nvmet "ctrl 1 fatal error
+    occurred!" 2 s after "creating nvm controller ... with DH-HMAC-CHAP", the host's connect
+    EIO: the keep-alive timeout of 2 s bounds nvmet's wait for the host's DH-HMAC-CHAP reply,
+    and the guest's first DH exchange is slow)."""
+    first = connect(lab, index, host_nqn, secret, **ROTATION)
+    if first.rc == 0:
+        return first
+    SETUP_RETRIES.append(first.report.get("error") or "")
+    return connect(lab, index, host_nqn, secret, **ROTATION).ok()
+
+
+def keys_sent(lab: Lab, address: str) -> str:
+    """What nvme-cli 2.3 writes to /dev/nvme-fabrics for a connect to ``address`` with the
+    config connect-path wrote (its -vvv debug line), each key replaced by its name in KEYS."""
+    done = lab.host.sh(
+        f"nvme connect -t tcp -a {address} -s 4420 -n '{NQN}' --hostnqn '{GOOD}'"
+        f" --hostid '{nvme.host_id(GOOD)}' --keep-alive-tmo 6 --config /etc/nvme/config.json -vvv 2>&1"
+        " | grep -o 'dhchap[a-z_]*=DHHC-1:[^,]*'",
+        name="keys-sent",
+    )
+    text = done.stdout
+    for name, key in KEYS.items():
+        text = text.replace(key, f"<{name}>")
+    return text
+
+
+def rotate(
+    lab: Lab, i: int, secret: str, host_secret: dict[str, Any], keys: dict[str, str]
+) -> dict[str, Any]:
+    """One controller's step of a rotation: its secret and nvmet get ``keys`` (configure-target),
+    then the host's secret gets them for its address and connect-path runs for it; the report
+    must say rekeyed and the host's kernel hold the keys for that path, live."""
+    address = lab.links[i].controller_address
+    put_secret(
+        lab.controller(i), ARRAY_SECRET, {"controllerKey": keys["controller"], "hosts": {GOOD: keys["host"]}}
+    )
+    target = configure(lab, i, "dh-hmac-chap", [GOOD]).ok()
+    assert target.report["changes"] >= 1, target.report
+    assert live(lab) == sorted(link.controller_address for link in lab.links)  # connections stay
+    host_secret.setdefault("paths", {})[address] = {
+        "hostKey": keys["host"],
+        "controllerKey": keys["controller"],
+    }
+    put_secret(lab.host, secret, host_secret)
+    since = log_length(lab.host)
+    run = connect(lab, i, GOOD, secret, **ROTATION)
+    assert run.rc == 0, (
+        f"{run.stderr}\n--- {lab.controller(i).name}:\n"
+        + "\n".join(kernel_log(lab.controller(i), 0)[-8:])
+        + "\n--- host:\n"
+        + "\n".join(kernel_log(lab.host, since)[-12:])
+        + "\n--- the keys nvme-cli puts in its option string for this address (key names):\n"
+        + keys_sent(lab, address)
+    )
+    assert run.report["rekeyed"] == [NQN], run.report
+    others = ("connected", "reconnected", "unauthenticated", "notRekeyed")
+    assert [run.report[k] for k in others] == [[], [], [], []], run.report
+    held = path_keys(lab, i)
+    assert (held["hostKey"], held["controllerKey"], held["state"]) == (
+        keys["host"],
+        keys["controller"],
+        "live",
+    )
+    assert live(lab) == sorted(link.controller_address for link in lab.links)
+    return {"address": address, "run": run, "device": held["device"], "since": since}
+
+
+def test_keys_rotate_controller_by_controller_under_io_without_an_error(lab: Lab, figures: Any) -> None:
+    # Given the host connected with its keys through both controllers, and IO verified on it
+    clean_slate(lab)
+    old = {"host": KEYS["good"], "controller": KEYS["controller"]}
+    KEYS.update({"good-2": gen_key(), "controller-2": gen_key(), "good-3": gen_key()})
+    new = {"host": KEYS["good-2"], "controller": KEYS["controller-2"]}
+    secret = "vsa/dhchap/rotate"
+    for i in (0, 1):
+        put_secret(
+            lab.controller(i),
+            ARRAY_SECRET,
+            {"controllerKey": old["controller"], "hosts": {GOOD: old["host"]}},
+        )
+        configure(lab, i, "dh-hmac-chap", [GOOD]).ok()
+    host_secret: dict[str, Any] = {"hostKey": old["host"], "controllerKey": old["controller"]}
+    put_secret(lab.host, secret, host_secret)
+    for i in (0, 1):
+        assert connect_for_setup(lab, i, GOOD, secret).report["connected"] == [NQN]
+    assert live(lab) == sorted(link.controller_address for link in lab.links)
+    fio = LongFio(lab, "rotation", head_device(lab))
+
+    # When each controller in turn gets a new host key and a new controller key, then the host's
+    # secret the same for its address, and connect-path runs for that address
+    both = []
+    for i in (0, 1):
+        step = rotate(lab, i, secret, host_secret, new)
+        # Then both keys were written in place; the host's kernel re-authenticated the path (it
+        # resets it on the way: the first write's re-authentication fails), the other path
+        # carrying the IO
+        assert "in place: wrote a new host key a new controller key" in step["run"].stderr
+        kernel = reauthentication(lab, step["device"], step["since"])
+        assert path_keys(lab, 1 - i)["hostKey"] == (new["host"] if i == 1 else old["host"])
+        both.append(
+            {
+                "address": step["address"],
+                "connectPathSeconds": seconds(step["run"]),
+                "reauthenticationSeconds": kernel["seconds"],
+                "errorRecovery": kernel["errorRecovery"],
+                "hostLog": [line.split("] ", 1)[-1] for line in kernel["log"]][-8:],
+            }
+        )
+
+    # When only the host key changes (a third key), controller by controller
+    newer = {"host": KEYS["good-3"], "controller": new["controller"]}
+    in_place = []
+    for i in (0, 1):
+        step = rotate(lab, i, secret, host_secret, newer)
+        # Then the path is rekeyed in place: the key written into its sysfs dhchap_secret, and the
+        # kernel re-authenticated the live connection, without error recovery
+        assert "in place: wrote a new host key" in step["run"].stderr
+        kernel = reauthentication(lab, step["device"], step["since"])
+        assert not kernel["errorRecovery"], kernel["log"]
+        in_place.append(
+            {
+                "address": step["address"],
+                "connectPathSeconds": seconds(step["run"]),
+                "reauthenticationSeconds": kernel["seconds"],
+                "hostLog": [line.split("] ", 1)[-1] for line in kernel["log"]][-4:],
+            }
+        )
+
+    # When the host's secret has the newest keys at top level (no paths) and connect-path runs
+    put_secret(lab.host, secret, {"hostKey": newer["host"], "controllerKey": newer["controller"]})
+    for i in (0, 1):
+        again = connect(lab, i, GOOD, secret, **ROTATION).ok().report
+        # Then there is nothing to do
+        assert (again["connected"], again["rekeyed"], again["reconnected"]) == ([], [], []), again
+
+    # And the old keys are gone: a fresh connect with them is refused, with the new ones it works
+    disconnect(lab, 1)
+    put_secret(lab.host, "vsa/dhchap/old", {"hostKey": old["host"], "controllerKey": old["controller"]})
+    refused = connect(lab, 1, GOOD, "vsa/dhchap/old", **ROTATION)
+    assert refused.rc != 0
+    assert refused.report["connected"] == []
+    assert live(lab) == [lab.links[0].controller_address]
+    fresh = connect(lab, 1, GOOD, secret, **ROTATION).ok()
+    assert fresh.report["connected"] == [NQN]
+    assert live(lab) == sorted(link.controller_address for link in lab.links)
+    assert path_keys(lab, 1)["hostKey"] == newer["host"]
+    # and the IO went on through all of it: no error, every verify passed
+    result = fio.result()
+    assert result["error"] == 0
+    assert result["verifiedReads"] > 0
+    figures(
+        "authenticationRotation",
+        {
+            "bothKeysInPlace": both,
+            "hostKeyInPlace": in_place,
+            "oldKeyRefused": refused.report["error"],
+            "setupConnectsRefusedOnce": SETUP_RETRIES,
+            "writeVerify": result,
+            "loadAverage": round(os.getloadavg()[0], 1),
+        },
+    )
+
+
+def test_an_array_switched_from_none_to_keys_reconnects_one_path_at_a_time_under_io(
+    lab: Lab, figures: Any
+) -> None:
+    # Given the host connected without keys through both controllers, and IO verified on it
+    clean_slate(lab)
+    for i in (0, 1):
+        configure(lab, i, "none", [SWITCH]).ok()
+        connect_for_setup(lab, i, SWITCH)
+    assert live(lab, SWITCH) == sorted(link.controller_address for link in lab.links)
+    assert {path_keys(lab, i, SWITCH)["hostKey"] for i in (0, 1)} == {"none"}
+    fio = LongFio(lab, "switch", head_device(lab))
+    # When both controllers get keys for it (the connections stay up, unauthenticated)
+    KEYS.update({"switch": gen_key()})
+    for i in (0, 1):
+        put_secret(
+            lab.controller(i),
+            ARRAY_SECRET,
+            {"controllerKey": KEYS["controller"], "hosts": {SWITCH: KEYS["switch"]}},
+        )
+        configure(lab, i, "dh-hmac-chap", [SWITCH]).ok()
+    assert live(lab, SWITCH) == sorted(link.controller_address for link in lab.links)
+    put_secret(
+        lab.host, "vsa/dhchap/switch", {"hostKey": KEYS["switch"], "controllerKey": KEYS["controller"]}
+    )
+    # and connect-path runs with the keys for each address in turn
+    runs = []
+    for i in (0, 1):
+        run = connect(lab, i, SWITCH, "vsa/dhchap/switch", **ROTATION).ok()
+        # Then that path was connected again with the keys (the other one carried the IO)
+        assert run.report["reconnected"] == [NQN], run.report
+        assert (run.report["connected"], run.report["rekeyed"], run.report["unauthenticated"]) == ([], [], [])
+        held = path_keys(lab, i, SWITCH)
+        assert (held["hostKey"], held["controllerKey"], held["state"]) == (
+            KEYS["switch"],
+            KEYS["controller"],
+            "live",
+        )
+        assert live(lab, SWITCH) == sorted(link.controller_address for link in lab.links)
+        runs.append(seconds(run))
+    # And both paths are authenticated, and the IO went on without an error
+    assert {path_keys(lab, i, SWITCH)["hostKey"] for i in (0, 1)} == {KEYS["switch"]}
+    result = fio.result()
+    assert result["error"] == 0
+    assert result["verifiedReads"] > 0
+    figures(
+        "authenticationSwitchFromNone",
+        {"connectPathSeconds": runs, "writeVerify": result, "loadAverage": round(os.getloadavg()[0], 1)},
+    )

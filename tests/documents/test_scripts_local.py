@@ -13,6 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -1049,3 +1050,297 @@ def test_connect_path_refused_with_a_wrong_host_key_or_a_controller_with_a_wrong
     assert "needs KeysSecretId" in connect(host, "10.0.0.5", **keyed(KeysSecretId="none")).report["error"]
     refused = [argv for argv in calls(host.root) if argv[:1] == ["connect"]]
     assert len(refused) == 2 * len(VOLUMES)  # the impostor's and the rogue's, nothing since
+
+
+# --- key rotation without an IO stop (issue #20): per-address keys, existing paths converge ------
+C0, C1 = "10.0.0.5", "10.0.0.6"
+NQNS = [nvme.subsystem_nqn(ARRAY, volume) for volume in VOLUMES]
+
+
+def keyed_array(target: LocalNode, address: str, slot: int, host_key: str, controller_key: str) -> None:
+    """The controller at ``address`` configured with dh-hmac-chap for HOST with these keys."""
+    put_secret(target, ARRAY_SECRET, {"controllerKey": controller_key, "hosts": {HOST: host_key}})
+    result = configure(target, address, Slot=str(slot), **keyed())
+    assert result.code == 0, result.stderr
+
+
+def path_keys(host: LocalNode) -> dict[str, tuple[str, str, str]]:
+    """Each path of the host as its sysfs shows it: device -> (address, dhchap_secret,
+    dhchap_ctrl_secret)."""
+    found = {}
+    for name, ctrl in fake_controllers(host).items():
+        entry = host.root / SYSFS / "class/nvme" / name
+        keys = (
+            (entry / "dhchap_secret").read_text().strip(),
+            (entry / "dhchap_ctrl_secret").read_text().strip(),
+        )
+        found[name] = (str(ctrl["traddr"]), *keys)
+    return found
+
+
+def keys_at(host: LocalNode, address: str) -> set[tuple[str, str]]:
+    return {(k, c) for a, k, c in path_keys(host).values() if a == address}
+
+
+def connect_keyed(host: LocalNode, address: str) -> Result:
+    return connect(host, address, **keyed(KeysSecretId=HOST_SECRET))
+
+
+def test_connect_path_takes_the_keys_of_its_address_from_the_secrets_paths(node: Nodes):
+    # Given two controllers holding different keys for the host (c1 rotated already)
+    c0, c1, host = node("c0"), node("c1"), node("h0")
+    old, new, old_ctrl, new_ctrl = dhchap_key(), dhchap_key(), dhchap_key(), dhchap_key()
+    for target in (c0, c1):
+        target.attach(*VOLUMES)
+    keyed_array(c0, C0, 0, old, old_ctrl)
+    keyed_array(c1, C1, 1, new, new_ctrl)
+    # and the host's secret: the old keys at top level, the new ones for c1's address
+    put_secret(
+        host,
+        HOST_SECRET,
+        {
+            "hostKey": old,
+            "controllerKey": old_ctrl,
+            "paths": {C1: {"hostKey": new, "controllerKey": new_ctrl}},
+        },
+    )
+    # When connect-path runs for each address
+    runs = [connect_keyed(host, address) for address in (C0, C1)]
+    # Then both connect, each path with its address's keys (the fake kernel checked them)
+    for run in runs:
+        assert run.code == 0, run.stderr
+        assert run.report["connected"] == NQNS
+        shows_no_key(run, old, new, old_ctrl, new_ctrl)
+    assert keys_at(host, C0) == {(old, old_ctrl)}
+    assert keys_at(host, C1) == {(new, new_ctrl)}
+    assert {c["authenticated"] for c in fake_controllers(host).values()} == {True}
+    # and nvme-cli's config holds the same, per port
+    config = json.loads((host.root / NVME_CONFIG).read_text())
+    ports = {
+        (p["traddr"], p["dhchap_key"], p["dhchap_ctrl_key"])
+        for h in config
+        for s in h["subsystems"]
+        for p in s["ports"]
+    }
+    assert ports == {(C0, old, old_ctrl), (C1, new, new_ctrl)}
+    # And an entry for the address without both keys fails naming what is missing, never a key
+    put_secret(
+        host, HOST_SECRET, {"hostKey": old, "controllerKey": old_ctrl, "paths": {C1: {"hostKey": new}}}
+    )
+    partial = connect_keyed(host, C1)
+    assert partial.code == 1
+    assert f"no key for paths/{C1}/controllerKey" in partial.report["error"]
+    shows_no_key(partial, old, new, old_ctrl)
+
+
+def two_keyed_controllers(node: Nodes, old: str, old_ctrl: str) -> tuple[LocalNode, LocalNode, LocalNode]:
+    """c0 and c1 keyed with the old keys, the host connected through both with them."""
+    c0, c1, host = node("c0"), node("c1"), node("h0")
+    for slot, (target, address) in enumerate(((c0, C0), (c1, C1))):
+        target.attach(*VOLUMES)
+        keyed_array(target, address, slot, old, old_ctrl)
+    put_secret(host, HOST_SECRET, {"hostKey": old, "controllerKey": old_ctrl})
+    for address in (C0, C1):
+        assert connect_keyed(host, address).code == 0
+    return c0, c1, host
+
+
+@pytest.mark.parametrize("changed", ["host key", "controller key"])
+def test_a_path_with_one_key_changed_is_rekeyed_in_place_never_showing_a_key(node: Nodes, changed: str):
+    # Given the host connected with the old keys through c0 and c1
+    old, new, old_ctrl = dhchap_key(), dhchap_key(), dhchap_key()
+    c0, _c1, host = two_keyed_controllers(node, old, old_ctrl)
+    devices = {name: ctrl["traddr"] for name, ctrl in fake_controllers(host).items()}
+    # When c0 gets one new key (configure-target), then the host's secret the same for c0's
+    # address, and connect-path runs for c0's address
+    wanted = (new, old_ctrl) if changed == "host key" else (old, new)
+    keyed_array(c0, C0, 0, *wanted)
+    paths = {C0: {"hostKey": wanted[0], "controllerKey": wanted[1]}}
+    put_secret(host, HOST_SECRET, {"hostKey": old, "controllerKey": old_ctrl, "paths": paths})
+    before = len(calls(host.root))
+    result = connect_keyed(host, C0)
+    # Then c0's paths were rekeyed where they are: their sysfs files hold the new key, the same
+    # controllers (no disconnect, no connect), c1's paths kept the old keys
+    assert result.code == 0, result.stderr
+    assert result.report["rekeyed"] == NQNS
+    others = ("connected", "reconnected", "unauthenticated", "notRekeyed")
+    assert [result.report[k] for k in others] == [[], [], [], []]
+    assert keys_at(host, C0) == {wanted}
+    assert keys_at(host, C1) == {(old, old_ctrl)}
+    assert {name: ctrl["traddr"] for name, ctrl in fake_controllers(host).items()} == devices
+    assert {argv[0] for argv in calls(host.root)[before:]} == {"list-subsys"}
+    assert result.report["livePaths"] == 2 * len(VOLUMES)
+    # only the key that changed was written, as the kernel takes a key: its bytes, no newline
+    file = "dhchap_secret" if changed == "host key" else "dhchap_ctrl_secret"
+    other = "dhchap_ctrl_secret" if changed == "host key" else "dhchap_secret"
+    for device in (name for name, address in devices.items() if address == C0):
+        assert (host.root / SYSFS / "class/nvme" / device / file).read_text() == new
+        assert (host.root / SYSFS / "class/nvme" / device / other).read_text().endswith("\n")  # as connected
+    # and no key in stdout, stderr or the report, nor on any command line
+    shows_no_key(result, old, new, old_ctrl)
+    assert not any(key in json.dumps(calls(host.root)) for key in (old, new, old_ctrl))
+    assert f"in place: wrote a new {changed}" in result.stderr
+
+
+def test_a_path_with_both_keys_changed_is_rekeyed_in_place_while_another_path_is_live(node: Nodes):
+    # Given the host connected with the old keys through c0 and c1
+    old, new, old_ctrl, new_ctrl = dhchap_key(), dhchap_key(), dhchap_key(), dhchap_key()
+    c0, _c1, host = two_keyed_controllers(node, old, old_ctrl)
+    devices = {name: ctrl["traddr"] for name, ctrl in fake_controllers(host).items()}
+    # When c0 gets both new keys, the host's secret the same for c0's address, and connect-path
+    # runs for c0's address
+    keyed_array(c0, C0, 0, new, new_ctrl)
+    paths = {C0: {"hostKey": new, "controllerKey": new_ctrl}}
+    put_secret(host, HOST_SECRET, {"hostKey": old, "controllerKey": old_ctrl, "paths": paths})
+    before = len(calls(host.root))
+    result = connect_keyed(host, C0)
+    # Then both keys were written into each of c0's paths where it is (the kernel resets the path
+    # on the way: c1's carry the IO), no nvme connect (nvme-cli 2.3 would send c1's host key)
+    assert result.code == 0, result.stderr
+    assert result.report["rekeyed"] == NQNS
+    others = ("connected", "reconnected", "unauthenticated", "notRekeyed")
+    assert [result.report[k] for k in others] == [[], [], [], []]
+    assert keys_at(host, C0) == {(new, new_ctrl)}
+    assert keys_at(host, C1) == {(old, old_ctrl)}
+    assert {name: ctrl["traddr"] for name, ctrl in fake_controllers(host).items()} == devices
+    assert {argv[0] for argv in calls(host.root)[before:]} == {"list-subsys"}
+    assert "in place: wrote a new host key a new controller key" in result.stderr
+    assert result.report["livePaths"] == 2 * len(VOLUMES)
+    shows_no_key(result, old, new, old_ctrl, new_ctrl)
+    assert not any(key in json.dumps(calls(host.root)) for key in (old, new, old_ctrl, new_ctrl))
+
+
+def test_the_only_live_path_with_both_keys_changed_is_left_alone_and_reported(node: Nodes):
+    # Given the host connected with the old keys through c0 only, then c0 given both new keys
+    c0, host = node("c0"), node("h0")
+    old, new, old_ctrl, new_ctrl = dhchap_key(), dhchap_key(), dhchap_key(), dhchap_key()
+    c0.attach(*VOLUMES)
+    keyed_array(c0, C0, 0, old, old_ctrl)
+    put_secret(host, HOST_SECRET, {"hostKey": old, "controllerKey": old_ctrl})
+    assert connect_keyed(host, C0).code == 0
+    devices = {name: str(c["nqn"]) for name, c in fake_controllers(host).items()}
+    keyed_array(c0, C0, 0, new, new_ctrl)
+    put_secret(host, HOST_SECRET, {"hostKey": new, "controllerKey": new_ctrl})
+    before = len(calls(host.root))
+    # When connect-path runs with the new keys
+    result = connect_keyed(host, C0)
+    # Then each path keeps its old keys and its connection, reported; the run is no failure
+    assert result.code == 0, result.stderr
+    reason = (
+        "connected with other keys (both: the host resets the path on the way) and the only live"
+        " path of the subsystem: left as it is"
+    )
+    assert result.report["notRekeyed"] == [
+        {"nqn": nqn, "device": device, "reason": reason}
+        for device, nqn in sorted(devices.items(), key=lambda item: NQNS.index(item[1]))
+    ]
+    assert (result.report["rekeyed"], result.report["unauthenticated"]) == ([], [])
+    assert {argv[0] for argv in calls(host.root)[before:]} == {"list-subsys"}
+    assert keys_at(host, C0) == {(old, old_ctrl)}
+    shows_no_key(result, old, new, old_ctrl, new_ctrl)
+
+
+def test_paths_whose_keys_already_match_are_left_alone(node: Nodes):
+    # Given the host connected with its keys through c0
+    c0, host = node("c0"), node("h0")
+    key, ctrl = dhchap_key(), dhchap_key()
+    c0.attach(*VOLUMES)
+    keyed_array(c0, C0, 0, key, ctrl)
+    put_secret(
+        host,
+        HOST_SECRET,
+        {"hostKey": key, "controllerKey": ctrl, "paths": {C0: {"hostKey": key, "controllerKey": ctrl}}},
+    )
+    assert connect_keyed(host, C0).code == 0
+    files = sorted((host.root / SYSFS / "class/nvme").glob("nvme*/dhchap_*"))
+    assert len(files) == 2 * len(VOLUMES)
+    written = [f.stat().st_mtime_ns for f in files]
+    before = len(calls(host.root))
+    # When connect-path runs again with the same keys
+    again = connect_keyed(host, C0)
+    # Then nothing is done: no key written, nothing connected or disconnected
+    assert again.code == 0, again.stderr
+    assert (again.report["rekeyed"], again.report["reconnected"], again.report["unauthenticated"]) == (
+        [],
+        [],
+        [],
+    )
+    assert again.report["connected"] == []
+    assert [f.stat().st_mtime_ns for f in files] == written
+    assert {argv[0] for argv in calls(host.root)[before:]} == {"list-subsys"}
+
+
+def test_a_path_connected_without_keys_is_reconnected_with_them_while_another_path_is_live(node: Nodes):
+    # Given the host connected without authentication through c0 and c1
+    c0, c1, host = node("c0"), node("c1"), node("h0")
+    key, ctrl = dhchap_key(), dhchap_key()
+    for slot, (target, address) in enumerate(((c0, C0), (c1, C1))):
+        target.attach(*VOLUMES)
+        assert configure(target, address, Slot=str(slot)).code == 0
+        assert connect(host, address).code == 0
+    assert set(keys_at(host, C0) | keys_at(host, C1)) == {("none", "none")}
+    # When the array turns dh-hmac-chap on: both controllers get the keys (the connections stay)
+    for slot, (target, address) in enumerate(((c0, C0), (c1, C1))):
+        keyed_array(target, address, slot, key, ctrl)
+    put_secret(host, HOST_SECRET, {"hostKey": key, "controllerKey": ctrl})
+    # and connect-path runs for c0's address with the keys
+    before = len(calls(host.root))
+    first = connect_keyed(host, C0)
+    # Then c0's paths were disconnected one by one (each subsystem had c1's live path) and
+    # connected again with the keys; c1's are still unauthenticated
+    assert first.code == 0, first.stderr
+    assert first.report["reconnected"] == NQNS
+    assert (first.report["connected"], first.report["rekeyed"], first.report["unauthenticated"]) == (
+        [],
+        [],
+        [],
+    )
+    assert keys_at(host, C0) == {(key, ctrl)}
+    assert keys_at(host, C1) == {("none", "none")}
+    commands = [argv[:2] for argv in calls(host.root)[before:] if argv[0] in ("connect", "disconnect")]
+    assert [c[0] for c in commands] == ["disconnect"] * len(VOLUMES) + ["connect"] * len(VOLUMES)
+    assert all(argv[1] == "-d" for argv in commands[: len(VOLUMES)])  # one path each, never -n
+    # When it runs for c1's address (c0's new paths are live)
+    second = connect_keyed(host, C1)
+    # Then every path is authenticated, two per subsystem, live
+    assert second.code == 0, second.stderr
+    assert second.report["reconnected"] == NQNS
+    assert keys_at(host, C0) | keys_at(host, C1) == {(key, ctrl)}
+    assert {c["authenticated"] for c in fake_controllers(host).values()} == {True}
+    assert second.report["livePaths"] == 2 * len(VOLUMES)
+    shows_no_key(first, key, ctrl)
+    shows_no_key(second, key, ctrl)
+
+
+def test_the_only_live_path_connected_without_keys_is_left_alone_and_reported(node: Nodes):
+    # Given the host connected without authentication through c0 only, then c0 keyed
+    c0, host = node("c0"), node("h0")
+    key, ctrl = dhchap_key(), dhchap_key()
+    c0.attach(*VOLUMES)
+    assert configure(c0, C0).code == 0
+    assert connect(host, C0).code == 0
+    devices = {name: str(c["nqn"]) for name, c in fake_controllers(host).items()}
+    keyed_array(c0, C0, 0, key, ctrl)
+    put_secret(host, HOST_SECRET, {"hostKey": key, "controllerKey": ctrl})
+    before = len(calls(host.root))
+    # When connect-path runs with the keys
+    result = connect_keyed(host, C0)
+    # Then each path stays as it is (disconnecting it would stop the subsystem's IO), reported
+    assert result.code == 0, result.stderr
+    assert result.report["unauthenticated"] == [
+        {
+            "nqn": nqn,
+            "device": device,
+            "reason": "connected without a key and the only live path of the subsystem: left as it is",
+        }
+        for device, nqn in sorted(devices.items(), key=lambda item: NQNS.index(item[1]))
+    ]
+    assert (result.report["rekeyed"], result.report["reconnected"], result.report["connected"]) == (
+        [],
+        [],
+        [],
+    )
+    assert {argv[0] for argv in calls(host.root)[before:]} == {"list-subsys"}
+    assert keys_at(host, C0) == {("none", "none")}
+    assert result.report["livePaths"] == len(VOLUMES)
+    shows_no_key(result, key, ctrl)
