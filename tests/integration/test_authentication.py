@@ -194,6 +194,17 @@ def test_rotate_keys_replaces_every_key_controller_by_controller_with_paths_kept
         "hostKey": new["hosts"][nqn],
         "controllerKey": new["controllerKey"],
     }
+    # ... the host's kernel holds the new keys on both paths (its sysfs, as connect-path wrote them
+    # one key at a time; the fake kernel keeps what it was given)
+    held = {
+        (ctrl / "address").read_text().strip(): (
+            (ctrl / "dhchap_secret").read_text().strip(),
+            (ctrl / "dhchap_ctrl_secret").read_text().strip(),
+        )
+        for ctrl in sorted((node_root(world.endpoint, host) / "sys/class/nvme").glob("nvme*"))
+    }
+    assert held
+    assert set(held.values()) == {(new["hosts"][nqn], new["controllerKey"])}, held
     # ... and its paths through both controllers stayed live
     paths = host_paths(node_root(world.endpoint, host))
     assert paths
