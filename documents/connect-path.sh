@@ -207,6 +207,19 @@ other_live() { # other_live NQN DEVICE: NQN has a live path of this host NQN oth
   done <<<"$LISTING"
   return 1
 }
+# One path at a time leaves this host's live set. ReconcileArray's connect phase runs connect-path
+# on a host for every controller at once; two runs that each see the other's path live, then
+# both take their own down (a keyless path connected again, both keys rewritten), would leave
+# the subsystem no live path. A run that is about to do so holds this host's lock from then to
+# its end (its path live again), and reads the paths afresh once it has it; the others go on.
+HOST_LOCK=""
+hold_host() {
+  [[ -z $HOST_LOCK ]] || return 0
+  local file="$CONFIG.paths.lock"
+  exec {HOST_LOCK}>>"$file" || fail "cannot open $file (the host's lock for taking a path down)"
+  flock -w 240 "$HOST_LOCK" || fail "another connect-path held $file for 240 s: try again"
+  list_paths # afresh: another run may have taken a path down or brought one back meanwhile
+}
 write_key() { # write_key DIR FILE KEY: the key into the controller's sysfs FILE (builtins only)
   { printf '%s' "$3" >"$1/$2"; } 2>/dev/null
 }
@@ -228,6 +241,7 @@ if [[ $AUTHENTICATION == dh-hmac-chap ]]; then
     has_host=$(<"$dir/dhchap_secret") has_ctrl=$(<"$dir/dhchap_ctrl_secret")
     [[ $has_host != "$HOST_KEY" || $has_ctrl != "$CTRL_KEY" ]] || continue
     if [[ $has_host == none || $has_ctrl == none ]]; then # no key to replace: connect again
+      hold_host
       if ! other_live "$nqn" "$dev"; then
         reason="connected without a key and the only live path of the subsystem: left as it is"
         UNAUTHENTICATED+=${UNAUTHENTICATED:+,}$(printf '{"nqn":%s,"device":%s,"reason":%s}' \
@@ -244,6 +258,7 @@ if [[ $AUTHENTICATION == dh-hmac-chap ]]; then
       fi
       continue
     fi
+    [[ $has_host == "$HOST_KEY" || $has_ctrl == "$CTRL_KEY" ]] || hold_host
     if [[ $has_host != "$HOST_KEY" && $has_ctrl != "$CTRL_KEY" ]] && ! other_live "$nqn" "$dev"; then
       reason="connected with other keys (both: the host resets the path on the way) and the only live path of the subsystem: left as it is"
       NOT_REKEYED+=${NOT_REKEYED:+,}$(printf '{"nqn":%s,"device":%s,"reason":%s}' \

@@ -1344,3 +1344,33 @@ def test_the_only_live_path_connected_without_keys_is_left_alone_and_reported(no
     assert keys_at(host, C0) == {("none", "none")}
     assert result.report["livePaths"] == len(VOLUMES)
     shows_no_key(result, key, ctrl)
+
+
+def test_side_by_side_runs_take_a_hosts_paths_down_one_at_a_time(node: Nodes):
+    # Given the host connected without authentication through c0 and c1, and the array now
+    # authenticating: ReconcileArray's connect phase runs connect-path for both addresses at once
+    c0, c1, host = node("c0"), node("c1"), node("h0")
+    key, ctrl = dhchap_key(), dhchap_key()
+    for slot, (target, address) in enumerate(((c0, C0), (c1, C1))):
+        target.attach(*VOLUMES)
+        assert configure(target, address, Slot=str(slot)).code == 0
+        assert connect(host, address).code == 0
+    for slot, (target, address) in enumerate(((c0, C0), (c1, C1))):
+        keyed_array(target, address, slot, key, ctrl)
+    put_secret(host, HOST_SECRET, {"hostKey": key, "controllerKey": ctrl})
+    # When both run side by side
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first, second = pool.map(lambda address: connect_keyed(host, address), (C0, C1))
+    # Then neither took its paths down while the other's were down: one held the host's lock
+    # until its paths were live again with keys, and the other, reading the paths afresh,
+    # found those live and reconnected its own; every path ends authenticated and live
+    assert first.code == 0, first.stderr
+    assert second.code == 0, second.stderr
+    assert first.report["reconnected"] == NQNS
+    assert second.report["reconnected"] == NQNS
+    assert keys_at(host, C0) | keys_at(host, C1) == {(key, ctrl)}
+    assert second.report["livePaths"] == first.report["livePaths"] == 2 * len(VOLUMES)
+    commands = [argv[:2] for argv in calls(host.root) if argv[0] in ("connect", "disconnect")]
+    # the reconnects: all of one address's (disconnect, connect), then the other's
+    tail = [c[0] for c in commands[-4 * len(VOLUMES) :]]
+    assert tail == (["disconnect"] * len(VOLUMES) + ["connect"] * len(VOLUMES)) * 2
