@@ -653,6 +653,29 @@ def test_keys_rotate_controller_by_controller_under_io_without_an_error(lab: Lab
             }
         )
 
+    # When only the controller key changes (a third one), controller by controller: with the
+    # host-key step above, the control plane's own order (ReconcileArray's rekey phase: each
+    # controller in two halves, one key of each pair at a time)
+    KEYS["controller-3"] = gen_key()
+    newest = {"host": newer["host"], "controller": KEYS["controller-3"]}
+    ctrl_in_place = []
+    for i in (0, 1):
+        step = rotate(lab, i, secret, host_secret, newest)
+        # Then the path is rekeyed in place (its sysfs dhchap_ctrl_secret), re-authenticated live,
+        # without error recovery
+        assert "in place: wrote a new controller key" in step["run"].stderr
+        kernel = reauthentication(lab, step["device"], step["since"])
+        assert not kernel["errorRecovery"], kernel["log"]
+        ctrl_in_place.append(
+            {
+                "address": step["address"],
+                "connectPathSeconds": seconds(step["run"]),
+                "reauthenticationSeconds": kernel["seconds"],
+                "hostLog": [line.split("] ", 1)[-1] for line in kernel["log"]][-4:],
+            }
+        )
+    newer = newest
+
     # When the host's secret has the newest keys at top level (no paths) and connect-path runs
     put_secret(lab.host, secret, {"hostKey": newer["host"], "controllerKey": newer["controller"]})
     for i in (0, 1):
@@ -680,6 +703,7 @@ def test_keys_rotate_controller_by_controller_under_io_without_an_error(lab: Lab
         {
             "bothKeysInPlace": both,
             "hostKeyInPlace": in_place,
+            "controllerKeyInPlace": ctrl_in_place,
             "oldKeyRefused": refused.report["error"],
             "setupConnectsRefusedOnce": SETUP_RETRIES,
             "writeVerify": result,
