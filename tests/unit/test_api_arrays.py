@@ -15,6 +15,7 @@ from botocore.stub import Stubber
 from tests.unit.conftest import REGION, FakeLambdaContext, an_image_id, hooks_keep_metadata, load_event
 from vsa_core.arrays import aws_lock, replies
 from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.arrays.spec import ArraySpec
 from vsa_core.clients import client
 from vsa_core.registry import ArrayRegistry
 from vsa_core.settings import get_settings
@@ -585,3 +586,39 @@ def test_delete_stops_the_arrays_reconcile_runs_and_lets_go_of_their_lock(
     # and a repeated DELETE stops nothing more
     status, again = call(load_event("apigateway/delete_array.json"))
     assert (status, again["stoppedReconcile"]) == (202, [])
+
+
+def test_an_apply_that_stopped_after_storing_its_spec_is_finished_by_applying_it_again(
+    api_env: dict[str, Any],
+) -> None:
+    # Given an applied array (its run v1 created its owned volume)
+    first_apply(api_env)
+    shown = call(load_event("apigateway/get_array.json"))[1]
+    assert shown["applying"] is None
+    ec2 = boto3.client("ec2", region_name=REGION)
+    added = ec2.create_volume(
+        AvailabilityZone="us-east-1a", Size=100, VolumeType="io2", Iops=3000, MultiAttachEnabled=True
+    )["VolumeId"]
+    spec = json.loads(put_event(api_env)["body"])
+    event = put_event(api_env, volumes=[*spec["volumes"], {"volumeId": added}])
+    # When a PUT adding a volume stores its spec and its function then ends (API Gateway's 504
+    # after 29 s, the function at its timeout): the first write of the apply, and nothing after
+    registry = ArrayRegistry(get_settings().table_name)
+    stored = registry.put(ArraySpec.model_validate(json.loads(event["body"])), expected_version=1)
+    assert stored.version == 2
+    # Then GET says version 2's apply has not finished, and what to do
+    shown = call(load_event("apigateway/get_array.json"))[1]
+    assert shown["applying"]["version"] == 2
+    assert "apply the same spec again" in shown["applying"]["message"]
+    assert _executions(api_env["reconcile"]) == ["reconcile-demo-v1"]
+    # When the caller applies the same spec again
+    status, reply = call(event)
+    # Then its run starts (the data plane change is not lost, though the spec was already stored)
+    assert status == 200, reply
+    assert reply["reconcile"]["executionName"] == "reconcile-demo-v2"
+    assert reply["reconcile"]["remaining"][0] == "finishing the apply of version 2, which stopped part way"
+    assert sorted(_executions(api_env["reconcile"])) == ["reconcile-demo-v1", "reconcile-demo-v2"]
+    # and the apply is finished: GET no longer says otherwise, and a third PUT starts nothing
+    assert call(load_event("apigateway/get_array.json"))[1]["applying"] is None
+    status, reply = call(event)
+    assert (status, reply["reconcile"]) == (200, None)

@@ -18,6 +18,7 @@ of two concurrent applies one wins, the other gets ``ConflictError`` and changes
 ScaleArray workflow bumps the version too when it sets the desired count.
 """
 
+import contextlib
 import json
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,39 @@ def expires_at(now: datetime, retention_days: int) -> int:
     return int((now + timedelta(days=retention_days)).timestamp())
 
 
+def registered_array(item: dict[str, Any]) -> RegisteredArray:
+    """An array as its registry item holds it."""
+    deleting = item.get("deleting", {}).get("S")
+    stored = json.loads(item["spec"]["S"])
+    # a spec stored before ``authentication`` existed ran without it: it keeps none (the
+    # field's default, dh-hmac-chap, is for new arrays) until an apply says otherwise
+    stored.setdefault("authentication", "none")
+    return RegisteredArray(
+        spec=ArraySpec.model_validate(stored),
+        desired_controllers=int(item["desiredControllers"]["N"]),
+        version=int(item["version"]["N"]),
+        deleting=Deletion.model_validate_json(deleting) if deleting else None,
+        delete_failure=item.get("deleteFailure", {}).get("S"),
+        last_scale_out_at=item.get("lastScaleOutAt", {}).get("S"),
+        last_scale_in_at=item.get("lastScaleInAt", {}).get("S"),
+        pending_host_removals=tuple(sorted(item.get("pendingHostRemovals", {}).get("SS", []))),
+        pending_volume_deletions=tuple(sorted(item.get("pendingVolumeDeletions", {}).get("SS", []))),
+        reconcile={
+            k.removeprefix("reconcile")[:1].lower() + k.removeprefix("reconcile")[1:]: v["S"]
+            for k, v in item.items()
+            if k.startswith("reconcile") and "S" in v
+        }
+        or None,
+        forecast_floor=json.loads(floor) if (floor := item.get("forecastFloor", {}).get("S")) else None,
+        roll_surge=int(item.get("rollSurge", {}).get("N", "0")),
+        rekey_stages=json.loads(item.get("keysRotation", {}).get("S", "{}")),
+        applying=int(applying["N"]) if (applying := item.get("applying")) else None,
+        scaling_lock_until=int(item["scalingLockUntil"]["N"])
+        if "scalingLock" in item and "scalingLockUntil" in item
+        else None,
+    )
+
+
 class ArrayRegistry:
     def __init__(self, table_name: str, dynamodb: "DynamoDBClient | None" = None) -> None:
         self._table = table_name
@@ -59,7 +93,7 @@ class ArrayRegistry:
         ).get("Item")
         if item is None:
             raise ArrayNotFoundError(f"array {array_id!r} is not registered")
-        return self._from_item(item)
+        return registered_array(item)
 
     def put(
         self,
@@ -92,8 +126,8 @@ class ArrayRegistry:
             self._dynamodb.update_item(
                 TableName=self._table,
                 Key=array_key(spec.array_id),
-                UpdateExpression="SET spec = :spec, desiredControllers = :desired, version = :next"
-                + (" ADD " + ", ".join(adds) if adds else ""),
+                UpdateExpression="SET spec = :spec, desiredControllers = :desired, version = :next, "
+                "applying = :next" + (" ADD " + ", ".join(adds) if adds else ""),
                 ConditionExpression="version = :expected",
                 ExpressionAttributeValues={
                     ":spec": {"S": spec.model_dump_json(by_alias=True)},
@@ -120,6 +154,7 @@ class ArrayRegistry:
             reconcile=current.reconcile,
             roll_surge=current.roll_surge,
             rekey_stages=current.rekey_stages,
+            applying=expected_version + 1,
         )
 
     def all(self) -> list[RegisteredArray]:
@@ -132,7 +167,7 @@ class ArrayRegistry:
             ExpressionAttributeValues={":spec": {"S": "SPEC"}},
             ConsistentRead=True,
         ):
-            arrays.extend(self._from_item(item) for item in page.get("Items", []))
+            arrays.extend(registered_array(item) for item in page.get("Items", []))
         return sorted(arrays, key=lambda a: a.spec.array_id)
 
     def mark_deleting(self, array_id: str, expected_version: int, deletion: Deletion) -> RegisteredArray:
@@ -203,40 +238,11 @@ class ArrayRegistry:
             for item in page.get("Items", []):
                 self._dynamodb.delete_item(TableName=self._table, Key={"pk": item["pk"], "sk": item["sk"]})
 
-    @staticmethod
-    def _from_item(item: dict[str, Any]) -> RegisteredArray:
-        deleting = item.get("deleting", {}).get("S")
-        stored = json.loads(item["spec"]["S"])
-        # a spec stored before ``authentication`` existed ran without it: it keeps none (the
-        # field's default, dh-hmac-chap, is for new arrays) until an apply says otherwise
-        stored.setdefault("authentication", "none")
-        return RegisteredArray(
-            spec=ArraySpec.model_validate(stored),
-            desired_controllers=int(item["desiredControllers"]["N"]),
-            version=int(item["version"]["N"]),
-            deleting=Deletion.model_validate_json(deleting) if deleting else None,
-            delete_failure=item.get("deleteFailure", {}).get("S"),
-            last_scale_out_at=item.get("lastScaleOutAt", {}).get("S"),
-            last_scale_in_at=item.get("lastScaleInAt", {}).get("S"),
-            pending_host_removals=tuple(sorted(item.get("pendingHostRemovals", {}).get("SS", []))),
-            pending_volume_deletions=tuple(sorted(item.get("pendingVolumeDeletions", {}).get("SS", []))),
-            reconcile={
-                k.removeprefix("reconcile")[:1].lower() + k.removeprefix("reconcile")[1:]: v["S"]
-                for k, v in item.items()
-                if k.startswith("reconcile") and "S" in v
-            }
-            or None,
-            forecast_floor=json.loads(floor) if (floor := item.get("forecastFloor", {}).get("S")) else None,
-            roll_surge=int(item.get("rollSurge", {}).get("N", "0")),
-            rekey_stages=json.loads(item.get("keysRotation", {}).get("S", "{}")),
-            scaling_lock_until=int(item["scalingLockUntil"]["N"])
-            if "scalingLock" in item and "scalingLockUntil" in item
-            else None,
-        )
-
     def create(self, spec: ArraySpec) -> RegisteredArray:
         """Register a new array at its minimum size; refuses to overwrite an existing one."""
-        registered = RegisteredArray(spec=spec, desired_controllers=spec.min_controllers, version=1)
+        registered = RegisteredArray(
+            spec=spec, desired_controllers=spec.min_controllers, version=1, applying=1
+        )
         self._dynamodb.put_item(
             TableName=self._table,
             Item={
@@ -244,10 +250,22 @@ class ArrayRegistry:
                 "spec": {"S": spec.model_dump_json(by_alias=True)},
                 "desiredControllers": {"N": str(registered.desired_controllers)},
                 "version": {"N": "1"},
+                "applying": {"N": "1"},
             },
             ConditionExpression="attribute_not_exists(pk)",
         )
         return registered
+
+    def applied(self, array_id: str, version: int) -> None:
+        """The apply of ``version`` finished: its AWS changes made, its run started."""
+        with contextlib.suppress(self._dynamodb.exceptions.ConditionalCheckFailedException):
+            self._dynamodb.update_item(
+                TableName=self._table,
+                Key=array_key(array_id),
+                UpdateExpression="REMOVE applying",
+                ConditionExpression="applying = :v",
+                ExpressionAttributeValues={":v": {"N": str(version)}},
+            )
 
     def slots(self, array_id: str) -> dict[int, dict[str, str]]:
         """The array's leased controller slots: slot → {instanceId, state, address, since}."""

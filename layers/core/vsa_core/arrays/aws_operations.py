@@ -129,8 +129,12 @@ def apply_array(
     last_state = (current.reconcile or {}).get("state") if current is not None else None
     creating = service.missing_volumes(spec)
     started = None
+    # the stored version's own apply stopped part way (``applying`` still names it): what it
+    # changed of the data plane is unknown, so this apply's run converges on the spec whatever
+    # ``before`` says
+    unfinished = unfinished_apply(current)
     converge = reconcile is not None and bool(
-        creating or needs_reconcile(before, spec, last_state, deleting=bool(deletions))
+        creating or unfinished or needs_reconcile(before, spec, last_state, deleting=bool(deletions))
     )
     try:
         applied = service.apply(spec, stored.desired_controllers, stored.roll_surge, stored.rekey_stages)
@@ -150,7 +154,10 @@ def apply_array(
             work = creation_work(before, spec, creating) + pending_work(
                 before, spec, delete_removed_volumes, tuple(earlier)
             )
+            if unfinished:
+                work.insert(0, f"finishing the apply of version {unfinished}, which stopped part way")
             started = reconcile.start(array_id, stored.version, work)
+    registry.applied(array_id, stored.version)
     return current is None, {
         "array": spec.model_dump(by_alias=True, mode="json"),
         "version": stored.version,
@@ -160,6 +167,29 @@ def apply_array(
         # the owned volumes the workflow creates (the API answers 202: accepted, not yet made)
         "creating": creating if started is not None else [],
         **({"forced": forced} if forced else {}),
+    }
+
+
+def unfinished_apply(array: RegisteredArray | None) -> int | None:
+    """The stored version whose apply has not finished (under way, or stopped part way), if any."""
+    if array is None or array.applying != array.version:
+        return None
+    return array.version
+
+
+def applying_status(array: RegisteredArray) -> dict[str, Any] | None:
+    """What GET shows of an apply of the stored version that has not finished."""
+    version = unfinished_apply(array)
+    if version is None:
+        return None
+    return {
+        "version": version,
+        "message": (
+            f"version {version} is stored but its apply has not finished: under way, or stopped part "
+            "way (API Gateway answered 504 after its 29 s and the function ended at its timeout). "
+            "If no apply is under way, apply the same spec again: it finishes the changes and "
+            "starts ReconcileArray"
+        ),
     }
 
 
@@ -271,6 +301,7 @@ def describe_array(
         "desiredControllers": array.desired_controllers,
         "deleting": array.deleting.model_dump(by_alias=True) if array.deleting else None,
         "deleteFailure": array.delete_failure,
+        "applying": applying_status(array),
         # the forecast floor the health check last stored (PlanScale ignores it once stale)
         "forecastFloor": array.forecast_floor,
         "reconcile": reconcile_status(

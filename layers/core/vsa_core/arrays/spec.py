@@ -444,3 +444,8 @@ class RegisteredArray(BaseModel):
     (``vsa_core.arrays.keys.Stage``); empty without a rotation. Kept here, not in the keys'
     secret: a rotation moves it 6 times a controller, and Secrets Manager asks for no more than
     one new version of a secret every 10 minutes."""
+    applying: int | None = None
+    """The version an apply stored and has not finished making so (its AWS changes, its
+    ReconcileArray run): set with the spec in one write, removed when the apply ends. Still
+    equal to ``version`` later, that apply stopped part way (API Gateway's 29 s past and the
+    Lambda ended at its timeout, a crash): the next apply of the same spec finishes it."""
