@@ -47,23 +47,23 @@
 # * connected with keys, one of the two others wanted: that key is written (printf, a bash
 #   builtin, into the sysfs file: never an argv) and the kernel re-authenticates the live
 #   connection; the controller must then be live within WAIT_SECONDS. Reported in "rekeyed".
-# * connected with keys, both others wanted (a rotation of the host's and the controller key):
-#   both written, the host key first, only while the subsystem has another live path; else
-#   left as it is, in "notRekeyed" ({nqn, device, reason}). Seen on 6.12 against nvmet
-#   (tests/dataplane/test_authentication.py): the re-authentication the first write starts (one
-#   key new, one old) fails ("controller authentication failed"), and that is not soft there:
-#   nvmet ends a controller whose authentication ends in failure
-#   (drivers/nvme/target/fabrics-cmd-auth.c nvmet_execute_auth_send: FAILURE2 ->
-#   nvmet_ctrl_fatal_error), so the host starts error recovery and reconnects the path with the
-#   keys it holds by then, both new, about 2.5 s later (IO meanwhile on the other paths). When
-#   the second write came before the recovery started (the host logged its "re-authenticating
-#   controller" first), the path stayed "resetting" past WAIT_SECONDS (twice in three runs): so
-#   the controller key is written only once the path has left "live" (the recovery started),
-#   or after 5 s. Not through nvme disconnect + nvme connect: nvme-cli 2.3 /
-#   libnvme 1.3 then sends the host key of another live path of the same host NQN (read from
-#   its sysfs dhchap_secret) instead of the port's in the config (seen: its -vvv option string
-#   carried the old host key with the new controller key; nvmet "host response mismatch"), so
-#   a new path's host key is another path's while one is connected with another host key.
+# * connected with keys, both others wanted: left as it is, in "notRekeyed" ({nqn, device,
+#   reason}), whatever other path is live. The control plane's rotation changes one key of a
+#   pair per step (the hosts' keys, then the controller key: keys.rekey_step), so both differ
+#   only when a host missed a step. Seen on 6.12 against nvmet (tests/dataplane/
+#   test_authentication.py): the re-authentication the first write starts (one key new, one
+#   old) fails ("controller authentication failed"), and that is not soft there: nvmet ends a
+#   controller whose authentication ends in failure (drivers/nvme/target/fabrics-cmd-auth.c
+#   nvmet_execute_auth_send: FAILURE2 -> nvmet_ctrl_fatal_error), so the host resets the path;
+#   and the second write, into a path being reset, blocked the writer in the kernel
+#   (dhchap_ctrl_secret_store, a hung task past 120 s) in one run of three. Nor through nvme
+#   disconnect + nvme connect: nvme-cli 2.3 / libnvme 1.3 then sends the host key of another
+#   live path of the same host NQN (read from its sysfs dhchap_secret) instead of the port's in
+#   the config (seen: its -vvv option string carried the old host key with the new controller
+#   key; nvmet "host response mismatch"), so a new path's host key is another path's while one
+#   is connected with another host key. Once the controller no longer accepts the path's keys,
+#   its next reconnect fails, the kernel gives it up after CTRL_LOSS_TMO, and the next
+#   connect-path connects it afresh with the keys.
 # * connected without a key (the array went from authentication none to dh-hmac-chap): the
 #   kernel cannot be given one, so the path is disconnected (nvme disconnect -d nvmeX) and
 #   connected again with the keys, only when its subsystem has another live path of this host
@@ -258,9 +258,8 @@ if [[ $AUTHENTICATION == dh-hmac-chap ]]; then
       fi
       continue
     fi
-    [[ $has_host == "$HOST_KEY" || $has_ctrl == "$CTRL_KEY" ]] || hold_host
-    if [[ $has_host != "$HOST_KEY" && $has_ctrl != "$CTRL_KEY" ]] && ! other_live "$nqn" "$dev"; then
-      reason="connected with other keys (both: the host resets the path on the way) and the only live path of the subsystem: left as it is"
+    if [[ $has_host != "$HOST_KEY" && $has_ctrl != "$CTRL_KEY" ]]; then
+      reason="connected with other keys for both the host and the controller: only one key of a pair is changed in place (a rotation changes one at a time): left as it is"
       NOT_REKEYED+=${NOT_REKEYED:+,}$(printf '{"nqn":%s,"device":%s,"reason":%s}' \
         "$(json "$nqn")" "$(json "$dev")" "$(json "$reason")")
       log "$dev ($nqn) via $ADDRESS:$PORT: $reason"
@@ -273,12 +272,7 @@ if [[ $AUTHENTICATION == dh-hmac-chap ]]; then
         continue
       }
       wrote+=("a new host key")
-      if [[ $has_ctrl != "$CTRL_KEY" ]]; then # both: let the first re-authentication end first
-        deadline=$((SECONDS + (WAIT_SECONDS < 5 ? WAIT_SECONDS : 5)))
-        while [[ "$(cat "$dir/state" 2>/dev/null)" == live ]] && ((SECONDS < deadline)); do sleep 0.1; done
-      fi
-    fi
-    if [[ $has_ctrl != "$CTRL_KEY" ]]; then
+    else
       write_key "$dir" dhchap_ctrl_secret "$CTRL_KEY" || {
         KEY_ERRORS+=("$nqn: the kernel refused a new key in $dir/dhchap_ctrl_secret")
         continue
