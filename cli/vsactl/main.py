@@ -79,6 +79,12 @@ def _fail(e: CliError) -> typer.Exit:
             err.print(rest, markup=False, highlight=False)
         if e.status == 403:
             err.print("hint: the API authorizes with AWS IAM: check the credentials, profile and region.")
+        if e.status == 504:
+            err.print(
+                "hint: API Gateway stopped waiting after 29 s; the request may have been done in part. "
+                "`vsactl get` says 'Apply unfinished' when an apply stopped part way: apply the same "
+                "spec again to finish it (an apply is idempotent)."
+            )
     else:
         err.print("[bold red]error[/]: ", end="", markup=True)
         err.print(e.message, markup=False, highlight=False)

@@ -860,3 +860,26 @@ def test_rotate_keys_shows_the_apis_refusal_and_exits_1(run, api):
 
     assert result.exit_code == 1, result.output
     assert "authentication none" in result.output
+
+
+def test_apply_answered_504_says_the_apply_may_be_unfinished_and_to_apply_again(run, api, tmp_path):
+    # API Gateway's answer past its 29 s (the integration's timeout)
+    api.answer("PUT", "/v1/arrays/demo", 504, {"message": "Endpoint request timed out"})
+
+    result = run("apply", "-f", spec_file(tmp_path))
+
+    assert result.exit_code == 1
+    assert "HTTP 504" in result.output
+    assert "Endpoint request timed out" in result.output
+    assert "apply the same spec again" in result.output
+
+
+def test_get_shows_an_apply_that_stopped_part_way_and_what_to_do(run, api):
+    message = "version 4 is stored but its apply has not finished: ... apply the same spec again"
+    api.answer("GET", "/v1/arrays/demo", 200, {**GET_ANSWER, "applying": {"version": 4, "message": message}})
+
+    result = run("get", "demo")
+
+    assert result.exit_code == 0, result.output
+    assert "Apply unfinished" in result.output
+    assert "apply the same spec" in " ".join(result.output.split())
