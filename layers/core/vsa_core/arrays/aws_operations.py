@@ -180,7 +180,7 @@ def unfinished_apply(array: RegisteredArray | None) -> int | None:
 def applying_status(array: RegisteredArray) -> dict[str, Any] | None:
     """What GET shows of an apply of the stored version that has not finished."""
     version = unfinished_apply(array)
-    if version is None:
+    if version is None or array.deleting is not None:  # being deleted: nothing to finish
         return None
     return {
         "version": version,
