@@ -19,7 +19,7 @@ from botocore.stub import Stubber
 from tests.unit.conftest import ACCOUNT, REGION, an_image_id, hooks_keep_metadata
 from vsa_core.arrays import plan
 from vsa_core.arrays.aws_service import ArrayService
-from vsa_core.arrays.spec import ArraySpec, RegisteredArray
+from vsa_core.arrays.spec import MAX_HOSTS, ArraySpec, Host, RegisteredArray
 from vsa_core.errors import ConflictError, InvalidSpecError, VolumeCreationError
 
 AZ = "us-east-1a"
@@ -480,7 +480,7 @@ def _network(world: World) -> dict[str, str]:
     """A VPC's subnet in the array's AZ, a host in it with its own security group, and a
     controllers' group."""
     vpc = world.ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
-    subnet = world.ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.1.0/24", AvailabilityZone=AZ)["Subnet"][
+    subnet = world.ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.4.0/22", AvailabilityZone=AZ)["Subnet"][
         "SubnetId"
     ]
     hosts_group = world.ec2.create_security_group(GroupName="hosts", Description="hosts", VpcId=vpc)[
@@ -614,4 +614,54 @@ def test_an_existing_instance_profile_is_accepted(world: World) -> None:
             "instanceProfile": "vsa-controller",
         },
     )
+    world.service.validate(spec, None)
+
+
+def _refuse_over_200_filter_values(params: dict[str, Any], model: Any, **_: Any) -> None:
+    """EC2's rule, which moto does not keep: more than 200 filter values in one call is refused
+    with FilterLimitExceeded ("The maximum number of filter values specified on a single call
+    is 200", EC2's error as AWS answers it)."""
+    values = sum(len(f.get("Values", [])) for f in params.get("Filters", []))
+    if values > 200:
+        raise ClientError(
+            {
+                "Error": {
+                    "Code": "FilterLimitExceeded",
+                    "Message": "The maximum number of filter values specified on a single call is 200",
+                }
+            },
+            model.name,
+        )
+
+
+def test_a_spec_with_the_most_hosts_is_validated_within_aws_request_limits(world: World) -> None:
+    # Given 256 hosts (the spec's most) in the array's VPC, each a managed node, online, and
+    # port 4420 open to their security group only; EC2 keeping its 200-filter-values rule
+    net = _network(world)
+    hosts = [net["host"]] + [
+        i["InstanceId"]
+        for i in world.ec2.run_instances(
+            ImageId=world.image_id,
+            MinCount=MAX_HOSTS - 1,
+            MaxCount=MAX_HOSTS - 1,
+            SubnetId=net["subnet"],
+            SecurityGroupIds=[net["hosts_group"]],
+        )["Instances"]
+    ]
+    _open_4420(world, net["controllers"], UserIdGroupPairs=[{"GroupId": net["hosts_group"]}])
+    world.ec2.meta.events.register("before-parameter-build.ec2.*", _refuse_over_200_filter_values)
+    # SSM's DescribeInstanceInformation takes at most 100 filter values (its API reference, and
+    # botocore's model: InstanceInformationStringFilter Values max 100): one call per hundred
+    shape = world.ssm.meta.service_model.shape_for("InstanceInformationStringFilter")
+    assert shape.members["Values"].metadata["max"] == 100
+    for start in range(0, MAX_HOSTS, 100):
+        batch = hosts[start : start + 100]
+        world.ssm_stub.add_response(
+            "describe_instance_information",
+            {"InstanceInformationList": [{"InstanceId": i, "PingStatus": "Online"} for i in batch]},
+            {"Filters": [{"Key": "InstanceIds", "Values": batch}]},
+        )
+    spec = _with_network(world, net).model_copy(update={"hosts": tuple(Host(instance_id=i) for i in hosts)})
+    # When the spec is validated, Then it is accepted: every host found managed, online and
+    # reaching port 4420, in calls AWS accepts
     world.service.validate(spec, None)

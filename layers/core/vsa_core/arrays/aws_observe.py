@@ -6,6 +6,7 @@ builds one from ``vsa_core.clients``). The service accounts have no mypy-boto3 s
 for these five services, so the clients are typed ``Any``.
 """
 
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -264,11 +265,26 @@ def group_instances(clients: ArrayClients, array_id: str) -> list[dict[str, Any]
     return list(group.get("Instances", [])) if group else []
 
 
+SSM_FILTER_VALUES = 100
+"""DescribeInstanceInformation takes at most 100 values in a filter (SSM API reference,
+InstanceInformationStringFilter: Values, "Maximum number of 100 items"; botocore's model says so
+and does not check it: AWS answers ValidationException). A spec holds up to 256 hosts."""
+
+
 def managed_nodes(clients: ArrayClients, instance_ids: list[str]) -> dict[str, dict[str, Any]]:
-    pages = clients.ssm.get_paginator("describe_instance_information").paginate(
-        Filters=[{"Key": "InstanceIds", "Values": instance_ids}]
-    )
-    return {n["InstanceId"]: dict(n) for page in pages for n in page["InstanceInformationList"]}
+    """Each of ``instance_ids`` that is an SSM managed node, by id: its instance information."""
+    return describe_managed_nodes(clients.ssm, instance_ids)
+
+
+def describe_managed_nodes(ssm: Any, instance_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """``managed_nodes`` through an SSM client."""
+    found: dict[str, dict[str, Any]] = {}
+    for batch in itertools.batched(instance_ids, SSM_FILTER_VALUES, strict=False):
+        pages = ssm.get_paginator("describe_instance_information").paginate(
+            Filters=[{"Key": "InstanceIds", "Values": list(batch)}]
+        )
+        found.update((n["InstanceId"], dict(n)) for page in pages for n in page["InstanceInformationList"])
+    return found
 
 
 def volume_ids(clients: ArrayClients, spec: ArraySpec) -> tuple[str, ...]:

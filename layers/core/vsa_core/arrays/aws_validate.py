@@ -2,6 +2,7 @@
 in one message (``InvalidSpecError``: fix the spec; ``ConflictError``: the running array
 conflicts)."""
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -185,12 +186,22 @@ def _security_group_problems(clients: ArrayClients, spec: ArraySpec, vpc: str | 
     return problems + exposure.problems(groups, _host_access(clients, spec))
 
 
+EC2_FILTER_VALUES = 200
+"""EC2's most filter values in one Describe call (its FilterLimitExceeded error)."""
+
+
 def _host_access(clients: ArrayClients, spec: ArraySpec) -> list[exposure.HostAccess]:
     ids = [h.instance_id for h in spec.hosts]
     if not ids:
         return []
-    pages = clients.ec2.get_paginator("describe_instances").paginate(
-        Filters=[{"Name": "instance-id", "Values": ids}]
+    # EC2 refuses more than 200 filter values in one call (FilterLimitExceeded: "The maximum
+    # number of filter values specified on a single call is 200"); a spec holds up to 256 hosts
+    pages = (
+        page
+        for batch in itertools.batched(ids, EC2_FILTER_VALUES, strict=False)
+        for page in clients.ec2.get_paginator("describe_instances").paginate(
+            Filters=[{"Name": "instance-id", "Values": list(batch)}]
+        )
     )
     found = []
     for page in pages:

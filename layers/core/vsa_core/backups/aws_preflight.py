@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from botocore.exceptions import ClientError
 
+from vsa_core.arrays.aws_observe import describe_managed_nodes
 from vsa_core.arrays.spec import ArraySpec, RegisteredArray
 from vsa_core.backups import aws_sets
 from vsa_core.backups.aws_context import BackupContext, utc_now
@@ -162,10 +163,7 @@ def _controller(
 
 def _hosts(ctx: BackupContext, spec: ArraySpec) -> list[Any]:
     ids = [h.instance_id for h in spec.hosts]
-    pages = ctx.ssm.get_paginator("describe_instance_information").paginate(
-        Filters=[{"Key": "InstanceIds", "Values": ids}]
-    )
-    ping = {n["InstanceId"]: n.get("PingStatus") for page in pages for n in page["InstanceInformationList"]}
+    ping = {i: n.get("PingStatus") for i, n in describe_managed_nodes(ctx.ssm, ids).items()}
     offline = [f"{i} ({ping.get(i) or 'not a managed node'})" for i in ids if ping.get(i) != "Online"]
     if offline:
         raise PreflightError(
