@@ -661,7 +661,22 @@ def test_a_spec_with_the_most_hosts_is_validated_within_aws_request_limits(world
             {"InstanceInformationList": [{"InstanceId": i, "PingStatus": "Online"} for i in batch]},
             {"Filters": [{"Key": "InstanceIds", "Values": batch}]},
         )
-    spec = _with_network(world, net).model_copy(update={"hosts": tuple(Host(instance_id=i) for i in hosts)})
+    spec = _with_network(world, net).model_copy(
+        update={"hosts": tuple(Host(instance_id=i) for i in hosts), "authentication": "none"}
+    )
     # When the spec is validated, Then it is accepted: every host found managed, online and
     # reaching port 4420, in calls AWS accepts
     world.service.validate(spec, None)
+    # And with DH-HMAC-CHAP, the same hosts are refused, saying why: their keys would not fit in
+    # one secret during a rotation (Secrets Manager's 65,536 bytes)
+    for start in range(0, MAX_HOSTS, 100):
+        batch = hosts[start : start + 100]
+        world.ssm_stub.add_response(
+            "describe_instance_information",
+            {"InstanceInformationList": [{"InstanceId": i, "PingStatus": "Online"} for i in batch]},
+        )
+    with pytest.raises(InvalidSpecError) as refused:
+        world.service.validate(spec.model_copy(update={"authentication": "dh-hmac-chap"}), None)
+    assert "1 problem(s)" in str(refused.value)
+    assert f"the array's keys for {MAX_HOSTS} hosts take" in str(refused.value)
+    assert "over Secrets Manager's 65,536-byte secret: declare at most about" in str(refused.value)

@@ -9,6 +9,7 @@ ListCommands: every invocation of every command sent, Success."""
 
 import json
 import time
+import uuid
 from typing import Any
 
 import boto3
@@ -296,3 +297,23 @@ def test_rotate_keys_is_refused_without_authentication_and_resumes_a_rotation_un
     registry.put(_spec("none"), stored.version)
     with pytest.raises(ConflictError, match="authentication none"):
         aws_operations.rotate_keys("demo", registry=registry, service=service, reconcile=starter)  # type: ignore[arg-type]
+
+
+def test_a_rotation_whose_keys_would_not_fit_one_secret_is_refused_and_nothing_stored(
+    world: dict[str, Any],
+) -> None:
+    # Given an array whose secret holds keys for 250 hosts (applied before hosts were measured
+    # against the secret's size; one generation fits, two do not)
+    clients = world["clients"]
+    nqns = [f"nqn.2014-08.org.nvmexpress:uuid:{uuid.UUID(int=i)}" for i in range(250)]
+    many, _ = keys.converge(None, nqns)
+    name = keys.array_secret_name("demo")
+    clients.secretsmanager.put_secret_value(SecretId=name, SecretString=many.as_secret())
+    # When a rotation is asked for
+    with pytest.raises(ConflictError) as refused:
+        aws_keys.begin_rotation(clients, world["spec"])
+    # Then it is refused saying why (Secrets Manager's 65,536-byte secret), and the keys are as
+    # they were: no rotation begun
+    assert "cannot rotate its keys" in str(refused.value)
+    assert "65,536-byte secret" in str(refused.value)
+    assert _read(clients, name) == json.loads(many.as_secret())

@@ -2,6 +2,7 @@
 gets which key, and that a node's copy holds only what that node needs."""
 
 import json
+import uuid
 
 import pytest
 from hypothesis import given
@@ -97,3 +98,22 @@ def test_document_parameters() -> None:
         "AwsCommand": "aws",
     }
     assert keys.document_parameters("none", "vsa/db/node/i-1", "aws")["Authentication"] == "none"
+
+
+def test_the_keys_of_as_many_hosts_as_fit_one_secret_during_a_rotation_are_accepted() -> None:
+    # Given host NQNs of the uuid form nvme gen-hostnqn makes
+    nqns = [f"nqn.2014-08.org.nvmexpress:uuid:{uuid.UUID(int=i)}" for i in range(256)]
+    # Then the array secret of a rotation (the largest the array has) is measured against
+    # Secrets Manager's SecretString limit: the hosts that fit pass, one more host does not
+    fits = next(n for n in range(256, 0, -1) if keys.size_problem(nqns[:n]) is None)
+    assert 200 < fits < 256
+    rotating, _ = keys.converge(None, nqns[:fits])[0].begin_rotation()
+    assert len(rotating.as_secret()) <= keys.SECRET_STRING_LIMIT
+    over = keys.converge(None, nqns[: fits + 1])[0].begin_rotation()[0]
+    assert len(over.as_secret()) > keys.SECRET_STRING_LIMIT
+    said = keys.size_problem(nqns[: fits + 1])
+    assert said is not None
+    assert f"declare at most about {fits} hosts" in said
+    # and long NQNs (223 bytes, NVMe's most) fit fewer
+    long = [f"nqn.2014-08.com.example:host-{i:03d}".ljust(223, "x") for i in range(fits)]
+    assert keys.size_problem(long) is not None

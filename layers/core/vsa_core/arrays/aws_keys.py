@@ -356,6 +356,9 @@ def begin_rotation(clients: KeysClients, spec: ArraySpec) -> bool:
             f"array {spec.array_id!r} has no keys stored yet: apply it again, then rotate its keys"
         )
     rotating, began = stored.begin_rotation()
+    if began and (too_big := keys.size_problem(rotating.hosts)) is not None:
+        # an array applied before its hosts were measured against the secret's size
+        raise ConflictError(f"array {spec.array_id!r} cannot rotate its keys: {too_big}")
     if began:
         _put_array(clients, spec.array_id, rotating)
     return began

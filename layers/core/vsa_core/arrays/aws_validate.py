@@ -8,9 +8,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from vsa_core.arrays import aws_observe, aws_volumes, exposure
+from vsa_core.arrays import aws_observe, aws_volumes, exposure, keys
 from vsa_core.arrays.aws_observe import SERVING_STATES, ArrayClients, error_code, tag_dict
 from vsa_core.arrays.spec import ARRAY_TAG, MULTI_ATTACH_LIMIT, ArraySpec, RegisteredArray
+from vsa_core.controllers.nvme import host_nqn
 from vsa_core.errors import ConflictError, InvalidSpecError
 from vsa_core.naming import launch_template_name
 
@@ -33,6 +34,8 @@ def validate(clients: ArrayClients, spec: ArraySpec, current: RegisteredArray | 
     conflicts += aws_volumes.modification_conflicts(clients, spec)
     problems += _controller_problems(clients, spec)
     problems += _host_problems(clients, spec)
+    if spec.authentication == keys.DH_HMAC_CHAP and (too_big := keys.size_problem(map(host_nqn, spec.hosts))):
+        problems.append(too_big)
     serving = [i["InstanceId"] for i in instances if i["LifecycleState"] in SERVING_STATES]
     if spec.max_controllers < len(serving):
         conflicts.append(

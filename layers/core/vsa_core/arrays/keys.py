@@ -292,6 +292,29 @@ class ArrayKeys:
         return ArrayKeys(self.rotation.keys.controller_key, self.rotation.keys.hosts)
 
 
+SECRET_STRING_LIMIT: Final = 65_536
+"""Secrets Manager's largest SecretString, in bytes (CreateSecret / PutSecretValue API
+reference: "Length Constraints: Maximum length of 65536"; botocore's model says so too)."""
+
+
+def size_problem(nqns: Iterable[str]) -> str | None:
+    """Why the keys of hosts ``nqns`` cannot be kept in Secrets Manager, or None. The largest
+    secret an array has is its own during a key rotation: two generations, every host's key in
+    each (a controller's copy holds one). Keys have a fixed length, so fresh ones measure it."""
+    wanted = sorted(set(nqns))
+    rotating = ArrayKeys(new_key(), new_generation(wanted).hosts, Rotation(new_generation(wanted)))
+    size = len(rotating.as_secret().encode())
+    if size <= SECRET_STRING_LIMIT:
+        return None
+    fits = len(wanted) * SECRET_STRING_LIMIT // size
+    return (
+        f"authentication dh-hmac-chap: the array's keys for {len(wanted)} hosts take {size:,} bytes "
+        f"during a key rotation (two keys per host, by host NQN), over Secrets Manager's "
+        f"{SECRET_STRING_LIMIT:,}-byte secret: declare at most about {fits} hosts with these NQNs "
+        "(or shorter hostNqn values), or split them across arrays"
+    )
+
+
 def converge(current: ArrayKeys | None, nqns: Iterable[str]) -> tuple[ArrayKeys, list[str]]:
     """The keys for the hosts ``nqns``: ``current``'s kept, a new key for each host without one,
     the keys of hosts no longer listed dropped (in both generations during a rotation); a
