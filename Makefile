@@ -13,7 +13,7 @@ OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-e
 
 .PHONY: demo test check install localcloud-start localcloud-stop localcloud-logs build deploy-local \
 	lint format typecheck validate unit documents dataplane dataplane-auth integration bench bench-lifecycle bench-backups \
-	bench-coldstart bench-arrays bench-failover clean
+	bench-coldstart bench-arrays bench-keys bench-failover clean
 
 demo: install
 	@$(LOCAL) bash tools/demo.sh
@@ -102,6 +102,11 @@ bench-lifecycle: deploy-local
 # with the layer as sam build builds it and no bytecode writing (as on Lambda): figures.
 bench-coldstart: build
 	$(OFFLINE) $(VENV)/python tools/bench_coldstart.py
+
+# The apply's key writes for many hosts: one at a time against aws_keys.WRITERS at once, moto with
+# an assumed Secrets Manager round trip (figures, not a test).
+bench-keys: install
+	$(OFFLINE) $(VENV)/python tools/bench_keys.py
 
 # Many arrays per deployment: each event's registry reads and time at 10 and 1,000 arrays, on the
 # local cloud's DynamoDB (a table of its own, deleted after; the local cloud is left running).

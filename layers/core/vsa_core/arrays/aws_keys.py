@@ -18,6 +18,7 @@ hosts' keys were made or dropped, in words.
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,15 @@ from vsa_core.naming import group_name
 NOT_FOUND = "ResourceNotFoundException"
 Stages = Mapping[str, Mapping[str, str]]
 """A key rotation's progress as the registry keeps it (``RegisteredArray.rekey_stages``)."""
+
+
+WRITERS = 4
+"""Node copies written at once. Each is a round trip to Secrets Manager (CreateSecret, or
+PutSecretValue and TagResource); an array's 242 host copies one after another (the most that fit:
+``keys.size_problem``) would take the PUT past API Gateway's 29 s at 0.1 s each. Four at a time
+stay under Secrets Manager's 50 requests per second for its write calls (its quotas page), and
+botocore's standard retries take any throttling. botocore clients are thread-safe (boto3's guide,
+"Multithreading or multiprocessing with clients")."""
 
 
 @dataclass(frozen=True)
@@ -268,17 +278,23 @@ def _store(
 ) -> list[Change]:
     """Write each of ``copies`` whose content differs from what ``existing`` (name → digest)
     says is stored."""
-    changes: list[Change] = []
-    for name, (instance_id, value) in sorted(copies.items()):
-        if existing.get(name) == digest(value):
-            continue
-        action: Action = "update" if name in existing else "create"
-        if not dry_run:
-            action = _write(
-                clients, name, value, _node_tags(clients, array_id, instance_id), name in existing
+    due = [(n, i, v) for n, (i, v) in sorted(copies.items()) if existing.get(n) != digest(v)]
+    if dry_run:
+        actions: list[Action] = ["update" if n in existing else "create" for n, _, _ in due]
+    else:
+        with ThreadPoolExecutor(max_workers=WRITERS) as pool:
+            actions = list(
+                pool.map(
+                    lambda w: _write(
+                        clients, w[0], w[2], _node_tags(clients, array_id, w[1]), w[0] in existing
+                    ),
+                    due,
+                )
             )
-        changes.append(Change(f"secret/{name}", action, (("holds", None, _holders(value)),)))
-    return changes
+    return [
+        Change(f"secret/{name}", action, (("holds", None, _holders(value)),))
+        for (name, _, value), action in zip(due, actions, strict=True)
+    ]
 
 
 def _array_secret(
