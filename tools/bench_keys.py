@@ -35,7 +35,6 @@ from moto import mock_aws  # noqa: E402
 from vsa_core.arrays import aws_keys  # noqa: E402
 from vsa_core.arrays.spec import ArraySpec  # noqa: E402
 
-
 NQN_PREFIX = "nqn.2014-08.org.nvmexpress:uuid:"
 
 
