@@ -141,6 +141,7 @@ def test_the_health_checks_alarms_and_dashboard_watch_what_it_publishes() -> Non
         "HostsShortOfPaths",
         "BackupsOverdue",
         "ControllersReplaced",
+        "UnfinishedApplies",
     }
     for alarm in health.values():
         assert alarm["MetricName"] in aws_check.DEPLOYMENT_METRICS

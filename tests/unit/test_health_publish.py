@@ -51,3 +51,39 @@ def test_every_metric_named_is_published_per_array_and_per_deployment() -> None:
         Statistics=["Maximum"],
     )["Datapoints"]
     assert [p["Maximum"] for p in capacity] == [40_000.0]
+
+
+@mock_aws
+def test_an_unfinished_apply_is_published_per_array_and_counted_for_the_deployment() -> None:
+    cloudwatch = boto3.client("cloudwatch", region_name="us-east-1")
+    ctx = aws_check.HealthContext(
+        registry=None,  # type: ignore[arg-type]
+        backups=None,  # type: ignore[arg-type]
+        clients=ArrayClients(None, None, cloudwatch, None, None, ""),
+        documents=NodeDocuments("c", "p", "d", "r"),
+        deployment="vsa-test",
+        period=timedelta(minutes=5),
+    )
+    calm = rules.Assessment(
+        serving=2, hosts_reporting=0, hosts_stale=[], hosts_short={}, dead=[], witnesses={}
+    )
+    stopped = aws_check.ArrayHealth("stopped", calm, 20_000, apply_unfinished=3)
+    fine = aws_check.ArrayHealth("fine", calm, 20_000)
+    aws_check._publish(ctx, [stopped, fine], 0, NOW)
+
+    def latest(namespace: str, metric: str, name: str, value: str) -> list[float]:
+        points = cloudwatch.get_metric_statistics(
+            Namespace=namespace,
+            MetricName=metric,
+            Dimensions=[{"Name": name, "Value": value}],
+            StartTime=NOW - timedelta(minutes=1),
+            EndTime=NOW + timedelta(minutes=1),
+            Period=60,
+            Statistics=["Maximum"],
+        )["Datapoints"]
+        return [p["Maximum"] for p in points]
+
+    assert latest("VSA/Arrays", "ApplyUnfinished", "ArrayId", "stopped") == [1.0]
+    assert latest("VSA/Arrays", "ApplyUnfinished", "ArrayId", "fine") == [0.0]
+    assert latest("VSA", "UnfinishedApplies", "Deployment", "vsa-test") == [1.0]
+    assert stopped.as_dict()["applyUnfinished"] == 3

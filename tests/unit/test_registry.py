@@ -300,3 +300,19 @@ def test_a_spec_stored_before_authentication_existed_keeps_none(
     )
     # When read / Then it runs as it ran: without authentication (the default is for new arrays)
     assert registry.get("demo").spec.authentication == "none"
+
+
+def test_a_stored_version_is_marked_applying_until_its_apply_says_it_finished(registry: ArrayRegistry):
+    # Given a new array: stored, its apply not finished yet
+    registry.create(make_spec())
+    assert registry.get("demo").unfinished_apply() == 1
+    # When its apply finishes, Then it is no longer marked
+    registry.applied("demo", 1)
+    assert registry.get("demo").unfinished_apply() is None
+    # When version 2 is stored, it is marked; an older apply's end does not clear it
+    registry.put(make_spec(maxControllers=6), expected_version=1)
+    registry.applied("demo", 1)
+    assert registry.get("demo").unfinished_apply() == 2
+    registry.applied("demo", 2)
+    assert registry.get("demo").unfinished_apply() is None
+    assert registry.get("demo").applying is None

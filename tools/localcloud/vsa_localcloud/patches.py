@@ -218,11 +218,15 @@ def apply_localcloud_patches() -> None:
     from vsa_localcloud import iam_enforcement
 
     iam_enforcement.install()
+    # Request limits AWS keeps and moto does not (EC2's 200 filter values, SSM's 100 instance ids
+    # per filter, Secrets Manager's 65,536-character secret): see aws_limits.
+    __import__("vsa_localcloud.aws_limits").aws_limits.install()
     __import__("vsa_localcloud.sfn_errors").sfn_errors.install()  # aws-sdk task errors named as on AWS
     __import__("vsa_localcloud.jsonata").jsonata.install()  # JSONata on the installed JRE, no download
     LOG.info(
         "local-cloud patches applied: mocked DynamoDB task errors keep their names; a stopped "
         "execution stays stopped; JSONPath "
         "parsed once; role sessions reused; EBS model; "
-        "AWS_IAM authorization of REST API methods; IAM enforcement of role-signed requests"
+        "AWS_IAM authorization of REST API methods; IAM enforcement of role-signed requests; AWS's "
+        "request limits"
     )

@@ -132,7 +132,7 @@ def apply_array(
     # the stored version's own apply stopped part way (``applying`` still names it): what it
     # changed of the data plane is unknown, so this apply's run converges on the spec whatever
     # ``before`` says
-    unfinished = unfinished_apply(current)
+    unfinished = current.unfinished_apply() if current is not None else None
     converge = reconcile is not None and bool(
         creating or unfinished or needs_reconcile(before, spec, last_state, deleting=bool(deletions))
     )
@@ -170,17 +170,10 @@ def apply_array(
     }
 
 
-def unfinished_apply(array: RegisteredArray | None) -> int | None:
-    """The stored version whose apply has not finished (under way, or stopped part way), if any."""
-    if array is None or array.applying != array.version:
-        return None
-    return array.version
-
-
 def applying_status(array: RegisteredArray) -> dict[str, Any] | None:
     """What GET shows of an apply of the stored version that has not finished."""
-    version = unfinished_apply(array)
-    if version is None or array.deleting is not None:  # being deleted: nothing to finish
+    version = array.unfinished_apply()
+    if version is None:
         return None
     return {
         "version": version,

@@ -449,3 +449,10 @@ class RegisteredArray(BaseModel):
     ReconcileArray run): set with the spec in one write, removed when the apply ends. Still
     equal to ``version`` later, that apply stopped part way (API Gateway's 29 s past and the
     Lambda ended at its timeout, a crash): the next apply of the same spec finishes it."""
+
+    def unfinished_apply(self) -> int | None:
+        """The stored version whose apply has not finished (under way, or stopped part way), if
+        any; None while the array is being deleted (nothing to finish)."""
+        if self.applying != self.version or self.deleting is not None:
+            return None
+        return self.version

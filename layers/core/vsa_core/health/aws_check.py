@@ -56,8 +56,15 @@ ARRAY_METRICS = (
     "DeadControllers",
     "BackupAgeSeconds",
     "BackupOverdue",
+    "ApplyUnfinished",
 )
-DEPLOYMENT_METRICS = ("HostsShortOfPaths", "BackupsOverdue", "ControllersReplaced", "HealthCheckFailures")
+DEPLOYMENT_METRICS = (
+    "HostsShortOfPaths",
+    "BackupsOverdue",
+    "ControllersReplaced",
+    "HealthCheckFailures",
+    "UnfinishedApplies",
+)
 PUT_BATCH = 1000
 """PutMetricData takes up to 1,000 metrics per call."""
 
@@ -161,6 +168,9 @@ class ArrayHealth:
     forecast_reason: str | None = None
     lookahead: str | None = None
     """the ScaleArray run this check started ahead of a recurring surge"""
+    apply_unfinished: int | None = None
+    """the stored version whose apply has not finished (``RegisteredArray.applying``): under way,
+    or stopped part way (API Gateway's 504); seen on two checks in a row, it stopped"""
 
     def as_dict(self) -> dict[str, Any]:
         a = self.assessment
@@ -182,6 +192,7 @@ class ArrayHealth:
             "forecastFloor": self.forecast_floor,
             "forecastReason": self.forecast_reason,
             "lookaheadStarted": self.lookahead,
+            "applyUnfinished": self.apply_unfinished,
         }
 
 
@@ -239,6 +250,12 @@ def check_array(
     )
     verdict = rules.verdict(assessment, state.get("suspects", {}), replacing)
     health = ArrayHealth(array_id, assessment, spec.per_controller_iops, held=verdict.held)
+    health.apply_unfinished = array.unfinished_apply()
+    if health.apply_unfinished is not None:
+        logger.warning(
+            "apply unfinished: apply the same spec again to finish it",
+            extra={"array_id": array_id, "version": array.version},
+        )
     if verdict.replace is not None:
         witnesses = ", ".join(assessment.witnesses.get(verdict.replace, []))
         ctx.clients.autoscaling.set_instance_health(
@@ -430,6 +447,7 @@ def _publish(ctx: HealthContext, checked: Sequence[ArrayHealth], failures: int, 
             "DeadControllers": len(a.dead),
             "BackupAgeSeconds": h.backup_age_seconds,
             "BackupOverdue": float(h.backup_overdue),
+            "ApplyUnfinished": float(h.apply_unfinished is not None),
         }
         per_array += [
             {
@@ -447,6 +465,7 @@ def _publish(ctx: HealthContext, checked: Sequence[ArrayHealth], failures: int, 
         "BackupsOverdue": sum(h.backup_overdue for h in checked),
         "ControllersReplaced": sum(h.replaced is not None for h in checked),
         "HealthCheckFailures": failures,
+        "UnfinishedApplies": sum(h.apply_unfinished is not None for h in checked),
     }
     deployment = [
         {
