@@ -204,11 +204,12 @@ def fire_alarm(array_id: str, demand: float, stamp: str, kind: str = "high") -> 
     return scale_execution_name(array_id, event["resources"][0], stamp)
 
 
-def wait_for_execution(state_machine_arn: str, name: str) -> dict[str, Any]:
-    """The finished execution called ``name`` (started asynchronously after the event)."""
+def wait_for_execution(state_machine_arn: str, name: str, max_attempts: int = 120) -> dict[str, Any]:
+    """The finished execution called ``name`` (started asynchronously after the event), asked
+    about every second up to ``max_attempts`` times."""
     sfn = boto3.client("stepfunctions")
     arn = execution_arn(state_machine_arn, name)
-    execution_finished(sfn).wait(executionArn=arn)
+    execution_finished(sfn).wait(executionArn=arn, WaiterConfig={"Delay": 1, "MaxAttempts": max_attempts})
     return dict(sfn.describe_execution(executionArn=arn))
 
 
