@@ -108,19 +108,44 @@ def last_report(
         )
         ended += [i for page in pages for i in page["CommandInvocations"] if i.get("Status") in ENDED]
     ended.sort(key=lambda i: (_when(i) is not None, _when(i) or datetime.min), reverse=True)
+    found: list[tuple[str, Report]] = []
+    newest: datetime | None = None
     for invocation in ended[:TRIES]:
+        when = _when(invocation)
+        if found and (when is None or newest is None or when <= newest - OVERLAP):
+            break  # requested so long before the newest report that it ended before that one began
         answer = ssm.get_command_invocation(CommandId=invocation["CommandId"], InstanceId=instance_id)
         body = parse_report(str(answer.get("StandardOutputContent", "")))
         if body is None or body.get("arrayId") != array_id:
             continue
         if REPORT_KEY.get(str(body.get("document")), "") not in body:
             continue
-        when = _when(invocation)
-        return Report(
+        report = Report(
             document=str(body.get("document")),
             command_id=str(invocation["CommandId"]),
             at=when.isoformat() if when is not None else None,
             status=str(invocation.get("Status")),
             body=body,
         )
-    return None
+        found.append((str(answer.get("ExecutionEndDateTime") or ""), report))
+        newest = newest or when
+    if not found:
+        return None
+    # Runs requested close together (two controllers' bootstraps each connecting the host) can end
+    # in the other order; each lists the paths as it saw them at its end, so the one that ended
+    # last says what the node has now
+    return max(found, key=lambda f: (_ended(f[0]), -found.index(f)))[1]
+
+
+OVERLAP = timedelta(seconds=300)
+"""The longest a report document runs (connect-path's timeoutSeconds): a report requested longer
+than this before another ended before the other one began."""
+
+
+def _ended(value: str) -> datetime:
+    """GetCommandInvocation's ExecutionEndDateTime (ISO 8601), the earliest time when unknown."""
+    try:
+        ended = datetime.fromisoformat(value)
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+    return ended if ended.tzinfo is not None else ended.replace(tzinfo=UTC)
