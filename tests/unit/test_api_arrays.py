@@ -622,3 +622,27 @@ def test_an_apply_that_stopped_after_storing_its_spec_is_finished_by_applying_it
     assert call(load_event("apigateway/get_array.json"))[1]["applying"] is None
     status, reply = call(event)
     assert (status, reply["reconcile"]) == (200, None)
+
+
+def test_an_apply_that_stopped_before_a_scale_decision_is_still_finished_by_applying_again(
+    api_env: dict[str, Any],
+) -> None:
+    # Given an applied array, then a PUT that stored version 2 and stopped (nothing after)
+    first_apply(api_env)
+    event = put_event(api_env, maxControllers=6)
+    registry = ArrayRegistry(get_settings().table_name)
+    registry.put(ArraySpec.model_validate(json.loads(event["body"])), expected_version=1)
+    # and a scale decision since, which bumps the version as ScaleArray's ASL does
+    client("dynamodb").update_item(
+        TableName=get_settings().table_name,
+        Key={"pk": {"S": "ARRAY#demo"}, "sk": {"S": "SPEC"}},
+        UpdateExpression="ADD version :one",
+        ExpressionAttributeValues={":one": {"N": "1"}},
+    )
+    # Then GET still says version 2's apply has not finished
+    assert call(load_event("apigateway/get_array.json"))[1]["applying"]["version"] == 2
+    # When the same spec is applied again, Then its run starts and the mark is gone
+    status, reply = call(event)
+    assert status == 200, reply
+    assert reply["reconcile"]["remaining"][0] == "finishing the apply of version 2, which stopped part way"
+    assert call(load_event("apigateway/get_array.json"))[1]["applying"] is None

@@ -316,3 +316,20 @@ def test_a_stored_version_is_marked_applying_until_its_apply_says_it_finished(re
     registry.applied("demo", 2)
     assert registry.get("demo").unfinished_apply() is None
     assert registry.get("demo").applying is None
+
+
+def test_a_scale_decision_bumping_the_version_does_not_hide_an_apply_that_stopped(
+    registry: ArrayRegistry, dynamodb, registry_table: str
+):
+    # Given version 1 stored by an apply that stopped part way
+    registry.create(make_spec())
+    # When ScaleArray sets the desired count as its ASL does (ADD version :one)
+    dynamodb.update_item(
+        TableName=registry_table,
+        Key=array_key("demo"),
+        UpdateExpression="SET desiredControllers = :desired ADD version :one",
+        ExpressionAttributeValues={":desired": {"N": "3"}, ":one": {"N": "1"}},
+    )
+    # Then the array is at version 2 and its apply of version 1 still shows as unfinished
+    array = registry.get("demo")
+    assert (array.version, array.unfinished_apply()) == (2, 1)

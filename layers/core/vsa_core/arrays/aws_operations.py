@@ -157,7 +157,8 @@ def apply_array(
             if unfinished:
                 work.insert(0, f"finishing the apply of version {unfinished}, which stopped part way")
             started = reconcile.start(array_id, stored.version, work)
-    registry.applied(array_id, stored.version)
+    if stored.applying is not None:  # this apply's mark, or the one a stopped apply left
+        registry.applied(array_id, stored.applying)
     return current is None, {
         "array": spec.model_dump(by_alias=True, mode="json"),
         "version": stored.version,

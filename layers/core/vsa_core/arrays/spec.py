@@ -446,13 +446,15 @@ class RegisteredArray(BaseModel):
     one new version of a secret every 10 minutes."""
     applying: int | None = None
     """The version an apply stored and has not finished making so (its AWS changes, its
-    ReconcileArray run): set with the spec in one write, removed when the apply ends. Still
-    equal to ``version`` later, that apply stopped part way (API Gateway's 29 s past and the
+    ReconcileArray run): set with the spec in one write, removed when that apply ends. Still
+    there later, that apply stopped part way (API Gateway's 29 s past and the
     Lambda ended at its timeout, a crash): the next apply of the same spec finishes it."""
 
     def unfinished_apply(self) -> int | None:
-        """The stored version whose apply has not finished (under way, or stopped part way), if
-        any; None while the array is being deleted (nothing to finish)."""
-        if self.applying != self.version or self.deleting is not None:
+        """The version whose apply has not finished (under way, or stopped part way), if any;
+        None while the array is being deleted (nothing to finish). Any mark left counts, not only
+        one equal to ``version``: ScaleArray bumps the version when it sets the desired count
+        (``ADD version :one``), which must not hide an apply that stopped before it."""
+        if self.applying is None or self.deleting is not None:
             return None
-        return self.version
+        return self.applying
