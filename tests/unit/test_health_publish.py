@@ -2,6 +2,7 @@
 the names the template's alarms and dashboard are built on."""
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import boto3
 from moto import mock_aws
@@ -13,10 +14,9 @@ from vsa_core.health import aws_check, rules
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 
 
-@mock_aws
-def test_every_metric_named_is_published_per_array_and_per_deployment() -> None:
-    cloudwatch = boto3.client("cloudwatch", region_name="us-east-1")
-    ctx = aws_check.HealthContext(
+def _publishing_context(cloudwatch: Any) -> aws_check.HealthContext:
+    """Only what ``_publish`` uses: CloudWatch and the deployment's name."""
+    return aws_check.HealthContext(
         registry=None,  # type: ignore[arg-type]
         backups=None,  # type: ignore[arg-type]
         clients=ArrayClients(None, None, cloudwatch, None, None, ""),
@@ -24,6 +24,12 @@ def test_every_metric_named_is_published_per_array_and_per_deployment() -> None:
         deployment="vsa-test",
         period=timedelta(minutes=5),
     )
+
+
+@mock_aws
+def test_every_metric_named_is_published_per_array_and_per_deployment() -> None:
+    cloudwatch = boto3.client("cloudwatch", region_name="us-east-1")
+    ctx = _publishing_context(cloudwatch)
     assessment = rules.Assessment(
         serving=2,
         hosts_reporting=1,
@@ -56,14 +62,7 @@ def test_every_metric_named_is_published_per_array_and_per_deployment() -> None:
 @mock_aws
 def test_an_unfinished_apply_is_published_per_array_and_counted_for_the_deployment() -> None:
     cloudwatch = boto3.client("cloudwatch", region_name="us-east-1")
-    ctx = aws_check.HealthContext(
-        registry=None,  # type: ignore[arg-type]
-        backups=None,  # type: ignore[arg-type]
-        clients=ArrayClients(None, None, cloudwatch, None, None, ""),
-        documents=NodeDocuments("c", "p", "d", "r"),
-        deployment="vsa-test",
-        period=timedelta(minutes=5),
-    )
+    ctx = _publishing_context(cloudwatch)
     calm = rules.Assessment(
         serving=2, hosts_reporting=0, hosts_stale=[], hosts_short={}, dead=[], witnesses={}
     )
