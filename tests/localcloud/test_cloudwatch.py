@@ -519,3 +519,65 @@ def test_a_held_alarm_is_left_out_of_the_periodic_evaluation_until_released(aws,
     while aws("cloudwatch").describe_alarms(AlarmNames=[name])["MetricAlarms"][0]["StateValue"] != "ALARM":
         assert time.monotonic() < deadline, "the released alarm was not evaluated within 30 s"
         time.sleep(1)
+
+
+def test_metric_stat_queries_aggregate_each_period_from_start_time(aws) -> None:
+    """GetMetricData of ``MetricStat`` queries alone (LocalStack's own path, read in one query
+    per metric by vsa_localcloud.patches._metric_stat_read_in_one_query): every statistic per
+    period, periods counted from StartTime (LocalStack's rule), a period without samples left
+    out, newest first unless asked otherwise, values from PutMetricData's statistic sets too."""
+    cloudwatch = aws("cloudwatch")
+    namespace, name = f"VSA/Test{uuid.uuid4().hex[:8]}", "Ops"
+    dims = [{"Name": "ArrayId", "Value": "a1"}]
+    start = _this_minute() - timedelta(hours=2) + timedelta(seconds=17)  # not on a period boundary
+    # samples at these offsets from start (seconds): two periods of 600 s hold samples, one none
+    samples = {10: 4.0, 300: 8.0, 599: 1.0, 1300: 10.0}
+    cloudwatch.put_metric_data(
+        Namespace=namespace,
+        MetricData=[
+            {"MetricName": name, "Dimensions": dims, "Timestamp": start + timedelta(seconds=s), "Value": v}
+            for s, v in samples.items()
+        ]
+        + [
+            {
+                "MetricName": name,
+                "Dimensions": dims,
+                "Timestamp": start + timedelta(seconds=1400),
+                "StatisticValues": {"SampleCount": 4, "Sum": 20.0, "Minimum": 2.0, "Maximum": 9.0},
+            }
+        ],
+    )
+    expected = {
+        "Sum": [30.0, 13.0],
+        "Average": [30.0 / 5, 13.0 / 3],
+        "Minimum": [2.0, 1.0],
+        "Maximum": [10.0, 8.0],
+        "SampleCount": [5.0, 3.0],
+    }
+    queries = [
+        {
+            "Id": stat.lower(),
+            "MetricStat": {
+                "Metric": {"Namespace": namespace, "MetricName": name, "Dimensions": dims},
+                "Period": 600,
+                "Stat": stat,
+            },
+        }
+        for stat in expected
+    ]
+    # (EndTime inside the third period: LocalStack's last period runs past it)
+    reply = cloudwatch.get_metric_data(
+        MetricDataQueries=queries, StartTime=start, EndTime=start + timedelta(seconds=1500)
+    )
+    got = {r["Id"]: r for r in reply["MetricDataResults"]}
+    for stat, values in expected.items():
+        result = got[stat.lower()]
+        assert result["Timestamps"] == [start + timedelta(seconds=1200), start], (stat, result)
+        assert result["Values"] == pytest.approx(values), (stat, result)
+    ascending = cloudwatch.get_metric_data(
+        MetricDataQueries=queries[:1],
+        StartTime=start,
+        EndTime=start + timedelta(seconds=1500),
+        ScanBy="TimestampAscending",
+    )["MetricDataResults"][0]
+    assert ascending["Values"] == pytest.approx([13.0, 30.0])
