@@ -82,18 +82,23 @@ def test_get_unknown_array_raises_array_not_found(registry: ArrayRegistry):
         registry.get("nope")
 
 
+def _record_desired_count(dynamodb, table: str, desired: int) -> None:
+    """ScaleArray's RecordDesiredCount, as its ASL writes it: the count, and the version bumped."""
+    dynamodb.update_item(
+        TableName=table,
+        Key=array_key("demo"),
+        UpdateExpression="SET desiredControllers = :desired ADD version :one",
+        ConditionExpression="attribute_exists(pk)",
+        ExpressionAttributeValues={":desired": {"N": str(desired)}, ":one": {"N": "1"}},
+    )
+
+
 def test_get_reads_the_count_and_version_the_workflow_wrote(
     registry: ArrayRegistry, dynamodb, registry_table: str
 ):
     # Given a registered array whose count the ScaleArray workflow updated (RecordDesiredCount)
     registry.create(make_spec())
-    dynamodb.update_item(
-        TableName=registry_table,
-        Key=array_key("demo"),
-        UpdateExpression="SET desiredControllers = :desired ADD version :one",
-        ConditionExpression="attribute_exists(pk)",
-        ExpressionAttributeValues={":desired": {"N": "5"}, ":one": {"N": "1"}},
-    )
+    _record_desired_count(dynamodb, registry_table, 5)
     # When read / Then the registry reports the new count and version
     loaded = registry.get("demo")
     assert (loaded.desired_controllers, loaded.version) == (5, 2)
@@ -324,12 +329,7 @@ def test_a_scale_decision_bumping_the_version_does_not_hide_an_apply_that_stoppe
     # Given version 1 stored by an apply that stopped part way
     registry.create(make_spec())
     # When ScaleArray sets the desired count as its ASL does (ADD version :one)
-    dynamodb.update_item(
-        TableName=registry_table,
-        Key=array_key("demo"),
-        UpdateExpression="SET desiredControllers = :desired ADD version :one",
-        ExpressionAttributeValues={":desired": {"N": "3"}, ":one": {"N": "1"}},
-    )
+    _record_desired_count(dynamodb, registry_table, 3)
     # Then the array is at version 2 and its apply of version 1 still shows as unfinished
     array = registry.get("demo")
     assert (array.version, array.unfinished_apply()) == (2, 1)
