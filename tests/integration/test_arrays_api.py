@@ -178,7 +178,7 @@ def test_concurrent_applies_lose_no_update(api: Api, world: World, arrays: Calla
     statuses = sorted(status for status, _ in results.values())
     assert statuses == [200, 409], results
     winner = next(n for n, (status, _) in results.items() if status == 200)
-    _, current = api.call("GET", f"/arrays/{array_id}")
+    current = get_array(api, array_id)
     assert current["version"] == 2
     assert current["spec"]["maxControllers"] == winner
 
@@ -245,8 +245,7 @@ def test_get_and_list_show_the_array_and_its_live_status(
     array_id = arrays()
     spec = spec_for(array_id, world)
     applied = put_new(api, spec, follow=False)
-    status, described = api.call("GET", f"/arrays/{array_id}")
-    assert status == 200, described
+    described = get_array(api, array_id)
     assert described["spec"]["arrayId"] == array_id
     controllers = described["status"]["controllers"]
     assert len(controllers) == 1
