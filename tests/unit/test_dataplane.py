@@ -4,10 +4,13 @@ DH-HMAC-CHAP: which hosts each controller keyed); and the last report of a node 
 Command's history (aws_reports, aws_status, with botocore's Stubber: the request shape matters)."""
 
 import json
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
+from botocore.awsrequest import AWSResponse
 from botocore.stub import Stubber
 from hypothesis import given
 from hypothesis import strategies as st
@@ -566,6 +569,50 @@ def test_report_paths_is_read_for_the_last_hour_only_and_its_newer_report_wins()
     assert report is not None
     assert (report.document, report.command_id) == ("report-paths", CMD["d-other"])
     assert report.body != older
+
+
+def test_many_nodes_reports_are_read_side_by_side_each_its_own_in_the_order_asked() -> None:
+    # Given 20 hosts, each with one connect-path report naming its own volume and path. Calls are
+    # answered by request (which node, which command) through botocore's before-call event, the
+    # hook Stubber uses: Stubber's queue is answered in call order, and reads side by side have none
+    ssm = boto3.client("ssm", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    now = datetime(2026, 11, 24, 10, 0, tzinfo=UTC)
+    hosts = [f"i-{n:017x}" for n in range(1, 21)]
+    bodies = {h: host_report(h, {V1: {f"10.0.1.{n}": "live"}}).body for n, h in enumerate(hosts, 1)}
+
+    def command(node: str) -> str:  # a CommandId is a UUID
+        return f"00000000-0000-4000-8000-{node[2:][-12:]}"
+
+    first_wave = threading.Barrier(aws_reports.READERS, timeout=10)
+    lock = threading.Lock()
+    seen = {"lists": 0, "in flight": 0, "most": 0}
+
+    def answer(model: Any, params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        asked = json.loads(params["body"])  # the request as serialized (SSM speaks JSON)
+        node = asked["InstanceId"]
+        if model.name == "ListCommandInvocations":
+            with lock:
+                seen["lists"] += 1
+                seen["in flight"] += 1
+                seen["most"] = max(seen["most"], seen["in flight"])
+                waits = seen["lists"] <= aws_reports.READERS
+            if waits:  # the first READERS nodes are all being read at once, or this breaks,
+                first_wave.wait()
+                time.sleep(0.2)  # and held a while: a reader past READERS would start meanwhile
+            with lock:
+                seen["in flight"] -= 1
+            parsed = {"CommandInvocations": [{**_invocation(command(node), now), "InstanceId": node}]}
+        else:
+            assert asked["CommandId"] == command(node)
+            parsed = {"StandardOutputContent": json.dumps(bodies[node]) + "\n"}
+        return AWSResponse("https://ssm", 200, {}, None), parsed
+
+    ssm.meta.events.register("before-call.ssm.*", answer)
+    # When their last reports are read together
+    reports = aws_reports.last_reports(ssm, [(h, ("vsa-connect-path",)) for h in hosts], ARRAY, now=now)
+    # Then READERS nodes were read at once, never more, and each answer is that node's own report
+    assert (seen["lists"], seen["most"]) == (len(hosts), aws_reports.READERS)
+    assert [r.body if r else None for r in reports] == [bodies[h] for h in hosts]
 
 
 # --- the data plane's part of a plan ---------------------------------------------------------------

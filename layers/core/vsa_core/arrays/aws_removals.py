@@ -45,10 +45,8 @@ def mounted(
     if not removed or not hosts:
         return [], []
     when = now or datetime.now(UTC)
-    reports = {
-        host: aws_reports.last_report(
-            check.ssm, host, (check.report_paths,), array_id, recent=(check.report_paths,), now=when
-        )
-        for host in hosts
-    }
+    read = aws_reports.last_reports(
+        check.ssm, [(h, (check.report_paths,)) for h in hosts], array_id, (check.report_paths,), when
+    )
+    reports = dict(zip(hosts, read, strict=True))
     return removals.mounts_of_removed(array_id, removed, reports, now=when, max_age=check.max_age)

@@ -114,25 +114,24 @@ def _data_plane(
         )
         for c in controllers
     ]
-    controller_reports = {
-        n.instance_id: aws_reports.last_report(
-            clients.ssm, n.instance_id, documents.controller, spec.array_id, documents.recent
-        )
-        for n in nodes
-        if n.state == "serving"
-    }
+    # every node's last report, read side by side: the serving controllers', and the hosts'
+    # unless the caller has them
+    serving = [n.instance_id for n in nodes if n.state == "serving"]
+    unread = [h.instance_id for h in desired.hosts] if host_reports is None else []
+    read = aws_reports.last_reports(
+        clients.ssm,
+        [(c, documents.controller) for c in serving] + [(h, documents.host) for h in unread],
+        spec.array_id,
+        documents.recent,
+    )
+    controller_reports = dict(zip(serving, read[: len(serving)], strict=True))
     observed = dataplane.Observed(
         controllers=nodes,
         attachments={v["volumeId"]: frozenset(v["attachments"]) for v in volumes},
         controller_reports=controller_reports,
         host_reports=dict(host_reports)
         if host_reports is not None
-        else {
-            h.instance_id: aws_reports.last_report(
-                clients.ssm, h.instance_id, documents.host, spec.array_id, documents.recent
-            )
-            for h in desired.hosts
-        },
+        else dict(zip(unread, read[len(serving) :], strict=True)),
         authentication_reports=_authentication_reports(clients, spec, documents, controller_reports),
     )
     for controller, node in zip(controllers, nodes, strict=True):
@@ -161,15 +160,17 @@ def _authentication_reports(
     nothing of keys): which hosts it keyed. Nothing to read for an array without keys."""
     if spec.authentication != keys.DH_HMAC_CHAP or not documents.configure_target:
         return {}
-    return {
-        instance_id: aws_reports.last_report(
-            clients.ssm, instance_id, (documents.configure_target,), spec.array_id
-        )
+    unsaid = [
+        instance_id
         for instance_id, report in controller_reports.items()
         if report is not None
         and report.document != CONFIGURE_TARGET
         and dataplane.authentication_of(report) is None
-    }
+    ]
+    read = aws_reports.last_reports(
+        clients.ssm, [(c, (documents.configure_target,)) for c in unsaid], spec.array_id
+    )
+    return dict(zip(unsaid, read, strict=True))
 
 
 def desired_data_plane(spec: ArraySpec, volumes: list[dict[str, Any]]) -> dataplane.Desired:

@@ -233,12 +233,10 @@ def check_array(
     ]
     volumes = aws_observe.volume_ids(ctx.clients, spec)
     hosts = [h.instance_id for h in spec.hosts]
-    reports = {
-        h: aws_reports.last_report(
-            ctx.clients.ssm, h, ctx.documents.host, array_id, ctx.documents.recent, now
-        )
-        for h in hosts
-    }
+    read = aws_reports.last_reports(
+        ctx.clients.ssm, [(h, ctx.documents.host) for h in hosts], array_id, ctx.documents.recent, now
+    )
+    reports = dict(zip(hosts, read, strict=True))
     views = [_host_view(reports[h], h, array_id) for h in hosts]
     assessment = rules.assess(serving, views, volumes, now, ctx.max_age)
     group = aws_observe.describe_group(ctx.clients, group_name(array_id))
