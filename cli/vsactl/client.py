@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -26,6 +27,13 @@ STACK_NAME = "vsa-control-plane"
 DEFAULT_STAGE = "v1"
 SIGNING_SERVICE = "execute-api"
 TIMEOUT_SECONDS = 60.0
+READ_ATTEMPTS = 3
+"""A GET answered 429, 502, 503 or 504 is asked again, up to this many times in all, after
+``RETRY_DELAYS``: a read changes nothing, so repeating it is safe, and API Gateway's 504 (a status
+read past its 29 s, say) or a throttle is often gone on the next try. Writes are never repeated
+here: after a 504 on PUT the README's operations say what to do (apply the same spec again)."""
+RETRY_DELAYS = (1.0, 2.0)
+RETRIED = frozenset({429, 502, 503, 504})
 # One quick retry: an unreachable endpoint should be reported in seconds, not after backoffs.
 _LOOKUP_CONFIG = Config(retries={"mode": "standard", "total_max_attempts": 2}, connect_timeout=5)
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
@@ -44,10 +52,12 @@ class CliError(Exception):
 class ApiError(CliError):
     """The API answered with an HTTP error; ``message`` is what the API says to fix."""
 
-    def __init__(self, status: int, message: str, body: Any) -> None:
+    def __init__(self, status: int, message: str, body: Any, method: str = "", attempts: int = 1) -> None:
         super().__init__(message, exit_code=1)
         self.status = status
         self.body = body
+        self.method = method
+        self.attempts = attempts
 
 
 def is_local(url: str) -> bool:
@@ -161,6 +171,21 @@ class ApiClient:
         request_headers = {"Accept": "application/json", **(headers or {})}
         if data is not None:
             request_headers["Content-Type"] = "application/json"
+        attempts = READ_ATTEMPTS if method == "GET" else 1
+        for attempt in range(1, attempts + 1):
+            status, payload = self._send(method, url, data, request_headers)
+            if status not in RETRIED or attempt == attempts:
+                break
+            time.sleep(RETRY_DELAYS[min(attempt, len(RETRY_DELAYS)) - 1])
+        if status >= 400:
+            raise ApiError(status, error_message(status, payload), payload, method, attempt)
+        return payload
+
+    def _send(
+        self, method: str, url: str, data: bytes | None, request_headers: dict[str, str]
+    ) -> tuple[int, Any]:
+        """One signed request (signed anew: a signature holds its time): the status and the
+        decoded answer."""
         credentials = self.session.get_credentials()
         if credentials is None:
             raise self._no_credentials()
@@ -185,9 +210,7 @@ class ApiClient:
             payload: Any = response.json() if response.content else None
         except ValueError:
             payload = response.text
-        if response.status_code >= 400:
-            raise ApiError(response.status_code, error_message(response.status_code, payload), payload)
-        return payload
+        return response.status_code, payload
 
 
 def error_message(status: int, payload: Any) -> str:

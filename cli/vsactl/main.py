@@ -79,7 +79,14 @@ def _fail(e: CliError) -> typer.Exit:
             err.print(rest, markup=False, highlight=False)
         if e.status == 403:
             err.print("hint: the API authorizes with AWS IAM: check the credentials, profile and region.")
-        if e.status == 504:
+        if e.attempts > 1:
+            err.print(f"(asked {e.attempts} times: a read is safe to repeat)")
+        if e.status == 504 and e.method == "GET":
+            err.print(
+                "hint: API Gateway stopped waiting after 29 s each time; the API function's logs "
+                "(CloudWatch Logs) name the slow AWS call."
+            )
+        elif e.status == 504:
             err.print(
                 "hint: API Gateway stopped waiting after 29 s; the request may have been done in part. "
                 "`vsactl get` says 'Apply unfinished' when an apply stopped part way: apply the same "

@@ -71,6 +71,7 @@ class FakeApi:
     port: int
     answers: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
+    turns: dict[tuple[str, str], list[tuple[int, Any]]] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -78,6 +79,10 @@ class FakeApi:
 
     def answer(self, method: str, path: str, status: int, body: Any) -> None:
         self.answers[(method, path)] = (status, body)
+
+    def answer_in_turn(self, method: str, path: str, *answers: tuple[int, Any]) -> None:
+        """Each request gets the next answer; the last one stays."""
+        self.turns[(method, path)] = list(answers)
 
     def only_request(self) -> Recorded:
         assert len(self.requests) == 1, self.requests
@@ -94,7 +99,11 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                 self._reply(200, DESCRIBE_STACKS.encode(), "text/xml")
                 return
             api.requests.append(Recorded(self.command, self.path, headers, body))
-            status, answer = api.answers.get((self.command, self.path), (404, {"message": "no route"}))
+            turns = api.turns.get((self.command, self.path))
+            if turns:
+                status, answer = turns.pop(0) if len(turns) > 1 else turns[0]
+            else:
+                status, answer = api.answers.get((self.command, self.path), (404, {"message": "no route"}))
             self._reply(status, json.dumps(answer).encode(), "application/json")
 
         def _reply(self, status: int, payload: bytes, content_type: str) -> None:
@@ -883,3 +892,43 @@ def test_get_shows_an_apply_that_stopped_part_way_and_what_to_do(run, api):
     assert result.exit_code == 0, result.output
     assert "Apply unfinished" in result.output
     assert "apply the same spec" in " ".join(result.output.split())
+
+
+TIMED_OUT = (504, {"message": "Endpoint request timed out"})
+
+
+def test_a_read_answered_504_or_429_is_asked_again_signed_anew(run, api, monkeypatch):
+    monkeypatch.setattr("vsactl.client.RETRY_DELAYS", (0.01, 0.01))
+    # Given a GET that times out at API Gateway once, is throttled once, then answers
+    throttled = (429, {"message": "Too Many Requests"})
+    api.answer_in_turn("GET", "/v1/arrays/demo", TIMED_OUT, throttled, (200, GET_ANSWER))
+    # When vsactl reads the array
+    result = run("get", "demo", "-o", "json")
+    # Then it asked three times, each request signed, and shows the answer
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["spec"]["arrayId"] == "demo"
+    assert [r.method for r in api.requests] == ["GET"] * 3
+    for recorded in api.requests:
+        assert_signed(recorded)
+
+
+def test_a_read_that_keeps_timing_out_stops_after_three_and_says_where_to_look(run, api, monkeypatch):
+    monkeypatch.setattr("vsactl.client.RETRY_DELAYS", (0.01, 0.01))
+    api.answer("GET", "/v1/arrays/demo", *TIMED_OUT)
+    result = run("get", "demo")
+    assert result.exit_code == 1
+    assert len(api.requests) == 3
+    assert "HTTP 504" in result.output
+    assert "asked 3 times" in result.output
+    assert "logs" in result.output
+    assert "apply the same spec again" not in result.output
+
+
+def test_a_write_answered_504_is_never_repeated(run, api, tmp_path, monkeypatch):
+    monkeypatch.setattr("vsactl.client.RETRY_DELAYS", (0.01, 0.01))
+    api.answer_in_turn("PUT", "/v1/arrays/demo", TIMED_OUT, (200, APPLY_ANSWER))
+    result = run("apply", "-f", spec_file(tmp_path))
+    assert result.exit_code == 1
+    assert [r.method for r in api.requests] == ["PUT"]
+    assert "apply the same spec again" in result.output
+    assert "asked" not in result.output
