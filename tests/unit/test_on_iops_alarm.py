@@ -332,15 +332,31 @@ def test_handler_starts_scale_array_with_the_workflow_input(
 
 
 def test_handler_redelivery_while_running_starts_nothing_new(
-    scale_state_machine: str, function_env: None, lambda_context: FakeLambdaContext
+    scale_state_machine: str,
+    function_env: None,
+    lambda_context: FakeLambdaContext,
+    monkeypatch: pytest.MonkeyPatch,
 ):
+    # The input holds the scaling lock's lease from the handler's clock (whole seconds). A
+    # redelivery within the same second sends the same input: StartExecution answers with the
+    # running execution ("same name and input ... returns the same response", StartExecution's
+    # idempotency); one a second later sends another input: ExecutionAlreadyExists, a duplicate.
+    # Both start nothing new; the clock is pinned so each case is the one tested (unpinned, the
+    # first case turned into the second when the two calls straddled a second: CI at 55886f3).
+    clock = [1_795_822_531.999]
+    monkeypatch.setattr("on_iops_alarm.handler.time.time", lambda: clock[0])
     # Given the event was handled and its execution is still running
     event = load_event("cloudwatch/iops_alarm_high.json")
     first = lambda_handler(event, lambda_context)
-    # When EventBridge delivers the very same event again
+    # When EventBridge delivers the very same event again, in the same second
     second = lambda_handler(event, lambda_context)
     # Then Step Functions answers with the running execution (same name and input are idempotent)
     assert second["executionArn"] == first["executionArn"]
+    # When it delivers it again a second later
+    clock[0] += 0.002
+    third = lambda_handler(event, lambda_context)
+    # Then it is a duplicate
+    assert third == {"started": False, "reason": "duplicate event", "executionName": SAMPLE_EXECUTION}
     # And exactly one execution exists
     assert [e["name"] for e in list_executions(scale_state_machine)] == [SAMPLE_EXECUTION]
 
