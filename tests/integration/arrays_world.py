@@ -237,11 +237,8 @@ def put_spec(api: Api, spec: Spec, query: str = "", timeout: float = 240) -> tup
     array_id = spec["arrayId"]
     # the version stored before, which tells after a 504 which answer the PUT would have had; the
     # GET itself can answer 504 on the loaded machine (CI at 1c84422: taken for "no array", a
-    # second PUT after a 504 was then reported as 202, creating): ask again, as get_array does
-    for _ in range(3):
-        code, before = api.call("GET", f"/arrays/{array_id}")
-        if code != 504:
-            break
+    # second PUT after a 504 was then reported as 202, creating)
+    code, before = read_array(api, array_id)
     assert code in (200, 404), (code, before)
     known = int(before["version"]) if code == 200 else 0
     code, reply = api.call("PUT", f"/arrays/{array_id}{query}", spec)
@@ -278,14 +275,20 @@ def put_spec(api: Api, spec: Spec, query: str = "", timeout: float = 240) -> tup
     return tuple(after_504(api, array_id, spec, query, applied, timeout))  # type: ignore[return-value]
 
 
-def get_array(api: Api, array_id: str) -> dict[str, Any]:
-    """GET the array (200), asking again after API Gateway's 504: a status read past its 29 s on
-    a loaded machine (seen in CI runs 15 and 17, the two clouds' workers on 2 cores): a caller
-    asks again."""
+def read_array(api: Api, array_id: str) -> tuple[int, Any]:
+    """GET the array: the status and answer, asking again (up to three times in all) after API
+    Gateway's 504, a status read past its 29 s on a loaded machine (seen in CI runs 15 and 17,
+    the two clouds' workers on 2 cores), as a caller does (vsactl too)."""
     for _ in range(3):
         code, answer = api.call("GET", f"/arrays/{array_id}")
         if code != 504:
             break
+    return code, answer
+
+
+def get_array(api: Api, array_id: str) -> dict[str, Any]:
+    """GET the array (200), asking again after a 504 (``read_array``)."""
+    code, answer = read_array(api, array_id)
     assert code == 200, (code, answer)
     return dict(answer)
 

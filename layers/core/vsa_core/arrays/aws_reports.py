@@ -157,8 +157,9 @@ READERS = 8
 """Nodes whose reports are read at once. Each node's report is 2-6 Run Command calls in a row
 (a list per document, then the newest invocations' output); read one node after another, a
 16-controller array with a dozen hosts is over a hundred calls in a row, near API Gateway's 29 s
-for GET on a slow day. Eight at once keeps well inside SSM's request rates (the clients retry
-throttling in standard mode); a boto3 client is safe to share between threads."""
+for GET on a slow day. Eight at once stays within botocore's 10 pooled connections per client;
+a throttled call is retried by the clients' standard retry mode (``clients.RETRY_CONFIG``; SSM's
+own request rates were not measured here); a boto3 client is safe to share between threads."""
 
 
 def last_reports(
