@@ -320,8 +320,8 @@ report() {
   printf '{"document":"%s","arrayId":%s,"mode":"%s","slot":%s,"subsystems":[%s],"serial":%s,"model":%s,' \
     "$DOCUMENT" "$(json "$ARRAY_ID")" "$MODE" "$SLOT" "$subsystems" "$(json "$SERIAL")" "$(json "$MODEL")"
   exports_json
-  printf '"cntlid":%s,"port":%s,"allowAnyHost":%s,"hosts":[%s],"removed":[%s],"changes":%s,"authentication":%s,"exports":[%s]}\n' \
-    "$cntlid" "$port" "$ALLOW_ANY_HOST" "$hosts" "$removed" "$CHANGES" "$(authentication_json)" "$EXPORTS_JSON"
+  printf '"cntlid":%s,"port":%s,"allowAnyHost":%s,"hosts":[%s],"removed":[%s],"changes":%s,"authentication":%s,"exports":[%s],"observedAt":%s}\n' \
+    "$cntlid" "$port" "$ALLOW_ANY_HOST" "$hosts" "$removed" "$CHANGES" "$(authentication_json)" "$EXPORTS_JSON" "$(json "$EXPORTS_AT")"
 }
 
 authentication_json() { # what was asked and which hosts got their key in nvmet (never a key)

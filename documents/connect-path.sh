@@ -366,8 +366,8 @@ if [[ -n $message ]]; then
 fi
 failover=$(printf '{"keepAliveTmo":%s,"ctrlLossTmo":%s,"reconnectDelay":%s,"fastIoFailTmo":%s,"config":%s}' \
   "$KEEP_ALIVE_TMO" "$CTRL_LOSS_TMO" "$RECONNECT_DELAY" "$FAST_IO_FAIL_TMO" "$(json "$CONFIG")")
-printf '{"document":"%s","arrayId":%s,"address":%s,"port":%s,"hostNqn":%s,"connected":[%s],"missing":[%s],"subsystems":[%s],"livePaths":%s,"ioPolicy":%s,"failover":%s,"authentication":%s,"rekeyed":[%s],"reconnected":[%s],"unauthenticated":[%s],"notRekeyed":[%s],"error":%s}\n' \
+printf '{"document":"%s","arrayId":%s,"address":%s,"port":%s,"hostNqn":%s,"connected":[%s],"missing":[%s],"subsystems":[%s],"livePaths":%s,"observedAt":%s,"ioPolicy":%s,"failover":%s,"authentication":%s,"rekeyed":[%s],"reconnected":[%s],"unauthenticated":[%s],"notRekeyed":[%s],"error":%s}\n' \
   "$DOCUMENT" "$(json "$ARRAY_ID")" "$(json "$ADDRESS")" "$(json "$PORT")" "$(json "$HOST_NQN")" \
-  "$connected" "$missing" "$SUBSYSTEMS_JSON" "$LIVE_TOTAL" "$(json "$IO_POLICY")" "$failover" \
+  "$connected" "$missing" "$SUBSYSTEMS_JSON" "$LIVE_TOTAL" "$(json "$LISTED_AT")" "$(json "$IO_POLICY")" "$failover" \
   "$(json "$AUTHENTICATION")" "$rekeyed" "$reconnected" "$UNAUTHENTICATED" "$NOT_REKEYED" "$error"
 ((${#MISSING[@]} == 0 && ${#POLICY_FAILED[@]} == 0 && ${#KEY_ERRORS[@]} == 0))

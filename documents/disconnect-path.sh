@@ -53,6 +53,6 @@ done
 
 list_paths
 paths_report "$LISTING" "${NQNS[@]}"
-printf '{"document":"%s","arrayId":%s,"address":%s,"port":%s,"disconnected":[%s],"subsystems":[%s],"livePaths":%s}\n' \
+printf '{"document":"%s","arrayId":%s,"address":%s,"port":%s,"disconnected":[%s],"subsystems":[%s],"livePaths":%s,"observedAt":%s}\n' \
   "$DOCUMENT" "$(json "$ARRAY_ID")" "$(json "$ADDRESS")" "$(json "$PORT")" "$DISCONNECTED" \
-  "$SUBSYSTEMS_JSON" "$LIVE_TOTAL"
+  "$SUBSYSTEMS_JSON" "$LIVE_TOTAL" "$(json "$LISTED_AT")"

@@ -30,5 +30,5 @@ keyed_hosts_json() { # KEYED_JSON: the array's allowed hosts with a key in nvmet
 PREFIX=$(subsystem_prefix "$ARRAY_ID")
 exports_json
 keyed_hosts_json
-printf '{"document":"%s","arrayId":%s,"exports":[%s],"authentication":{"method":"observed","keyedHosts":[%s]}}\n' \
-  "$DOCUMENT" "$(json "$ARRAY_ID")" "$EXPORTS_JSON" "$KEYED_JSON"
+printf '{"document":"%s","arrayId":%s,"exports":[%s],"observedAt":%s,"authentication":{"method":"observed","keyedHosts":[%s]}}\n' \
+  "$DOCUMENT" "$(json "$ARRAY_ID")" "$EXPORTS_JSON" "$(json "$EXPORTS_AT")" "$KEYED_JSON"

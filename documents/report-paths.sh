@@ -19,5 +19,5 @@ for volume in "${VOLS[@]}"; do NQNS+=("$(subsystem_nqn "$ARRAY_ID" "$volume")");
 
 list_paths
 paths_report "$LISTING" "${NQNS[@]}"
-printf '{"document":"%s","arrayId":%s,"subsystems":[%s],"livePaths":%s}\n' \
-  "$DOCUMENT" "$(json "$ARRAY_ID")" "$SUBSYSTEMS_JSON" "$LIVE_TOTAL"
+printf '{"document":"%s","arrayId":%s,"subsystems":[%s],"livePaths":%s,"observedAt":%s}\n' \
+  "$DOCUMENT" "$(json "$ARRAY_ID")" "$SUBSYSTEMS_JSON" "$LIVE_TOTAL" "$(json "$LISTED_AT")"

@@ -55,4 +55,7 @@ host_id() { # the uuid of a uuid-form host NQN; nothing for another form
     printf '%s' "$id"
   fi
 }
+utc_now() { # now, as AWS writes a time (UTC, microseconds): a report's "observedAt"
+  date -u +%Y-%m-%dT%H:%M:%S.%6NZ
+}
 absolute() { case $1 in /*) printf '%s' "$1" ;; *) printf '%s/%s' "$PWD" "$1" ;; esac; }

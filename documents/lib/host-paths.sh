@@ -28,9 +28,12 @@ for host in data if isinstance(data, list) else [data]:
             print("\x1f".join(fields))
 '
 
-list_paths() { # sets LISTING: one line per path; fails the document when nvme cannot list
+list_paths() { # sets LISTING: one line per path, and LISTED_AT: when the listing began (the
+  # report's "observedAt": two runs at once on a host can end in the other order than they
+  # listed, so the report that listed last, not the run that ended last, says what the host has)
   local raw
   command -v python3 >/dev/null || fail "python3 is needed to read 'nvme list-subsys -o json'"
+  LISTED_AT=$(utc_now)
   raw=$("$NVME_COMMAND" list-subsys -o json) || fail "'$NVME_COMMAND list-subsys -o json' failed"
   LISTING=$(printf '%s' "$raw" | python3 -c "$PATHS_FILTER") ||
     fail "cannot read the output of '$NVME_COMMAND list-subsys -o json': $raw"

@@ -29,8 +29,10 @@ device_size() { # bytes: a block device as the kernel sizes it, a file (nvmet's 
   fi
 }
 
-exports_json() { # what nvmet exports for this array now, read back from configfs (not what was asked)
+exports_json() { # what nvmet exports for this array now, read back from configfs (not what was
+  # asked); EXPORTS_AT: when the reading began (the report's "observedAt")
   local sub nqn ns link port hosts namespaces ports device_bytes size_bytes first=1
+  EXPORTS_AT=$(utc_now)
   EXPORTS_JSON=""
   for sub in "$NVMET"/subsystems/"$PREFIX"*; do
     nqn=${sub##*/}

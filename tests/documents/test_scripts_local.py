@@ -11,6 +11,7 @@ import time
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -841,6 +842,55 @@ def test_report_exports_reports_configure_targets_exports_and_changes_nothing(no
     assert by_volume[VOLUMES[1]]["ports"] == []
     assert by_volume[VOLUMES[1]]["namespaces"][0]["sizeBytes"] == 16 * 2**30
     assert _configfs_tree(target.nvmet) == before
+
+
+def _timed_calls(root: Path) -> list[tuple[str, str, float]]:
+    """Every fake call on a node, in order: (tool, first argument, when it ended)."""
+    log = root / ".fakes" / "calls.jsonl"
+    entries = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return [(e["tool"], (e["argv"] or [""])[0], e["time"]) for e in entries]
+
+
+def _epoch(value: str) -> float:
+    return datetime.fromisoformat(value).timestamp()
+
+
+def test_every_node_report_says_when_it_read_the_node(node: Nodes):
+    # Two runs at once on a node can end in the other order than they read it (a run lists the
+    # paths, then writes its report while the other connects, lists and ends: CI at e6c5f46), so
+    # each report carries observedAt, taken as its last reading of the node began, and the status
+    # takes the report that read last (vsa_core.arrays.aws_reports)
+    c0, c1, host = node("c0"), node("c1"), node("h0")
+    for target in (c0, c1):
+        target.attach(*VOLUMES)
+    started = time.time()
+    configured = configure(c0, "10.0.0.5")
+    assert configured.code == 0, configured.stderr
+    # configure-target read configfs back after loading nvmet (the fake modprobe), before it ended
+    loaded = max(t for tool, _, t in _timed_calls(c0.root) if tool == "modprobe")
+    assert started <= loaded <= _epoch(configured.report["observedAt"]) <= time.time()
+    assert configure(c1, "10.0.0.6", Slot="1").code == 0
+    before = time.time()
+    exported = c0.run("report-exports", ArrayId=ARRAY, ConfigfsRoot=CONFIGFS)
+    assert before <= _epoch(exported.report["observedAt"]) <= time.time()
+    base = {"ArrayId": ARRAY, "Volumes": ",".join(VOLUMES), "NvmeCommand": FAKE_NVME}
+    runs = (
+        lambda: connect(host, "10.0.0.5"),
+        lambda: connect(host, "10.0.0.6"),
+        lambda: host.run("report-paths", **base, SysfsRoot=SYSFS),
+        lambda: host.run("disconnect-path", **base, Address="10.0.0.6"),
+    )
+    for run in runs:
+        seen = len(_timed_calls(host.root))
+        result = run()
+        assert result.code == 0, result.stderr
+        # a host's report: as the last listing began, after every nvme call before it
+        mine = _timed_calls(host.root)[seen:]
+        assert mine[-1][:2] == ("nvme", "list-subsys"), mine
+        earlier = mine[-2][2] if len(mine) > 1 else before
+        observed = _epoch(result.report["observedAt"])
+        assert earlier <= observed <= mine[-1][2], (result.report["document"], mine, observed)
+        before = mine[-1][2]
 
 
 # --- DH-HMAC-CHAP (issue #20) ------------------------------------------------------------------

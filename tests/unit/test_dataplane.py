@@ -684,3 +684,46 @@ def test_of_two_runs_requested_together_the_one_that_ended_last_is_the_report() 
         stub.assert_no_pending_responses()
     assert report is not None
     assert (report.command_id, report.body) == (CMD["c-old"], complete)
+
+
+def test_of_two_runs_at_once_the_one_that_read_the_host_last_is_the_report() -> None:
+    # Given two connect-path runs on the host at once (two controllers joining): the one to C1
+    # listed the paths before C2's was up, then wrote its report while the run to C2 connected,
+    # listed both and ended; the run to C1 ended last (CI at e6c5f46 showed a host 4 paths of 5)
+    ssm = boto3.client("ssm", region_name="us-east-1")
+    now = datetime(2026, 11, 28, 2, 0, tzinfo=UTC)
+    one, both = {ADDRESSES[C1]: "live"}, {ADDRESSES[C1]: "live", ADDRESSES[C2]: "live"}
+    early = {**host_report(H1, {V1: one}).body, "observedAt": "2026-11-28T02:00:01.100000Z"}
+    complete = {**host_report(H1, {V1: both}).body, "observedAt": "2026-11-28T02:00:01.400000Z"}
+    with Stubber(ssm) as stub:
+        stub.add_response(
+            "list_command_invocations",
+            {
+                "CommandInvocations": [
+                    _invocation(CMD["c-old"], now),
+                    _invocation(CMD["c-running"], now + timedelta(milliseconds=5)),
+                ]
+            },
+            {"InstanceId": H1, "Filters": [{"key": "DocumentName", "value": "vsa-connect-path"}]},
+        )
+        for command_id, body, ended in (
+            (CMD["c-running"], complete, "2026-11-28T02:00:01.500Z"),
+            (CMD["c-old"], early, "2026-11-28T02:00:01.900Z"),
+        ):
+            stub.add_response(
+                "get_command_invocation",
+                {
+                    "CommandId": command_id,
+                    "InstanceId": H1,
+                    "StandardOutputContent": json.dumps(body) + "\n",
+                    "ExecutionEndDateTime": ended,
+                },
+                {"CommandId": command_id, "InstanceId": H1},
+            )
+        # When the last report is read
+        report = aws_reports.last_report(ssm, H1, ("vsa-connect-path",), ARRAY)
+        stub.assert_no_pending_responses()
+    # Then it is the run that listed last, with both paths, though the other one ended after it
+    assert report is not None
+    assert (report.command_id, report.body) == (CMD["c-running"], complete)
+    assert report.as_dict()["observedAt"] == "2026-11-28T02:00:01.400000Z"

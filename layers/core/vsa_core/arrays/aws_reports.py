@@ -110,7 +110,7 @@ def last_report(
         )
         ended += [i for page in pages for i in page["CommandInvocations"] if i.get("Status") in ENDED]
     ended.sort(key=lambda i: (_when(i) is not None, _when(i) or datetime.min), reverse=True)
-    found: list[tuple[str, Report]] = []
+    found: list[tuple[datetime, Report]] = []
     newest: datetime | None = None
     for invocation in ended[:TRIES]:
         when = _when(invocation)
@@ -129,14 +129,15 @@ def last_report(
             status=str(invocation.get("Status")),
             body=body,
         )
-        found.append((str(answer.get("ExecutionEndDateTime") or ""), report))
+        found.append((_observed(body, answer.get("ExecutionEndDateTime")), report))
         newest = newest or when
     if not found:
         return None
     # Runs requested close together (two controllers' bootstraps each connecting the host) can end
-    # in the other order; each lists the paths as it saw them at its end, so the one that ended
-    # last says what the node has now
-    return max(found, key=lambda f: (_ended(f[0]), -found.index(f)))[1]
+    # in the other order than they were requested, and even than they read the node: a run lists
+    # the paths, then spends a while writing its report, while the other connects its path, lists
+    # and ends. So the report that read the node last says what the node has now
+    return max(found, key=lambda f: (f[0], -found.index(f)))[1]
 
 
 OVERLAP = timedelta(seconds=300)
@@ -144,13 +145,18 @@ OVERLAP = timedelta(seconds=300)
 than this before another ended before the other one began."""
 
 
-def _ended(value: str) -> datetime:
-    """GetCommandInvocation's ExecutionEndDateTime (ISO 8601), the earliest time when unknown."""
-    try:
-        ended = datetime.fromisoformat(value)
-    except ValueError:
-        return datetime.min.replace(tzinfo=UTC)
-    return ended if ended.tzinfo is not None else ended.replace(tzinfo=UTC)
+def _observed(body: dict[str, Any], ended: object) -> datetime:
+    """When the report read the node: its ``observedAt`` (the documents take it on the node as
+    they begin to read it), else (a report of an older document) GetCommandInvocation's
+    ExecutionEndDateTime (both ISO 8601); the earliest time when neither
+    can be read."""
+    for value in (body.get("observedAt"), ended):
+        try:
+            moment = datetime.fromisoformat(str(value))
+        except ValueError:
+            continue
+        return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return datetime.min.replace(tzinfo=UTC)
 
 
 READERS = 8

@@ -43,7 +43,16 @@ class Report:
     body: Mapping[str, Any]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"document": self.document, "commandId": self.command_id, "at": self.at, "status": self.status}
+        """What the status shows of it: ``at`` is when the run was requested, ``observedAt`` when
+        it read the node (None: a report of a document older than that field)."""
+        observed = self.body.get("observedAt")
+        return {
+            "document": self.document,
+            "commandId": self.command_id,
+            "at": self.at,
+            "observedAt": observed if isinstance(observed, str) else None,
+            "status": self.status,
+        }
 
 
 def parse_report(stdout: str) -> dict[str, Any] | None:
