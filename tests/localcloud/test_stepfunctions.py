@@ -236,3 +236,95 @@ def test_a_stopped_execution_is_aborted_even_when_its_running_task_then_fails(aw
     finally:
         sfn.delete_state_machine(stateMachineArn=machine)
         lam.delete_function(FunctionName=name)
+
+
+def test_one_definition_run_side_by_side_keeps_each_executions_own_state(aws) -> None:
+    # The local cloud keeps each definition's parse tree and builds every execution's program
+    # afresh from it (vsa_localcloud.patches._asl_parse_tree_reused): executions of one
+    # definition at once must still each count their own loop, map their own items and retry
+    # their own failures, as on AWS where every execution is its own
+    definition = {
+        "StartAt": "Init",
+        "States": {
+            "Init": {
+                "Type": "Pass",
+                "Assign": {"mine.$": "$.n"},
+                "Parameters": {"count": 0, "n.$": "$.n", "items.$": "$.items"},
+                "Next": "More",
+            },
+            "More": {
+                "Type": "Choice",
+                "Choices": [{"Variable": "$.count", "NumericLessThanPath": "$.n", "Next": "Step"}],
+                "Default": "Each",
+            },
+            "Step": {
+                "Type": "Pass",
+                "Parameters": {"count.$": "States.MathAdd($.count, 1)", "n.$": "$.n", "items.$": "$.items"},
+                "Next": "More",
+            },
+            "Each": {
+                "Type": "Map",
+                "ItemsPath": "$.items",
+                "ItemProcessor": {
+                    "StartAt": "Double",
+                    "States": {
+                        "Double": {"Type": "Pass", "Parameters": {"v.$": "States.MathAdd($, $)"}, "End": True}
+                    },
+                },
+                "ResultPath": "$.doubled",
+                "Next": "Flaky",
+            },
+            "Flaky": {
+                "Type": "Parallel",
+                "Branches": [{"StartAt": "Boom", "States": {"Boom": {"Type": "Fail", "Error": "Boom"}}}],
+                "Retry": [{"ErrorEquals": ["Boom"], "IntervalSeconds": 1, "MaxAttempts": 1}],
+                "Catch": [{"ErrorEquals": ["Boom"], "ResultPath": "$.caught", "Next": "Done"}],
+                "End": True,
+            },
+            "Done": {
+                "Type": "Pass",
+                "Parameters": {
+                    "count.$": "$.count",
+                    "mine.$": "$mine",
+                    "doubled.$": "$.doubled",
+                    "error.$": "$.caught.Error",
+                },
+                "End": True,
+            },
+        },
+    }
+    sfn = aws("stepfunctions")
+    arn = sfn.create_state_machine(
+        name=f"vsa-t-{uuid.uuid4().hex[:8]}", definition=json.dumps(definition), roleArn=ROLE
+    )["stateMachineArn"]
+    try:
+        inputs = [{"n": n, "items": list(range(n, n + n % 3 + 1))} for n in (3, 5, 8, 13)]
+        starts = [sfn.start_execution(stateMachineArn=arn, input=json.dumps(given)) for given in inputs]
+        started = [start["executionArn"] for start in starts]
+        deadline = time.monotonic() + 60
+        finished = []
+        for execution in started:
+            while (described := sfn.describe_execution(executionArn=execution))["status"] == "RUNNING":
+                assert time.monotonic() < deadline, "executions still running after 60 s"
+                time.sleep(0.2)
+            finished.append(described)
+        # Then each counted to its own n, doubled its own items and caught its own failure
+        for given, described in zip(inputs, finished, strict=True):
+            assert described["status"] == "SUCCEEDED", described.get("cause")
+            assert json.loads(described["output"]) == {
+                "count": given["n"],
+                "mine": given["n"],
+                "doubled": [{"v": 2 * i} for i in given["items"]],
+                "error": "Boom",
+            }
+            # after exactly one retry (two attempts of the Parallel state) of its own
+            history = sfn.get_execution_history(executionArn=described["executionArn"], maxResults=1000)
+            entered = [
+                e
+                for e in history["events"]
+                if e["type"] == "ParallelStateEntered" and e["stateEnteredEventDetails"]["name"] == "Flaky"
+            ]
+            starts = [e for e in history["events"] if e["type"] == "ParallelStateStarted"]
+            assert (len(entered), len(starts)) == (1, 2), [e["type"] for e in history["events"]]
+    finally:
+        sfn.delete_state_machine(stateMachineArn=arn)
