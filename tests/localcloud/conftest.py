@@ -69,24 +69,41 @@ def control(endpoint: str) -> Callable[..., dict[str, Any]]:
     return call
 
 
-def run_execution(
-    aws: Callable[[str], Any], definition: dict[str, Any], role_arn: str, timeout: float = 30
-) -> dict[str, Any]:
-    """Create a state machine, run it once with ``{}`` and answer the finished execution
-    (DescribeExecution); the state machine is deleted again."""
+def run_executions(
+    aws: Callable[[str], Any],
+    definition: dict[str, Any],
+    role_arn: str,
+    inputs: list[Any],
+    timeout: float = 30,
+) -> list[dict[str, Any]]:
+    """Create a state machine, start one execution per input (all before waiting on any) and
+    answer the finished executions (DescribeExecution), in order; the state machine is deleted
+    again."""
     sfn = aws("stepfunctions")
     arn = sfn.create_state_machine(
         name=f"vsa-t-{uuid.uuid4().hex[:8]}", definition=json.dumps(definition), roleArn=role_arn
     )["stateMachineArn"]
     try:
-        execution = sfn.start_execution(stateMachineArn=arn, input="{}")["executionArn"]
+        starts = [sfn.start_execution(stateMachineArn=arn, input=json.dumps(given)) for given in inputs]
         deadline = time.monotonic() + timeout
-        while (described := sfn.describe_execution(executionArn=execution))["status"] == "RUNNING":
-            assert time.monotonic() < deadline, f"execution still running after {timeout} s"
-            time.sleep(0.2)
-        return described  # type: ignore[no-any-return]
+        finished = []
+        for start in starts:
+            execution = start["executionArn"]
+            while (described := sfn.describe_execution(executionArn=execution))["status"] == "RUNNING":
+                assert time.monotonic() < deadline, f"execution still running after {timeout} s"
+                time.sleep(0.2)
+            finished.append(described)
+        return finished
     finally:
         sfn.delete_state_machine(stateMachineArn=arn)
+
+
+def run_execution(
+    aws: Callable[[str], Any], definition: dict[str, Any], role_arn: str, timeout: float = 30
+) -> dict[str, Any]:
+    """Create a state machine, run it once with ``{}`` and answer the finished execution
+    (DescribeExecution); the state machine is deleted again."""
+    return run_executions(aws, definition, role_arn, [{}], timeout)[0]
 
 
 class EventCapture:

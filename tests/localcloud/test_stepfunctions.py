@@ -8,7 +8,7 @@ import zipfile
 from collections.abc import Callable
 from typing import Any
 
-from tests.localcloud.conftest import run_execution
+from tests.localcloud.conftest import run_execution, run_executions
 
 ROLE = "arn:aws:iam::000000000000:role/vsa-sfn-test"
 
@@ -293,38 +293,24 @@ def test_one_definition_run_side_by_side_keeps_each_executions_own_state(aws) ->
             },
         },
     }
+    inputs = [{"n": n, "items": list(range(n, n + n % 3 + 1))} for n in (3, 5, 8, 13)]
+    finished = run_executions(aws, definition, ROLE, inputs, timeout=60)
+    # Then each counted to its own n, doubled its own items and caught its own failure
     sfn = aws("stepfunctions")
-    arn = sfn.create_state_machine(
-        name=f"vsa-t-{uuid.uuid4().hex[:8]}", definition=json.dumps(definition), roleArn=ROLE
-    )["stateMachineArn"]
-    try:
-        inputs = [{"n": n, "items": list(range(n, n + n % 3 + 1))} for n in (3, 5, 8, 13)]
-        starts = [sfn.start_execution(stateMachineArn=arn, input=json.dumps(given)) for given in inputs]
-        started = [start["executionArn"] for start in starts]
-        deadline = time.monotonic() + 60
-        finished = []
-        for execution in started:
-            while (described := sfn.describe_execution(executionArn=execution))["status"] == "RUNNING":
-                assert time.monotonic() < deadline, "executions still running after 60 s"
-                time.sleep(0.2)
-            finished.append(described)
-        # Then each counted to its own n, doubled its own items and caught its own failure
-        for given, described in zip(inputs, finished, strict=True):
-            assert described["status"] == "SUCCEEDED", described.get("cause")
-            assert json.loads(described["output"]) == {
-                "count": given["n"],
-                "mine": given["n"],
-                "doubled": [{"v": 2 * i} for i in given["items"]],
-                "error": "Boom",
-            }
-            # after exactly one retry (two attempts of the Parallel state) of its own
-            history = sfn.get_execution_history(executionArn=described["executionArn"], maxResults=1000)
-            entered = [
-                e
-                for e in history["events"]
-                if e["type"] == "ParallelStateEntered" and e["stateEnteredEventDetails"]["name"] == "Flaky"
-            ]
-            starts = [e for e in history["events"] if e["type"] == "ParallelStateStarted"]
-            assert (len(entered), len(starts)) == (1, 2), [e["type"] for e in history["events"]]
-    finally:
-        sfn.delete_state_machine(stateMachineArn=arn)
+    for given, described in zip(inputs, finished, strict=True):
+        assert described["status"] == "SUCCEEDED", described.get("cause")
+        assert json.loads(described["output"]) == {
+            "count": given["n"],
+            "mine": given["n"],
+            "doubled": [{"v": 2 * i} for i in given["items"]],
+            "error": "Boom",
+        }
+        # after exactly one retry (two attempts of the Parallel state) of its own
+        history = sfn.get_execution_history(executionArn=described["executionArn"], maxResults=1000)
+        entered = [
+            e
+            for e in history["events"]
+            if e["type"] == "ParallelStateEntered" and e["stateEnteredEventDetails"]["name"] == "Flaky"
+        ]
+        starts = [e for e in history["events"] if e["type"] == "ParallelStateStarted"]
+        assert (len(entered), len(starts)) == (1, 2), [e["type"] for e in history["events"]]

@@ -645,45 +645,57 @@ def test_the_plan_of_a_spec_change_names_each_node_step() -> None:
     assert dataplane.plan_changes(before, after, [H1], [H1], []) == []
 
 
+def _connect_runs(
+    stub: Stubber, invocations: list[dict[str, Any]], outputs: list[tuple[str, dict[str, Any], str]]
+) -> None:
+    """H1's connect-path invocations as ListCommandInvocations lists them, then each one read, in
+    the order given: (command id, its report, its ExecutionEndDateTime)."""
+    stub.add_response(
+        "list_command_invocations",
+        {"CommandInvocations": invocations},
+        {"InstanceId": H1, "Filters": [{"key": "DocumentName", "value": "vsa-connect-path"}]},
+    )
+    for command_id, body, ended in outputs:
+        stub.add_response(
+            "get_command_invocation",
+            {
+                "CommandId": command_id,
+                "InstanceId": H1,
+                "StandardOutputContent": json.dumps(body) + "\n",
+                "ExecutionEndDateTime": ended,
+            },
+            {"CommandId": command_id, "InstanceId": H1},
+        )
+
+
 def test_of_two_runs_requested_together_the_one_that_ended_last_is_the_report() -> None:
     # Given two controllers' bootstraps each running connect-path on the host 10 s apart: the
     # second requested ended first, before the first one's path to C2 was up; the first ended last
+    # (reports of documents older than observedAt: the end time decides)
     ssm = boto3.client("ssm", region_name="us-east-1")
     now = datetime(2026, 11, 24, 10, 0, tzinfo=UTC)
     early = host_report(H1, {V1: {ADDRESSES[C1]: "live"}}).body
     complete = host_report(H1, {V1: {ADDRESSES[C1]: "live", ADDRESSES[C2]: "live"}}).body
     with Stubber(ssm) as stub:
-        stub.add_response(
-            "list_command_invocations",
-            {
-                "CommandInvocations": [
-                    _invocation(CMD["c-old"], now - timedelta(seconds=10)),
-                    _invocation(CMD["c-running"], now),
-                    _invocation(CMD["d-other"], now - timedelta(hours=1)),
-                ]
-            },
-            {"InstanceId": H1, "Filters": [{"key": "DocumentName", "value": "vsa-connect-path"}]},
+        _connect_runs(
+            stub,
+            [
+                _invocation(CMD["c-old"], now - timedelta(seconds=10)),
+                _invocation(CMD["c-running"], now),
+                _invocation(CMD["d-other"], now - timedelta(hours=1)),
+            ],
+            [
+                (CMD["c-running"], early, "2026-11-24T10:00:20.000Z"),
+                (CMD["c-old"], complete, "2026-11-24T10:00:31.500Z"),
+            ],
         )
-        for command_id, body, ended in (
-            (CMD["c-running"], early, "2026-11-24T10:00:20.000Z"),
-            (CMD["c-old"], complete, "2026-11-24T10:00:31.500Z"),
-        ):
-            stub.add_response(
-                "get_command_invocation",
-                {
-                    "CommandId": command_id,
-                    "InstanceId": H1,
-                    "StandardOutputContent": json.dumps(body) + "\n",
-                    "ExecutionEndDateTime": ended,
-                },
-                {"CommandId": command_id, "InstanceId": H1},
-            )
         # When the last report is read
         report = aws_reports.last_report(ssm, H1, ("vsa-connect-path",), ARRAY)
         # Then it is the run that ended last, with both paths; the hour-old run is not read
         stub.assert_no_pending_responses()
     assert report is not None
     assert (report.command_id, report.body) == (CMD["c-old"], complete)
+    assert report.as_dict()["observedAt"] is None
 
 
 def test_of_two_runs_at_once_the_one_that_read_the_host_last_is_the_report() -> None:
@@ -696,30 +708,14 @@ def test_of_two_runs_at_once_the_one_that_read_the_host_last_is_the_report() -> 
     early = {**host_report(H1, {V1: one}).body, "observedAt": "2026-11-28T02:00:01.100000Z"}
     complete = {**host_report(H1, {V1: both}).body, "observedAt": "2026-11-28T02:00:01.400000Z"}
     with Stubber(ssm) as stub:
-        stub.add_response(
-            "list_command_invocations",
-            {
-                "CommandInvocations": [
-                    _invocation(CMD["c-old"], now),
-                    _invocation(CMD["c-running"], now + timedelta(milliseconds=5)),
-                ]
-            },
-            {"InstanceId": H1, "Filters": [{"key": "DocumentName", "value": "vsa-connect-path"}]},
+        _connect_runs(
+            stub,
+            [_invocation(CMD["c-old"], now), _invocation(CMD["c-running"], now + timedelta(milliseconds=5))],
+            [
+                (CMD["c-running"], complete, "2026-11-28T02:00:01.500Z"),
+                (CMD["c-old"], early, "2026-11-28T02:00:01.900Z"),
+            ],
         )
-        for command_id, body, ended in (
-            (CMD["c-running"], complete, "2026-11-28T02:00:01.500Z"),
-            (CMD["c-old"], early, "2026-11-28T02:00:01.900Z"),
-        ):
-            stub.add_response(
-                "get_command_invocation",
-                {
-                    "CommandId": command_id,
-                    "InstanceId": H1,
-                    "StandardOutputContent": json.dumps(body) + "\n",
-                    "ExecutionEndDateTime": ended,
-                },
-                {"CommandId": command_id, "InstanceId": H1},
-            )
         # When the last report is read
         report = aws_reports.last_report(ssm, H1, ("vsa-connect-path",), ARRAY)
         stub.assert_no_pending_responses()

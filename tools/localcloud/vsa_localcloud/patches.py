@@ -91,12 +91,15 @@ def _asl_parse_tree_reused() -> None:
     6-72 ms with the tree kept (2.3-4.5x less); the Preprocessor is what is left.
     Here the parse tree of each definition text is kept (a failed parse raises, as before, and
     is not kept) and the program is still built afresh for every call, so no execution shares
-    a program, its states or their retry counters with another. What they share is read only:
-    the Preprocessor and the analysers are visitors that read the tree's contexts and keep
-    their own state on themselves. The same steps as LocalStack's ``parse`` (pinned version:
+    a program with another. What they share is the tree, read only: the Preprocessor is a
+    visitor that reads the tree's contexts and keeps its one piece of state (its query-language
+    scope stack) on itself; the static analysers were not read line by line, but are visitors of
+    the same kind. The same steps as LocalStack's ``parse`` (pinned version:
     requirements/localcloud.txt), the tree kept in between. Speed only: the workflow tests and
     tests/localcloud/test_stepfunctions.py::test_one_definition_run_side_by_side_keeps_each_executions_own_state
-    pin the behaviour."""
+    pin the behaviour (that test also passes with whole programs shared: LocalStack keeps an
+    execution's retry counts and variables in its Environment, so it cannot show that a fresh
+    program is needed; it is built anyway, the cautious choice)."""
     import functools
 
     from antlr4 import CommonTokenStream, InputStream

@@ -148,8 +148,7 @@ than this before another ended before the other one began."""
 def _observed(body: dict[str, Any], ended: object) -> datetime:
     """When the report read the node: its ``observedAt`` (the documents take it on the node as
     they begin to read it), else (a report of an older document) GetCommandInvocation's
-    ExecutionEndDateTime (both ISO 8601); the earliest time when neither
-    can be read."""
+    ExecutionEndDateTime (both ISO 8601); the earliest time when neither can be read."""
     for value in (body.get("observedAt"), ended):
         try:
             moment = datetime.fromisoformat(str(value))
