@@ -1,7 +1,8 @@
 """The instance profile an operator gives the array's nodes (controllers and hosts): a role EC2
-may assume, with the stack's NodeKeysPolicy attached (each node reads its own DH-HMAC-CHAP keys
-from Secrets Manager, nothing else; README, *Authentication*). On AWS the role also needs
-AmazonSSMManagedInstanceCore for the SSM agent; the local cloud's nodes need no agent policy.
+may assume, created under the stack's NodeRolePath, with the stack's NodeKeysPolicy attached
+(each node reads its own DH-HMAC-CHAP keys from Secrets Manager, nothing else; README,
+*Authentication*). On AWS the role also needs AmazonSSMManagedInstanceCore for the SSM agent;
+the local cloud's nodes need no agent policy.
 
 Made once per local cloud (idempotent: an entity that exists is kept), by the integration tests
 and the demo alike."""
@@ -11,6 +12,8 @@ import json
 from typing import Any
 
 NAME = "vsa-nodes"
+ROLE_PATH = "/vsa-node/"
+"""The stack's NodeRolePath default: the only path whose roles the control plane may pass."""
 TRUST = {
     "Version": "2012-10-17",
     "Statement": [
@@ -22,7 +25,7 @@ TRUST = {
 def ensure_node_profile(iam: Any, node_keys_policy_arn: str, name: str = NAME) -> str:
     """The instance profile ``name`` with its role and the node policy; answers its name."""
     with contextlib.suppress(iam.exceptions.EntityAlreadyExistsException):
-        iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(TRUST))
+        iam.create_role(RoleName=name, Path=ROLE_PATH, AssumeRolePolicyDocument=json.dumps(TRUST))
     iam.attach_role_policy(RoleName=name, PolicyArn=node_keys_policy_arn)
     with contextlib.suppress(iam.exceptions.EntityAlreadyExistsException):
         iam.create_instance_profile(InstanceProfileName=name)

@@ -12,8 +12,6 @@ from tests.infra.test_statemachine_definitions import load_template
 MUTATING = ("Delete", "Terminate", "Modify", "Update", "Put", "Set", "Create", "Start", "Remove")
 # Actions AWS does not scope by resource or tag (documented per service), allowed with "*"
 UNSCOPABLE = {
-    "ec2:RunInstances",  # Auto Scaling validates a launch template with the caller's right to it
-    "iam:PassRole",  # scoped by iam:PassedToService instead
     "xray:PutTraceSegments",
     "xray:PutTelemetryRecords",
 }
@@ -53,6 +51,7 @@ def test_every_mutating_action_is_scoped_by_tag_or_resource() -> None:
             "vsa:array" in condition
             or "iam:" in condition
             or "ec2:CreateAction" in condition
+            or "ec2:LaunchTemplate" in condition  # RunInstances: only through a launch template
             or "cloudwatch:namespace" in condition  # PutMetricData: scoped by namespace only
             or (resource not in ("*", ["*"]))
         )
@@ -69,3 +68,66 @@ def test_the_scope_check_can_fail() -> None:
     condition = str(statement.get("Condition", {}))
     assert "vsa:array" not in condition
     assert statement["Resource"] == "*"
+
+
+# --- no path from an API caller to more power (DESIGN.md invariants) ------------------------
+
+
+def _role_statements(action: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(w, s) for w, s in statements() if s["Effect"] == "Allow" and action in _actions(s)]
+
+
+def test_pass_role_names_only_the_operators_node_roles_or_the_stacks_own_scheduler_role() -> None:
+    # iam:PassRole on "*" lets whoever steers the passing call launch under any role in the
+    # account (an administrator's instance profile): every grant names its roles
+    grants = _role_statements("iam:PassRole")
+    assert grants
+    for where, statement in grants:
+        resource = statement["Resource"]
+        assert resource not in ("*", ["*"]), where
+        assert "iam:PassedToService" in str(statement.get("Condition", {})), where
+        text = str(resource)
+        assert "NodeRolePath" in text or "BackupSchedulerRole" in text, (where, text)
+
+
+def test_ec2_tags_are_allowed_only_at_creation_or_as_the_consistency_label() -> None:
+    for where, statement in _role_statements("ec2:CreateTags"):
+        condition = statement.get("Condition", {})
+        at_creation = "ec2:CreateAction" in str(condition)
+        label_only = condition.get("ForAllValues:StringEquals", {}).get("aws:TagKeys") == ["vsa:consistency"]
+        assert at_creation or label_only, (where, statement)
+
+
+def test_every_role_that_tags_ec2_resources_carries_the_explicit_deny_on_existing_resources() -> None:
+    resources = load_template()["Resources"]
+    deny = resources["ProductTagsAtCreationOnlyPolicy"]["Properties"]["PolicyDocument"]["Statement"][0]
+    assert deny["Effect"] == "Deny"
+    assert deny["Action"] == "ec2:CreateTags"
+    assert deny["Condition"]["Null"] == {"ec2:CreateAction": "true"}
+    assert deny["Condition"]["ForAnyValue:StringLike"] == {"aws:TagKeys": "vsa:*"}
+    taggers = {where.split("/", 1)[0] for where, _ in _role_statements("ec2:CreateTags")}
+    assert taggers
+    for role in taggers:
+        attached = [str(a) for a in resources[role]["Properties"].get("ManagedPolicyArns", [])]
+        assert any("ProductTagsAtCreationOnlyPolicy" in a for a in attached), role
+
+
+def test_every_volume_delete_requires_a_volume_the_product_created() -> None:
+    # an operator's data volume may carry vsa:array (it is in the array); only what the control
+    # plane created itself (vsa:owned=true) or a restore made (vsa:restored-from) may be deleted
+    grants = _role_statements("ec2:DeleteVolume")
+    assert grants
+    for where, statement in grants:
+        condition = statement.get("Condition", {})
+        owned = condition.get("StringEquals", {}).get("aws:ResourceTag/vsa:owned") == "true"
+        restored = "aws:ResourceTag/vsa:restored-from" in condition.get("StringLike", {})
+        assert owned or restored, (where, condition)
+
+
+def test_run_instances_only_through_a_launch_template_and_group_tags_only_on_the_products_groups() -> None:
+    for where, statement in _role_statements("ec2:RunInstances"):
+        condition = statement.get("Condition", {})
+        assert "ec2:LaunchTemplate" in condition.get("ArnLike", {}), where
+        assert condition.get("Bool", {}).get("ec2:IsLaunchTemplateResource") == "true", where
+    for where, statement in _role_statements("autoscaling:CreateOrUpdateTags"):
+        assert statement["Resource"] not in ("*", ["*"]), where

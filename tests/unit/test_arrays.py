@@ -24,6 +24,7 @@ from vsa_core.errors import ConflictError, InvalidSpecError, VolumeCreationError
 
 AZ = "us-east-1a"
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/vsa-scheduler"
+NODE_ROLE_PATH = "/vsa-node/"
 HOST = "i-0a1b2c3d4e5f60001"
 
 
@@ -46,6 +47,7 @@ class World:
             cloudwatch=self.cloudwatch,
             scheduler=self.scheduler,
             ssm=self.ssm,
+            node_role_path=NODE_ROLE_PATH,
             wait_delay_seconds=0,
             wait_max_attempts=3,
         )
@@ -604,16 +606,84 @@ def test_unknown_security_groups_instance_type_and_profile_are_all_reported_at_o
     assert world.nothing_created()
 
 
-def test_an_existing_instance_profile_is_accepted(world: World) -> None:
-    boto3.client("iam", region_name=REGION).create_instance_profile(InstanceProfileName="vsa-controller")
+def _profile(name: str, role_path: str | None) -> str:
+    """An instance profile (with a role under ``role_path``, or none); answers its name."""
+    iam = boto3.client("iam", region_name=REGION)
+    iam.create_instance_profile(InstanceProfileName=name)
+    if role_path is not None:
+        iam.create_role(RoleName=f"{name}-role", Path=role_path, AssumeRolePolicyDocument="{}")
+        iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=f"{name}-role")
+    return name
+
+
+def test_an_instance_profile_whose_role_is_under_the_node_role_path_is_accepted(world: World) -> None:
     spec = world.spec(
         [{"volumeId": world.volume()}],
         controllers={
             "instanceType": "r5b.2xlarge",
             "imageId": world.image_id,
-            "instanceProfile": "vsa-controller",
+            "instanceProfile": _profile("vsa-controller", NODE_ROLE_PATH),
         },
     )
+    world.service.validate(spec, None)
+
+
+@pytest.mark.parametrize(
+    ("role_path", "says"),
+    [
+        ("/", f"carries role arn:aws:iam::{ACCOUNT}:role/admin-role, outside the node roles"),
+        ("/vsa-node-lookalike/", "outside the node roles this deployment may pass (path /vsa-node/"),
+        (None, "holds no role: add a role created under /vsa-node/"),
+    ],
+)
+def test_an_instance_profile_the_operator_did_not_name_for_nodes_is_refused_before_anything_is_made(
+    world: World, role_path: str | None, says: str
+) -> None:
+    # Given an instance profile whose role is outside the stack's NodeRolePath (an
+    # administrator's, at the root path), or one with no role at all
+    spec = world.spec(
+        [{"volumeId": world.volume()}],
+        controllers={
+            "instanceType": "r5b.2xlarge",
+            "imageId": world.image_id,
+            "instanceProfile": _profile("admin", role_path),
+        },
+    )
+    # When the spec is validated, Then it is refused naming the profile and what is allowed
+    with pytest.raises(InvalidSpecError, match=r"controllers\.instanceProfile admin") as refused:
+        world.service.validate(spec, None)
+    assert says in str(refused.value)
+    assert world.nothing_created()
+
+
+def test_an_operators_launch_template_whose_profile_role_is_not_a_node_role_is_refused(world: World) -> None:
+    # Given the operator's launch template that launches under an administrator's profile (by ARN)
+    _profile("admin", "/")
+    template_id = world.ec2.create_launch_template(
+        LaunchTemplateName="ops-controllers",
+        LaunchTemplateData={
+            "ImageId": world.image_id,
+            "InstanceType": "r5b.2xlarge",
+            "IamInstanceProfile": {"Arn": f"arn:aws:iam::{ACCOUNT}:instance-profile/admin"},
+        },
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    spec = world.spec(
+        [{"volumeId": world.volume()}], controllers={"launchTemplate": {"launchTemplateId": template_id}}
+    )
+    # When it is validated, Then it is refused naming the template, its profile and the role
+    with pytest.raises(InvalidSpecError) as refused:
+        world.service.validate(spec, None)
+    message = str(refused.value)
+    assert f"controllers.launchTemplate {template_id}'s instance profile admin carries role" in message
+    assert f"arn:aws:iam::{ACCOUNT}:role/admin-role" in message
+    # And one whose profile's role is under the node role path is accepted
+    _profile("nodes", NODE_ROLE_PATH)
+    world.ec2.create_launch_template_version(
+        LaunchTemplateId=template_id,
+        SourceVersion="1",
+        LaunchTemplateData={"IamInstanceProfile": {"Name": "nodes"}},
+    )
+    world.ec2.modify_launch_template(LaunchTemplateId=template_id, DefaultVersion="2")
     world.service.validate(spec, None)
 
 

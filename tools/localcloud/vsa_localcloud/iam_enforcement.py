@@ -865,11 +865,16 @@ def _launch_template_role(request: dict[str, Any], base: dict[str, str]) -> str 
     from localstack.services.iam.models import iam_stores
 
     name = profile_ref.rsplit("/", 1)[-1]
-    entity = iam_stores[base["Account"]]["us-east-1"].INSTANCE_PROFILES.get(name)
+    store = iam_stores[base["Account"]]["us-east-1"]
+    entity = store.INSTANCE_PROFILES.get(name)
     role_name = getattr(entity, "role_name", None) if entity is not None else None
     if not role_name:
         return None
-    return f"arn:aws:iam::{base['Account']}:role/{role_name}"
+    # the role's own ARN, path included (arn:aws:iam::<account>:role/<path>/<name>): PassRole is
+    # authorized against it, so a policy may grant only the roles under a path
+    role = store.ROLES.get(role_name)
+    arn = role.role.get("Arn") if role is not None else None
+    return str(arn) if arn else f"arn:aws:iam::{base['Account']}:role/{role_name}"
 
 
 # --- deciding and refusing -----------------------------------------------------------------------

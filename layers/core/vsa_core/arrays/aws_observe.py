@@ -76,6 +76,9 @@ class ArrayClients:
     keys_kms_key_id: str = ""
     """The customer-managed KMS key the key secrets are encrypted with (the stack's KeysKey;
     empty: Secrets Manager's own aws/secretsmanager key, in tests only)."""
+    node_role_path: str = ""
+    """The IAM path of the roles the deployment may pass to its nodes (the stack's NodeRolePath;
+    empty: none, and validation refuses every instance profile)."""
 
 
 def error_code(error: ClientError) -> str:

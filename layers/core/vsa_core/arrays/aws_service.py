@@ -33,6 +33,7 @@ class ArrayService:
         iam: Any = None,
         secretsmanager: Any = None,
         keys_kms_key_id: str | None = None,
+        node_role_path: str | None = None,
         wait_delay_seconds: int = 5,
         wait_max_attempts: int = 60,
     ) -> None:
@@ -52,6 +53,10 @@ class ArrayService:
             keys_kms_key_id=os.environ.get("VSA_KEYS_KMS_KEY_ID", "")
             if keys_kms_key_id is None
             else keys_kms_key_id,
+            # the stack's NodeRolePath (VSA_NODE_ROLE_PATH), read like the key above
+            node_role_path=os.environ.get("VSA_NODE_ROLE_PATH", "")
+            if node_role_path is None
+            else node_role_path,
         )
         self._autoscaling = self.ctx.autoscaling
 

@@ -156,16 +156,46 @@ def _instance_profile_problems(clients: ArrayClients, spec: ArraySpec) -> list[s
     name = spec.controllers.instance_profile
     if name is None:
         return []
+    return _node_role_problems(clients, name, f"controllers.instanceProfile {name}")
+
+
+def _node_role_problems(clients: ArrayClients, profile: str, label: str) -> list[str]:
+    """The instance profile ``profile`` exists and every role it holds is one this deployment
+    may give its nodes: under the stack's NodeRolePath, the only roles its iam:PassRole names.
+    Checked before anything is created, so a caller cannot launch controllers under a role the
+    operator did not name for nodes (an administrator's), and AWS's PassRole refusal never
+    surfaces halfway through an apply."""
+    allowed = clients.node_role_path
     try:
-        clients.iam.get_instance_profile(InstanceProfileName=name)
+        found = clients.iam.get_instance_profile(InstanceProfileName=profile)["InstanceProfile"]
     except ClientError as error:
         if error_code(error) != "NoSuchEntity":
             raise
         return [
-            f"controllers.instanceProfile {name} does not exist: give the name of an IAM instance "
-            "profile whose role has AmazonSSMManagedInstanceCore"
+            f"{label} does not exist: give the name of an IAM instance profile whose role is under "
+            f"{allowed or 'the NodeRolePath'} and has AmazonSSMManagedInstanceCore"
         ]
-    return []
+    roles = found.get("Roles", [])
+    if not roles:
+        return [f"{label} holds no role: add a role created under {allowed or 'the NodeRolePath'}"]
+    return [
+        f"{label} carries role {role['Arn']}, outside the node roles this deployment may pass "
+        f"(path {allowed or '(none configured)'}, stack parameter NodeRolePath): use an instance "
+        f"profile whose role was created with --path {allowed or '<NodeRolePath>'}"
+        for role in roles
+        if not allowed or not str(role.get("Path", "/")).startswith(allowed)
+    ]
+
+
+def _template_profile(version: Mapping[str, Any]) -> str | None:
+    """The instance profile name a launch template version carries (by name or ARN; an ARN's
+    last segment is the name, after any path), or None."""
+    profile = version.get("LaunchTemplateData", {}).get("IamInstanceProfile") or {}
+    if profile.get("Name"):
+        return str(profile["Name"])
+    if profile.get("Arn"):
+        return str(profile["Arn"]).rsplit("/", 1)[-1]
+    return None
 
 
 def _security_group_problems(clients: ArrayClients, spec: ArraySpec, vpc: str | None) -> list[str]:
@@ -248,7 +278,7 @@ def _launch_template_problems(clients: ArrayClients, spec: ArraySpec) -> list[st
         else {"LaunchTemplateName": ref.launch_template_name}
     )
     try:
-        clients.ec2.describe_launch_template_versions(**selector, Versions=[ref.version])
+        versions = clients.ec2.describe_launch_template_versions(**selector, Versions=[ref.version])
     except ClientError as error:
         code = error_code(error)
         if "NotFound" in code or "Malformed" in code:
@@ -259,7 +289,14 @@ def _launch_template_problems(clients: ArrayClients, spec: ArraySpec) -> list[st
                 "version, $Latest or $Default"
             ]
         raise
-    return []
+    problems: list[str] = []
+    for version in versions.get("LaunchTemplateVersions", []):
+        profile = _template_profile(version)
+        if profile is not None:
+            problems += _node_role_problems(
+                clients, profile, f"controllers.launchTemplate {label}'s instance profile {profile}"
+            )
+    return problems
 
 
 def _host_problems(clients: ArrayClients, spec: ArraySpec) -> list[str]:
