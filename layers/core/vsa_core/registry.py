@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from vsa_core.arrays.spec import ArraySpec, Deletion, RegisteredArray
+from vsa_core.arrays.spec import STORED, ArraySpec, Deletion, RegisteredArray
 from vsa_core.backups.sets import BackupSet
 from vsa_core.clients import client
 from vsa_core.controllers import aws_index
@@ -57,7 +57,7 @@ def registered_array(item: dict[str, Any]) -> RegisteredArray:
     # field's default, dh-hmac-chap, is for new arrays) until an apply says otherwise
     stored.setdefault("authentication", "none")
     return RegisteredArray(
-        spec=ArraySpec.model_validate(stored),
+        spec=ArraySpec.model_validate(stored, context=STORED),
         desired_controllers=int(item["desiredControllers"]["N"]),
         version=int(item["version"]["N"]),
         deleting=Deletion.model_validate_json(deleting) if deleting else None,

@@ -4,9 +4,11 @@ In arrays because the arrays API came first; the backups API uses it too.
 - A body that cannot be JSON the API takes is refused before any route sees it: sent as other
   than application/json 415 (powertools would parse form and multipart bodies: multipart without
   a boundary raised, 502, found by the fuzz), not UTF-8 (or not base64 when API Gateway says it
-  is) 400, larger than ``MAX_BODY_BYTES`` 413, nested deeper than ``MAX_JSON_DEPTH`` 400. Before,
-  ``json.loads`` of a 100,000-deep body raised RecursionError and a non-UTF-8 one
-  UnicodeDecodeError: the Lambda failed and API Gateway answered 502.
+  is) 400, larger than ``MAX_BODY_BYTES`` 413, nested deeper than ``MAX_JSON_DEPTH`` 400 (``json.loads``
+  of a 100,000-deep body raises RecursionError, a non-UTF-8 one UnicodeDecodeError: the Lambda
+  would fail and API Gateway answer 502), an object giving one key twice 400 naming the key and
+  where it is (``json.loads`` keeps the last value silently, so what was stored could differ
+  from what the caller read in its own body).
 - A request that does not validate answers 422 ``{message, detail}``: ``message`` names each
   failing field and why, ``detail`` lists them (``loc``, ``msg``, ``type``). Powertools' own 422
   drops ``msg`` (it holds only ``loc`` and ``type``), so a caller never learned what to fix.
@@ -117,8 +119,58 @@ def json_depth(text: str) -> int:
     return deepest
 
 
+class _Object(dict[str, Any]):
+    """A JSON object as ``json.loads`` builds it with ``_pairs``: its keys given more than once
+    kept aside (``json.loads`` gives an object's pairs only, not where the object is)."""
+
+    twice: tuple[str, ...] = ()
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> _Object:
+    found = _Object(pairs)
+    if len(found) < len(pairs):
+        seen: set[str] = set()
+        twice: list[str] = []
+        for key, _ in pairs:
+            if key in seen and key not in twice:
+                twice.append(key)
+            seen.add(key)
+        found.twice = tuple(twice)
+    return found
+
+
+def _first_twice(value: Any, path: str) -> tuple[str, str] | None:
+    """The first key given twice in ``value`` (depth first, in document order) and the path of
+    the object holding it (``$``, ``$.backup``, ``$.volumes[1]``), or None."""
+    if isinstance(value, _Object):
+        if value.twice:
+            return value.twice[0], path
+        items: Iterable[tuple[str, Any]] = ((f"{path}.{k}", v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for inner_path, inner in items:
+        found = _first_twice(inner, inner_path)
+        if found is not None:
+            return found
+    return None
+
+
+def duplicate_key(text: str) -> tuple[str, str] | None:
+    """The first key some object of the JSON document ``text`` gives more than once, and the
+    JSON path of that object; None when no key repeats or ``text`` is not JSON (the route's own
+    parse then answers). Nests no deeper than the document, which ``screen`` has bounded."""
+    try:
+        document = json.loads(text, object_pairs_hook=_pairs)
+    except ValueError:
+        return None
+    return _first_twice(document, "$")
+
+
 def screen(event: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A ready 400/413 answer for a body no route could read, else None."""
+    """A ready 400/413/415 answer for a body no route could read, or should not (a key given
+    twice), else None."""
     body = event.get("body")
     if not body:
         return None
@@ -147,6 +199,14 @@ def screen(event: Mapping[str, Any]) -> dict[str, Any] | None:
     if json_depth(text) > MAX_JSON_DEPTH:
         return _reply(
             400, f"the body's JSON nests deeper than {MAX_JSON_DEPTH} levels: no request of this API does"
+        )
+    twice = duplicate_key(text)
+    if twice is not None:
+        key, where = twice
+        return _reply(
+            400,
+            f"the body gives key {key[:100]!r} more than once in the object at {where[:200]}: give each "
+            "key once (JSON parsers disagree on which value counts, so none is taken)",
         )
     return None
 

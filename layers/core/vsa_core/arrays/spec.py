@@ -5,6 +5,8 @@ fix. Field names are camelCase on the wire (YAML, JSON, the API) and snake_case 
 """
 
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -14,9 +16,12 @@ from pydantic import (
     StrictBool,
     StrictFloat,
     StrictInt,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
+
+from vsa_core import aws_rules
 
 # re-exported: the id types are the spec's too (vsa_core.arrays.ids says why they live apart)
 from vsa_core.arrays.ids import ArrayId as ArrayId
@@ -49,20 +54,25 @@ step); 256 keeps that step and the spec's registry item (DynamoDB: 400 KB) well 
 MAX_SECURITY_GROUPS = 16
 """Security groups per network interface: 5 by default, adjustable to at most 16 (Amazon VPC
 quotas, VPC user guide)."""
-IO2_MAX_IOPS = 256_000
+IO2_MAX_IOPS = aws_rules.IO2_MAX_IOPS
 """io2 Block Express: at most 256,000 IOPS per volume (Amazon EBS volume types)."""
 MAX_CONTROLLER_IOPS = MAX_VOLUMES * IO2_MAX_IOPS
 """No controller serves more IOPS than its volumes can give."""
 NVME_TCP_PORT = 4420
 """The port configure-target's nvmet listens on (its Port parameter's default) and hosts connect to."""
 
-# EventBridge Scheduler expressions (Schedule types, Scheduler user guide): rate(value unit) or
-# cron(minutes hours day-of-month month day-of-week year), each field of cron's own characters
-_CRON_FIELD = r"[0-9A-Za-z*?,/#-]+"
-_SCHEDULE = re.compile(
-    r"^(rate\([1-9][0-9]{0,5} (minute|minutes|hour|hours|day|days)\)"
-    rf"|cron\(({_CRON_FIELD} ){{5}}{_CRON_FIELD}\))$"
-)
+STORED: Mapping[str, bool] = MappingProxyType({"stored": True})
+"""The validation context of a spec read back from the registry (``ArraySpec.model_validate(
+item, context=STORED)``): the checks against AWS's rules (``vsa_core.aws_rules``) are not
+applied to it. They were applied when the API stored it, as they then stood; a rule made
+stricter later must not make an array the registry holds unreadable (GET, DELETE, the health
+check), and the next PUT of its spec meets today's rules."""
+
+
+def _stored(info: ValidationInfo) -> bool:
+    return isinstance(info.context, Mapping) and info.context.get("stored") is True
+
+
 SECURITY_GROUP_ID = r"^sg-[0-9a-f]{8,17}$"
 INSTANCE_PROFILE_NAME = r"^[A-Za-z0-9+=,.@_-]{1,128}$"
 """An IAM instance profile name (IAM API reference, InstanceProfileName: [\\w+=,.@-]+, 1-128)."""
@@ -90,15 +100,16 @@ class NewVolume(_Strict):
     takes no throughput setting for io2), so there is none to declare."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,30}$", description="unique within the array")
-    size_gib: StrictInt = Field(alias="sizeGiB", ge=4, le=65536)
-    iops: StrictInt = Field(ge=100, le=IO2_MAX_IOPS)
+    size_gib: StrictInt = Field(alias="sizeGiB", ge=aws_rules.IO2_MIN_GIB, le=aws_rules.IO2_MAX_GIB)
+    iops: StrictInt = Field(ge=aws_rules.IO2_MIN_IOPS, le=aws_rules.IO2_MAX_IOPS)
 
     @model_validator(mode="after")
     def _iops_per_gib(self) -> "NewVolume":
-        if self.iops > self.size_gib * 1000:
+        per_gib = aws_rules.IO2_IOPS_PER_GIB
+        if self.iops > self.size_gib * per_gib:
             raise ValueError(
-                f"volume {self.name}: io2 allows at most 1,000 IOPS per GiB; {self.iops} IOPS needs "
-                f"sizeGiB >= {-(-self.iops // 1000)}"
+                f"volume {self.name}: io2 allows at most {per_gib:,} IOPS per GiB; {self.iops} IOPS needs "
+                f"sizeGiB >= {-(-self.iops // per_gib)}"
             )
         return self
 
@@ -217,19 +228,33 @@ class Host(_Strict):
 
 
 class BackupPolicy(_Strict):
-    schedule: str = Field(description="EventBridge Scheduler expression: rate(…) or cron(…)")
+    schedule: str = Field(
+        description="an EventBridge Scheduler expression, in UTC: rate(value unit) (rate(1 day), "
+        "rate(12 hours)) or cron(minutes hours day-of-month month day-of-week year) with exactly one "
+        "of the two day fields ? (cron(0 3 * * ? *): 03:00 every day)",
+        max_length=aws_rules.SCHEDULE_EXPRESSION_MAX,
+    )
     mode: Literal["crash", "application"] = "crash"
     retention: StrictInt = Field(default=7, ge=1, le=1000, description="backup sets to keep")
     freeze_timeout_seconds: StrictInt = Field(default=10, alias="freezeTimeoutSeconds", ge=1, le=60)
 
     @field_validator("schedule")
     @classmethod
-    def _expression(cls, value: str) -> str:
-        if not _SCHEDULE.fullmatch(value):
-            raise ValueError(
-                f"schedule {value!r}: use rate(N minutes|hours|days) or cron(minutes hours day-of-month "
-                "month day-of-week year), e.g. cron(0 3 * * ? *)"
+    def _expression(cls, value: str, info: ValidationInfo) -> str:
+        """What EventBridge Scheduler's CreateSchedule takes (``aws_rules.schedule_problem``), and
+        recurring: ``at(…)`` is a one-time schedule, which fires once and then does nothing
+        more (a policy's next backups would silently never come); POST /arrays/{id}/backups
+        takes a one-off backup."""
+        if _stored(info):
+            return value
+        problem = aws_rules.schedule_problem(value)
+        if problem is None and aws_rules.schedule_kind(value) == "at":
+            problem = (
+                "at(…) fires once, and a backup policy recurs: use rate(…) or cron(…), or POST "
+                "/arrays/{arrayId}/backups for a one-off backup"
             )
+        if problem is not None:
+            raise ValueError(f"schedule {value!r}: {problem}; e.g. {aws_rules.SCHEDULE_EXAMPLES}")
         return value
 
 
@@ -239,7 +264,8 @@ class DemandMetric(_Strict):
     its IOPS once a minute under the same dimensions, ``Sum`` is the array's IOPS."""
 
     namespace: str = Field(
-        pattern=r"^[A-Za-z0-9._/#:-]{1,255}$", description="not AWS/…: those belong to AWS services"
+        pattern=r"^[A-Za-z0-9._/#:-]{1,255}$",
+        description="not AWS/…: those belong to AWS services; not starting with ':'",
     )
     metric_name: str = Field(alias="metricName", pattern=CLOUDWATCH_NAME)
     dimensions: dict[
@@ -249,7 +275,12 @@ class DemandMetric(_Strict):
 
     @field_validator("namespace")
     @classmethod
-    def _not_aws(cls, value: str) -> str:
+    def _not_aws(cls, value: str, info: ValidationInfo) -> str:
+        if value.startswith(":") and not _stored(info):
+            # CloudWatch API reference, Metric: Namespace pattern [^:].*
+            raise ValueError(
+                f"demandMetric namespace {value!r}: CloudWatch takes no namespace starting with ':'"
+            )
         if value.startswith("AWS/"):
             raise ValueError(
                 f"demandMetric namespace {value!r}: AWS/ namespaces are AWS's own; leave demandMetric "
