@@ -140,8 +140,8 @@ def _pairs(pairs: list[tuple[str, Any]]) -> _Object:
 
 
 def _first_twice(value: Any, path: str) -> tuple[str, str] | None:
-    """The first key given twice in ``value`` (depth first, in document order) and the path of
-    the object holding it (``$``, ``$.backup``, ``$.volumes[1]``), or None."""
+    """A key given twice in ``value`` and the path of the object holding it (``$``, ``$.backup``,
+    ``$.volumes[1]``), or None: an object's own before those inside it, then in document order."""
     if isinstance(value, _Object):
         if value.twice:
             return value.twice[0], path
