@@ -353,10 +353,14 @@ def apply_localcloud_patches() -> None:
     from vsa_localcloud import iam_enforcement
 
     iam_enforcement.install()
+    # PutEvents: each entry's bus policy (an explicit Deny refuses even the root) and aws.* sources
+    # reserved for AWS services: see events_policy.
+    __import__("vsa_localcloud.events_policy").events_policy.install()
     # Request limits AWS keeps and moto does not (EC2's 200 filter values, SSM's 100 instance ids
     # per filter, Secrets Manager's 65,536-character secret): see aws_limits.
     __import__("vsa_localcloud.aws_limits").aws_limits.install()
     __import__("vsa_localcloud.sfn_errors").sfn_errors.install()  # aws-sdk task errors named as on AWS
+    __import__("vsa_localcloud.sfn_metrics").sfn_metrics.install()  # AWS/States execution metrics
     __import__("vsa_localcloud.jsonata").jsonata.install()  # JSONata on the installed JRE, no download
     LOG.info(
         "local-cloud patches applied: mocked DynamoDB task errors keep their names; a stopped "
