@@ -12,7 +12,7 @@ LOCAL := env PATH="$(VENV):$$PATH" VSA_LOCALCLOUD_PORT=$(PORT) AWS_ENDPOINT_URL=
 OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0
 
 .PHONY: demo test check install localcloud-start localcloud-stop localcloud-logs build deploy-local \
-	lint format typecheck validate unit documents dataplane dataplane-auth integration bench bench-lifecycle bench-backups \
+	lint format typecheck validate security unit documents dataplane dataplane-auth integration bench bench-lifecycle bench-backups \
 	bench-coldstart bench-arrays bench-keys bench-failover clean
 
 demo: install
@@ -55,6 +55,11 @@ typecheck: install
 
 validate: install
 	$(OFFLINE) sam validate --lint
+
+# checkov, parliament and cloudsplaining on the template against tools/security-baseline.yaml
+# (docs/security.md; --write-baseline to regenerate it, keeping the reasons).
+security: install
+	$(OFFLINE) $(VENV)/python tools/security_gate.py
 
 unit: install
 	$(OFFLINE) $(VENV)/python -m pytest tests/unit tests/infra

@@ -14,6 +14,8 @@ step "ruff (lint + format)"
 "$VENV/ruff" check . && "$VENV/ruff" format --check . || exit 1
 step "mypy"
 "$VENV/mypy" layers/core functions cli || exit 1
+step "security gate (checkov, parliament, cloudsplaining against tools/security-baseline.yaml)"
+env -u AWS_ENDPOINT_URL "$VENV/python" tools/security_gate.py || exit 1
 step "tests: unit + infra (no network) and workflows (the deployed ASL, tasks mocked, on the local cloud), side by side"
 tools/localcloud.sh status >/dev/null 2>&1 || tools/localcloud.sh start || exit 1
 "$VENV/python" -m pytest -q -n 3 --dist loadgroup tests/unit tests/infra tests/workflows || exit 1

@@ -3,6 +3,7 @@
 #   .venv/                     dev tools: SAM CLI, pytest, ruff, mypy, moto, stubs  (Python 3.13)
 #   .localcloud/venv/          LocalStack community core + our plugins (tools/localcloud)
 #   .localcloud/runtime-venv/  what the Lambda python3.13 runtime holds (boto3), for Lambda processes
+#   .localcloud/security-venv/ the security gate's linters: checkov, parliament, cloudsplaining
 #   .dataplane/                the data-plane tier's guest kernel and virtme-ng (tools/dataplane-install.sh)
 # Nothing is installed outside the checkout.
 set -euo pipefail
@@ -114,5 +115,7 @@ d1cdd269ebaa753d1842933194e17d61958f058952d63e03dbfb3d1d78a6926e com/fasterxml/j
 53b6025d98c357068296e4b134242443a248c2c582800879f1c4ea93b54bafa6 com/fasterxml/jackson/core/jackson-databind/2.16.2/jackson-databind-2.16.2.jar
 JARS
 make_venv "$VSA_STATE/runtime-venv" requirements/lambda-runtime.txt -- -r requirements/lambda-runtime.txt
+# make security (tools/security_gate.py): its own venv, checkov's pins clash with the SAM CLI's.
+make_venv "$VSA_STATE/security-venv" requirements/security.txt -- -r requirements/security.txt
 # tests/dataplane: QEMU, nvme-cli, fio (apt, as root), the guest kernel, virtme-ng.
 bash tools/dataplane-install.sh "$(py313)"

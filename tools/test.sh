@@ -38,13 +38,15 @@ step "ruff (lint + format)"
 "$VENV/ruff" check . && "$VENV/ruff" format --check . || status=1
 step "mypy (strict, pydantic plugin, boto3 stubs)"
 "$VENV/mypy" layers/core functions cli || status=1
+step "security gate (checkov, parliament, cloudsplaining against tools/security-baseline.yaml)"
+offline "$VENV/python" tools/security_gate.py || status=1
 step "sam validate --lint"
 offline sam validate --lint || status=1
 if [[ $status -ne 0 ]]; then
   echo "static checks failed; not running the tests" >&2
   exit $status
 fi
-phase "static checks (ruff, mypy, sam validate)" "$SECONDS"
+phase "static checks (ruff, mypy, security, sam validate)" "$SECONDS"
 
 # Two local clouds: the first (VSA_LOCALCLOUD_PORT) for the tests before the deploy and the
 # integration tests under the fast profile, the second (100 ports up; its service port range,
