@@ -17,8 +17,8 @@ from localstack.runtime import hooks
 
 LOG = logging.getLogger(__name__)
 
-AREAS = ("autoscaling", "ebs", "cloudwatch", "ssm", "iam", "timings")
-MODULES = {"iam": "iam_enforcement"}  # areas whose module is named otherwise
+AREAS = ("autoscaling", "ebs", "cloudwatch", "ssm", "iam", "timings", "events")
+MODULES = {"iam": "iam_enforcement", "events": "events_policy"}  # areas whose module is named otherwise
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
 
