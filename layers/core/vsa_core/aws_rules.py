@@ -18,9 +18,6 @@ SCHEDULE_EXPRESSION_MAX = 256
 """CreateSchedule ``ScheduleExpression``: 1 to 256 characters (EventBridge Scheduler API
 reference, CreateSchedule)."""
 
-RATE_UNITS = {"minute": 60, "hour": 3600, "day": 86400}
-"""A rate's units and their length in seconds."""
-
 RATE_VALUE_MAX = 999_999
 """Ours, not AWS's (the API reference says only "a positive integer"): a rate of a million days
 and more is a typo, and the health check adds the rate to a date."""
@@ -74,8 +71,8 @@ EventBridge's "Cron expressions reference" give them: minutes 0-59, hours 0-23, 
 
 Day-of-week takes no ``/`` (its wildcards are , - * ? L #). The year field's ``/`` is documented
 but refused here: the health check reads a stored schedule with aws-croniter (``vsa_core.health
-.rules.next_backup_due``), which takes a year increment only as a year (``*/2`` fails), and a
-reversed year range has no meaning (Quartz, whose syntax AWS's is, refuses it too)."""
+.rules.next_backup_due``), which takes a year increment only as a year (``*/2`` fails). A year
+range runs from the lower year to the higher: unlike the hours of ``20-2``, years do not wrap."""
 
 
 def _item(field: CronField, item: str) -> str | None:
@@ -152,6 +149,10 @@ def cron_problem(fields: str) -> str | None:
     (question mark) in the other": Cron-based schedules, EventBridge Scheduler user guide). A
     cron expression cannot fire more often than once a minute (its finest field is minutes),
     so the guide's "rates faster than 1 minute are not supported" needs no check of its own.
+
+    Not aws-croniter's own check (the library the health check reads schedules with): it takes
+    forms AWS does not document (``*-5``, ``L-2``, ``LW``) and refuses the year increments AWS
+    does; every expression this takes, aws-croniter reads (tests/unit/test_spec_properties.py).
     """
     parts = fields.split(" ")
     if len(parts) != len(CRON_FIELDS) or "" in parts:
