@@ -20,8 +20,11 @@ ROLE = "arn:aws:iam::000000000000:role/vsa-sfn-metrics-test"
 STATISTICS = {"Sum", "SampleCount", "Maximum"}
 COUNTERS = ("ExecutionsSucceeded", "ExecutionsFailed", "ExecutionsAborted", "ExecutionsTimedOut")
 # A state that keeps the execution running until it is stopped or times out
-LONG_WAIT = {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 120, "End": True}}}
-OUTCOMES = {
+LONG_WAIT: dict[str, Any] = {
+    "StartAt": "Wait",
+    "States": {"Wait": {"Type": "Wait", "Seconds": 120, "End": True}},
+}
+OUTCOMES: dict[str, tuple[str, dict[str, Any]]] = {
     "ExecutionsSucceeded": (
         "SUCCEEDED",
         {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}},
