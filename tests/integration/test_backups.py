@@ -2,6 +2,7 @@
 the ConsistentBackup workflow on the Step Functions engine, freeze-io / thaw-io run by Run
 Command on sandbox nodes whose mountpoints are real XFS filesystems (see backups_world.py)."""
 
+import json
 import os
 import time
 from typing import Any
@@ -289,13 +290,16 @@ def test_retention_deletes_whole_sets_oldest_first_and_never_one_in_progress(
 def test_a_scheduled_backup_then_a_restore_to_volumes_and_to_a_new_array(
     api: Api, backup_array: Any, stack_outputs: dict[str, str]
 ) -> None:
-    # Given an array, and its schedule's "Backup Requested" event (as the scheduler puts it)
-    from tests.integration.conftest import load_event, put_event
+    # Given an array, and its schedule's "Backup Requested" event, as the scheduler puts it: on
+    # the deployment's own bus, signed by the deployment's scheduler role
+    from tests.integration.conftest import events_as, load_event, put_event
 
     array: BackupArray = backup_array(volumes=2, hosts=1, mode="crash")
     event = load_event("scheduler/backup_requested.json")
     event["detail"] = {**event["detail"], "arrayId": array.array_id, "mode": "crash"}
-    put_event(event)
+    put_event(
+        event, stack_outputs["ControlPlaneEventBusName"], events_as(stack_outputs["BackupSchedulerRoleArn"])
+    )
 
     # When the event arrives, a set is made and backed up by the workflow
     deadline = time.monotonic() + 60
@@ -419,3 +423,45 @@ def test_a_retention_failure_leaves_the_backup_good_and_raises_its_own_alarm(
     assert listed == [third]
     assert snapshots_of(first) == snapshots_of(second) == []
     assert api.call("GET", f"/arrays/{array.array_id}/backups/{third}")[1].get("retentionFailure") is None
+
+
+def test_a_forged_backup_event_is_refused_by_the_deployments_bus_and_ignored_on_the_default_bus(
+    api: Api, backup_array: Any, stack_outputs: dict[str, str]
+) -> None:
+    # Given an array, and a principal of the account that may put any event (the test's own
+    # credentials: the account's root on the local cloud)
+    from botocore.exceptions import ClientError
+
+    from tests.integration.conftest import load_event
+
+    array: BackupArray = backup_array(volumes=1, hosts=1, mode="crash")
+    event = load_event("scheduler/backup_requested.json")
+    entry = {
+        "Source": event["source"],
+        "DetailType": event["detail-type"],
+        "Detail": json.dumps({**event["detail"], "arrayId": array.array_id, "mode": "crash"}),
+        "EventBusName": stack_outputs["ControlPlaneEventBusName"],
+    }
+    events = boto3.client("events")
+    # When it forges the schedule's event on the deployment's bus, Then the bus's policy refuses it
+    try:
+        answer = events.put_events(Entries=[entry])
+        refused = answer["FailedEntryCount"] == 1
+        why = str(answer["Entries"][0])
+    except ClientError as error:
+        refused, why = True, str(error)
+    assert refused, "a forged Backup Requested event was accepted on the deployment's bus"
+    assert "explicit deny" in why, why
+    # And on the default bus no rule listens for the product's events at all: the deployment's
+    # backup rule is on its own bus only
+    listening = [
+        r["Name"]
+        for r in events.list_rules(EventBusName="default")["Rules"]
+        if "vsa.control-plane" in r.get("EventPattern", "")
+    ]
+    assert listening == []
+    assert any(
+        "vsa.control-plane" in r.get("EventPattern", "")
+        for r in events.list_rules(EventBusName=stack_outputs["ControlPlaneEventBusName"])["Rules"]
+    )
+    assert api.call("GET", f"/arrays/{array.array_id}/backups")[1]["backups"] == []

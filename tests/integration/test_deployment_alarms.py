@@ -160,6 +160,25 @@ def product_metric(namespace: str, metric: str, periods: int = 1) -> Failure:
     return Failure(f"the product counts {namespace} {metric}", cause, honest=False)
 
 
+def function_error_count(output: str, errors: int) -> Failure:
+    """``errors`` function errors of the deployed function counted by Lambda (``AWS/Lambda
+    Errors``, published as Lambda does through the local cloud's control): the every-minute
+    demand publisher ignores its event, so no invocation can be made to fail from outside."""
+
+    def cause(stack_outputs: dict[str, str]) -> Undo:
+        endpoint = os.environ["AWS_ENDPOINT_URL"]
+        datum = {
+            "MetricName": "Errors",
+            "Dimensions": [{"Name": "FunctionName", "Value": stack_outputs[output]}],
+            "Value": float(errors),
+            "Unit": "Count",
+        }
+        control(endpoint, "cloudwatch", "publish", Namespace="AWS/Lambda", MetricData=[datum])
+        return nothing
+
+    return Failure(f"{output.removesuffix('FunctionName')} fails {errors} times", cause, honest=False)
+
+
 def launch_of_an_unknown_instance() -> dict[str, Any]:
     event: dict[str, Any] = json.loads((EVENTS / "autoscaling/launch_lifecycle_action.json").read_text())
     event["detail"]["EC2InstanceId"] = f"i-{uuid.uuid4().hex[:17]}"
@@ -220,6 +239,7 @@ FAILURES: dict[str, Failure] = {
     "UnfinishedApplyAlarm": product_metric(DEPLOYMENT_NAMESPACE, "UnfinishedApplies", periods=2),
     "BackupOverdueAlarm": product_metric(DEPLOYMENT_NAMESPACE, "BackupsOverdue"),
     "ControllerReplacedAlarm": product_metric(DEPLOYMENT_NAMESPACE, "ControllersReplaced"),
+    "DemandPublisherFailedAlarm": function_error_count("TaskPublishDemandFunctionName", 3),
 }
 
 

@@ -175,9 +175,10 @@ def sfn(function_env: None, monkeypatch: pytest.MonkeyPatch) -> Any:
     ],
 )
 def test_a_lifecycle_action_starts_its_workflow_once(
-    sfn: Any, sample: str, machine: str, prefix: str
+    sfn: Any, registry_table: str, sample: str, machine: str, prefix: str
 ) -> None:
     event = trigger.ControllerEvent.model_validate(load_event(sample))
+    register(registry_table, event.detail["AutoScalingGroupName"])
     workflow, name = trigger.execution(event)
     assert name.startswith(prefix + event.detail["EC2InstanceId"])
     assert trigger.execution(event) == (workflow, name)  # the same event, the same name
@@ -189,14 +190,45 @@ def test_a_lifecycle_action_starts_its_workflow_once(
             {"stateMachineArn": arn, "name": name, "input": "{}"},
         )
         stub.add_client_error("start_execution", "ExecutionAlreadyExists", "exists")
-        # a lifecycle action is ours by its group's name (the rule's pattern): no registry read
-        with Stubber(boto3.client("dynamodb", region_name=REGION)) as no_reads:
-            assert trigger.start(event, "{}", sfn, no_reads.client)["started"] is True
-            assert trigger.start(event, "{}", sfn, no_reads.client) == {
-                "started": False,
-                "execution": name,
-                "reason": "duplicate event",
-            }
+        dynamodb = boto3.client("dynamodb", region_name=REGION)
+        assert trigger.start(event, "{}", sfn, dynamodb)["started"] is True
+        assert trigger.start(event, "{}", sfn, dynamodb) == {
+            "started": False,
+            "execution": name,
+            "reason": "duplicate event",
+        }
+
+
+def register(table: str, group: str) -> None:
+    """The spec item of the array whose controller group is ``group`` (as an apply stores it)."""
+    array_id = group.removeprefix("vsa-").removesuffix("-controllers")
+    boto3.client("dynamodb", region_name=REGION).put_item(
+        TableName=table, Item={"pk": {"S": f"ARRAY#{array_id}"}, "sk": {"S": "SPEC"}}
+    )
+
+
+@pytest.mark.parametrize(
+    "sample", ["autoscaling/launch_lifecycle_action.json", "autoscaling/terminate_lifecycle_action.json"]
+)
+def test_a_lifecycle_action_of_another_deployments_array_starts_nothing(
+    sfn: Any, registry_table: str, sample: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a lifecycle action of a group this deployment's registry does not hold (the rule
+    # matches every vsa-*-controllers group of the account: a second stack's arrays), and one of
+    # a group that is no controller group at all
+    event = trigger.ControllerEvent.model_validate(load_event(sample))
+    foreign = trigger.ControllerEvent.model_validate(
+        {**event.model_dump(by_alias=True), "detail": {**event.detail, "AutoScalingGroupName": "web-servers"}}
+    )
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    with Stubber(sfn) as stub:
+        # When each arrives, Then no workflow starts (the Stubber has no answer) and a log says why
+        for each in (event, foreign):
+            answer = trigger.start(each, "{}", sfn, dynamodb)
+            assert answer["started"] is False
+            assert answer["reason"] == "not an array of this deployment"
+        stub.assert_no_pending_responses()
+    assert "not an array of this deployment: no workflow started" in caplog.text
 
 
 def test_a_lost_instance_starts_a_drain_named_by_its_state() -> None:

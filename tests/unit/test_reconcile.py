@@ -153,8 +153,19 @@ def test_hooks() -> None:
     assert desired.terminate_hook["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
 
 
-def test_backup_schedule_puts_a_backup_requested_event() -> None:
-    schedule = resources(make_spec(backup={"schedule": "cron(0 3 * * ? *)", "mode": "crash"})).schedule
+def test_backup_schedule_puts_a_backup_requested_event_on_the_deployments_own_bus() -> None:
+    # the deployment's bus, whose policy lets only the scheduler role put events: never the
+    # default bus, where any account principal with events:PutEvents could forge the event
+    schedule = desired_resources(
+        make_spec(backup={"schedule": "cron(0 3 * * ? *)", "mode": "crash"}),
+        2,
+        account_id="123456789012",
+        region="us-east-1",
+        launch_template_id_of_spec=None,
+        volume_ids=VOLUMES,
+        scheduler_role_arn=ROLE,
+        event_bus="prod-control-plane",
+    ).schedule
     assert schedule is not None
     assert schedule["FlexibleTimeWindow"] == {"Mode": "OFF"}
     assert schedule["Target"]["Arn"] == "arn:aws:scheduler:::aws-sdk:eventbridge:putEvents"
@@ -163,7 +174,7 @@ def test_backup_schedule_puts_a_backup_requested_event() -> None:
     assert (entry["Source"], entry["DetailType"], entry["EventBusName"]) == (
         "vsa.control-plane",
         "Backup Requested",
-        "default",
+        "prod-control-plane",
     )
     assert json.loads(entry["Detail"]) == {
         "arrayId": "demo",

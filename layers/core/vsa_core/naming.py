@@ -53,6 +53,15 @@ def group_name(array_id: str) -> str:
     return f"vsa-{array_id}-controllers"
 
 
+_GROUP_NAME = re.compile(r"vsa-(?P<array>[a-z0-9][a-z0-9-]{1,30}[a-z0-9])-controllers")
+
+
+def group_array_id(name: str) -> str | None:
+    """The array id of a controller group's name (``group_name``), or None for any other group."""
+    match = _GROUP_NAME.fullmatch(name)
+    return match["array"] if match else None
+
+
 def launch_template_name(array_id: str) -> str:
     """The launch template the control plane creates when the spec gives instance settings."""
     return f"vsa-{array_id}-controller"

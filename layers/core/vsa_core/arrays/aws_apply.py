@@ -117,6 +117,7 @@ def _desired(
         launch_template_id_of_spec=aws_observe.spec_launch_template_id(clients, spec),
         volume_ids=spec.existing_volume_ids + owned_ids,
         scheduler_role_arn=clients.scheduler_role_arn,
+        event_bus=clients.event_bus_name,
         roll_surge=roll_surge,
     )
 

@@ -79,6 +79,9 @@ class ArrayClients:
     node_role_path: str = ""
     """The IAM path of the roles the deployment may pass to its nodes (the stack's NodeRolePath;
     empty: none, and validation refuses every instance profile)."""
+    event_bus_name: str = "default"
+    """Where the backup schedules put their events: the deployment's own bus (the stack's
+    ControlPlaneEventBus), the default bus only in tests that deploy none."""
 
 
 def error_code(error: ClientError) -> str:

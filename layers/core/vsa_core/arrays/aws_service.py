@@ -57,6 +57,7 @@ class ArrayService:
             node_role_path=os.environ.get("VSA_NODE_ROLE_PATH", "")
             if node_role_path is None
             else node_role_path,
+            event_bus_name=os.environ.get("VSA_EVENT_BUS_NAME") or "default",
         )
         self._autoscaling = self.ctx.autoscaling
 

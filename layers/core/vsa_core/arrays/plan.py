@@ -325,9 +325,10 @@ def alarm_params(
     }
 
 
-def schedule_params(spec: ArraySpec, *, scheduler_role_arn: str) -> dict[str, Any] | None:
+def schedule_params(spec: ArraySpec, *, scheduler_role_arn: str, event_bus: str) -> dict[str, Any] | None:
     """CreateSchedule parameters of the backup policy (``None`` without one): put a ``Backup
-    Requested`` event on the default bus, which the backup workflow subscribes to."""
+    Requested`` event on the deployment's own bus ``event_bus`` (only the scheduler role may put
+    events there), which the backup workflow subscribes to."""
     policy = spec.backup
     if policy is None:
         return None
@@ -342,7 +343,7 @@ def schedule_params(spec: ArraySpec, *, scheduler_role_arn: str) -> dict[str, An
         "Source": BACKUP_EVENT_SOURCE,
         "DetailType": BACKUP_EVENT_DETAIL_TYPE,
         "Detail": json.dumps(detail, sort_keys=True),
-        "EventBusName": "default",
+        "EventBusName": event_bus,
     }
     return {
         "Name": backup_schedule_name(spec.array_id),
@@ -366,6 +367,7 @@ def desired_resources(
     launch_template_id_of_spec: str | None,
     volume_ids: tuple[str, ...],
     scheduler_role_arn: str,
+    event_bus: str = "default",
     roll_surge: int = 0,
 ) -> DesiredResources:
     """Everything ``spec`` produces at ``desired_controllers`` (held to [min, max]).
@@ -391,7 +393,7 @@ def desired_resources(
         terminate_hook=hook_params(spec, "terminate"),
         alarm_high=alarm_params(spec, desired_controllers, volume_ids, "high") if alarms else None,
         alarm_low=alarm_params(spec, desired_controllers, volume_ids, "low") if alarms else None,
-        schedule=schedule_params(spec, scheduler_role_arn=scheduler_role_arn),
+        schedule=schedule_params(spec, scheduler_role_arn=scheduler_role_arn, event_bus=event_bus),
     )
 
 

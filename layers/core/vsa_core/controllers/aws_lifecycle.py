@@ -5,7 +5,8 @@ is not a controller (one keyed read of the registry's ``instances`` index)."""
 from typing import TYPE_CHECKING, Any
 
 from vsa_core.controllers.aws_index import slot_keys
-from vsa_core.controllers.events import ControllerEvent, execution, lost_instance
+from vsa_core.controllers.events import ControllerEvent, execution, lifecycle_group, lost_instance
+from vsa_core.naming import group_array_id
 from vsa_core.observability import logger
 from vsa_core.settings import get_settings
 
@@ -26,6 +27,16 @@ def start(event: ControllerEvent, raw: str, sfn: "SFNClient", dynamodb: "DynamoD
             extra={"instance_id": lost.instance_id, "state": lost.state, "execution": name},
         )
         return {"started": False, "execution": name, "reason": "not a controller"}
+    group = lifecycle_group(event)
+    if group is not None and not _registered(dynamodb, settings.table_name, group_array_id(group)):
+        # another deployment's array (the rule matches every vsa-*-controllers group of the
+        # account and region), or one this deployment has forgotten: its own control plane
+        # answers the lifecycle action; a bootstrap here would fail and ABANDON its controller
+        logger.info(
+            "not an array of this deployment: no workflow started",
+            extra={"group": group, "execution": name},
+        )
+        return {"started": False, "execution": name, "reason": "not an array of this deployment"}
     arn = (
         settings.bootstrap_state_machine_arn if workflow == "bootstrap" else settings.drain_state_machine_arn
     )
@@ -36,3 +47,16 @@ def start(event: ControllerEvent, raw: str, sfn: "SFNClient", dynamodb: "DynamoD
         return {"started": False, "execution": name, "reason": "duplicate event"}
     logger.info("controller workflow started", extra={"execution": name, "workflow": workflow})
     return {"started": True, "execution": name, "executionArn": started["executionArn"]}
+
+
+def _registered(dynamodb: "DynamoDBClient", table: str, array_id: str | None) -> bool:
+    """Whether this deployment's registry holds the array (one keyed read of its spec item)."""
+    if array_id is None:
+        return False
+    item = dynamodb.get_item(
+        TableName=table,
+        Key={"pk": {"S": f"ARRAY#{array_id}"}, "sk": {"S": "SPEC"}},
+        ProjectionExpression="pk",
+        ConsistentRead=True,
+    )
+    return "Item" in item

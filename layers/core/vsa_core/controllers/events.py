@@ -69,3 +69,10 @@ def lost_instance(event: ControllerEvent) -> StateChangeDetail | None:
     if event.detail_type != STATE_CHANGE:
         return None
     return StateChangeDetail.model_validate(event.detail)
+
+
+def lifecycle_group(event: ControllerEvent) -> str | None:
+    """The Auto Scaling group of a lifecycle action, or None for an EC2 state change."""
+    if event.detail_type not in (LAUNCH, TERMINATE):
+        return None
+    return LifecycleDetail.model_validate(event.detail).group
