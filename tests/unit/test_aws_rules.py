@@ -1,4 +1,4 @@
-"""vsa_core.aws_rules: AWS's documented rules for what the control plane sends to AWS.
+"""vsa_core.arrays.limits: AWS's documented rules for what the control plane sends to AWS.
 
 The valid examples are the AWS pages' own (EventBridge Scheduler user guide, "Schedule types on
 EventBridge Scheduler"; EventBridge "Cron expressions reference" and "Rate expressions
@@ -7,8 +7,8 @@ reference"), as are the invalid ones the pages call invalid; the rest are each r
 import pytest
 from aws_croniter import AwsCroniter
 
-from vsa_core import aws_rules
-from vsa_core.aws_rules import schedule_problem
+from vsa_core.arrays import limits
+from vsa_core.arrays.limits import schedule_problem
 
 AWS_VALID = [
     # Cron expressions reference: its examples table
@@ -116,37 +116,37 @@ def test_every_valid_cron_is_one_the_health_check_can_read(expression: str) -> N
     ],
 )
 def test_forms_aws_does_not_document_or_the_health_check_cannot_read_are_refused(fields: str) -> None:
-    assert aws_rules.cron_problem(fields) is not None
+    assert limits.cron_problem(fields) is not None
 
 
 @pytest.mark.parametrize(
     ("rule", "value", "ok"),
     [
-        (aws_rules.SCHEDULE_NAME, "vsa-" + "a" * 60, True),
-        (aws_rules.SCHEDULE_NAME, "vsa-" + "a" * 61, False),
-        (aws_rules.SCHEDULE_NAME, "vsa:x", False),
-        (aws_rules.SCHEDULE_NAME, "", False),
-        (aws_rules.LAUNCH_TEMPLATE_NAME, "ab", False),
-        (aws_rules.LAUNCH_TEMPLATE_NAME, "a(b)/c_d.e-f", True),
-        (aws_rules.LAUNCH_TEMPLATE_NAME, "a" * 129, False),
-        (aws_rules.LIFECYCLE_HOOK_NAME, "vsa-x-drain", True),
-        (aws_rules.LIFECYCLE_HOOK_NAME, "vsa.x", False),
-        (aws_rules.AUTO_SCALING_GROUP_NAME, "a" * 255, True),
-        (aws_rules.AUTO_SCALING_GROUP_NAME, "a" * 256, False),
-        (aws_rules.ALARM_NAME, "vsa-x-iops-high", True),
-        (aws_rules.ALARM_NAME, "a\x07", False),
-        (aws_rules.EXECUTION_NAME, "a" * 80, True),
-        (aws_rules.EXECUTION_NAME, "a" * 81, False),
-        (aws_rules.EXECUTION_NAME, "a b", False),
-        (aws_rules.TAG_VALUE, "", True),
-        (aws_rules.TAG_VALUE, "a" * 257, False),
-        (aws_rules.TAG_VALUE, "a;b", False),
-        (aws_rules.SECRET_NAME, "vsa/x/keys", True),
-        (aws_rules.SECRET_NAME, "vsa x", False),
-        (aws_rules.COMMAND_COMMENT, "c" * 101, False),
+        (limits.SCHEDULE_NAME, "vsa-" + "a" * 60, True),
+        (limits.SCHEDULE_NAME, "vsa-" + "a" * 61, False),
+        (limits.SCHEDULE_NAME, "vsa:x", False),
+        (limits.SCHEDULE_NAME, "", False),
+        (limits.LAUNCH_TEMPLATE_NAME, "ab", False),
+        (limits.LAUNCH_TEMPLATE_NAME, "a(b)/c_d.e-f", True),
+        (limits.LAUNCH_TEMPLATE_NAME, "a" * 129, False),
+        (limits.LIFECYCLE_HOOK_NAME, "vsa-x-drain", True),
+        (limits.LIFECYCLE_HOOK_NAME, "vsa.x", False),
+        (limits.AUTO_SCALING_GROUP_NAME, "a" * 255, True),
+        (limits.AUTO_SCALING_GROUP_NAME, "a" * 256, False),
+        (limits.ALARM_NAME, "vsa-x-iops-high", True),
+        (limits.ALARM_NAME, "a\x07", False),
+        (limits.EXECUTION_NAME, "a" * 80, True),
+        (limits.EXECUTION_NAME, "a" * 81, False),
+        (limits.EXECUTION_NAME, "a b", False),
+        (limits.TAG_VALUE, "", True),
+        (limits.TAG_VALUE, "a" * 257, False),
+        (limits.TAG_VALUE, "a;b", False),
+        (limits.SECRET_NAME, "vsa/x/keys", True),
+        (limits.SECRET_NAME, "vsa x", False),
+        (limits.COMMAND_COMMENT, "c" * 101, False),
     ],
 )
-def test_name_rules_hold_their_length_and_characters(rule: aws_rules.NameRule, value: str, ok: bool) -> None:
+def test_name_rules_hold_their_length_and_characters(rule: limits.NameRule, value: str, ok: bool) -> None:
     problem = rule.problem(value)
     assert (problem is None) == ok, problem
     if not ok:

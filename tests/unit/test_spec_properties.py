@@ -1,6 +1,6 @@
 """Property tests: what the spec model accepts is what AWS accepts, else a refusal naming the field.
 
-Each strategy draws values from the model's own bounds (``vsa_core.aws_rules``, the spec's
+Each strategy draws values from the model's own bounds (``vsa_core.arrays.limits``, the spec's
 fields), just inside and just outside each one, and carries AWS's verdict on what it drew, worked
 out from the documented rule on its own (not by calling the code under test). The property: the
 model accepts exactly what that verdict accepts; a refusal's error names the field (its ``loc``)
@@ -23,8 +23,8 @@ from moto import mock_aws
 from pydantic import BaseModel, ValidationError
 
 from tests.specs import BASE
-from vsa_core import aws_rules, naming
-from vsa_core.arrays import keys, plan
+from vsa_core import naming
+from vsa_core.arrays import keys, limits, plan
 from vsa_core.arrays.spec import STORED, ArraySpec, BackupPolicy
 from vsa_core.backups import sets
 from vsa_core.controllers import nvme
@@ -43,7 +43,7 @@ class Drawn:
 # --- schedule expressions, drawn with AWS's verdict ---------------------------------------------
 
 
-def _number(field: aws_rules.CronField) -> st.SearchStrategy[Drawn]:
+def _number(field: limits.CronField) -> st.SearchStrategy[Drawn]:
     """A value of ``field``: inside its range, or just outside it."""
     inside = st.integers(field.low, field.high).map(lambda v: Drawn(str(v), True))
     edges = st.sampled_from([field.low, field.high]).map(lambda v: Drawn(str(v), True))
@@ -56,7 +56,7 @@ def _number(field: aws_rules.CronField) -> st.SearchStrategy[Drawn]:
 
 
 @st.composite
-def _item(draw: st.DrawFn, field: aws_rules.CronField) -> Drawn:
+def _item(draw: st.DrawFn, field: limits.CronField) -> Drawn:
     """One list item: a value, a range a-b, or an increment start/step (start * or a value)."""
     first = draw(_number(field))
     shape = draw(st.sampled_from(["value", "range", "step", "star-step"]))
@@ -73,13 +73,13 @@ def _item(draw: st.DrawFn, field: aws_rules.CronField) -> Drawn:
     return Drawn(f"{start.text}/{step}", start.valid and valid_step)
 
 
-def _as_int(field: aws_rules.CronField, text: str) -> int:
+def _as_int(field: limits.CronField, text: str) -> int:
     upper = text.upper()
     return field.low + field.names.index(upper) if upper in field.names else int(text)
 
 
 @st.composite
-def _field(draw: st.DrawFn, field: aws_rules.CronField) -> Drawn:
+def _field(draw: st.DrawFn, field: limits.CronField) -> Drawn:
     """A whole field: ``*``, or a list of one to three items."""
     if draw(st.booleans()):
         return Drawn("*", True)
@@ -88,7 +88,7 @@ def _field(draw: st.DrawFn, field: aws_rules.CronField) -> Drawn:
 
 
 @st.composite
-def _day(draw: st.DrawFn, field: aws_rules.CronField) -> Drawn:
+def _day(draw: st.DrawFn, field: limits.CronField) -> Drawn:
     """A day field: ``?``, a plain field, or its own forms (day-of-month L and nW; day-of-week
     L, nL and n#m with n#m 1-5), each also just outside its bounds."""
     number = draw(st.integers(field.low - 1, field.high + 1))
@@ -108,10 +108,10 @@ def _day(draw: st.DrawFn, field: aws_rules.CronField) -> Drawn:
 
 @st.composite
 def cron_expressions(draw: st.DrawFn) -> Drawn:
-    parts = [draw(_day(f)) if f.name.startswith("day-") else draw(_field(f)) for f in aws_rules.CRON_FIELDS]
+    parts = [draw(_day(f)) if f.name.startswith("day-") else draw(_field(f)) for f in limits.CRON_FIELDS]
     one_question = (parts[2].text == "?") != (parts[4].text == "?")
     text = f"cron({' '.join(p.text for p in parts)})"
-    fits = len(text) <= aws_rules.SCHEDULE_EXPRESSION_MAX
+    fits = len(text) <= limits.SCHEDULE_EXPRESSION_MAX
     return Drawn(text, all(p.valid for p in parts) and one_question and fits)
 
 
@@ -121,14 +121,14 @@ def rate_expressions(draw: st.DrawFn) -> Drawn:
         st.one_of(
             st.integers(-1, 3),
             st.integers(4, 10_000),
-            st.sampled_from([aws_rules.RATE_VALUE_MAX, aws_rules.RATE_VALUE_MAX + 1]),
+            st.sampled_from([limits.RATE_VALUE_MAX, limits.RATE_VALUE_MAX + 1]),
         )
     )
     unit = draw(st.sampled_from(["minute", "hour", "day", "second", "week"]))
     plural = draw(st.booleans())
     known = unit in {"minute", "hour", "day"}
     # the Rate expressions reference: singular for 1, plural above
-    valid = known and 1 <= value <= aws_rules.RATE_VALUE_MAX and plural == (value > 1)
+    valid = known and 1 <= value <= limits.RATE_VALUE_MAX and plural == (value > 1)
     return Drawn(f"rate({value} {unit}{'s' if plural else ''})", valid)
 
 
@@ -275,34 +275,34 @@ LONGEST_VOLUME_NAME = "v" * 31
 INSTANCE_ID = "i-0123456789abcdef0"
 
 
-def _derived(array_id: str) -> list[tuple[aws_rules.NameRule, str]]:
+def _derived(array_id: str) -> list[tuple[limits.NameRule, str]]:
     """Every name and tag value the control plane builds from an array id, with AWS's rule for it."""
     backup_id = sets.new_backup_id(datetime(2199, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC))
     reconcile = naming.reconcile_execution_name(array_id, 10**12)
     return [
-        (aws_rules.AUTO_SCALING_GROUP_NAME, naming.group_name(array_id)),
-        (aws_rules.LAUNCH_TEMPLATE_NAME, naming.launch_template_name(array_id)),
-        (aws_rules.LIFECYCLE_HOOK_NAME, naming.launch_hook_name(array_id)),
-        (aws_rules.LIFECYCLE_HOOK_NAME, naming.terminate_hook_name(array_id)),
-        (aws_rules.SCHEDULE_NAME, naming.backup_schedule_name(array_id)),
-        (aws_rules.ALARM_NAME, naming.iops_alarm_name(array_id, "high")),
-        (aws_rules.ALARM_NAME, naming.iops_alarm_name(array_id, "low")),
+        (limits.AUTO_SCALING_GROUP_NAME, naming.group_name(array_id)),
+        (limits.LAUNCH_TEMPLATE_NAME, naming.launch_template_name(array_id)),
+        (limits.LIFECYCLE_HOOK_NAME, naming.launch_hook_name(array_id)),
+        (limits.LIFECYCLE_HOOK_NAME, naming.terminate_hook_name(array_id)),
+        (limits.SCHEDULE_NAME, naming.backup_schedule_name(array_id)),
+        (limits.ALARM_NAME, naming.iops_alarm_name(array_id, "high")),
+        (limits.ALARM_NAME, naming.iops_alarm_name(array_id, "low")),
         (
-            aws_rules.EXECUTION_NAME,
+            limits.EXECUTION_NAME,
             naming.scale_execution_name(array_id, "arn:alarm", "2030-01-01T00:00:00Z"),
         ),
-        (aws_rules.EXECUTION_NAME, naming.delete_execution_name(array_id, 10**12)),
-        (aws_rules.EXECUTION_NAME, reconcile),
-        (aws_rules.EXECUTION_NAME, f"{reconcile}-r{2**33}"),  # ReconcileArray's retry name
-        (aws_rules.EXECUTION_NAME, backup_id),
-        (aws_rules.TAG_VALUE, array_id),
-        (aws_rules.TAG_VALUE, naming.owned_volume_name(array_id, LONGEST_VOLUME_NAME)),
-        (aws_rules.TAG_VALUE, sets.snapshot_tags(array_id, backup_id)["Name"]),
-        (aws_rules.SECRET_NAME, keys.array_secret_name(array_id)),
-        (aws_rules.SECRET_NAME, keys.node_secret_name(array_id, INSTANCE_ID)),
-        (aws_rules.COMMAND_COMMENT, f"vsa {array_id} reconcile configure-target slot 15"),
-        (aws_rules.COMMAND_COMMENT, f"vsa {array_id} undo connect-path to 255.255.255.255"),
-        (aws_rules.COMMAND_COMMENT, f"vsa {array_id} reconcile connect-path to 255.255.255.255"),
+        (limits.EXECUTION_NAME, naming.delete_execution_name(array_id, 10**12)),
+        (limits.EXECUTION_NAME, reconcile),
+        (limits.EXECUTION_NAME, f"{reconcile}-r{2**33}"),  # ReconcileArray's retry name
+        (limits.EXECUTION_NAME, backup_id),
+        (limits.TAG_VALUE, array_id),
+        (limits.TAG_VALUE, naming.owned_volume_name(array_id, LONGEST_VOLUME_NAME)),
+        (limits.TAG_VALUE, sets.snapshot_tags(array_id, backup_id)["Name"]),
+        (limits.SECRET_NAME, keys.array_secret_name(array_id)),
+        (limits.SECRET_NAME, keys.node_secret_name(array_id, INSTANCE_ID)),
+        (limits.COMMAND_COMMENT, f"vsa {array_id} reconcile configure-target slot 15"),
+        (limits.COMMAND_COMMENT, f"vsa {array_id} undo connect-path to 255.255.255.255"),
+        (limits.COMMAND_COMMENT, f"vsa {array_id} reconcile connect-path to 255.255.255.255"),
     ]
 
 

@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from vsa_core import aws_rules
+from vsa_core.arrays import limits
 
 # re-exported: the id types are the spec's too (vsa_core.arrays.ids says why they live apart)
 from vsa_core.arrays.ids import ArrayId as ArrayId
@@ -54,7 +54,7 @@ step); 256 keeps that step and the spec's registry item (DynamoDB: 400 KB) well 
 MAX_SECURITY_GROUPS = 16
 """Security groups per network interface: 5 by default, adjustable to at most 16 (Amazon VPC
 quotas, VPC user guide)."""
-IO2_MAX_IOPS = aws_rules.IO2_MAX_IOPS
+IO2_MAX_IOPS = limits.IO2_MAX_IOPS
 """io2 Block Express: at most 256,000 IOPS per volume (Amazon EBS volume types)."""
 MAX_CONTROLLER_IOPS = MAX_VOLUMES * IO2_MAX_IOPS
 """No controller serves more IOPS than its volumes can give."""
@@ -63,7 +63,7 @@ NVME_TCP_PORT = 4420
 
 STORED: Mapping[str, bool] = MappingProxyType({"stored": True})
 """The validation context of a spec read back from the registry (``ArraySpec.model_validate(
-item, context=STORED)``): the checks against AWS's rules (``vsa_core.aws_rules``) are not
+item, context=STORED)``): the checks against AWS's rules (``vsa_core.arrays.limits``) are not
 applied to it. They were applied when the API stored it, as they then stood; a rule made
 stricter later must not make an array the registry holds unreadable (GET, DELETE, the health
 check), and the next PUT of its spec meets today's rules."""
@@ -100,12 +100,12 @@ class NewVolume(_Strict):
     takes no throughput setting for io2), so there is none to declare."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,30}$", description="unique within the array")
-    size_gib: StrictInt = Field(alias="sizeGiB", ge=aws_rules.IO2_MIN_GIB, le=aws_rules.IO2_MAX_GIB)
-    iops: StrictInt = Field(ge=aws_rules.IO2_MIN_IOPS, le=aws_rules.IO2_MAX_IOPS)
+    size_gib: StrictInt = Field(alias="sizeGiB", ge=limits.IO2_MIN_GIB, le=limits.IO2_MAX_GIB)
+    iops: StrictInt = Field(ge=limits.IO2_MIN_IOPS, le=limits.IO2_MAX_IOPS)
 
     @model_validator(mode="after")
     def _iops_per_gib(self) -> "NewVolume":
-        per_gib = aws_rules.IO2_IOPS_PER_GIB
+        per_gib = limits.IO2_IOPS_PER_GIB
         if self.iops > self.size_gib * per_gib:
             raise ValueError(
                 f"volume {self.name}: io2 allows at most {per_gib:,} IOPS per GiB; {self.iops} IOPS needs "
@@ -232,7 +232,7 @@ class BackupPolicy(_Strict):
         description="an EventBridge Scheduler expression, in UTC: rate(value unit) (rate(1 day), "
         "rate(12 hours)) or cron(minutes hours day-of-month month day-of-week year) with exactly one "
         "of the two day fields ? (cron(0 3 * * ? *): 03:00 every day)",
-        max_length=aws_rules.SCHEDULE_EXPRESSION_MAX,
+        max_length=limits.SCHEDULE_EXPRESSION_MAX,
     )
     mode: Literal["crash", "application"] = "crash"
     retention: StrictInt = Field(default=7, ge=1, le=1000, description="backup sets to keep")
@@ -241,20 +241,20 @@ class BackupPolicy(_Strict):
     @field_validator("schedule")
     @classmethod
     def _expression(cls, value: str, info: ValidationInfo) -> str:
-        """What EventBridge Scheduler's CreateSchedule takes (``aws_rules.schedule_problem``), and
+        """What EventBridge Scheduler's CreateSchedule takes (``limits.schedule_problem``), and
         recurring: ``at(…)`` is a one-time schedule, which fires once and then does nothing
         more (a policy's next backups would silently never come); POST /arrays/{id}/backups
         takes a one-off backup."""
         if _stored(info):
             return value
-        problem = aws_rules.schedule_problem(value)
-        if problem is None and aws_rules.schedule_kind(value) == "at":
+        problem = limits.schedule_problem(value)
+        if problem is None and limits.schedule_kind(value) == "at":
             problem = (
                 "at(…) fires once, and a backup policy recurs: use rate(…) or cron(…), or POST "
                 "/arrays/{arrayId}/backups for a one-off backup"
             )
         if problem is not None:
-            raise ValueError(f"schedule {value!r}: {problem}; e.g. {aws_rules.SCHEDULE_EXAMPLES}")
+            raise ValueError(f"schedule {value!r}: {problem}; e.g. {limits.SCHEDULE_EXAMPLES}")
         return value
 
 

@@ -1,4 +1,4 @@
-"""AWS's documented rules for the values the control plane sends to AWS (pure: no boto3).
+"""AWS's documented rules and limits for the values an array's spec sends to AWS (pure: no boto3).
 
 The spec model (``vsa_core.arrays.spec``) checks what an operator declares against these, so a
 spec the API stores is one the AWS service it goes to accepts, or the API refuses it (422 naming
