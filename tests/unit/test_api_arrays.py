@@ -646,3 +646,77 @@ def test_an_apply_that_stopped_before_a_scale_decision_is_still_finished_by_appl
     assert status == 200, reply
     assert reply["reconcile"]["remaining"][0] == "finishing the apply of version 2, which stopped part way"
     assert call(load_event("apigateway/get_array.json"))[1]["applying"] is None
+
+
+# ---------------------------------------------------------------- who asked
+
+
+OPERATOR = "arn:aws:iam::123456789012:assumed-role/vsa-operator/alice"
+
+
+def signed_by(event: dict[str, Any], arn: str) -> dict[str, Any]:
+    """``event`` as API Gateway passes a request signed by ``arn``, with an ``X-Caller`` header
+    claiming someone else (the caller writes headers; API Gateway writes the identity)."""
+    event["requestContext"]["identity"]["userArn"] = arn
+    event["headers"]["X-Caller"] = "arn:aws:iam::123456789012:user/someone-else"
+    event["multiValueHeaders"]["X-Caller"] = [event["headers"]["X-Caller"]]
+    return event
+
+
+def timeline() -> list[dict[str, Any]]:
+    event = load_event("apigateway/get_array_events.json")
+    event["queryStringParameters"] = event["multiValueQueryStringParameters"] = None
+    status, reply = call(event)
+    assert status == 200, reply
+    found: list[dict[str, Any]] = reply["events"]
+    return found
+
+
+def test_an_apply_and_a_delete_record_the_signed_caller_and_the_timeline_shows_it(
+    api_env: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the DeleteArray state machine
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    machine = sfn.create_state_machine(
+        name="vsa-delete-array",
+        definition=json.dumps({"StartAt": "S", "States": {"S": {"Type": "Succeed"}}}),
+        roleArn="arn:aws:iam::123456789012:role/sfn",
+    )["stateMachineArn"]
+    monkeypatch.setenv("VSA_DELETE_STATE_MACHINE_ARN", machine)
+    get_settings.cache_clear()
+    # When the operator applies, signed, with a header claiming someone else
+    status, reply = call(signed_by(put_event(api_env), OPERATOR))
+    assert status == 202, reply
+    # Then the stored spec names the signer in its own write
+    item = boto3.client("dynamodb", region_name=REGION).get_item(
+        TableName=get_settings().table_name, Key={"pk": {"S": "ARRAY#demo"}, "sk": {"S": "SPEC"}}
+    )["Item"]
+    applied_by = json.loads(item["appliedBy"]["S"])
+    assert (applied_by["arn"], applied_by["accessKeyId"]) == (OPERATOR, "AKIAIOSFODNN7EXAMPLE")
+    # And the timeline shows the apply by the signer, kept as history (the decisions' TTL)
+    applies = [e for e in timeline() if e["kind"] == "apply"]
+    assert [(e["what"], e["reference"], e["by"]) for e in applies] == [("spec v1 applied", "v1", OPERATOR)]
+    history = boto3.client("dynamodb", region_name=REGION).query(
+        TableName=get_settings().table_name,
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :c)",
+        ExpressionAttributeValues={":pk": {"S": "ARRAY#demo"}, ":c": {"S": "CHANGE#"}},
+    )["Items"]
+    days = (int(history[0]["expiresAt"]["N"]) - time.time()) / 86400
+    assert 89.9 < days <= 90
+    # When the operator deletes it
+    status, deleted = call(signed_by(load_event("apigateway/delete_array.json"), OPERATOR))
+    assert status == 202, deleted
+    # Then the DeleteArray run's event names who asked for it, once
+    deletes = [e for e in timeline() if e["kind"] == "delete"]
+    assert [(e["reference"], e["by"]) for e in deletes] == [("delete-demo-v1", OPERATOR)]
+    assert "someone-else" not in json.dumps(timeline())
+
+
+def test_a_change_without_a_verified_caller_is_refused_and_nothing_is_stored(api_env: dict[str, Any]) -> None:
+    event = put_event(api_env)
+    del event["requestContext"]["identity"]["userArn"]
+    event["headers"]["X-Caller"] = OPERATOR
+    status, reply = call(event)
+    assert status == 403, reply
+    assert "no IAM caller" in reply["message"]
+    assert call(load_event("apigateway/get_array.json"))[0] == 404

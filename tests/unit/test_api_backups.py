@@ -3,17 +3,19 @@ events/: validation (422 naming the field), the domain errors' status codes, the
 Idempotency-Key (powertools idempotency on a moto DynamoDB table), a redelivered schedule event."""
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
 import pytest
+from api_arrays import handler as arrays_handler
 from api_backups import handler
 from on_backup_requested import handler as scheduled
 from task_backup import handler as task
 
 from tests.unit.conftest import ACCOUNT, REGION, FakeLambdaContext, load_event
 from vsa_core.arrays.spec import ArraySpec
-from vsa_core.backups import aws_api
+from vsa_core.backups import aws_api, sets
 from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.settings import get_settings
 
@@ -175,3 +177,116 @@ def test_the_workflow_sample_input_parses_into_its_step() -> None:
     assert step.excluded == ["vol-0fedcba9876543210"]
     with pytest.raises(ValueError, match="step"):
         task.Request.model_validate({**raw, "step": "nap"})
+
+
+# ---------------------------------------------------------------- who asked
+
+
+AUDITOR = "arn:aws:iam::123456789012:role/vsa-auditor"
+
+
+def signed_by(event: dict[str, Any], arn: str) -> dict[str, Any]:
+    """``event`` as API Gateway passes a request signed by ``arn``, with an ``X-Caller`` header
+    claiming someone else (the caller writes headers; API Gateway writes the identity)."""
+    event["requestContext"]["identity"]["userArn"] = arn
+    event["headers"]["X-Caller"] = "arn:aws:iam::123456789012:user/someone-else"
+    event["multiValueHeaders"]["X-Caller"] = [event["headers"]["X-Caller"]]
+    return event
+
+
+def completed_set(table: str, minutes_ago: int) -> sets.BackupSet:
+    """A completed set of the array's volume, its snapshot made in moto."""
+    ec2 = boto3.client("ec2", region_name=REGION)
+    spec = ArrayRegistry(table).get("demo").spec
+    volume = spec.volumes[0].volume_id  # type: ignore[union-attr]
+    snapshot = ec2.create_snapshot(VolumeId=volume)["SnapshotId"]
+    ec2.create_tags(
+        Resources=[snapshot],
+        Tags=[{"Key": "vsa:array", "Value": "demo"}],
+    )
+    at = datetime.now(UTC) - timedelta(minutes=minutes_ago)
+    backup_id = sets.new_backup_id(at)
+    backup = sets.BackupSet(
+        backup_id=backup_id,
+        array_id="demo",
+        mode="crash",
+        state="completed",
+        created_at=sets.backup_id_time(backup_id),
+        snapshots=(
+            sets.VolumeSnapshot(volume_id=volume, snapshot_id=snapshot, state="completed", iops=3000),
+        ),
+    )
+    BackupRegistry(table).create(backup)
+    return backup
+
+
+def timeline() -> list[dict[str, Any]]:
+    event = load_event("apigateway/get_array_events.json")
+    event["queryStringParameters"] = event["multiValueQueryStringParameters"] = None
+    reply = arrays_handler.lambda_handler(event, FakeLambdaContext())
+    assert reply["statusCode"] == 200, reply
+    found: list[dict[str, Any]] = json.loads(reply["body"])["events"]
+    return found
+
+
+def test_every_backup_change_names_the_signed_caller_and_the_timeline_shows_it(env: dict[str, Any]) -> None:
+    # Given a request signed by the auditor role, claiming another caller in a header
+    status, created = call(signed_by(request("POST", "/arrays/demo/backups", {"mode": "crash"}), AUDITOR))
+    assert status == 202, created
+    # Then the set names the signer (as API Gateway verified it), not the header
+    assert created["requestedBy"] == {
+        "kind": "iam",
+        "arn": AUDITOR,
+        "account": "123456789012",
+        "accessKeyId": "AKIAIOSFODNN7EXAMPLE",
+        "sourceIp": "203.0.113.10",
+    }
+    # And so do a restore, a deleted set and retention's deletions
+    old, older, oldest = (completed_set(env["table"], m) for m in (30, 60, 90))
+    restore = {"backupId": old.backup_id, "target": {"volumesOnly": True}}
+    status, restored = call(signed_by(request("POST", "/arrays/demo/restores", restore), AUDITOR))
+    assert status == 201, restored
+    status, deleted = call(signed_by(request("DELETE", f"/arrays/demo/backups/{oldest.backup_id}"), AUDITOR))
+    assert status == 200, deleted
+    status, pruned = call(signed_by(request("POST", "/arrays/demo/retention", {"keep": 1}), AUDITOR))
+    assert status == 200, pruned
+    assert [d["backupId"] for d in pruned["deleted"]] == [older.backup_id]
+    # When the timeline is read
+    found = {(e["kind"], e["reference"]): e for e in timeline()}
+    # Then each change is an event naming the signer
+    assert found[("backup", created["backupId"])]["by"] == AUDITOR
+    assert found[("restore", old.backup_id)]["by"] == AUDITOR
+    assert found[("delete-backup", oldest.backup_id)]["by"] == AUDITOR
+    assert found[("prune", older.backup_id)]["by"] == AUDITOR
+    assert "by retention (keep 1)" in found[("prune", older.backup_id)]["what"]
+    # And a set made before anyone was recorded shows no caller rather than a guess
+    assert found[("backup", old.backup_id)]["by"] is None
+    assert "someone-else" not in json.dumps(list(found.values()))
+
+
+def test_a_scheduled_set_and_its_retention_name_the_schedule(env: dict[str, Any]) -> None:
+    # Given the schedule's event (no person behind it)
+    answer = scheduled.lambda_handler(load_event("scheduler/backup_requested.json"), FakeLambdaContext())
+    # Then the set names the array's schedule
+    backup = BackupRegistry(env["table"]).get("demo", answer["backupId"])
+    assert backup.requested_by is not None
+    assert backup.requested_by.principal == "schedule:vsa-demo-backup"
+    # And the retention its workflow runs deletes on the schedule's behalf
+    doomed = completed_set(env["table"], 5000)
+    for minutes in (10, 20, 30):
+        completed_set(env["table"], minutes)
+    raw = {"step": "retention", "arrayId": "demo", "backupId": answer["backupId"]}
+    result = task.lambda_handler(raw, FakeLambdaContext())
+    assert [d["backupId"] for d in result["deleted"]] == [doomed.backup_id]
+    by = {(e["kind"], e["reference"]): e["by"] for e in timeline()}
+    assert by[("backup", answer["backupId"])] == "schedule:vsa-demo-backup"
+    assert by[("prune", doomed.backup_id)] == "schedule:vsa-demo-backup"
+
+
+def test_a_change_without_a_verified_caller_is_refused_and_nothing_is_stored(env: dict[str, Any]) -> None:
+    event = request("POST", "/arrays/demo/backups", {"mode": "crash"})
+    event["requestContext"]["identity"]["userArn"] = None
+    status, reply = call(event)
+    assert status == 403, reply
+    assert "no IAM caller" in reply["message"]
+    assert BackupRegistry(env["table"]).sets("demo") == []

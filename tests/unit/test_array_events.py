@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.unit.conftest import ACCOUNT, REGION, FakeLambdaContext, load_event
-from vsa_core.arrays import aws_events, events
+from vsa_core.arrays import aws_events, callers, events
 from vsa_core.arrays.events import Event, Execution
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.backups.sets import BackupSet, new_backup_id
@@ -423,3 +423,63 @@ def test_the_route_answers_the_decisions_since_as_asked(api: None, registry_tabl
         ("decision", "scale-out", "recorded")
     ]
     assert (reply["since"], reply["limit"]) == ("2025-01-31T08:00:00+00:00", 20)
+
+
+# ---------------------------------------------------------------- who asked
+
+
+OPERATOR = callers.Caller(arn="arn:aws:iam::123456789012:user/vsa-operator")
+
+
+def test_the_caller_is_the_identity_api_gateway_verified_and_nothing_else() -> None:
+    identity = load_event("apigateway/put_array.json")["requestContext"]["identity"]
+    caller = callers.caller_of(identity)
+    assert caller.model_dump(by_alias=True) == {
+        "kind": "iam",
+        "arn": "arn:aws:iam::123456789012:user/vsa-operator",
+        "account": "123456789012",
+        "accessKeyId": "AKIAIOSFODNN7EXAMPLE",
+        "sourceIp": "203.0.113.10",
+    }
+    assert caller.principal == caller.arn
+    assert callers.Caller.schedule("vsa-demo-backup").principal == "schedule:vsa-demo-backup"
+    for missing in (None, {}, {**identity, "userArn": None}, {**identity, "userArn": ""}):
+        with pytest.raises(callers.CallerUnknownError, match="no IAM caller"):
+            callers.caller_of(missing)
+
+
+def test_a_deletion_s_run_carries_its_caller_and_other_changes_are_events_of_their_own() -> None:
+    run = events.delete_event(Execution(name="delete-demo-v3", status="RUNNING", started_at=at(2)))
+    asked = callers.ChangeRecord(
+        at=at(1), kind="delete", what="deletion requested", reference="delete-demo-v3", by=OPERATOR
+    )
+    gone = callers.ChangeRecord(at=at(0), kind="delete", what="x", reference="delete-demo-v1", by=OPERATOR)
+    applied = callers.ChangeRecord(
+        at=at(0), kind="apply", what="spec v3 applied", reference="v3", by=OPERATOR
+    )
+    found = events.attributed([run], [asked, gone, applied])
+    assert [(e.kind, e.reference, e.outcome, e.by) for e in sorted(found)] == [
+        ("apply", "v3", "recorded", OPERATOR.arn),
+        ("delete", "delete-demo-v1", "recorded", OPERATOR.arn),  # its run aged out: the request stays
+        ("delete", "delete-demo-v3", "running", OPERATOR.arn),
+    ]
+    assert events.attributed([run], []) == [run]
+    assert run.as_dict()["by"] is None
+
+
+def test_a_backup_set_shows_who_asked_for_it(registry_table: str) -> None:
+    requested = backup_set(3, "completed").model_copy(update={"requested_by": callers.Caller.schedule("s")})
+    assert events.backup_event(requested).as_dict()["by"] == "schedule:s"
+    assert events.backup_event(backup_set(3, "completed")).by is None
+
+
+def test_recorded_changes_are_read_back_newest_first_from_since(registry_table: str) -> None:
+    registry = ArrayRegistry(registry_table)
+    for minute in (1, 2, 3):
+        change = callers.ChangeRecord(at=at(minute), kind="apply", what=f"v{minute}", by=OPERATOR)
+        registry.history.record("demo", change, retention_days=90)
+    registry.history.record(
+        "other", callers.ChangeRecord(at=at(2), kind="apply", what="x", by=OPERATOR), retention_days=90
+    )
+    assert [c.what for c in registry.history.read("demo", since=at(2), limit=10)] == ["v3", "v2"]
+    assert [c.what for c in registry.history.read("demo", since=None, limit=1)] == ["v3"]

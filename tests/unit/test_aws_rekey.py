@@ -7,6 +7,7 @@ one. Run Command is moto's, whose invocations all succeed; moto does not impleme
 ListCommandInvocations (NotImplementedError), so ``MotoSsm`` answers it from moto's own
 ListCommands: every invocation of every command sent, Success."""
 
+import functools
 import json
 import time
 import uuid
@@ -18,12 +19,15 @@ import pytest
 from tests.unit.conftest import REGION
 from vsa_core.arrays import aws_keys, aws_lock, aws_operations, keys
 from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.arrays.callers import Caller
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.controllers.nvme import host_nqn
 from vsa_core.errors import ConflictError
 from vsa_core.reconcile import aws_record, aws_steps
 from vsa_core.reconcile.steps import Poll, Start, Verify
 from vsa_core.registry import ArrayRegistry
+
+OPERATOR = Caller(arn="arn:aws:iam::123456789012:user/vsa-operator")
 
 NAMES = {"configureTarget": "ct", "connectPath": "cp", "disconnectPath": "dp"}
 NODE = {
@@ -276,9 +280,13 @@ def test_rotate_keys_is_refused_without_authentication_and_resumes_a_rotation_un
 
     starter = Starter()
     service = world["ctx"].arrays
-    first = aws_operations.rotate_keys("demo", registry=registry, service=service, reconcile=starter)  # type: ignore[arg-type]
-    again = aws_operations.rotate_keys("demo", registry=registry, service=service, reconcile=starter)  # type: ignore[arg-type]
+    rotate = functools.partial(aws_operations.rotate_keys, "demo", by=OPERATOR, registry=registry)
+    first = rotate(service=service, reconcile=starter)
+    again = rotate(service=service, reconcile=starter)
     assert (first["rotation"], again["rotation"]) == ("started", "resumed")
+    # each request is in the array's history with who asked
+    asked = [(c.kind, c.by.arn) for c in registry.history.read("demo", since=None, limit=10)]
+    assert asked == [("rotate-keys", OPERATOR.arn)] * 2
     assert len(starter.works) == 2
     # a rotation's progress left behind by one that finished is cleared as a new one begins
     _run_phase(world["ctx"])
@@ -288,15 +296,12 @@ def test_rotate_keys_is_refused_without_authentication_and_resumes_a_rotation_un
         "demo",
         {"i-0c0000000000000c9": {"stage": "keyed", "address": "x"}},
     )
-    assert (
-        aws_operations.rotate_keys("demo", registry=registry, service=service, reconcile=starter)["rotation"]
-        == "started"
-    )  # type: ignore[arg-type]
+    assert rotate(service=service, reconcile=starter)["rotation"] == "started"
     assert registry.get("demo").rekey_stages == {}
     stored = registry.get("demo")
     registry.put(_spec("none"), stored.version)
     with pytest.raises(ConflictError, match="authentication none"):
-        aws_operations.rotate_keys("demo", registry=registry, service=service, reconcile=starter)  # type: ignore[arg-type]
+        rotate(service=service, reconcile=starter)
 
 
 def test_a_rotation_whose_keys_would_not_fit_one_secret_is_refused_and_nothing_stored(

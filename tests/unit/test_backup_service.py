@@ -13,6 +13,7 @@ from botocore.stub import ANY, Stubber
 
 from tests.unit.conftest import ACCOUNT, REGION
 from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.arrays.callers import Caller
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.backups import aws_snapshot, sets
 from vsa_core.backups.aws_service import BackupService
@@ -30,6 +31,8 @@ from vsa_core.errors import (
 )
 from vsa_core.naming import slot_key
 from vsa_core.registry import ArrayRegistry, BackupRegistry
+
+OPERATOR = Caller(arn="arn:aws:iam::123456789012:user/vsa-operator")
 
 AMI = "ami-12c6146b"
 
@@ -340,10 +343,10 @@ def test_delete_refuses_a_set_in_progress_and_deletes_a_finished_one(world: dict
     running = record(world["table"], state="snapshotting")
     svc = service(world["table"])
     with pytest.raises(ConflictError, match="in progress"):
-        svc.delete("demo", running.backup_id)
+        svc.delete("demo", running.backup_id, OPERATOR)
     done = _completed(world)
     assert done.state == "completed"
-    answer = svc.delete("demo", done.backup_id)
+    answer = svc.delete("demo", done.backup_id, OPERATOR)
     assert answer["deletedSnapshots"] == sorted(s.snapshot_id for s in done.snapshots)
     with pytest.raises(BackupNotFoundError):
         svc.get("demo", done.backup_id)
@@ -357,7 +360,7 @@ def test_retention_keeps_the_policy_s_newest_and_applies_only_whole_sets(world: 
     keep, plan = svc.retention("demo", None, 5)
     assert keep == 2
     assert [d.backup_id for d in plan.deletions] == [made[0].backup_id]
-    applied = svc.apply_retention("demo", None, 5)
+    applied = svc.apply_retention("demo", None, 5, OPERATOR)
     assert [d["backupId"] for d in applied["deleted"]] == [made[0].backup_id]
     assert [s.backup_id for s in svc.sets("demo")] == [made[2].backup_id, made[1].backup_id]
 
@@ -389,7 +392,7 @@ def test_retention_deletes_every_set_it_can_then_names_each_refused_one(world: d
     svc = service(world["table"], ec2=ec2)
     # When retention runs
     with pytest.raises(RetentionFailedError) as refused:
-        svc.apply_retention("demo", None, 5)
+        svc.apply_retention("demo", None, 5, OPERATOR)
     # Then the error names the refused set and AWS's reason, and the other set was deleted
     message = str(refused.value)
     assert made[0].backup_id in message
@@ -400,7 +403,7 @@ def test_retention_deletes_every_set_it_can_then_names_each_refused_one(world: d
     assert made[0].backup_id in left  # still there: the next run tries again
     assert {made[2].backup_id, made[3].backup_id} <= set(left)
     # And once AWS no longer refuses, the next run deletes it
-    applied = service(world["table"]).apply_retention("demo", None, 5)
+    applied = service(world["table"]).apply_retention("demo", None, 5, OPERATOR)
     assert [d["backupId"] for d in applied["deleted"]] == [made[0].backup_id]
 
 
@@ -444,7 +447,7 @@ def test_start_refuses_application_mode_without_mountpoints_and_is_idempotent_pe
     )["stateMachineArn"]
     svc = service(world["table"], sfn=sfn, state_machine_arn=machine)
     with pytest.raises(InvalidBackupError, match="no hosts"):
-        svc.start("demo", mode="application")
+        svc.start("demo", mode="application", by=OPERATOR)
     backup_id = sets.new_backup_id(datetime.now(UTC), "event-1")
     created, first = svc.start("demo", mode="crash", trigger="schedule", backup_id=backup_id)
     again, second = svc.start("demo", mode="crash", trigger="schedule", backup_id=backup_id)
@@ -475,11 +478,11 @@ def test_restore_makes_io2_multi_attach_volumes_and_registers_a_new_array(world:
     svc = service(world["table"])
     running = _snapshotted(world)
     with pytest.raises(ConflictError, match="only a completed set"):
-        svc.restore("demo", running.backup_id, None)
+        svc.restore("demo", running.backup_id, None, OPERATOR)
     backup = _completed(world)
     with pytest.raises(InvalidBackupError, match="never touches the source"):
-        svc.restore("demo", backup.backup_id, "demo")
-    answer = svc.restore("demo", backup.backup_id, "demo-copy")
+        svc.restore("demo", backup.backup_id, "demo", OPERATOR)
+    answer = svc.restore("demo", backup.backup_id, "demo-copy", OPERATOR)
     made = boto3.client("ec2", region_name=REGION).describe_volumes(
         VolumeIds=[v["volumeId"] for v in answer["volumes"]]
     )["Volumes"]
@@ -488,7 +491,7 @@ def test_restore_makes_io2_multi_attach_volumes_and_registers_a_new_array(world:
     new = ArrayRegistry(world["table"]).get("demo-copy").spec
     assert new.existing_volume_ids == tuple(v["volumeId"] for v in answer["volumes"])
     with pytest.raises(ConflictError, match="exists"):
-        svc.restore("demo", backup.backup_id, "demo-copy")
+        svc.restore("demo", backup.backup_id, "demo-copy", OPERATOR)
 
 
 def test_a_restore_that_aws_refuses_midway_leaves_no_volume_and_registers_nothing(
@@ -503,7 +506,7 @@ def test_a_restore_that_aws_refuses_midway_leaves_no_volume_and_registers_nothin
     with pytest.raises(
         RestoreError, match=r"InvalidSnapshot\.NotFound.*volume\(s\) it had created were deleted"
     ):
-        svc.restore("demo", backup.backup_id, "demo-copy")
+        svc.restore("demo", backup.backup_id, "demo-copy", OPERATOR)
     assert {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]} == before
     with pytest.raises(ArrayNotFoundError):
         ArrayRegistry(world["table"]).get("demo-copy")
@@ -525,7 +528,7 @@ def test_a_failed_restore_names_each_volume_its_undo_could_not_delete(world: dic
     before = {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]}
     # When it is restored
     with pytest.raises(RestoreError) as failed:
-        svc.restore("demo", backup.backup_id, "demo-copy")
+        svc.restore("demo", backup.backup_id, "demo-copy", OPERATOR)
     # Then every volume left behind is named with AWS's reason, none is silently kept
     left = {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]} - before
     assert left

@@ -4,7 +4,9 @@ Keys: ``pk = ARRAY#<id>``; ``sk = SPEC`` holds the declared spec (JSON), the des
 controller count and a version; ``sk = SLOT#nn`` a controller's slot (``instanceId``, ``state``,
 ``address``; leased and released by the controller workflows); ``sk = DECISION#<time>#<execution>``
 holds scale decisions (written by the ScaleArray workflow itself); ``sk = BACKUP#<backup id>``
-holds a backup set (:class:`BackupRegistry`).
+holds a backup set (:class:`BackupRegistry`); ``sk = CHANGE#<time>#<kind>#<nonce>`` a stored
+change and who asked for it (``arrays.callers.ChangeRecord``; the SPEC item's ``appliedBy``
+names the last apply's caller in the spec's own write).
 
 Every per-event read is keyed, never a scan, so an event costs the same with 10 arrays or 1,000
 (``make bench-arrays``): an array by its id, its slots by a query of its partition, and a
@@ -20,17 +22,20 @@ ScaleArray workflow bumps the version too when it sets the desired count.
 
 import contextlib
 import json
-from datetime import datetime, timedelta
+import secrets
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from vsa_core.arrays.callers import Caller, ChangeRecord
 from vsa_core.arrays.spec import STORED, ArraySpec, Deletion, RegisteredArray
 from vsa_core.backups.sets import BackupSet
 from vsa_core.clients import client
 from vsa_core.controllers import aws_index
 from vsa_core.errors import ArrayNotFoundError, BackupNotFoundError, ConflictError
 from vsa_core.naming import SLOT_PREFIX, slot_of_key
+from vsa_core.settings import get_settings
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -87,6 +92,11 @@ class ArrayRegistry:
         self._table = table_name
         self._dynamodb: DynamoDBClient = dynamodb or client("dynamodb")
 
+    @property
+    def history(self) -> "ArrayHistory":
+        """The arrays' stored changes and their callers, in the same table."""
+        return ArrayHistory(self._table, self._dynamodb)
+
     def get(self, array_id: str) -> RegisteredArray:
         item = self._dynamodb.get_item(
             TableName=self._table, Key=array_key(array_id), ConsistentRead=True
@@ -101,15 +111,17 @@ class ArrayRegistry:
         expected_version: int | None,
         left_hosts: tuple[str, ...] = (),
         delete_volumes: tuple[str, ...] = (),
+        by: Caller | None = None,
     ) -> RegisteredArray:
         """Store ``spec``: a new array when ``expected_version`` is None, else an update of the
         version the caller read. The desired count stays, clamped into the new [min, max].
         ``left_hosts`` (hosts the new spec drops) join the pending host removals in the same
         write, so ReconcileArray learns of them however the apply ends; so do ``delete_volumes``
-        (owned volumes the apply asked to delete once detached)."""
+        (owned volumes the apply asked to delete once detached). ``by``: who applied, kept on
+        the item in the same write (``appliedBy``)."""
         if expected_version is None:
             try:
-                return self.create(spec)
+                return self.create(spec, by)
             except ClientError as error:
                 if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
                     raise
@@ -127,7 +139,9 @@ class ArrayRegistry:
                 TableName=self._table,
                 Key=array_key(spec.array_id),
                 UpdateExpression="SET spec = :spec, desiredControllers = :desired, version = :next, "
-                "applying = :next" + (" ADD " + ", ".join(adds) if adds else ""),
+                "applying = :next"
+                + (", appliedBy = :by" if by else "")
+                + (" ADD " + ", ".join(adds) if adds else ""),
                 ConditionExpression="version = :expected",
                 ExpressionAttributeValues={
                     ":spec": {"S": spec.model_dump_json(by_alias=True)},
@@ -136,6 +150,7 @@ class ArrayRegistry:
                     ":expected": {"N": str(expected_version)},
                     **({":left": {"SS": list(left_hosts)}} if left_hosts else {}),
                     **({":gone": {"SS": list(delete_volumes)}} if delete_volumes else {}),
+                    **({":by": {"S": by.model_dump_json(by_alias=True)}} if by else {}),
                 },
             )
         except ClientError as error:
@@ -238,8 +253,9 @@ class ArrayRegistry:
             for item in page.get("Items", []):
                 self._dynamodb.delete_item(TableName=self._table, Key={"pk": item["pk"], "sk": item["sk"]})
 
-    def create(self, spec: ArraySpec) -> RegisteredArray:
-        """Register a new array at its minimum size; refuses to overwrite an existing one."""
+    def create(self, spec: ArraySpec, by: Caller | None = None) -> RegisteredArray:
+        """Register a new array at its minimum size; refuses to overwrite an existing one.
+        ``by``: who asked (``appliedBy``)."""
         registered = RegisteredArray(
             spec=spec, desired_controllers=spec.min_controllers, version=1, applying=1
         )
@@ -251,6 +267,7 @@ class ArrayRegistry:
                 "desiredControllers": {"N": str(registered.desired_controllers)},
                 "version": {"N": "1"},
                 "applying": {"N": "1"},
+                **({"appliedBy": {"S": by.model_dump_json(by_alias=True)}} if by else {}),
             },
             ConditionExpression="attribute_not_exists(pk)",
         )
@@ -316,6 +333,48 @@ class ArrayRegistry:
         ]
 
 
+class ArrayHistory:
+    """The array's stored changes and who asked for each (``sk = CHANGE#...``): kept beside its
+    spec, read by the timeline."""
+
+    def __init__(self, table_name: str, dynamodb: "DynamoDBClient") -> None:
+        self._table = table_name
+        self._dynamodb = dynamodb
+
+    def record(self, array_id: str, change: ChangeRecord, retention_days: int | None = None) -> None:
+        """Keep a stored change and who asked for it in the array's history
+        (``sk = CHANGE#<time>#<kind>#<nonce>``), gone after the history's retention like the
+        decisions (``retention_days``; default: the settings' ``HistoryRetentionDays``)."""
+        days = retention_days or get_settings().history_retention_days
+        at = change.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        self._dynamodb.put_item(
+            TableName=self._table,
+            Item={
+                "pk": {"S": f"ARRAY#{array_id}"},
+                "sk": {"S": f"{CHANGE_PREFIX}{at}#{change.kind}#{secrets.token_hex(4)}"},
+                "change": {"S": change.model_dump_json(by_alias=True)},
+                EXPIRES_AT: {"N": str(expires_at(change.at, days))},
+            },
+        )
+
+    def read(self, array_id: str, since: datetime | None, limit: int) -> list[ChangeRecord]:
+        """The newest ``limit`` recorded changes at or after ``since``, newest first."""
+        start = CHANGE_PREFIX + (since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S") if since else "")
+        response = self._dynamodb.query(
+            TableName=self._table,
+            KeyConditionExpression="pk = :pk AND sk BETWEEN :from AND :to",
+            ExpressionAttributeValues={
+                ":pk": {"S": f"ARRAY#{array_id}"},
+                ":from": {"S": start},
+                ":to": {"S": "CHANGE$"},  # "$" sorts right after "#"
+            },
+            ScanIndexForward=False,
+            Limit=limit,
+        )
+        return [ChangeRecord.model_validate_json(item["change"]["S"]) for item in response.get("Items", [])]
+
+
+CHANGE_PREFIX = "CHANGE#"
 BACKUP_PREFIX = "BACKUP#"
 
 

@@ -12,6 +12,10 @@ validates (422 with the failing fields),
                                                control plane created, then forgets the array
     POST   /arrays/{arrayId}/rotate-keys       202: new DH-HMAC-CHAP keys, put in place by a
                                                ReconcileArray run controller by controller
+
+Each route that stores a change passes its caller to the core: the IAM principal API Gateway
+verified (``requestContext.identity``), never anything the request itself says; a request without
+one is refused (403).
 """
 
 from datetime import UTC, datetime, timedelta
@@ -25,6 +29,7 @@ from vsa_core.arrays import aws_events, aws_operations, replies
 from vsa_core.arrays.aws_removals import MountCheck
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.arrays.callers import Caller, CallerUnknownError, caller_of
 from vsa_core.arrays.events import MAX_LIMIT
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.clients import client
@@ -63,13 +68,25 @@ def _service() -> ArrayService:
     )
 
 
+def _caller() -> Caller:
+    """Who signed the request, as API Gateway's IAM authorization verified it."""
+    return caller_of(app.current_event.request_context.identity.raw_event)
+
+
 def _documents() -> NodeDocuments:
     return NodeDocuments.of(get_settings())
 
 
 # Named domain errors → HTTP status, in one place; 422 names each failing field and why
 replies.install(
-    app, ((InvalidSpecError, 400), (ArrayNotFoundError, 404), (ConflictError, 409), (ReconcileError, 502))
+    app,
+    (
+        (InvalidSpecError, 400),
+        (CallerUnknownError, 403),
+        (ArrayNotFoundError, 404),
+        (ConflictError, 409),
+        (ReconcileError, 502),
+    ),
 )
 
 
@@ -114,6 +131,7 @@ def put_array(
     created, reply = aws_operations.apply_array(
         array_id,
         spec,
+        by=_caller(),
         registry=_registry(),
         service=_service(),
         if_match=if_match,
@@ -220,7 +238,7 @@ def _reconcile_starter() -> ReconcileStarter:
 def rotate_keys(array_id: ArrayIdPath) -> Response[dict[str, Any]]:
     logger.append_keys(array_id=array_id)
     reply = aws_operations.rotate_keys(
-        array_id, registry=_registry(), service=_service(), reconcile=_reconcile_starter()
+        array_id, by=_caller(), registry=_registry(), service=_service(), reconcile=_reconcile_starter()
     )
     logger.info("keys rotation", extra={"rotation": reply["rotation"]})
     return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=reply)
@@ -242,6 +260,7 @@ def delete_array(
     reply = aws_operations.delete_array(
         array_id,
         delete_volumes=delete_volumes,
+        by=_caller(),
         registry=_registry(),
         service=_service(),
         sfn=client("stepfunctions"),

@@ -6,7 +6,8 @@ What is read, for one array:
 
 - the registry (keyed, never a scan): the SPEC item (404 for an unknown array), the scale
   ``DECISION#`` items from ``since`` on (one query, at most ``limit`` items, newest first), the
-  backup sets (``BACKUP#``) and the slots;
+  stored changes and their callers (``CHANGE#``, likewise), the backup sets (``BACKUP#``) and the
+  slots;
 - ``ListExecutions`` of ScaleArray, ReconcileArray and DeleteArray, whose names carry the array
   id (``naming``), and of BootstrapController and DrainController, whose names carry only the
   instance (``controllers.events``);
@@ -122,7 +123,10 @@ def read_events(
             events.scale_events(_decisions(clients, array_id, since, limit), described(scale)),
             events.controller_events(described(controllers), instances),
             [events.reconcile_event(r) for r in described(reconcile)],
-            [events.delete_event(r) for r in described(delete)],
+            events.attributed(
+                [events.delete_event(r) for r in described(delete)],
+                registry.history.read(array_id, since, limit),
+            ),
             [events.backup_event(b) for b in BackupRegistry(clients.table, clients.dynamodb).sets(array_id)],
             group_failures,
         ],

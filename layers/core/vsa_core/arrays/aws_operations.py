@@ -9,6 +9,10 @@ Delete: refuse while a controller bootstraps or drains → mark the array deleti
 the version read) → start the DeleteArray workflow, which tears down what the control plane
 created (volumes it created only on request; never one it did not create), waits for AWS to let
 go, and forgets the array. A repeated DELETE answers the same workflow.
+
+Every change stored here names its caller (``by``, read from API Gateway's request context at
+the API's edge): an apply on the SPEC item itself and in the array's history, a delete and a
+keys rotation in the history (``registry.ArrayHistory``).
 """
 
 import dataclasses
@@ -22,6 +26,7 @@ from vsa_core.arrays import aws_keys, aws_observe, aws_removals, dataplane, remo
 from vsa_core.arrays.aws_removals import MountCheck
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.arrays.callers import Caller, ChangeRecord
 from vsa_core.arrays.plan import Change
 from vsa_core.arrays.spec import ArraySpec, Deletion, RegisteredArray, keep_unsaid
 from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError, ReconcileError
@@ -64,6 +69,7 @@ def apply_array(
     array_id: str,
     spec: ArraySpec,
     *,
+    by: Caller,
     registry: ArrayRegistry,
     service: ArrayService,
     if_match: str | None = None,
@@ -81,7 +87,8 @@ def apply_array(
     may have: its report cannot tell) is refused (409, nothing changed) unless ``force``
     (``mounts``: where the hosts' reports are; None: not checked). ``delete_removed_volumes``:
     the owned volumes the spec no longer lists are deleted once detached (else kept, and the
-    answer says how to delete them); a volume the array did not create never is."""
+    answer says how to delete them); a volume the array did not create never is. ``by``: who
+    asked, stored with the spec and in the array's history (a dry run stores nothing)."""
     if spec.array_id != array_id:
         raise InvalidSpecError(
             f"the body's arrayId {spec.array_id!r} differs from the path's {array_id!r}: make them equal"
@@ -125,7 +132,20 @@ def apply_array(
             expected_version=current.version if current else None,
             left_hosts=left_hosts(before, spec),
             delete_volumes=deletions,
+            by=by,
         )
+    unchanged = " again, unchanged" if stored is current else ""
+    registry.history.record(
+        array_id,
+        ChangeRecord(
+            at=datetime.now(UTC),
+            kind="apply",
+            what=f"spec v{stored.version} applied{unchanged}"
+            + (f", deleting volumes {', '.join(deletions)} once detached" if deletions else ""),
+            reference=f"v{stored.version}",
+            by=by,
+        ),
+    )
     last_state = (current.reconcile or {}).get("state") if current is not None else None
     creating = service.missing_volumes(spec)
     started = None
@@ -377,6 +397,7 @@ def delete_array(
     array_id: str,
     *,
     delete_volumes: bool,
+    by: Caller,
     registry: ArrayRegistry,
     service: ArrayService,
     sfn: Any,
@@ -386,8 +407,11 @@ def delete_array(
     table: str,
 ) -> dict[str, Any]:
     """Start (or answer, when already started) the DeleteArray workflow of the array, after
-    stopping its ReconcileArray runs still going (``vsa_core.reconcile.aws_stop``)."""
+    stopping its ReconcileArray runs still going (``vsa_core.reconcile.aws_stop``). A request
+    that starts a run records ``by`` in the array's history (one answering the run under way
+    stores nothing)."""
     array = registry.get(array_id)
+    requested = array.deleting is None or array.delete_failure is not None
     if array.deleting is None:
         reason = service.busy_reason(array.spec)
         if reason is not None:
@@ -407,6 +431,18 @@ def delete_array(
         )
         array = registry.retry_deleting(array_id, deletion)
     assert array.deleting is not None
+    if requested:
+        kept = "and the volumes it created" if array.deleting.delete_volumes else "keeping its volumes"
+        registry.history.record(
+            array_id,
+            ChangeRecord(
+                at=datetime.now(UTC),
+                kind="delete",
+                what=f"deletion requested, {kept}",
+                reference=array.deleting.execution_name,
+                by=by,
+            ),
+        )
     stopped = aws_stop.stop_runs(sfn, dynamodb, table, reconcile_state_machine_arn, array)
     try:
         started = sfn.start_execution(
@@ -432,14 +468,14 @@ def delete_array(
 
 
 def rotate_keys(
-    array_id: str, *, registry: ArrayRegistry, service: ArrayService, reconcile: ReconcileStarter
+    array_id: str, *, by: Caller, registry: ArrayRegistry, service: ArrayService, reconcile: ReconcileStarter
 ) -> dict[str, Any]:
     """Start a rotation of the array's DH-HMAC-CHAP keys: new keys for the controller and every
     host stored beside the current ones (``aws_keys.begin_rotation``), then a ReconcileArray run,
     whose ``rekey`` phase moves the array controller by controller (``keys.rekey_step``) and
     ends with the old keys removed. Asked while one is under way, the same rotation goes on (a
     run stopped half-way resumes where it stopped). Refused (409) without authentication, while
-    the array is being deleted."""
+    the array is being deleted. ``by`` is recorded in the array's history."""
     array = registry.get(array_id)
     if array.deleting is not None:
         raise ConflictError(f"array {array_id!r} is being deleted: there are no keys to rotate")
@@ -449,5 +485,9 @@ def rotate_keys(
         reconcile.clear_rekey_stages(array_id)  # a finished rotation's progress, left behind
     began = aws_keys.begin_rotation(clients, array.spec)
     said = "new keys stored: controllers rekeyed one at a time" if began else "a rotation under way goes on"
+    registry.history.record(
+        array_id,
+        ChangeRecord(at=datetime.now(UTC), kind="rotate-keys", what=f"keys rotation: {said}", by=by),
+    )
     started = reconcile.start(array_id, array.version, [f"keys rotation: {said}"])
     return {"arrayId": array_id, "rotation": "started" if began else "resumed", "reconcile": started}

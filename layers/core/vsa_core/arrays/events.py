@@ -8,21 +8,43 @@ execution that recorded it are one event (the decision names its execution); a r
 recorded none (it failed, or held the lock busy) is an event of its own. :func:`timeline` keeps
 what happened at or after ``since`` and the newest ``limit`` of those.
 
+A stored change names its caller (``by``: an IAM principal's ARN, or ``schedule:<name>``): a
+backup set carries who asked for it; the other changes are the array's history records
+(``callers.ChangeRecord``: apply, delete, rotate-keys, restore, delete-backup, prune), each an
+event of its own, but for a deletion whose DeleteArray run is listed: that run's event carries
+its caller (:func:`attributed`). What the control plane does on its own (decisions, bootstraps,
+drains, reconciles) has no ``by``.
+
 Execution names say what a run is about (``naming``): ``scale-<array>-<hash>``,
 ``reconcile-<array>-v<version>[-r<time>]``, ``delete-<array>-v<version>[-r<time>]``,
 ``bootstrap-<instance>-<hash>``, ``drain-<instance>-<hash>``, ``lost-<instance>-<state>``.
 """
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from vsa_core.arrays.callers import ChangeRecord
 from vsa_core.backups.sets import BackupSet
 
 EventKind = Literal[
-    "decision", "scale", "bootstrap", "drain", "lost", "reconcile", "delete", "backup", "group"
+    "decision",
+    "scale",
+    "bootstrap",
+    "drain",
+    "lost",
+    "reconcile",
+    "delete",
+    "backup",
+    "group",
+    "apply",
+    "rotate-keys",
+    "restore",
+    "delete-backup",
+    "prune",
 ]
 MAX_LIMIT = 500
 """The most events one answer holds (the API's ``limit`` is 1..this)."""
@@ -49,7 +71,8 @@ class Execution:
 @dataclass(frozen=True, order=True)
 class Event:
     """One thing that happened to the array. ``reference``: what to look up for more (the
-    execution's name, the backup set's id, the group activity's id)."""
+    execution's name, the backup set's id, the group activity's id). ``by``: who asked for it,
+    for a change a caller stored."""
 
     at: datetime
     kind: EventKind
@@ -59,6 +82,7 @@ class Event:
     ended_at: datetime | None = field(default=None, compare=False)
     error: str | None = field(default=None, compare=False)
     cause: str | None = field(default=None, compare=False)
+    by: str | None = field(default=None, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +94,7 @@ class Event:
             "endedAt": self.ended_at.astimezone(UTC).isoformat() if self.ended_at else None,
             "error": self.error,
             "cause": self.cause,
+            "by": self.by,
         }
 
 
@@ -214,7 +239,35 @@ def backup_event(backup: BackupSet) -> Event:
         ended_at=backup.completed_at,
         error="BackupFailed" if backup.failure else None,
         cause=backup.failure,
+        by=backup.requested_by.principal if backup.requested_by else None,
     )
+
+
+def change_event(change: ChangeRecord) -> Event:
+    """A change from the array's history: recorded when it was stored."""
+    return Event(
+        at=change.at,
+        kind=change.kind,
+        what=change.what,
+        outcome="recorded",
+        reference=change.reference,
+        by=change.by.principal,
+    )
+
+
+def attributed(runs: Sequence[Event], changes: Iterable[ChangeRecord]) -> list[Event]:
+    """``runs`` (execution events), each carrying the caller of the change that started it (the
+    same kind and reference: a deletion and its DeleteArray run), and the other changes as events
+    of their own."""
+    by_run = {(e.kind, e.reference): e for e in runs}
+    own: list[Event] = []
+    for change in changes:
+        run = by_run.get((change.kind, change.reference))
+        if run is not None and run.by is None:
+            by_run[(change.kind, change.reference)] = dataclasses.replace(run, by=change.by.principal)
+        else:
+            own.append(change_event(change))
+    return [*by_run.values(), *own]
 
 
 def group_event(activity: Mapping[str, Any]) -> Event:

@@ -16,6 +16,10 @@ domain errors map to 400/404/409 here.
 A POST with an ``Idempotency-Key`` header is done once: the same key with the same body answers
 what the first answered (powertools idempotency, DynamoDB, 24 h); the same key with another body
 is refused (422).
+
+Each route that stores a change (a backup, a restore, a deleted set, retention) passes its caller
+to the core: the IAM principal API Gateway verified (``requestContext.identity``), never anything
+the request itself says; a request without one is refused (403).
 """
 
 import json
@@ -36,6 +40,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from vsa_core.arrays import replies
+from vsa_core.arrays.callers import Caller, CallerUnknownError, caller_of
 from vsa_core.arrays.spec import ArrayId
 from vsa_core.backups import sets
 from vsa_core.backups.aws_service import BackupService, from_settings
@@ -108,6 +113,7 @@ replies.install(
     app,
     (
         (InvalidBackupError, 400),
+        (CallerUnknownError, 403),
         (ArrayNotFoundError, 404),
         (BackupNotFoundError, 404),
         (ConflictError, 409),
@@ -135,15 +141,21 @@ app.exception_handler(IdempotencyValidationError)(_key_reused)
 # --- what a POST does, run once per Idempotency-Key ------------------------------------------
 
 
+def _caller() -> Caller:
+    """Who signed the request, as API Gateway's IAM authorization verified it."""
+    return caller_of(app.current_event.request_context.identity.raw_event)
+
+
 def _perform(request: dict[str, Any]) -> dict[str, Any]:
     body, array_id = request["body"], request["arrayId"]
+    by = Caller.model_validate(request["by"])
     service = _service()
     if request["kind"] == "backup":
         mode = body.get("mode") or _policy_mode(service, array_id)
-        created, backup = service.start(array_id, mode=mode, label=body.get("label"))
+        created, backup = service.start(array_id, mode=mode, label=body.get("label"), by=by)
         return {"created": created, "backup": backup.model_dump(by_alias=True, mode="json")}
     target = body["target"]
-    return service.restore(array_id, body["backupId"], target.get("arrayId"))
+    return service.restore(array_id, body["backupId"], target.get("arrayId"), by)
 
 
 def _policy_mode(service: BackupService, array_id: str) -> sets.BackupMode:
@@ -177,6 +189,7 @@ def _post(kind: str, array_id: str, key: str | None, body: BaseModel) -> dict[st
         "arrayId": array_id,
         "key": key,
         "body": json.loads(body.model_dump_json(by_alias=True, exclude_none=True)),
+        "by": _caller().model_dump(by_alias=True, mode="json"),
     }
     if key is None:
         return _perform(request)
@@ -253,7 +266,7 @@ def get_backup(array_id: ArrayIdPath, backup_id: BackupIdPath) -> dict[str, Any]
 )
 def delete_backup(array_id: ArrayIdPath, backup_id: BackupIdPath) -> dict[str, Any]:
     logger.append_keys(array_id=array_id, backup_id=backup_id)
-    return _service().delete(array_id, backup_id)
+    return _service().delete(array_id, backup_id, _caller())
 
 
 @app.get(
@@ -287,7 +300,9 @@ def apply_retention(
 ) -> dict[str, Any]:
     if request.dry_run:
         return plan_retention(array_id, request.keep)
-    reply = _service().apply_retention(array_id, request.keep, get_settings().retention_max_deletions)
+    reply = _service().apply_retention(
+        array_id, request.keep, get_settings().retention_max_deletions, _caller()
+    )
     return {"arrayId": array_id, "dryRun": False, **reply}
 
 

@@ -1,12 +1,15 @@
 """Restore a completed backup set: io2 Multi-Attach volumes from its snapshots in the array's
 AZ, tagged back to the set, and for a new array its spec registered. Never touches the source;
-nothing half-done (the volumes made so far go again on a failure)."""
+nothing half-done (the volumes made so far go again on a failure). The restore is recorded with
+its caller in the source array's history (and the new array's)."""
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from vsa_core.arrays.callers import Caller, ChangeRecord
 from vsa_core.arrays.spec import ARRAY_TAG, ArraySpec, ExistingVolume, RegisteredArray
 from vsa_core.backups import aws_sets
 from vsa_core.backups.aws_context import BackupContext
@@ -24,7 +27,9 @@ RESTORED_FROM_TAG = "vsa:restored-from"
 SOURCE_VOLUME_TAG = "vsa:source-volume"
 
 
-def restore(ctx: BackupContext, array_id: str, backup_id: str, new_array_id: str | None) -> dict[str, Any]:
+def restore(
+    ctx: BackupContext, array_id: str, backup_id: str, new_array_id: str | None, by: Caller
+) -> dict[str, Any]:
     """io2 Multi-Attach volumes from a completed set, in the array's AZ, tagged back to the
     set; for a new array, its spec registered (the source's, these volumes as existing
     volumes). Reads the source; never changes it."""
@@ -44,7 +49,7 @@ def restore(ctx: BackupContext, array_id: str, backup_id: str, new_array_id: str
             raise ConflictError(f"array {new_array_id!r} exists: restore into a new array id")
     created: list[dict[str, str]] = []
     try:
-        spec = _restore_volumes(ctx, array, backup, target, created, new_array_id)
+        spec = _restore_volumes(ctx, array, backup, target, created, new_array_id, by)
     except (ClientError, ConflictError) as error:
         # nothing half-done: the volumes made so far go again, nothing stays registered
         removed, left = _delete_volumes(ctx, [v["volumeId"] for v in created])
@@ -68,6 +73,19 @@ def restore(ctx: BackupContext, array_id: str, backup_id: str, new_array_id: str
                 f"created were deleted{leftover} and nothing was registered"
             ) from error
         raise
+    into = f"new array {new_array_id}" if new_array_id else "volumes only"
+    volumes = ", ".join(v["volumeId"] for v in created)
+    for recorded in (array_id, new_array_id) if new_array_id else (array_id,):
+        ctx.registry.history.record(
+            recorded,
+            ChangeRecord(
+                at=datetime.now(UTC),
+                kind="restore",
+                what=f"backup set {backup_id} of array {array_id} restored ({into}): {volumes}",
+                reference=backup_id,
+                by=by,
+            ),
+        )
     return {
         "arrayId": array_id,
         "backupId": backup_id,
@@ -99,6 +117,7 @@ def _restore_volumes(
     target: str,
     created: list[dict[str, str]],
     new_array_id: str | None,
+    by: Caller,
 ) -> ArraySpec | None:
     """One volume per snapshot (appended to ``created`` as made), then the new array's spec
     registered when there is one."""
@@ -133,5 +152,5 @@ def _restore_volumes(
     data["arrayId"] = new_array_id
     data["volumes"] = [ExistingVolume(volume_id=v["volumeId"]).model_dump(by_alias=True) for v in created]
     spec = ArraySpec.model_validate(data)
-    ctx.registry.create(spec)
+    ctx.registry.create(spec, by)
     return spec

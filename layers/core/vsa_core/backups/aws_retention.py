@@ -6,12 +6,16 @@ snapshot an AMI was registered from, say) does not stop the others, and does not
 that ran retention a failed one: the workflow's step raises ``RetentionFailedError`` naming
 every refused set once all were tried, and :func:`record_failure` records it on the new set and
 counts it in ``VSA/Backups RetentionFailures``, whose alarm is not the backup-failed one.
+
+Each set retention deletes is recorded (``prune``) with who ran it: the API's caller, or after a
+backup the one who asked for that set (a scheduled set: the array's schedule).
 """
 
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from vsa_core.arrays.callers import Caller
 from vsa_core.backups import aws_sets
 from vsa_core.backups.aws_context import BackupContext, dump, utc_now
 from vsa_core.backups.reports import error_message
@@ -26,6 +30,7 @@ from vsa_core.errors import (
     InvalidBackupError,
     RetentionFailedError,
 )
+from vsa_core.naming import backup_schedule_name
 
 RETENTION_NAMESPACE = "VSA/Backups"
 RETENTION_FAILURES_METRIC = "RetentionFailures"
@@ -46,16 +51,20 @@ def retention(
 
 
 def apply_retention(
-    ctx: BackupContext, array_id: str, keep: int | None, max_deletions: int
+    ctx: BackupContext, array_id: str, keep: int | None, max_deletions: int, by: Caller
 ) -> dict[str, Any]:
     """Delete what the plan says; every set is tried, and any AWS refused are named at the end
-    (``RetentionFailedError``), after the others were deleted."""
+    (``RetentionFailedError``), after the others were deleted. ``by``: who runs it."""
     keep, plan = retention(ctx, array_id, keep, max_deletions)
     deleted = []
     refused: dict[str, str] = {}
     for decision in plan.deletions:
         try:
-            deleted.append(aws_sets.delete(ctx, array_id, decision.backup_id))
+            deleted.append(
+                aws_sets.delete(
+                    ctx, array_id, decision.backup_id, by, "prune", f" by retention (keep {keep})"
+                )
+            )
         except ConflictError:
             continue  # taken up meanwhile: a later run decides again
         except (ClientError, BotoCoreError) as error:
@@ -68,6 +77,16 @@ def apply_retention(
             + f"{gone}. The refused sets stay and the next run tries again"
         )
     return {"keep": keep, "plan": dump(plan.decisions), "deleted": deleted}
+
+
+def caller_after(ctx: BackupContext, array_id: str, backup_id: str) -> Caller:
+    """Who runs the retention that follows backup set ``backup_id``: whoever asked for the set
+    (a scheduled one: its schedule); a set that names no one ran from the array's schedule."""
+    try:
+        requested = ctx.backups.get(array_id, backup_id).requested_by
+    except BackupNotFoundError:
+        requested = None
+    return requested or Caller.schedule(backup_schedule_name(array_id))
 
 
 def record_failure(

@@ -71,6 +71,7 @@ class BackupService:
     delete = on_context(aws_sets.delete)
     retention = on_context(aws_retention.retention)
     apply_retention = on_context(aws_retention.apply_retention)
+    retention_caller = on_context(aws_retention.caller_after)
     record_retention_failure = on_context(aws_retention.record_failure)
     restore = on_context(aws_restore.restore)
     # the ConsistentBackup workflow's steps

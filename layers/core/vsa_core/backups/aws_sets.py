@@ -1,16 +1,19 @@
 """A backup set's life on the AWS side outside the workflow: admit and record it and start its
 ConsistentBackup execution, read sets (failing one whose workflow was stopped), delete a set
-and only the snapshots this array's set created."""
+and only the snapshots this array's set created. A set records who asked for it
+(``requestedBy``); a deletion is recorded in the array's history with its caller."""
 
 import contextlib
 import functools
 import json
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from botocore.exceptions import ClientError
 
+from vsa_core.arrays.callers import Caller, ChangeKind, ChangeRecord
 from vsa_core.arrays.spec import ARRAY_TAG, RegisteredArray
 from vsa_core.backups.aws_context import BackupContext, code, tag_dict, utc_now
 from vsa_core.backups.sets import (
@@ -31,6 +34,7 @@ from vsa_core.errors import (
     InvalidBackupError,
     SnapshotLimitError,
 )
+from vsa_core.naming import backup_schedule_name
 from vsa_core.waiters import execution_arn
 
 DELETE_WORKERS = 8
@@ -48,8 +52,14 @@ def start(
     label: str | None = None,
     trigger: Literal["api", "schedule"] = "api",
     backup_id: str | None = None,
+    by: Caller | None = None,
 ) -> tuple[bool, BackupSet]:
-    """Record a set and start its workflow; ``(False, set)`` if that set exists already."""
+    """Record a set and start its workflow; ``(False, set)`` if that set exists already. ``by``:
+    who asked (for a scheduled set, the array's schedule when not given)."""
+    if by is None:
+        if trigger != "schedule":
+            raise ValueError("a backup requested through the API names its caller")
+        by = Caller.schedule(backup_schedule_name(array_id))
     array = ctx.registry.get(array_id)
     if array.deleting is not None:
         raise ConflictError(f"array {array_id!r} is being deleted: no new backups")
@@ -79,6 +89,7 @@ def start(
         label=label,
         created_at=backup_id_time(backup_id),
         trigger=trigger,
+        requested_by=by,
         freeze_timeout_seconds=policy.freeze_timeout_seconds if policy else 10,
         message=decision.message if decision.action == "queue" else "requested",
     )
@@ -170,14 +181,33 @@ def _reconcile(ctx: BackupContext, backup: BackupSet) -> BackupSet:
     )
 
 
-def delete(ctx: BackupContext, array_id: str, backup_id: str) -> dict[str, Any]:
-    """Delete a set: refuse one in progress; only the snapshots this array's set created."""
+def delete(
+    ctx: BackupContext,
+    array_id: str,
+    backup_id: str,
+    by: Caller,
+    kind: ChangeKind = "delete-backup",
+    why: str = "",
+) -> dict[str, Any]:
+    """Delete a set: refuse one in progress; only the snapshots this array's set created. The
+    request is recorded in the array's history with ``by`` (``kind``: ``prune`` for retention,
+    ``why`` its reason) before anything is deleted."""
     backup = get(ctx, array_id, backup_id)
     if backup.in_progress:
         raise ConflictError(
             f"backup set {backup_id} is in progress ({backup.state}): delete it once it has "
             "completed or failed"
         )
+    ctx.registry.history.record(
+        array_id,
+        ChangeRecord(
+            at=datetime.now(UTC),
+            kind=kind,
+            what=f"backup set {backup_id} ({backup.state}) deleted{why}",
+            reference=backup_id,
+            by=by,
+        ),
+    )
     if backup.state != "deleting":
         backup = ctx.backups.save(backup.model_copy(update={"state": "deleting"}), (backup.state,))
     deleted = _delete_snapshots(ctx, backup)

@@ -72,7 +72,8 @@ def run(request: Any, service: BackupService, settings: Settings) -> dict[str, A
             array = service.array(a)
             if array.spec.backup is None:
                 return {"skipped": "no backup policy: retention runs on request only"}
-            return service.apply_retention(a, None, settings.retention_max_deletions)
+            by = service.retention_caller(a, b)
+            return service.apply_retention(a, None, settings.retention_max_deletions, by)
         case RetentionFailed():
             return service.record_retention_failure(settings.deployment, a, b, request.error)
     raise AssertionError(f"unknown step {request!r}")  # pragma: no cover - the model is closed

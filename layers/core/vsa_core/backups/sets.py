@@ -30,6 +30,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from vsa_core.arrays.callers import Caller
 from vsa_core.arrays.spec import ARRAY_TAG, OWNED_TAG, ArrayId, InstanceId, VolumeId
 
 BackupMode = Literal["crash", "application"]
@@ -220,6 +221,9 @@ class BackupSet(_Strict):
     consistency_reason: str | None = Field(default=None, alias="consistencyReason")
     failure: str | None = Field(default=None, description="why the set failed")
     trigger: Literal["api", "schedule"] = "api"
+    requested_by: Caller | None = Field(
+        default=None, alias="requestedBy", description="who asked for the set (a schedule: its name)"
+    )
     freeze_timeout_seconds: int = Field(default=10, alias="freezeTimeoutSeconds", ge=1, le=60)
     controller_instance_id: InstanceId | None = Field(
         default=None,
