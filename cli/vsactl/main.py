@@ -276,7 +276,8 @@ def events(
 ) -> None:
     """The array's timeline, oldest first, one line per event: scale decisions, controller
     bootstraps and drains (a lost controller too), data-plane reconciles, backups, deletion, and
-    failures with their error and cause."""
+    failures with their error and cause; each change a caller stored (apply, delete, rotate-keys,
+    backup, restore, a deleted or pruned set) with who asked in the BY column."""
     try:
         query = {"limit": str(limit), **({"since": since_time(since)} if since else {})}
         answer = _client(ctx).request("GET", f"/arrays/{array_id}/events", query=query) or {}

@@ -326,15 +326,19 @@ def reconcile_lines(reconcile: Any) -> list[str]:
 
 def event_lines(events: list[Any]) -> list[str]:
     """One line per event of an array's timeline, oldest first: when (UTC, to the second), kind,
-    outcome, what happened, the run or set to look up, and a failure's error and cause (its
-    first line: ``-o json`` has all of it)."""
+    outcome, who asked (the BY column, ``-`` for what the control plane did on its own; shown
+    when any event has a caller), what happened, the run or set to look up, and a failure's
+    error and cause (its first line: ``-o json`` has all of it)."""
     lines = []
-    for event in events:
-        if not isinstance(event, dict):
-            continue
+    shown = [e for e in events if isinstance(e, dict)]
+    callers = [_cell(e.get("by")) if e.get("by") else "-" for e in shown]
+    width = max((len(c) for c in callers), default=0) if any(e.get("by") for e in shown) else 0
+    kinds = max((len(_cell(e.get("kind"))) for e in shown), default=0)
+    for event, by in zip(shown, callers, strict=True):
         when = str(event.get("at", "?"))[:19].replace("T", " ")
         kind, outcome = _cell(event.get("kind")), _cell(event.get("outcome"))
-        line = f"{when}  {kind:<9} {outcome:<10} {_cell(event.get('what'))}"
+        column = f"{by:<{width}} " if width else ""
+        line = f"{when}  {kind:<{max(9, kinds)}} {outcome:<10} {column}{_cell(event.get('what'))}"
         if event.get("reference"):
             line += f" [{event['reference']}]"
         if event.get("error") or event.get("cause"):

@@ -932,3 +932,44 @@ def test_a_write_answered_504_is_never_repeated(run, api, tmp_path, monkeypatch)
     assert [r.method for r in api.requests] == ["PUT"]
     assert "apply the same spec again" in result.output
     assert "asked" not in result.output
+
+
+OPERATOR_ARN = "arn:aws:iam::123456789012:user/vsa-operator"
+ATTRIBUTED_ANSWER = {
+    **EVENTS_ANSWER,
+    "truncated": False,
+    "incomplete": [],
+    "events": [
+        EVENTS_ANSWER["events"][1],
+        {"at": "2026-01-31T08:06:00+00:00", "kind": "rotate-keys", "outcome": "recorded",
+         "what": "keys rotation: new keys stored", "reference": None, "endedAt": None, "error": None,
+         "cause": None, "by": OPERATOR_ARN},
+        {"at": "2026-01-31T08:07:00+00:00", "kind": "prune", "outcome": "recorded",
+         "what": "backup set bk-1 (completed) deleted by retention (keep 3)", "reference": "bk-1",
+         "endedAt": None, "error": None, "cause": None, "by": "schedule:vsa-demo-backup"},
+    ],
+}  # fmt: skip
+
+
+def test_events_prints_who_asked_in_a_by_column_and_json_keeps_it(run, api):
+    api.answer("GET", "/v1/arrays/demo/events?limit=100", 200, ATTRIBUTED_ANSWER)
+
+    result = run("events", "demo")
+
+    assert result.exit_code == 0, result.output
+    by = " " * (len(OPERATOR_ARN) - 1)
+    assert result.stdout.splitlines() == [
+        f"2026-01-31 08:05:00  decision    succeeded  -{by} scale-out 1 -> 2 controllers at 250,000 IOPS: "
+        "demand above target [scale-demo-0123]",
+        f"2026-01-31 08:06:00  rotate-keys recorded   {OPERATOR_ARN} keys rotation: new keys stored",
+        "2026-01-31 08:07:00  prune       recorded   schedule:vsa-demo-backup"
+        + " " * (len(OPERATOR_ARN) - len("schedule:vsa-demo-backup"))
+        + " backup set bk-1 (completed) deleted by retention (keep 3) [bk-1]",
+    ]
+    api.answer("GET", "/v1/arrays/demo/events?limit=100", 200, ATTRIBUTED_ANSWER)
+    as_json = run("events", "demo", "-o", "json")
+    assert [e.get("by") for e in json.loads(as_json.stdout)["events"]] == [
+        None,
+        OPERATOR_ARN,
+        "schedule:vsa-demo-backup",
+    ]
