@@ -35,6 +35,20 @@ def generate() -> str:
             ),
         )
     )
+    # Every method takes only SigV4-signed requests (the API's DefaultAuthorizer is AWS_IAM): the
+    # scheme API Gateway itself exports and imports for IAM authorization ("x-amazon-apigateway-
+    # authtype", API Gateway developer guide, OpenAPI extensions)
+    schema.setdefault("components", {})["securitySchemes"] = {
+        "sigv4": {
+            "type": "apiKey",
+            "name": "Authorization",
+            "in": "header",
+            "x-amazon-apigateway-authtype": "awsSigv4",
+            "description": "AWS Signature Version 4 for the execute-api service; the caller needs "
+            "execute-api:Invoke on the method's ARN",
+        }
+    }
+    schema["security"] = [{"sigv4": []}]
     backups = json.loads(backups_app.get_openapi_json_schema(title="backups", version="1"))
     schema["paths"].update(backups["paths"])
     for name, component in backups.get("components", {}).get("schemas", {}).items():

@@ -149,7 +149,8 @@ def test_the_health_checks_alarms_and_dashboard_watch_what_it_publishes() -> Non
     function = RESOURCES["TaskHealthCheckFunction"]["Properties"]
     assert function["Environment"]["Variables"]["VSA_DEPLOYMENT"] == {"Ref": "AWS::StackName"}
     # its failures: Lambda's own Errors metric of the function
-    [failed] = [a for a in ALARMS.values() if a.get("Namespace") == "AWS/Lambda"]
+    failed = ALARMS["HealthCheckFailedAlarm"]
+    assert (failed["Namespace"], failed["MetricName"]) == ("AWS/Lambda", "Errors")
     assert failed["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": "TaskHealthCheckFunction"}}]
     # the dashboard: valid JSON, every SEARCH over a per-array metric someone publishes
     body = RESOURCES["OperationsDashboard"]["Properties"]["DashboardBody"]

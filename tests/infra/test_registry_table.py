@@ -92,14 +92,18 @@ def test_only_the_listing_roles_may_scan_the_registry() -> None:
     assert scanning == SCANNING_ROLES
 
 
-def test_the_controller_trigger_may_only_query_the_instances_index() -> None:
-    # Given on_controller_event's role / Then its one DynamoDB grant is Query on the index
+def test_the_controller_trigger_may_only_query_the_instances_index_and_read_items() -> None:
+    # Given on_controller_event's role / Then its DynamoDB grants are Query on the index (is an
+    # instance a controller?) and GetItem on the table (is a group's array this deployment's?)
     dynamodb = [
         (where, s)
         for where, s in statements()
         if where.startswith("OnControllerEventRole/") and any(a.startswith("dynamodb:") for a in _actions(s))
     ]
-    assert [(s["Action"], s["Resource"]) for _, s in dynamodb] == [("dynamodb:Query", INDEX_ARN)]
+    assert [(s["Action"], s["Resource"]) for _, s in dynamodb] == [
+        ("dynamodb:Query", INDEX_ARN),
+        ("dynamodb:GetItem", {"GetAtt": "RegistryTable.Arn"}),
+    ]
 
 
 def test_the_controller_steps_query_the_index_and_no_longer_scan() -> None:

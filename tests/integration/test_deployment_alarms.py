@@ -160,23 +160,30 @@ def product_metric(namespace: str, metric: str, periods: int = 1) -> Failure:
     return Failure(f"the product counts {namespace} {metric}", cause, honest=False)
 
 
-def function_error_count(output: str, errors: int) -> Failure:
-    """``errors`` function errors of the deployed function counted by Lambda (``AWS/Lambda
-    Errors``, published as Lambda does through the local cloud's control): the every-minute
-    demand publisher ignores its event, so no invocation can be made to fail from outside."""
+def function_errors_per_minute(output: str, minutes: int) -> Failure:
+    """A function error of the deployed function in each of the newest ``minutes`` minutes, as
+    Lambda counts them (``AWS/Lambda Errors``, published as Lambda does through the local
+    cloud's control): the every-minute demand publisher ignores its event, so no invocation can
+    be made to fail from outside."""
 
     def cause(stack_outputs: dict[str, str]) -> Undo:
-        endpoint = os.environ["AWS_ENDPOINT_URL"]
-        datum = {
-            "MetricName": "Errors",
-            "Dimensions": [{"Name": "FunctionName", "Value": stack_outputs[output]}],
-            "Value": float(errors),
-            "Unit": "Count",
-        }
-        control(endpoint, "cloudwatch", "publish", Namespace="AWS/Lambda", MetricData=[datum])
+        now = datetime.now(UTC)
+        data = [
+            {
+                "MetricName": "Errors",
+                "Dimensions": [{"Name": "FunctionName", "Value": stack_outputs[output]}],
+                "Timestamp": (now - timedelta(minutes=back)).isoformat(),
+                "Value": 1.0,
+                "Unit": "Count",
+            }
+            for back in range(minutes)
+        ]
+        control(
+            os.environ["AWS_ENDPOINT_URL"], "cloudwatch", "publish", Namespace="AWS/Lambda", MetricData=data
+        )
         return nothing
 
-    return Failure(f"{output.removesuffix('FunctionName')} fails {errors} times", cause, honest=False)
+    return Failure(f"{output.removesuffix('FunctionName')} fails {minutes} minutes", cause, honest=False)
 
 
 def launch_of_an_unknown_instance() -> dict[str, Any]:
@@ -239,7 +246,7 @@ FAILURES: dict[str, Failure] = {
     "UnfinishedApplyAlarm": product_metric(DEPLOYMENT_NAMESPACE, "UnfinishedApplies", periods=2),
     "BackupOverdueAlarm": product_metric(DEPLOYMENT_NAMESPACE, "BackupsOverdue"),
     "ControllerReplacedAlarm": product_metric(DEPLOYMENT_NAMESPACE, "ControllersReplaced"),
-    "DemandPublisherFailedAlarm": function_error_count("TaskPublishDemandFunctionName", 3),
+    "DemandPublisherFailedAlarm": function_errors_per_minute("TaskPublishDemandFunctionName", 3),
 }
 
 
