@@ -174,6 +174,29 @@ def test_teardown_deletes_every_key_of_the_array_and_none_of_another(clients: aw
     ]
 
 
+def test_the_arrays_own_keys_stay_recoverable_after_teardown_and_come_back_when_declared_again(
+    clients: aws_keys.KeysClients,
+) -> None:
+    # Given an array's keys, and its teardown
+    aws_keys.converge(clients, spec(HOST_1), [])
+    before = aws_keys.array_keys(clients, "dbx")
+    assert before is not None
+    aws_keys.delete_all(clients, "dbx")
+    # Then its own secret is scheduled for deletion (a recovery window), a node's copy is gone
+    sm = clients.secretsmanager
+    assert "DeletedDate" in sm.describe_secret(SecretId="vsa/dbx/keys")
+    with pytest.raises(sm.exceptions.ResourceNotFoundException):
+        sm.describe_secret(SecretId=f"vsa/dbx/node/{HOST_1}")
+    assert aws_keys.array_keys(clients, "dbx") is None  # a read restores nothing
+    # When the array is declared again within the window
+    aws_keys.converge(clients, spec(HOST_1), [])
+    # Then its keys are restored, not made anew: the host still holds its key
+    after = aws_keys.array_keys(clients, "dbx")
+    assert after is not None
+    assert after.hosts == before.hosts
+    assert "DeletedDate" not in sm.describe_secret(SecretId="vsa/dbx/keys")
+
+
 def test_the_nodes_arns_come_from_the_stacks_key_arn_or_fail_saying_what_is_missing() -> None:
     made = aws_keys.keys_clients(None, "", "arn:aws-cn:kms:cn-north-1:123456789012:key/k", "cn-north-1")
     assert (

@@ -33,6 +33,10 @@ from vsa_core.errors import ConflictError
 from vsa_core.naming import group_name
 
 NOT_FOUND = "ResourceNotFoundException"
+RECOVERY_WINDOW_DAYS = 7
+"""How long an array's own key secret can be restored after the array (or its authentication)
+is deleted (DeleteSecret RecoveryWindowInDays: 7-30, Secrets Manager API reference). Node copies
+are derived from it and deleted at once."""
 Stages = Mapping[str, Mapping[str, str]]
 """A key rotation's progress as the registry keeps it (``RegisteredArray.rekey_stages``)."""
 
@@ -101,12 +105,39 @@ def _code(error: ClientError) -> str:
 
 
 def _read(clients: KeysClients, name: str) -> str | None:
+    """The secret's value; None when it does not exist or is scheduled for deletion (a read
+    restores nothing: only an apply does, ``_restore_if_deleted``)."""
     try:
         return str(clients.secretsmanager.get_secret_value(SecretId=name)["SecretString"])
     except ClientError as error:
-        if _code(error) == NOT_FOUND:
+        if _code(error) == NOT_FOUND or _scheduled_for_deletion(error):
             return None
         raise
+
+
+def _scheduled_for_deletion(error: ClientError) -> bool:
+    """Secrets Manager refuses to read or re-create a secret in its recovery window with
+    InvalidRequestException, whose message speaks of its deletion ("…marked for deletion",
+    "…scheduled for deletion"; moto: "…currently marked deleted")."""
+    message = str(error.response.get("Error", {}).get("Message", "")).lower()
+    return _code(error) == "InvalidRequestException" and "delet" in message
+
+
+def _restore_if_deleted(clients: KeysClients, name: str) -> None:
+    """An array declared again within its key secret's recovery window gets its keys back
+    (RestoreSecret): the hosts still hold them."""
+    try:
+        clients.secretsmanager.describe_secret(SecretId=name)
+    except ClientError as error:
+        if _code(error) == NOT_FOUND:
+            return
+        raise
+    try:
+        clients.secretsmanager.get_secret_value(SecretId=name)
+    except ClientError as error:
+        if not _scheduled_for_deletion(error):
+            raise
+        clients.secretsmanager.restore_secret(SecretId=name)
 
 
 DIGEST_TAG = "vsa:digest"
@@ -154,15 +185,20 @@ def _exists(clients: KeysClients, name: str) -> bool:
 
 
 def _delete(clients: KeysClients, name: str) -> bool:
-    """Delete ``name`` at once (no recovery window); whether it existed. DeleteSecret with
-    ForceDeleteWithoutRecovery answers success for a secret that does not exist (moto does as
-    AWS does), so existence is asked first."""
+    """Delete ``name``: the array's own key secret with a recovery window (``RECOVERY_WINDOW_DAYS``),
+    a node's copy at once; whether it existed. DeleteSecret with ForceDeleteWithoutRecovery
+    answers success for a secret that does not exist (moto does as AWS does), so existence is
+    asked first; one already scheduled for deletion is left to its window."""
     if not _exists(clients, name):
         return False
+    array_id = name.split("/")[1]
+    keep = (
+        {"RecoveryWindowInDays": RECOVERY_WINDOW_DAYS} if name == keys.array_secret_name(array_id) else None
+    )
     try:
-        clients.secretsmanager.delete_secret(SecretId=name, ForceDeleteWithoutRecovery=True)
+        clients.secretsmanager.delete_secret(SecretId=name, **(keep or {"ForceDeleteWithoutRecovery": True}))
     except ClientError as error:
-        if _code(error) == NOT_FOUND:
+        if _code(error) == NOT_FOUND or _scheduled_for_deletion(error):
             return False
         raise
     return True
@@ -223,7 +259,7 @@ def converge(
     array_id = spec.array_id
     existing = node_secrets(clients, array_id)
     if spec.authentication != keys.DH_HMAC_CHAP:
-        gone = [*(n for n in [keys.array_secret_name(array_id)] if _exists(clients, n)), *existing]
+        gone = [*(n for n in [keys.array_secret_name(array_id)] if _read(clients, n) is not None), *existing]
         if not dry_run:
             for name in gone:
                 _delete(clients, name)
@@ -302,6 +338,8 @@ def _array_secret(
 ) -> tuple[keys.ArrayKeys, Change | None]:
     """The array's keys for ``spec``'s hosts, stored (unless ``dry_run``) when they changed."""
     name = keys.array_secret_name(spec.array_id)
+    if not dry_run:
+        _restore_if_deleted(clients, name)
     text = _read(clients, name)
     current = keys.ArrayKeys.from_secret(text) if text is not None else None
     wanted, said = keys.converge(current, (host_nqn(h) for h in spec.hosts))
