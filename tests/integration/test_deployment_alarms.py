@@ -161,10 +161,11 @@ def product_metric(namespace: str, metric: str, periods: int = 1) -> Failure:
 
 
 def function_errors_per_minute(output: str, minutes: int) -> Failure:
-    """A function error of the deployed function in each of the newest ``minutes`` minutes, as
-    Lambda counts them (``AWS/Lambda Errors``, published as Lambda does through the local
-    cloud's control): the every-minute demand publisher ignores its event, so no invocation can
-    be made to fail from outside."""
+    """A function error of the deployed function in each of the newest ``minutes`` minutes (the
+    minute under way among them, so the alarm's datapoints-to-alarm are met whether or not its
+    evaluation counts that minute), as Lambda counts them (``AWS/Lambda Errors``, published as
+    Lambda does through the local cloud's control): the every-minute demand publisher ignores
+    its event, so no invocation can be made to fail from outside."""
 
     def cause(stack_outputs: dict[str, str]) -> Undo:
         now = datetime.now(UTC)
@@ -246,7 +247,7 @@ FAILURES: dict[str, Failure] = {
     "UnfinishedApplyAlarm": product_metric(DEPLOYMENT_NAMESPACE, "UnfinishedApplies", periods=2),
     "BackupOverdueAlarm": product_metric(DEPLOYMENT_NAMESPACE, "BackupsOverdue"),
     "ControllerReplacedAlarm": product_metric(DEPLOYMENT_NAMESPACE, "ControllersReplaced"),
-    "DemandPublisherFailedAlarm": function_errors_per_minute("TaskPublishDemandFunctionName", 3),
+    "DemandPublisherFailedAlarm": function_errors_per_minute("TaskPublishDemandFunctionName", 5),
 }
 
 
