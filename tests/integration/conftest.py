@@ -182,7 +182,10 @@ def put_event(event: dict[str, Any], bus: str = "default", events: Any = None) -
     }
     if event["source"].startswith("aws."):
         endpoint = os.environ["AWS_ENDPOINT_URL"]
-        answer = urllib3.request("POST", f"{endpoint}/_localcloud/events/emit", json={"Entries": [entry]})
+        # the local cloud answers once the event is on the bus (its rules matched): seconds on a
+        # loaded machine, so a read bound of minutes, not urllib3.request's default 3 s
+        http = urllib3.PoolManager(timeout=urllib3.Timeout(connect=10, read=120))
+        answer = http.request("POST", f"{endpoint}/_localcloud/events/emit", json={"Entries": [entry]})
         assert answer.status == 200, answer.data
         response = json.loads(answer.data)
     else:
