@@ -857,7 +857,7 @@ def _epoch(value: str) -> float:
 
 def test_every_node_report_says_when_it_read_the_node(node: Nodes):
     # Two runs at once on a node can end in the other order than they read it (a run lists the
-    # paths, then writes its report while the other connects, lists and ends: CI at e6c5f46), so
+    # paths, then writes its report while the other connects, lists and ends), so
     # each report carries observedAt, taken as its last reading of the node began, and the status
     # takes the report that read last (vsa_core.arrays.aws_reports)
     c0, c1, host = node("c0"), node("c1"), node("h0")

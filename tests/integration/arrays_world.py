@@ -236,8 +236,8 @@ def put_spec(api: Api, spec: Spec, query: str = "", timeout: float = 240) -> tup
     ``afterGatewayTimeout`` (the PUT's own lines, such as ``reconcile.remaining``, are lost)."""
     array_id = spec["arrayId"]
     # the version stored before, which tells after a 504 which answer the PUT would have had; the
-    # GET itself can answer 504 on the loaded machine (CI at 1c84422: taken for "no array", a
-    # second PUT after a 504 was then reported as 202, creating)
+    # GET itself can answer 504 on a loaded machine, which must not be taken for "no array" (a
+    # second PUT after a 504 would then be reported as 202, creating)
     code, before = read_array(api, array_id)
     assert code in (200, 404), (code, before)
     known = int(before["version"]) if code == 200 else 0

@@ -86,9 +86,9 @@ def apply_and_follow(
     assert code == 200, (code, answer)
     shown = answer["reconcile"]
     assert shown["state"] in ("converging", "converged"), shown
-    # A roll replaces every controller one at a time, each bootstrapping in turn: its run took
-    # 200 s and more in CI (2 cores shared with the other workers and the realistic cloud), past
-    # the default 120 polls (ci6); the run bounds itself (its phases' timeouts), so wait for it
+    # A roll replaces every controller one at a time, each bootstrapping in turn: on a loaded
+    # machine its run outlasts the default 120 polls; the run bounds itself (its phases'
+    # timeouts), so wait for it
     run = wait_for_execution(
         stack_outputs["ReconcileArrayStateMachineArn"], reply["reconcile"]["executionName"], max_attempts=600
     )

@@ -701,7 +701,7 @@ def test_of_two_runs_requested_together_the_one_that_ended_last_is_the_report() 
 def test_of_two_runs_at_once_the_one_that_read_the_host_last_is_the_report() -> None:
     # Given two connect-path runs on the host at once (two controllers joining): the one to C1
     # listed the paths before C2's was up, then wrote its report while the run to C2 connected,
-    # listed both and ended; the run to C1 ended last (CI at e6c5f46 showed a host 4 paths of 5)
+    # listed both and ended; the run to C1 ended last (by end time the host would show 4 paths of 5)
     ssm = boto3.client("ssm", region_name="us-east-1")
     now = datetime(2026, 11, 28, 2, 0, tzinfo=UTC)
     one, both = {ADDRESSES[C1]: "live"}, {ADDRESSES[C1]: "live", ADDRESSES[C2]: "live"}

@@ -343,7 +343,7 @@ def test_handler_redelivery_while_running_starts_nothing_new(
     # idempotency); one a second later sends another input: ExecutionAlreadyExists, a duplicate.
     # Both start nothing new; time.time (the handler's clock; the patch holds process-wide for
     # this test) is pinned so each case is the one tested (unpinned, the first case turned into
-    # the second when the two calls straddled a second: CI at 55886f3).
+    # the second when the two calls straddled a second).
     clock = [1_795_822_531.999]
     monkeypatch.setattr("on_iops_alarm.handler.time.time", lambda: clock[0])
     # Given the event was handled and its execution is still running
