@@ -76,7 +76,7 @@ dataplane: install
 
 # DH-HMAC-CHAP on the 6.12 kernel (issue #20): keyed, keyless and wrong-key hosts, a wrong
 # controller key, connect time and IOPS with and without (its own lab; ~14 min under TCG; not yet
-# in make test, see README *Authentication on the data plane*).
+# in make test, see docs/dataplane.md *Authentication on the data plane*).
 dataplane-auth: install
 	$(OFFLINE) $(VENV)/python -m pytest tests/dataplane/test_authentication.py
 

@@ -6,7 +6,7 @@
 # PORT HOST_NQN KEEP_ALIVE_TMO CTRL_LOSS_TMO RECONNECT_DELAY FAST_IO_FAIL_TMO NVME_CONFIG
 # IO_POLICY SYSFS_ROOT WAIT_SECONDS NVME_COMMAND AUTHENTICATION KEYS_SECRET_ID AWS_COMMAND.
 # The failover settings (keep-alive timeout, ctrl-loss-tmo, reconnect delay, fast_io_fail_tmo;
-# README "Failover settings") are written first into nvme-cli's JSON config (NVME_CONFIG,
+# docs/dataplane.md "Failover settings") are written first into nvme-cli's JSON config (NVME_CONFIG,
 # /etc/nvme/config.json: libnvme's hosts -> subsystems -> ports), merged with what is there, so
 # they outlive this run and a host reboot: every later `nvme connect` to this address and
 # subsystem, ours or an operator's, takes them from it (nvme-cli 2.3 takes keep_alive_tmo,

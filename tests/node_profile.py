@@ -1,8 +1,8 @@
 """The instance profile an operator gives the array's nodes (controllers and hosts): a role EC2
 may assume, created under the stack's NodeRolePath, with the stack's NodeKeysPolicy attached
-(each node reads its own DH-HMAC-CHAP keys from Secrets Manager, nothing else; README,
-*Authentication*). On AWS the role also needs AmazonSSMManagedInstanceCore for the SSM agent;
-the local cloud's nodes need no agent policy.
+(each node reads its own DH-HMAC-CHAP keys from Secrets Manager, nothing else; docs/dataplane.md,
+*Authentication on the data plane*). On AWS the role also needs AmazonSSMManagedInstanceCore
+for the SSM agent; the local cloud's nodes need no agent policy.
 
 Made once per local cloud (idempotent: an entity that exists is kept), by the integration tests
 and the demo alike."""

@@ -37,7 +37,7 @@ fi
 # point release apt offers of linux-image-6.12.<n>+deb12-amd64-unsigned, the plain amd64 flavour,
 # whose config has the 9p modules virtme-ng needs; Amazon Linux 2023 ships the same series). Its
 # NVMe/TCP host fails a lost controller's IO over at the keep-alive's first timeout, where 6.1
-# waits for a second one (README, Failover settings). VSA_DATAPLANE_SERIES=6.1 takes bookworm's
+# waits for a second one (docs/dataplane.md, Failover settings). VSA_DATAPLANE_SERIES=6.1 takes bookworm's
 # default kernel (the package linux-image-amd64 depends on). A cached kernel of another series
 # is replaced.
 SERIES="${VSA_DATAPLANE_SERIES:-6.12}"

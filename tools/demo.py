@@ -55,7 +55,7 @@ def note(text: str) -> None:
 
 
 def control(area: str, action: str, **body: Any) -> dict[str, Any]:
-    """The local cloud's control endpoint: stands in for what AWS does by itself (see README)."""
+    """The local cloud's control endpoint: stands in for what AWS does by itself (see docs/localcloud.md)."""
     reply = urllib3.PoolManager().request(
         "POST", f"{ENDPOINT}/_localcloud/{area}/{action}", body=json.dumps(body, default=str).encode()
     )
@@ -435,7 +435,7 @@ def run(
     )
     note(f"the dashboard {out['OperationsDashboardName']} graphs these per array; a dead controller or a")
     note(
-        "host short of paths raises <stack>-controller-replaced / -hosts-short-of-paths (README, Operations)"
+        "host short of paths raises <stack>-controller-replaced / -hosts-short-of-paths (docs/operations.md)"
     )
     console.print(f"\n[bold green]done[/]: array {array_id} is declared and running on the local cloud.")
     console.print(f"    look around: .venv/bin/vsactl get {array_id}")

@@ -155,7 +155,7 @@ step "tests: data plane (the documents on real Linux kernels in QEMU guests: con
 SECONDS=0
 # The authentication scenarios (tests/dataplane/test_authentication.py: their own lab, ~14 min
 # under TCG) run with make dataplane-auth until they share this tier's guests: with them the
-# command would be ~45 min (README, *Authentication on the data plane*).
+# command would be ~45 min (docs/dataplane.md, *Authentication on the data plane*).
 kept "data plane" offline "$VENV/python" -m pytest --durations=10 --ignore=tests/dataplane/test_authentication.py tests/dataplane || status=1
 phase "data plane (QEMU)" "$SECONDS"
 

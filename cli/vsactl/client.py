@@ -31,7 +31,7 @@ READ_ATTEMPTS = 3
 """A GET answered 429, 502, 503 or 504 is asked again, up to this many times in all, after
 ``RETRY_DELAYS``: a read changes nothing, so repeating it is safe, and API Gateway's 504 (a status
 read past its 29 s, say) or a throttle is often gone on the next try. Writes are never repeated
-here: after a 504 on PUT the README's operations say what to do (apply the same spec again)."""
+here: after a 504 on PUT docs/operations.md says what to do (apply the same spec again)."""
 RETRY_DELAYS = (1.0, 2.0)
 RETRIED = frozenset({429, 502, 503, 504})
 # One quick retry: an unreachable endpoint should be reported in seconds, not after backoffs.

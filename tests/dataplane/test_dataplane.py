@@ -261,7 +261,7 @@ def test_drain_a_controller_the_product_way_stalls_nothing(lab: Lab, figures: An
     ]
     # And the IO did not stall: no gap near what detecting a failure takes (the keep-alive
     # command times out, then its timer runs once more before the recovery fails IO over:
-    # 2 x kato, README "Failover settings"), no error, every write verified
+    # 2 x kato, docs/dataplane.md "Failover settings"), no error, every write verified
     result = fio.result()
     figures("drain", {**result, **timeouts})
     assert result["error"] == 0
@@ -309,7 +309,7 @@ def test_controller_lost_abruptly_io_moves_on_and_it_rejoins(lab: Lab, figures: 
     assert result["verifiedReads"] > 0
     # The stall is a figure (make bench-failover: <= 5 s with these defaults); the bound only
     # catches a loss the keep-alive did not detect: detection takes up to 1.5 x kato, the
-    # recovery one more kato (README "Failover settings"), and TCG guests on a loaded machine
+    # recovery one more kato (docs/dataplane.md "Failover settings"), and TCG guests on a loaded machine
     # add seconds; IO that waited for its own timeout (nvme_core.io_timeout, 30 s) is far past it.
     bound = 2.5 * timeouts["keepAliveSeconds"] + 10
     assert result["longestGapSeconds"] < bound, ("the keep-alive did not bound the stall", bound, result)

@@ -124,7 +124,7 @@ def test_persistent_stale_data_has_its_own_alarm_on_what_plan_scale_publishes() 
         {"StringEquals": {"cloudwatch:namespace": STALE_NAMESPACE}}
     ]
     # and the runbook has its row: what it means and what to do
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text(encoding="utf-8")
     assert "| `scaling-stale-data` |" in readme
     assert alarm["AlarmName"] == {"Sub": "${AWS::StackName}-scaling-stale-data"}
 

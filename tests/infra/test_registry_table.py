@@ -25,7 +25,8 @@ SCANNING_ROLES = {
     "TaskHealthCheckRole/health-check",
 }
 """The only roles that may Scan the registry: GET /arrays, the every-minute demand publisher and
-the scheduled health check read every array (not an event's hot path; see README, "Many arrays")."""
+the scheduled health check read every array (not an event's hot path; see docs/architecture.md,
+"Many arrays")."""
 
 
 def table() -> dict[str, Any]:

@@ -122,7 +122,7 @@ def _paths(node: Any) -> list[str]:
 
 @pytest.mark.parametrize(("name", "props"), state_machines(), ids=[n for n, _ in state_machines()])
 def test_no_wildcard_projections(name: str, props: dict[str, Any]) -> None:
-    # Design rule (README, "Step Functions on the local cloud"): the local cloud's engine turns
+    # Design rule (docs/localcloud.md, "Step Functions on the local cloud"): the local cloud's engine turns
     # a `$.X[*].Y` projection with exactly one match into a scalar where AWS yields a list, so a
     # workflow that passes the result on behaves differently in tests and in production.
     # Lists are built by Map states (ItemSelector) or Lambdas instead.
@@ -139,7 +139,7 @@ def test_wildcard_rule_catches_a_projection() -> None:
 
 @pytest.mark.parametrize(("name", "props"), state_machines(), ids=[n for n, _ in state_machines()])
 def test_jsonpath_only(name: str, props: dict[str, Any]) -> None:
-    # Design rule (README): the local cloud runs JSONata, but the infra tests that walk the
+    # Design rule (docs/localcloud.md): the local cloud runs JSONata, but the infra tests that walk the
     # definitions (test_static_gate's Parameters check, test_sendcommand_batches) read JSONPath
     # Parameters only: a JSONata state's Arguments would pass them unchecked. Lift this rule
     # together with teaching them JSONata.
@@ -190,7 +190,7 @@ def variable_rule_problems(definition: dict[str, Any]) -> list[str]:
 
 @pytest.mark.parametrize(("name", "props"), state_machines(), ids=[n for n, _ in state_machines()])
 def test_choices_read_variables_as_the_local_cloud_can(name: str, props: dict[str, Any]) -> None:
-    # Design rule (README, "Step Functions on the local cloud"): the local cloud reads a variable
+    # Design rule (docs/localcloud.md, "Step Functions on the local cloud"): the local cloud reads a variable
     # reference through JSONata, where a missing field is undefined, not an error, so `IsPresent`
     # on `$name.field` is always true there (AWS answers false); and a `...Path` comparator reads
     # the state input only. So a workflow tests presence by a count it assigns

@@ -181,7 +181,7 @@ the request; the margin covers the local cloud's slow answers on a loaded machin
 def after_504(
     api: Api, array_id: str, spec: Spec, query: str, done: Callable[[int, Any], Any], timeout: float
 ) -> Any:
-    """What a caller does after a 504 on PUT (the README's operations): GET until the apply is
+    """What a caller does after a 504 on PUT (docs/operations.md): GET until the apply is
     seen finished (``done(code, answer)`` answers what to return, else None); once the
     function has surely ended with the stored version's apply unfinished (GET shows
     ``applying``: it stopped part way), PUT the same spec again, which finishes it."""
@@ -228,7 +228,7 @@ def create_array(api: Api, array_id: str, spec: Spec, timeout: float = 240) -> t
 def put_spec(api: Api, spec: Spec, query: str = "", timeout: float = 240) -> tuple[int, dict[str, Any]]:
     """PUT ``spec`` as a test's step: the status and answer, or, after API Gateway's 504 (its 29 s
     past on an apply slowed by the loaded machine: CI's two clouds and eleven workers on 2 cores),
-    what a caller learns by doing what the README says (``after_504``): GET until the next
+    what a caller learns by doing what docs/operations.md says (``after_504``): GET until the next
     version is stored and its apply finished and, if that started a ReconcileArray run, the run
     is recorded; the answer is then built from GET with the fields the tests read (``version``,
     ``reconcile`` with ``executionName`` and ``executionArn``, ``creating``: the owned volumes

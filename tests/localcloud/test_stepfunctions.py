@@ -123,7 +123,7 @@ def test_variables_in_jsonpath_states(aws) -> None:
 
 
 def test_what_the_local_cloud_answers_for_variables_in_choices(aws) -> None:
-    # Pinned divergences from AWS (README, "Step Functions on the local cloud"), which
+    # Pinned divergences from AWS (docs/localcloud.md, "Step Functions on the local cloud"), which
     # tests/infra/test_statemachine_definitions.py::test_choices_read_variables_as_the_local_cloud_can
     # keeps out of the workflows: the local cloud reads `$name.field` through JSONata, where a
     # missing field is undefined, not an error, so IsPresent is true (AWS: false); and a `...Path`

@@ -31,7 +31,7 @@ Action = Literal["create", "update", "delete", "unchanged"]
 SCALE_IN_HYSTERESIS = 0.9
 """The low threshold sits 10% below what one controller fewer could serve at target: demand just
 under the line does not make the array flap between n and n-1 controllers. (0.8 kept controllers
-for a decay the oracle had long shed; 1.0 scales in onto the line and flaps; see the README.)"""
+for a decay the oracle had long shed; 1.0 scales in onto the line and flaps; see docs/scaling.md.)"""
 
 HIGH_EVALUATION_PERIODS = 2
 HIGH_DATAPOINTS_TO_ALARM = 2
