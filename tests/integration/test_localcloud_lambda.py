@@ -107,18 +107,17 @@ def test_unhandled_exception_is_a_function_error(make_function):
 
 
 def test_timeout_kills_and_replaces_the_environment(make_function):
-    # Given a 6-second function (not 1, nor 3: on a loaded machine, with tests beside this one,
-    # a trivial invocation's round trip has taken over a second, and the fresh environment's
-    # start after a timeout counts toward the next invocation's timeout, as on AWS, where that
-    # init is "suppressed" into the invoke: at load 15 it took over 3 s, CI run 15)
-    name = make_function({"app.py": HANDLER}, "app.handler", timeout=6)
+    # Given a 20-second function: the fresh environment's start after a timeout counts toward the
+    # next invocation's timeout, as on AWS (the init is "suppressed" into the invoke), and on a
+    # loaded machine that start alone has taken over 6 s
+    name = make_function({"app.py": HANDLER}, "app.handler", timeout=20)
     first, _, _ = _invoke(name, {})
     # When an invocation runs past its timeout
-    body, error, _ = _invoke(name, {"sleep": 20})
+    body, error, _ = _invoke(name, {"sleep": 60})
     # Then it fails with Lambda's own timeout error
     assert error == "Unhandled"
     assert body["errorType"] == "Sandbox.Timedout"
-    assert "Task timed out after 6.00 seconds" in body["errorMessage"]
+    assert "Task timed out after 20.00 seconds" in body["errorMessage"]
     # And the next invocation runs in a fresh process
     after, after_error, _ = _invoke(name, {})
     assert after_error is None, after
