@@ -29,5 +29,9 @@ parameters=(
   # middle of a test would send report-paths and replace the hosts' last reports it reads
   "HealthCheckSchedule=${VSA_HEALTH_CHECK_SCHEDULE:-DISABLED}"
 )
+# a second deployment beside the first (tests/integration/test_two_deployments.py) adds its own,
+# e.g. VSA_DEPLOY_PARAMETERS="DeploymentName=stage ApiGatewayAccountRole=AlreadySet"
+read -ra extra <<<"${VSA_DEPLOY_PARAMETERS:-}"
+parameters+=("${extra[@]}")
 sam deploy --config-env local --parameter-overrides "${parameters[*]}" "$@"
 curl -fsS -X POST "$VSA_LOCALCLOUD_URL/_localcloud/ssm/configure" -d '{"auto_register": true}' >/dev/null

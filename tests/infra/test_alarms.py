@@ -155,6 +155,10 @@ def test_the_health_checks_alarms_and_dashboard_watch_what_it_publishes() -> Non
     # the dashboard: valid JSON, every SEARCH over a per-array metric someone publishes
     body = RESOURCES["OperationsDashboard"]["Properties"]["DashboardBody"]
     text = next(iter(body.values())) if isinstance(body, dict) else body  # !Sub
+    if isinstance(text, list):  # !Sub [text, {ArraysNamespace: the deployment's}]
+        text, variables = text
+        assert set(variables) == {"ArraysNamespace"}
+        assert "${ArraysNamespace}" in text
     widgets = json.loads(re.sub(r"\$\{[^}]+\}", "x", text))["widgets"]
     searched = set(re.findall(r'MetricName=\\"(\w+)\\"', text))
     assert searched <= {*aws_check.ARRAY_METRICS, "DemandIops"}, searched

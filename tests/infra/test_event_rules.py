@@ -21,16 +21,28 @@ import pytest
 from moto.events.models import EventPattern
 
 from tests.infra.test_statemachine_definitions import load_template
-from vsa_core.naming import group_name, iops_alarm_name
+from vsa_core.naming import DEFAULT_DEPLOYMENT, group_name, iops_alarm_name
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def iops_rule_pattern() -> dict[str, Any]:
+def deployed(value: Any, deployment: str) -> Any:
+    """A template value as CloudFormation resolves it in a stack of ``DeploymentName=deployment``
+    (the patterns' only intrinsic is ``!Sub`` of that parameter)."""
+    if isinstance(value, dict):
+        if set(value) == {"Sub"}:
+            return value["Sub"].replace("${DeploymentName}", deployment)
+        return {k: deployed(v, deployment) for k, v in value.items()}
+    if isinstance(value, list):
+        return [deployed(v, deployment) for v in value]
+    return value
+
+
+def iops_rule_pattern(deployment: str = DEFAULT_DEPLOYMENT) -> dict[str, Any]:
     """The deployed pattern of the rule that starts the scaling trigger."""
     function = load_template()["Resources"]["OnIopsAlarmFunction"]["Properties"]
     pattern: dict[str, Any] = function["Events"]["IopsAlarmStateChange"]["Properties"]["Pattern"]
-    return pattern
+    return dict(deployed(pattern, deployment))
 
 
 def alarm_state_change(alarm_name: str, state: str = "ALARM") -> dict[str, Any]:
@@ -95,10 +107,10 @@ def test_the_iops_rule_does_not_match_leaving_alarm(iops_rule: Any) -> None:
     assert not matches(iops_rule, alarm_state_change("vsa-demo-iops-high", state="OK"))
 
 
-def lifecycle_rule_matches(event: dict[str, Any]) -> bool:
+def lifecycle_rule_matches(event: dict[str, Any], deployment: str = DEFAULT_DEPLOYMENT) -> bool:
     """The deployed pattern of the rule that starts the controller workflows on a lifecycle action."""
     function = load_template()["Resources"]["OnControllerEventFunction"]["Properties"]
-    pattern = function["Events"]["ControllerLifecycleAction"]["Properties"]["Pattern"]
+    pattern = deployed(function["Events"]["ControllerLifecycleAction"]["Properties"]["Pattern"], deployment)
     return bool(EventPattern.load(json.dumps(pattern)).matches_event(event))
 
 
@@ -123,3 +135,23 @@ def test_the_lifecycle_rule_drops_other_groups_before_any_execution(group: str) 
     # Given a lifecycle action of a group that is not an array's (another team's, in the region)
     # Then EventBridge drops it: no Lambda, no execution
     assert not lifecycle_rule_matches(lifecycle_action("launch_lifecycle_action.json", group))
+
+
+@pytest.mark.parametrize(("mine", "other"), [("vsa", "stage"), ("stage", "vsa"), ("prod", "prod2")])
+def test_each_deployments_rules_match_only_its_own_arrays(
+    mine: str, other: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given two deployments in one region, each with an array of the same id
+    def names(deployment: str) -> tuple[str, str]:
+        monkeypatch.setenv("VSA_DEPLOYMENT_NAME", deployment)
+        return iops_alarm_name("db", "high"), group_name("db")
+
+    my_alarm, my_group = names(mine)
+    their_alarm, their_group = names(other)
+    pattern = iops_rule_pattern(mine)
+    launch = "launch_lifecycle_action.json"
+    # Then one deployment's rules match its own array's alarm and group, never the other's
+    assert EventPattern.load(json.dumps(pattern)).matches_event(alarm_state_change(my_alarm))
+    assert not EventPattern.load(json.dumps(pattern)).matches_event(alarm_state_change(their_alarm))
+    assert lifecycle_rule_matches(lifecycle_action(launch, my_group), mine)
+    assert not lifecycle_rule_matches(lifecycle_action(launch, their_group), mine)

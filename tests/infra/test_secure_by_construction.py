@@ -11,6 +11,7 @@ cannot forge, every change is attributable, and what it must not lose survives t
   failures are dead-lettered and alarmed; the dead-letter queue takes only this account's rules.
 """
 
+import re
 from typing import Any
 
 from tests.infra.test_statemachine_definitions import load_template
@@ -104,3 +105,59 @@ def test_the_dead_letter_queue_takes_only_this_accounts_rules() -> None:
         condition = statement.get("Condition", {})
         assert condition.get("StringEquals", {}).get("aws:SourceAccount") == {"Ref": "AWS::AccountId"}
         assert "aws:SourceArn" in condition.get("ArnLike", {})
+
+
+def _statements(value: Any) -> list[dict[str, Any]]:
+    """Every IAM statement in ``value`` (policies of roles, managed policies, SAM policies)."""
+    if isinstance(value, dict):
+        if "Effect" in value and ("Action" in value or "NotAction" in value):
+            return [value]
+        return [s for v in value.values() for s in _statements(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _statements(v)]
+    return []
+
+
+def _text(value: Any) -> str:
+    """A Resource as written: a plain ARN or the text of its ``!Sub``."""
+    return str(value["Sub"]) if isinstance(value, dict) and "Sub" in value else str(value)
+
+
+def test_every_grant_on_an_arrays_resources_is_scoped_to_this_deployment() -> None:
+    # item 4 of the deployment's isolation: a second stack in the account (staging beside
+    # production) must not reach this one's arrays, even of the same id
+    statements = _statements(_resources())
+    tagged = 0
+    for statement in statements:
+        condition = statement.get("Condition", {})
+        for kind in ("Resource", "Request"):
+            if any(f"aws:{kind}Tag/vsa:array" in keys for keys in condition.values()):
+                tagged += 1
+                # every condition on the array tag also demands this deployment's tag
+                assert condition.get("StringEquals", {}).get(f"aws:{kind}Tag/vsa:deployment") == {
+                    "Ref": "DeploymentName"
+                }, statement
+        resources = statement.get("Resource", [])
+        for resource in resources if isinstance(resources, list) else [resources]:
+            text = _text(resource)
+            # the product's names in ARNs start with the deployment's name, never a fixed "vsa"
+            assert "vsa-*" not in text, statement
+            assert ":secret:vsa/" not in text, statement
+            for named in ("autoScalingGroupName/", ":alarm:", "schedule/default/", ":secret:"):
+                if named in text and statement["Effect"] == "Allow":
+                    assert f"{named}${{DeploymentName}}" in text, statement
+    assert tagged >= 20
+
+
+def test_the_deployment_name_is_claimed_and_given_to_every_function() -> None:
+    resources = _resources()
+    claim = resources["DeploymentNameClaim"]
+    assert claim["Type"] == "AWS::SSM::Parameter"
+    assert claim["Properties"]["Name"] == {"Sub": "/vsa/deployments/${DeploymentName}"}
+    variables = load_template()["Globals"]["Function"]["Environment"]["Variables"]
+    assert variables["VSA_DEPLOYMENT_NAME"] == {"Ref": "DeploymentName"}
+    # a name with a hyphen would make one deployment's prefix another's (vsa- and vsa-stage-)
+    pattern = load_template()["Parameters"]["DeploymentName"]["AllowedPattern"]
+    assert re.fullmatch(pattern, "stage")
+    assert not re.fullmatch(pattern, "vsa-stage")
+    assert not re.fullmatch(pattern, "averylongname")  # names stay within AWS's limits

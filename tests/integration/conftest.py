@@ -214,13 +214,13 @@ def recent_stamp(seconds_ago: float = 0.0) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}+0000"
 
 
-def fire_alarm(array_id: str, demand: float, stamp: str, kind: str = "high") -> str:
-    """The array's high or low alarm going off at ``stamp`` (the AWS sample event, re-aimed, put
-    on the bus); the name of the ScaleArray execution it starts."""
+def fire_alarm(array_id: str, demand: float, stamp: str, kind: str = "high", deployment: str = "vsa") -> str:
+    """The array's high or low alarm (of ``deployment``'s) going off at ``stamp`` (the AWS sample
+    event, re-aimed, put on the bus); the name of the ScaleArray execution it starts."""
     from vsa_core.naming import scale_execution_name
 
     event = alarm_event_for(array_id, demand=demand, state_timestamp=stamp)
-    name = f"vsa-{array_id}-iops-{kind}"
+    name = f"{deployment}-{array_id}-iops-{kind}"
     event["detail"]["alarmName"] = name
     event["resources"] = [f"arn:aws:cloudwatch:us-east-1:000000000000:alarm:{name}"]
     put_event(event)

@@ -272,7 +272,7 @@ def dead_letters(stack_outputs: dict[str, str], term: str) -> list[str]:
 # --- failures --------------------------------------------------------------------------------------
 
 
-def bootstrap_of(state_machine_arn: str, instance_id: str, timeout: float = 120) -> dict[str, Any]:
+def bootstrap_of(state_machine_arn: str, instance_id: str, timeout: float = 600) -> dict[str, Any]:
     """The finished BootstrapController execution of ``instance_id``."""
     sfn = boto3.client("stepfunctions")
     deadline = time.monotonic() + timeout

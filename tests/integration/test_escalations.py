@@ -108,7 +108,10 @@ def test_the_api_role_cannot_pass_an_administrator_role_even_if_asked(
             "IamInstanceProfile": {"Name": admin_profile},
         },
         TagSpecifications=[
-            {"ResourceType": "launch-template", "Tags": [{"Key": "vsa:array", "Value": array_id}]}
+            {
+                "ResourceType": "launch-template",
+                "Tags": [{"Key": "vsa:array", "Value": array_id}, {"Key": "vsa:deployment", "Value": "vsa"}],
+            }
         ],
     )["LaunchTemplate"]["LaunchTemplateId"]
     try:
@@ -120,7 +123,10 @@ def test_the_api_role_cannot_pass_an_administrator_role_even_if_asked(
                 MinSize=0,
                 MaxSize=1,
                 AvailabilityZones=["us-east-1a"],
-                Tags=[{"Key": "vsa:array", "Value": array_id, "PropagateAtLaunch": True}],
+                Tags=[
+                    {"Key": "vsa:array", "Value": array_id, "PropagateAtLaunch": True},
+                    {"Key": "vsa:deployment", "Value": "vsa", "PropagateAtLaunch": True},
+                ],
             )
         # Then passing the administrator's role is refused: PassRole names only node roles
         assert refused.value.response["Error"]["Code"] in ("AccessDenied", "AccessDeniedException")
@@ -162,6 +168,30 @@ def test_no_role_deletes_a_volume_the_product_did_not_create(
     with pytest.raises(ClientError) as refused:
         as_role(role, "ec2").delete_volume(VolumeId=volume)
     # Then it is refused, and the volume is still there
+    assert refused.value.response["Error"]["Code"] == "UnauthorizedOperation"
+    assert "no identity-based policy allows" in refused_by(local_env["AWS_ENDPOINT_URL"], "ec2:DeleteVolume")
+    assert boto3.client("ec2").describe_volumes(VolumeIds=[volume])["Volumes"][0]["State"] == "available"
+
+
+@pytest.mark.parametrize("role", ["ApiArraysRole", "TaskReconcileRole", "ApiBackupsRole"])
+def test_no_role_deletes_another_deployments_owned_volume(
+    local_env: dict[str, str], world: World, role: str
+) -> None:
+    # Given a volume another deployment ("stage") created for its array of the same kind: owned,
+    # tagged with the array, but with that deployment's tag
+    volume = world.volume()
+    boto3.client("ec2").create_tags(
+        Resources=[volume],
+        Tags=[
+            {"Key": "vsa:array", "Value": "data"},
+            {"Key": "vsa:owned", "Value": "true"},
+            {"Key": "vsa:deployment", "Value": "stage"},
+        ],
+    )
+    # When a role of this deployment ("vsa") deletes it
+    with pytest.raises(ClientError) as refused:
+        as_role(role, "ec2").delete_volume(VolumeId=volume)
+    # Then it is refused: every grant on an array's resources names this deployment's tag
     assert refused.value.response["Error"]["Code"] == "UnauthorizedOperation"
     assert "no identity-based policy allows" in refused_by(local_env["AWS_ENDPOINT_URL"], "ec2:DeleteVolume")
     assert boto3.client("ec2").describe_volumes(VolumeIds=[volume])["Volumes"][0]["State"] == "available"

@@ -74,6 +74,7 @@ def test_an_apply_stores_the_keys_and_each_hosts_own_copy_tagged_to_that_host(
     tags = {t["Key"]: t["Value"] for t in meta["Tags"]}
     assert tags == {
         "vsa:array": "dbx",
+        "vsa:deployment": "vsa",
         "vsa:node": f"arn:aws:ec2:{REGION}:123456789012:instance/{HOST_1}",
         "vsa:keys": "node",
         # the content's digest: one ListSecrets says which copies are current

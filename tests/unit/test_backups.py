@@ -76,6 +76,7 @@ def test_snapshot_tags_and_what_may_be_deleted():
     tags = snapshot_tags("demo", "bk-20250601T120000000Z-0123abcd", "before upgrade")
     assert tags == {
         ARRAY_TAG: "demo",
+        "vsa:deployment": "vsa",
         BACKUP_TAG: "bk-20250601T120000000Z-0123abcd",
         OWNED_TAG: "true",
         "Name": "vsa-demo-bk-20250601T120000000Z-0123abcd",
@@ -85,6 +86,10 @@ def test_snapshot_tags_and_what_may_be_deleted():
     assert not may_delete_snapshot(tags, "other", "bk-20250601T120000000Z-0123abcd")
     assert not may_delete_snapshot(tags, "demo", "bk-20250601T120000000Z-ffffffff")
     assert not may_delete_snapshot({**tags, OWNED_TAG: "false"}, "demo", "bk-20250601T120000000Z-0123abcd")
+    # another deployment's set of an array of the same id is never this one's to delete
+    assert not may_delete_snapshot(
+        {**tags, "vsa:deployment": "staging"}, "demo", "bk-20250601T120000000Z-0123abcd"
+    )
 
 
 def test_backup_set_validates_its_fields_and_speaks_camel_case():

@@ -56,7 +56,7 @@ def test_array_id_that_looks_like_an_alarm_suffix_still_round_trips():
 def test_non_vsa_alarm_names_are_rejected(alarm_name: str):
     # Given an alarm name that is not vsa-<arrayId>-iops-high|low
     # When parsed / Then it is an invalid event, with the expected shape in the message
-    with pytest.raises(InvalidEventError, match="not a VSA IOPS alarm"):
+    with pytest.raises(InvalidEventError, match=r"is not one of this deployment's IOPS alarms"):
         parse_iops_alarm_name(alarm_name)
 
 

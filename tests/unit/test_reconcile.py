@@ -18,7 +18,7 @@ from vsa_core.arrays.plan import (
     desired_resources,
     diff,
 )
-from vsa_core.arrays.spec import ARRAY_TAG, MAX_HOSTS, ArraySpec
+from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, MAX_HOSTS, ArraySpec
 
 ROLE = "arn:aws:iam::123456789012:role/vsa-scheduler"
 VOLUMES = ("vol-0a1b2c3d4e5f60001", "vol-0a1b2c3d4e5f60002")
@@ -250,7 +250,10 @@ def test_every_taggable_created_resource_carries_the_array_tag(spec: ArraySpec, 
         assert alarm is not None
         assert tag in alarm["Tags"]
     assert d.group is not None
-    assert {(t["Key"], t["Value"]) for t in d.group["Tags"]} == {(ARRAY_TAG, spec.array_id)}
+    assert {(t["Key"], t["Value"]) for t in d.group["Tags"]} == {
+        (ARRAY_TAG, spec.array_id),
+        (DEPLOYMENT_TAG, "vsa"),
+    }
     assert d.launch_template is not None
     template = d.launch_template
     for tag_spec in (*template["TagSpecifications"], *template["LaunchTemplateData"]["TagSpecifications"]):

@@ -19,7 +19,7 @@ from vsa_core.registry import ArrayRegistry
 
 KEPT, OWNED, FOREIGN = "vol-0a1b2c3d4e5f60001", "vol-0a1b2c3d4e5f60002", "vol-0a1b2c3d4e5f60003"
 C1 = "i-0a1b2c3d4e5f60c01"
-OWNED_TAGS = {"vsa:array": "demo", "vsa:owned": "true", "Name": "vsa-demo-data"}
+OWNED_TAGS = {"vsa:array": "demo", "vsa:deployment": "vsa", "vsa:owned": "true", "Name": "vsa-demo-data"}
 
 
 def spec(**more: Any) -> ArraySpec:
@@ -65,6 +65,9 @@ def test_only_a_volume_the_array_created_is_deleted_and_only_once_available() ->
     # a volume of another array, even owned, is not this array's to delete
     other = seen({OWNED: "available"}, {OWNED: {**OWNED_TAGS, "vsa:array": "other"}})
     assert plan.deletable(other) == []
+    # nor one another deployment made for its array of the same id
+    staged = seen({OWNED: "available"}, {OWNED: {**OWNED_TAGS, "vsa:deployment": "stage"}})
+    assert plan.deletable(staged) == []
     # and once EBS has deleted it (absent from DescribeVolumes), nothing is left
     assert plan.deleting(seen({}, {})) == []
 

@@ -1,6 +1,14 @@
-"""Names the control plane derives (alarm names, execution names), in one place."""
+"""Names the control plane derives (alarm names, execution names), in one place.
+
+Every name of a resource that lives in the account beside other deployments' (groups, launch
+templates, hooks, alarms, schedules, secrets, metric namespaces) starts with the deployment's
+name (``deployment()``), so two deployments in one account and region never share a name, a
+wildcard in a policy or an event pattern. A deployment name has no hyphen, so ``<deployment>-``
+is never a prefix of another deployment's names.
+"""
 
 import hashlib
+import os
 import re
 from typing import Literal
 
@@ -9,18 +17,48 @@ from vsa_core.errors import InvalidEventError
 # pydantic matches patterns with Rust regex, where "$" is the very end (no trailing newline)
 ARRAY_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{1,30}[a-z0-9]$"
 AlarmKind = Literal["high", "low"]
-_ALARM_NAME = re.compile(r"vsa-(?P<array>[a-z0-9][a-z0-9-]{1,30}[a-z0-9])-iops-(?P<kind>high|low)")
+DEPLOYMENT_ENV = "VSA_DEPLOYMENT_NAME"
+DEFAULT_DEPLOYMENT = "vsa"
+DEPLOYMENT_PATTERN = re.compile(r"[a-z][a-z0-9]{0,9}")
+"""The template's ``DeploymentName``: a lowercase letter, then up to 9 letters or digits. No
+hyphen (see the module's docstring); short, so every name keeps inside AWS's limits (a
+schedule's 64 characters: 10 + 1 + 32 + 7)."""
+_ARRAY = r"(?P<array>[a-z0-9][a-z0-9-]{1,30}[a-z0-9])"
+
+
+def deployment() -> str:
+    """This deployment's name: the template's ``DeploymentName``, given to every function as
+    ``VSA_DEPLOYMENT_NAME`` (``vsa`` when unset, the default's, so tools and tests outside a
+    function name the default deployment's resources)."""
+    name = os.environ.get(DEPLOYMENT_ENV) or DEFAULT_DEPLOYMENT
+    if DEPLOYMENT_PATTERN.fullmatch(name) is None:
+        raise ValueError(
+            f"{DEPLOYMENT_ENV}={name!r} is not a deployment name: a lowercase letter, then up to 9 "
+            "lowercase letters or digits (no hyphen)"
+        )
+    return name
+
+
+def arrays_namespace() -> str:
+    """The CloudWatch namespace of this deployment's per-array metrics (dimension ``ArrayId``):
+    ``VSA/Arrays`` for the default deployment, ``VSA/<deployment>/Arrays`` for any other, so two
+    deployments' arrays of the same id never feed each other's alarms. (The deployment's own
+    metrics carry its stack as a ``Deployment`` dimension instead.)"""
+    name = deployment()
+    return "VSA/Arrays" if name == DEFAULT_DEPLOYMENT else f"VSA/{name}/Arrays"
 
 
 def iops_alarm_name(array_id: str, kind: AlarmKind) -> str:
-    """``vsa-<array>-iops-high`` (scale out) or ``vsa-<array>-iops-low`` (scale in)."""
-    return f"vsa-{array_id}-iops-{kind}"
+    """``<deployment>-<array>-iops-high`` (scale out) or ``…-iops-low`` (scale in)."""
+    return f"{deployment()}-{array_id}-iops-{kind}"
 
 
 def match_iops_alarm_name(alarm_name: str) -> tuple[str, AlarmKind] | None:
     """The array id and alarm kind encoded in an IOPS alarm name, or None for any other alarm
-    (e.g. the stack's own ``<stack>-backup-failed``, which starts ``vsa-`` too)."""
-    match = _ALARM_NAME.fullmatch(alarm_name)  # fullmatch: '$' would accept a trailing newline
+        (e.g. the stack's own ``<stack>-backup-failed``, which starts ``vsa-`` too), and for another
+    deployment's."""
+    alarm = re.compile(rf"{deployment()}-{_ARRAY}-iops-(?P<kind>high|low)")
+    match = alarm.fullmatch(alarm_name)  # fullmatch: '$' would accept a trailing newline
     if match is None:
         return None
     kind: AlarmKind = "high" if match["kind"] == "high" else "low"
@@ -32,7 +70,8 @@ def parse_iops_alarm_name(alarm_name: str) -> tuple[str, AlarmKind]:
     parsed = match_iops_alarm_name(alarm_name)
     if parsed is None:
         raise InvalidEventError(
-            f"alarm {alarm_name!r} is not a VSA IOPS alarm (expected vsa-<arrayId>-iops-high|low)"
+            f"alarm {alarm_name!r} is not one of this deployment's IOPS alarms "
+            f"(expected {deployment()}-<arrayId>-iops-high|low)"
         )
     return parsed
 
@@ -50,41 +89,39 @@ def scale_execution_name(array_id: str, alarm_arn: str, state_timestamp: str) ->
 
 def group_name(array_id: str) -> str:
     """The array's controller Auto Scaling group."""
-    return f"vsa-{array_id}-controllers"
-
-
-_GROUP_NAME = re.compile(r"vsa-(?P<array>[a-z0-9][a-z0-9-]{1,30}[a-z0-9])-controllers")
+    return f"{deployment()}-{array_id}-controllers"
 
 
 def group_array_id(name: str) -> str | None:
-    """The array id of a controller group's name (``group_name``), or None for any other group."""
-    match = _GROUP_NAME.fullmatch(name)
+    """The array id of a controller group's name (``group_name``), or None for any other group,
+    another deployment's included."""
+    match = re.compile(rf"{deployment()}-{_ARRAY}-controllers").fullmatch(name)
     return match["array"] if match else None
 
 
 def launch_template_name(array_id: str) -> str:
     """The launch template the control plane creates when the spec gives instance settings."""
-    return f"vsa-{array_id}-controller"
+    return f"{deployment()}-{array_id}-controller"
 
 
 def launch_hook_name(array_id: str) -> str:
     """Launch lifecycle hook: holds a new controller until it is bootstrapped (or abandoned)."""
-    return f"vsa-{array_id}-bootstrap"
+    return f"{deployment()}-{array_id}-bootstrap"
 
 
 def terminate_hook_name(array_id: str) -> str:
     """Terminate lifecycle hook: holds a leaving controller until hosts have drained it."""
-    return f"vsa-{array_id}-drain"
+    return f"{deployment()}-{array_id}-drain"
 
 
 def backup_schedule_name(array_id: str) -> str:
     """The EventBridge Scheduler schedule of the array's backup policy."""
-    return f"vsa-{array_id}-backup"
+    return f"{deployment()}-{array_id}-backup"
 
 
 def owned_volume_name(array_id: str, name: str) -> str:
     """The ``Name`` tag of a volume the control plane created for the array."""
-    return f"vsa-{array_id}-{name}"
+    return f"{deployment()}-{array_id}-{name}"
 
 
 def delete_execution_name(array_id: str, version: int) -> str:

@@ -1,8 +1,8 @@
 """The array's DH-HMAC-CHAP keys in AWS Secrets Manager (``vsa_core.arrays.keys`` decides what
 they are and who gets which; this module stores them).
 
-- The array's own secret (``vsa/<array>/keys``): every key, read by the control plane only.
-- One secret per node (``vsa/<array>/node/<instance>``), tagged ``vsa:node`` = the node's
+- The array's own secret (``<deployment>/<array>/keys``): every key, read by the control plane only.
+- One secret per node (``<deployment>/<array>/node/<instance>``), tagged ``vsa:node`` = the node's
   instance ARN: a controller's holds the controller key and every declared host's key; a host's,
   its own key and the controller key. The node policy the stack outputs lets an instance read a
   secret only when that tag names the instance itself (``ec2:SourceInstanceARN``).
@@ -27,10 +27,10 @@ from botocore.exceptions import ClientError
 from vsa_core.arrays import keys
 from vsa_core.arrays.aws_observe import ArrayClients, describe_group
 from vsa_core.arrays.plan import Action, Change
-from vsa_core.arrays.spec import ARRAY_TAG, ArraySpec
+from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, ArraySpec
 from vsa_core.controllers.nvme import host_nqn
 from vsa_core.errors import ConflictError
-from vsa_core.naming import group_name
+from vsa_core.naming import deployment, group_name
 
 NOT_FOUND = "ResourceNotFoundException"
 RECOVERY_WINDOW_DAYS = 7
@@ -230,7 +230,12 @@ def node_secrets(clients: KeysClients, array_id: str) -> dict[str, str]:
 
 
 def _node_tags(clients: KeysClients, array_id: str, instance_id: str) -> dict[str, str]:
-    return {ARRAY_TAG: array_id, keys.NODE_TAG: clients.node_arn(instance_id), keys.KEYS_TAG: "node"}
+    return {
+        ARRAY_TAG: array_id,
+        DEPLOYMENT_TAG: deployment(),
+        keys.NODE_TAG: clients.node_arn(instance_id),
+        keys.KEYS_TAG: "node",
+    }
 
 
 def _holders(content: str) -> list[str]:
@@ -346,7 +351,7 @@ def _array_secret(
     if not said:
         return wanted, None
     if not dry_run:
-        tags = {ARRAY_TAG: spec.array_id, keys.KEYS_TAG: "array"}
+        tags = {ARRAY_TAG: spec.array_id, DEPLOYMENT_TAG: deployment(), keys.KEYS_TAG: "array"}
         _write(clients, name, wanted.as_secret(), tags, exists=text is not None)
     before = sorted(current.hosts) if current is not None else None
     action: Action = "create" if current is None else "update"
@@ -419,7 +424,7 @@ def begin_rotation(clients: KeysClients, spec: ArraySpec) -> bool:
 
 
 def _put_array(clients: KeysClients, array_id: str, value: keys.ArrayKeys) -> None:
-    tags = {ARRAY_TAG: array_id, keys.KEYS_TAG: "array"}
+    tags = {ARRAY_TAG: array_id, DEPLOYMENT_TAG: deployment(), keys.KEYS_TAG: "array"}
     _write(clients, keys.array_secret_name(array_id), value.as_secret(), tags, exists=True)
 
 

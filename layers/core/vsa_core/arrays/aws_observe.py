@@ -14,8 +14,14 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from vsa_core.arrays.plan import Params, Resources
-from vsa_core.arrays.spec import ARRAY_TAG, OWNED_TAG, ArraySpec
-from vsa_core.naming import backup_schedule_name, group_name, iops_alarm_name, launch_template_name
+from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, OWNED_TAG, ArraySpec
+from vsa_core.naming import (
+    backup_schedule_name,
+    deployment,
+    group_name,
+    iops_alarm_name,
+    launch_template_name,
+)
 
 SERVING_STATES = ("InService", "Pending", "Pending:Wait", "Pending:Proceed")
 """Instances of the group that count as serving (or about to serve) controllers."""
@@ -130,7 +136,7 @@ def _observe_group(clients: ArrayClients, desired: Params) -> dict[str, Any] | N
     observed["Tags"] = [
         project(t, ("ResourceId", "ResourceType", "Key", "Value", "PropagateAtLaunch"))
         for t in group.get("Tags", [])
-        if t["Key"] == ARRAY_TAG
+        if t["Key"] in (ARRAY_TAG, DEPLOYMENT_TAG)
     ]
     return observed
 
@@ -191,8 +197,8 @@ def observe_launch_template(clients: ArrayClients, array_id: str) -> dict[str, A
             raise
         return None
     tags = tag_dict(template.get("Tags"))
-    if tags.get(ARRAY_TAG) != array_id:
-        return None  # not the control plane's (validate refuses to create over it)
+    if tags.get(ARRAY_TAG) != array_id or tags.get(DEPLOYMENT_TAG) != deployment():
+        return None  # not this deployment's (validate refuses to create over it)
     data = project(version.get("LaunchTemplateData", {}), _LT_DATA_KEYS)
     if "TagSpecifications" in data:
         # A template's data cannot tag a launch template; moto copies the template's own
@@ -306,6 +312,7 @@ def volume_ids(clients: ArrayClients, spec: ArraySpec) -> tuple[str, ...]:
 def _owned_filters(array_id: str) -> list[dict[str, Any]]:
     return [
         {"Name": f"tag:{ARRAY_TAG}", "Values": [array_id]},
+        {"Name": f"tag:{DEPLOYMENT_TAG}", "Values": [deployment()]},
         {"Name": f"tag:{OWNED_TAG}", "Values": ["true"]},
     ]
 

@@ -4,9 +4,15 @@ once the group is gone, finish with the launch template and (on request) the own
 from vsa_core.arrays import aws_keys, aws_observe
 from vsa_core.arrays.aws_observe import ArrayClients, tag_dict
 from vsa_core.arrays.plan import Change
-from vsa_core.arrays.spec import ARRAY_TAG, ArraySpec
+from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, ArraySpec
 from vsa_core.errors import TeardownPendingError
-from vsa_core.naming import backup_schedule_name, group_name, iops_alarm_name, launch_template_name
+from vsa_core.naming import (
+    backup_schedule_name,
+    deployment,
+    group_name,
+    iops_alarm_name,
+    launch_template_name,
+)
 
 
 def release(clients: ArrayClients, spec: ArraySpec) -> list[Change]:
@@ -56,7 +62,8 @@ def finish(clients: ArrayClients, spec: ArraySpec, *, delete_volumes: bool) -> l
 def _teardown_launch_template(clients: ArrayClients, array_id: str) -> list[Change]:
     name = launch_template_name(array_id)
     template = aws_observe.named_template(clients, array_id)
-    if template is None or tag_dict(template.get("Tags")).get(ARRAY_TAG) != array_id:
-        return []  # absent, or not the control plane's: leave it
+    tags = tag_dict(template.get("Tags")) if template is not None else {}
+    if tags.get(ARRAY_TAG) != array_id or tags.get(DEPLOYMENT_TAG) != deployment():
+        return []  # absent, or not this deployment's: leave it
     clients.ec2.delete_launch_template(LaunchTemplateName=name)
     return [Change(f"launch-template/{name}", "delete")]

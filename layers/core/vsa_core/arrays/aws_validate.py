@@ -10,10 +10,10 @@ from botocore.exceptions import ClientError
 
 from vsa_core.arrays import aws_observe, aws_volumes, exposure, keys
 from vsa_core.arrays.aws_observe import SERVING_STATES, ArrayClients, error_code, tag_dict
-from vsa_core.arrays.spec import ARRAY_TAG, MULTI_ATTACH_LIMIT, ArraySpec, RegisteredArray
+from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, MULTI_ATTACH_LIMIT, ArraySpec, RegisteredArray
 from vsa_core.controllers.nvme import host_nqn
 from vsa_core.errors import ConflictError, InvalidSpecError
-from vsa_core.naming import launch_template_name
+from vsa_core.naming import deployment, launch_template_name
 
 
 def validate(clients: ArrayClients, spec: ArraySpec, current: RegisteredArray | None) -> None:
@@ -260,11 +260,13 @@ def _host_access(clients: ArrayClients, spec: ArraySpec) -> list[exposure.HostAc
 def _foreign_template_problems(clients: ArrayClients, array_id: str) -> list[str]:
     name = launch_template_name(array_id)
     template = aws_observe.named_template(clients, array_id)
-    if template is None or tag_dict(template.get("Tags")).get(ARRAY_TAG) == array_id:
+    tags = tag_dict(template.get("Tags")) if template is not None else {}
+    if template is None or (tags.get(ARRAY_TAG) == array_id and tags.get(DEPLOYMENT_TAG) == deployment()):
         return []
     return [
         f"launch template {name} exists and was not created by the control plane for array {array_id} "
-        f"(no tag {ARRAY_TAG}={array_id}): give it as controllers.launchTemplate, or rename or delete it"
+        f"(no tags {ARRAY_TAG}={array_id}, {DEPLOYMENT_TAG}={deployment()}): "
+        "give it as controllers.launchTemplate, or rename or delete it"
     ]
 
 

@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from vsa_core.naming import deployment
+
 Authentication = Literal["none", "dh-hmac-chap"]
 DH_HMAC_CHAP: Final = "dh-hmac-chap"
 NONE: Final = "none"
@@ -80,18 +82,18 @@ def new_key() -> str:
 
 def array_secret_name(array_id: str) -> str:
     """The array's own secret: every key; read by the control plane only."""
-    return f"vsa/{array_id}/keys"
+    return f"{deployment()}/{array_id}/keys"
 
 
 def node_secret_name(array_id: str, instance_id: str) -> str:
     """A node's copy of the keys it needs: read by that node only."""
-    return f"vsa/{array_id}/node/{instance_id}"
+    return f"{deployment()}/{array_id}/node/{instance_id}"
 
 
 def node_prefix(array_id: str) -> str:
     """Every node secret of the array starts with this (and no other array's does: an array id
-    has no '/')."""
-    return f"vsa/{array_id}/node/"
+    has no '/', nor another deployment's: a deployment's name has none either)."""
+    return f"{deployment()}/{array_id}/node/"
 
 
 def instance_arn(partition: str, region: str, account: str, instance_id: str) -> str:

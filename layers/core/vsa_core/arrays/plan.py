@@ -13,9 +13,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from vsa_core.arrays.spec import ARRAY_TAG, MULTI_ATTACH_LIMIT, OWNED_TAG, ArraySpec, NewVolume
+from vsa_core.arrays.spec import (
+    ARRAY_TAG,
+    DEPLOYMENT_TAG,
+    MULTI_ATTACH_LIMIT,
+    OWNED_TAG,
+    ArraySpec,
+    NewVolume,
+)
 from vsa_core.naming import (
     backup_schedule_name,
+    deployment,
     group_name,
     iops_alarm_name,
     launch_hook_name,
@@ -148,8 +156,8 @@ ObservedResources = Resources
 
 
 def array_tags(array_id: str, **extra: str) -> list[dict[str, str]]:
-    """``[{Key, Value}]`` with ``vsa:array=<id>`` and ``extra``, sorted by key."""
-    tags = {ARRAY_TAG: array_id, **extra}
+    """``[{Key, Value}]`` with ``vsa:array=<id>``, ``vsa:deployment`` and ``extra``, sorted by key."""
+    tags = {ARRAY_TAG: array_id, DEPLOYMENT_TAG: deployment(), **extra}
     return [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
 
 
@@ -248,10 +256,11 @@ def group_params(
             {
                 "ResourceId": name,
                 "ResourceType": "auto-scaling-group",
-                "Key": ARRAY_TAG,
-                "Value": spec.array_id,
+                "Key": key,
+                "Value": value,
                 "PropagateAtLaunch": True,
             }
+            for key, value in ((ARRAY_TAG, spec.array_id), (DEPLOYMENT_TAG, deployment()))
         ],
     }
     if spec.controllers.subnet_id is not None:

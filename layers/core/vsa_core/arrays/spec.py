@@ -41,6 +41,11 @@ longer a default: ``perControllerIops`` defaults from the instance type
 ARRAY_TAG = "vsa:array"
 """Everything the control plane creates carries ``vsa:array=<id>``."""
 
+DEPLOYMENT_TAG = "vsa:deployment"
+"""…and ``vsa:deployment=<deployment>`` (``vsa_core.naming.deployment``): the policies let a
+deployment act only on what carries its own, so two deployments in one account never touch each
+other's resources, even for arrays of the same id."""
+
 OWNED_TAG = "vsa:owned"
 """Volumes the control plane created (and may delete, on request) carry ``vsa:owned=true``."""
 

@@ -10,7 +10,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from vsa_core.arrays.callers import Caller, ChangeRecord
-from vsa_core.arrays.spec import ARRAY_TAG, ArraySpec, ExistingVolume, RegisteredArray
+from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, ArraySpec, ExistingVolume, RegisteredArray
 from vsa_core.backups import aws_sets
 from vsa_core.backups.aws_context import BackupContext
 from vsa_core.backups.sets import (
@@ -22,6 +22,7 @@ from vsa_core.errors import (
     InvalidBackupError,
     RestoreError,
 )
+from vsa_core.naming import deployment
 
 RESTORED_FROM_TAG = "vsa:restored-from"
 SOURCE_VOLUME_TAG = "vsa:source-volume"
@@ -125,9 +126,10 @@ def _restore_volumes(
     for snapshot in backup.snapshots:
         tags = {
             ARRAY_TAG: target,
+            DEPLOYMENT_TAG: deployment(),
             RESTORED_FROM_TAG: backup_id,
             SOURCE_VOLUME_TAG: snapshot.volume_id,
-            "Name": f"vsa-{target}-restore-{snapshot.volume_id}",
+            "Name": f"{deployment()}-{target}-restore-{snapshot.volume_id}",
         }
         volume = ctx.ec2.create_volume(
             SnapshotId=snapshot.snapshot_id,

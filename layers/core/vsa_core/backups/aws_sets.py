@@ -14,7 +14,7 @@ from typing import Any, Literal
 from botocore.exceptions import ClientError
 
 from vsa_core.arrays.callers import Caller, ChangeKind, ChangeRecord
-from vsa_core.arrays.spec import ARRAY_TAG, RegisteredArray
+from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, RegisteredArray
 from vsa_core.backups.aws_context import BackupContext, code, tag_dict, utc_now
 from vsa_core.backups.sets import (
     BACKUP_TAG,
@@ -34,7 +34,7 @@ from vsa_core.errors import (
     InvalidBackupError,
     SnapshotLimitError,
 )
-from vsa_core.naming import backup_schedule_name
+from vsa_core.naming import backup_schedule_name, deployment
 from vsa_core.waiters import execution_arn
 
 DELETE_WORKERS = 8
@@ -223,6 +223,7 @@ def _delete_snapshots(ctx: BackupContext, backup: BackupSet) -> list[str]:
         Filters=[
             {"Name": f"tag:{BACKUP_TAG}", "Values": [backup.backup_id]},
             {"Name": f"tag:{ARRAY_TAG}", "Values": [backup.array_id]},
+            {"Name": f"tag:{DEPLOYMENT_TAG}", "Values": [deployment()]},
         ],
     )
     doomed = [

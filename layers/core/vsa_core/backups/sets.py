@@ -31,7 +31,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from vsa_core.arrays.callers import Caller
-from vsa_core.arrays.spec import ARRAY_TAG, OWNED_TAG, ArrayId, InstanceId, VolumeId
+from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, OWNED_TAG, ArrayId, InstanceId, VolumeId
+from vsa_core.naming import deployment
 
 BackupMode = Literal["crash", "application"]
 SetState = Literal["requested", "freezing", "snapshotting", "completed", "failed", "deleting"]
@@ -104,9 +105,10 @@ def snapshot_tags(array_id: str, backup_id: str, label: str | None = None) -> di
     """The tags every snapshot of a set is created with (``CreateSnapshots`` TagSpecifications)."""
     tags = {
         ARRAY_TAG: array_id,
+        DEPLOYMENT_TAG: deployment(),
         BACKUP_TAG: backup_id,
         OWNED_TAG: "true",
-        "Name": f"vsa-{array_id}-{backup_id}",
+        "Name": f"{deployment()}-{array_id}-{backup_id}",
     }
     if label:
         tags[LABEL_TAG] = label
@@ -114,9 +116,10 @@ def snapshot_tags(array_id: str, backup_id: str, label: str | None = None) -> di
 
 
 def may_delete_snapshot(tags: Mapping[str, str], array_id: str, backup_id: str) -> bool:
-    """Only a snapshot the control plane created for this array and this set may be deleted."""
+    """Only a snapshot this deployment created for this array and this set may be deleted."""
     return (
         tags.get(ARRAY_TAG) == array_id
+        and tags.get(DEPLOYMENT_TAG) == deployment()
         and tags.get(BACKUP_TAG) == backup_id
         and tags.get(OWNED_TAG) == "true"
     )

@@ -34,7 +34,7 @@ from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.spec import RegisteredArray
 from vsa_core.clients import client
 from vsa_core.health import aws_state, rules
-from vsa_core.naming import group_name
+from vsa_core.naming import arrays_namespace, group_name
 from vsa_core.observability import logger
 from vsa_core.reconcile.aws_start import ReconcileStarter
 from vsa_core.registry import ArrayRegistry, BackupRegistry
@@ -43,8 +43,9 @@ from vsa_core.scaling.aws_lookahead import ScaleStarter
 from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES
 from vsa_core.settings import Settings
 
-ARRAY_NAMESPACE = "VSA/Arrays"
 DEPLOYMENT_NAMESPACE = "VSA"
+"""The deployment's own metrics (dimension ``Deployment``: the stack); per array, they go to
+``naming.arrays_namespace()``."""
 UNITS = {"ControllerCapacityIops": "Count/Second", "BackupAgeSeconds": "Seconds"}
 """Every other per-array metric is a Count."""
 ARRAY_METRICS = (
@@ -475,6 +476,6 @@ def _publish(ctx: HealthContext, checked: Sequence[ArrayHealth], failures: int, 
         }
         for name, value in totals.items()
     ]
-    for namespace, data in ((ARRAY_NAMESPACE, per_array), (DEPLOYMENT_NAMESPACE, deployment)):
+    for namespace, data in ((arrays_namespace(), per_array), (DEPLOYMENT_NAMESPACE, deployment)):
         for i in range(0, len(data), PUT_BATCH):
             ctx.clients.cloudwatch.put_metric_data(Namespace=namespace, MetricData=data[i : i + PUT_BATCH])

@@ -42,8 +42,9 @@ from typing import Any, Literal
 
 from vsa_core.arrays import dataplane, keys
 from vsa_core.arrays.dataplane import Report
-from vsa_core.arrays.spec import ARRAY_TAG, OWNED_TAG, ArraySpec
+from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, OWNED_TAG, ArraySpec
 from vsa_core.controllers.nvme import host_nqn
+from vsa_core.naming import deployment
 
 Phase = Literal["settle", "attach", "disconnect", "export", "connect", "detach", "delete", "roll", "rekey"]
 PHASES: tuple[Phase, ...] = (
@@ -344,9 +345,14 @@ def detaching(observed: Observed) -> list[str]:
 
 
 def owned_by(observed: Observed, volume_id: str) -> bool:
-    """Whether the array created ``volume_id`` (its tags: ``vsa:array=<id>``, ``vsa:owned=true``)."""
+    """Whether the array created ``volume_id`` (its tags: ``vsa:array=<id>``, this deployment's
+    ``vsa:deployment``, ``vsa:owned=true``)."""
     tags = observed.tags.get(volume_id, {})
-    return tags.get(ARRAY_TAG) == observed.spec.array_id and tags.get(OWNED_TAG) == "true"
+    return (
+        tags.get(ARRAY_TAG) == observed.spec.array_id
+        and tags.get(DEPLOYMENT_TAG) == deployment()
+        and tags.get(OWNED_TAG) == "true"
+    )
 
 
 def deletable(observed: Observed) -> list[str]:

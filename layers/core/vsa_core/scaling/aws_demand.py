@@ -30,6 +30,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from vsa_core.arrays.aws_service import ArrayService
+from vsa_core.naming import arrays_namespace
 from vsa_core.observability import logger
 from vsa_core.registry import ArrayRegistry
 from vsa_core.scaling import demand
@@ -97,9 +98,7 @@ def publish(registry: ArrayRegistry, service: ArrayService, cloudwatch: Any, now
                 for when, value in zip(stamps, values, strict=True)
             ]
             for i in range(0, len(data), PUT_BATCH):
-                cloudwatch.put_metric_data(
-                    Namespace=demand.AGGREGATE_NAMESPACE, MetricData=data[i : i + PUT_BATCH]
-                )
+                cloudwatch.put_metric_data(Namespace=arrays_namespace(), MetricData=data[i : i + PUT_BATCH])
             published[spec.array_id] = len(data)
         except (ClientError, BotoCoreError) as error:  # one array's failure must not stop the others
             logger.exception("demand not published", extra={"array_id": spec.array_id})

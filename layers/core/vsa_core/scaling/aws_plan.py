@@ -17,11 +17,11 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from vsa_core.arrays.spec import ARRAY_TAG, OWNED_TAG, ArraySpec
+from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, OWNED_TAG, ArraySpec
 from vsa_core.clients import client
 from vsa_core.controllers import slots
 from vsa_core.errors import ArrayNotFoundError
-from vsa_core.naming import group_name, owned_volume_name
+from vsa_core.naming import deployment, group_name, owned_volume_name
 from vsa_core.observability import logger
 from vsa_core.registry import ArrayRegistry, expires_at
 from vsa_core.scaling import demand, forecast, rules
@@ -51,6 +51,7 @@ def provisioned_iops(ec2: Any, spec: ArraySpec) -> int | None:
         )
     owned_filters = [
         {"Name": f"tag:{ARRAY_TAG}", "Values": [spec.array_id]},
+        {"Name": f"tag:{DEPLOYMENT_TAG}", "Values": [deployment()]},
         {"Name": f"tag:{OWNED_TAG}", "Values": ["true"]},
     ]
     owned = {

@@ -21,13 +21,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from vsa_core.arrays.spec import ArraySpec
+from vsa_core.naming import arrays_namespace
 
 METRIC_PERIOD_SECONDS = 60
 ALARM_METRIC_LIMIT = 10
 """CloudWatch: an alarm on metric math references at most 10 metrics (hard limit)."""
 MATH_ALARM_VOLUMES = ALARM_METRIC_LIMIT // 2
 """Volumes an alarm's own metric math can cover (two metrics each)."""
-AGGREGATE_NAMESPACE = "VSA/Arrays"
 AGGREGATE_METRIC = "DemandIops"
 RECENT_MINUTES = 15
 """How many minutes of demand the workflow reads: the low alarm's window."""
@@ -117,7 +117,7 @@ def custom_queries(spec: ArraySpec) -> list[dict[str, Any]] | None:
 
 
 def aggregated_queries(array_id: str) -> list[dict[str, Any]]:
-    query = _stat(DEMAND_QUERY_ID, AGGREGATE_NAMESPACE, AGGREGATE_METRIC, {"ArrayId": array_id}, "Maximum")
+    query = _stat(DEMAND_QUERY_ID, arrays_namespace(), AGGREGATE_METRIC, {"ArrayId": array_id}, "Maximum")
     return [_returned(query)]
 
 
