@@ -448,6 +448,12 @@ def test_apply_creates_no_volume_and_the_workflow_step_creates_each_once_without
     assert (len(created), again["created"], len(again["existing"])) == (3, [], 3)
     assert tokens == [plan.owned_volume_token(spec, v) for v in spec.new_volumes]
     assert world.service.missing_volumes(spec) == []
+    # And another deployment's array of the same id asks with tokens of its own (a token is the
+    # account's: a shared one would answer its create with this deployment's volume)
+    monkeypatch.setenv("VSA_DEPLOYMENT_NAME", "stage")
+    assert not set(tokens) & {plan.owned_volume_token(spec, v) for v in spec.new_volumes}
+    # and finds none of this deployment's volumes as its own
+    assert world.service.missing_volumes(spec) == ["data0", "data1", "data2"]
 
 
 def test_a_volume_ebs_refuses_fails_the_step_saying_what_was_created_and_what_remains(

@@ -21,6 +21,7 @@ from vsa_core.naming import (
     group_name,
     iops_alarm_name,
     launch_template_name,
+    owned_volume_name,
 )
 
 SERVING_STATES = ("InService", "Pending", "Pending:Wait", "Pending:Proceed")
@@ -246,7 +247,7 @@ def describe_volumes(clients: ArrayClients, filters: list[dict[str, Any]]) -> li
 
 def owned_volumes(clients: ArrayClients, array_id: str) -> dict[str, dict[str, Any]]:
     """The array's owned volumes by spec name, as CreateVolume parameters plus VolumeId."""
-    prefix = f"vsa-{array_id}-"
+    prefix = owned_volume_name(array_id, "")
     found: dict[str, dict[str, Any]] = {}
     for volume in describe_volumes(clients, _owned_filters(array_id)):
         tags = tag_dict(volume.get("Tags"))

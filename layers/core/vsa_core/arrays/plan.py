@@ -180,9 +180,12 @@ def owned_volume_token(spec: ArraySpec, volume: NewVolume) -> str:
     """CreateVolume's ClientToken for an owned volume: the same for the same array, volume and
     parameters, so EC2 answers a repeated create with the volume it made (EC2 idempotency,
     https://docs.aws.amazon.com/ec2/latest/devguide/ec2-api-idempotency.html); at most 64 ASCII
-    characters."""
+    characters. The deployment is part of the key: a token is the account's, and another
+    deployment's array of the same id must not be answered with this one's volume."""
     params = owned_volume_params(spec, volume)
-    key = json.dumps([spec.array_id, volume.name, params["AvailabilityZone"], params["Size"], params["Iops"]])
+    key = json.dumps(
+        [deployment(), spec.array_id, volume.name, params["AvailabilityZone"], params["Size"], params["Iops"]]
+    )
     return "vsa-" + hashlib.sha256(key.encode()).hexdigest()[:40]
 
 
