@@ -153,9 +153,9 @@ def footprint(prefix: str, array_id: str) -> dict[str, Any]:
     }
 
 
-def bootstrapped(state_machine_arn: str) -> set[str]:
-    """The instances a deployment's BootstrapController workflow was started for (named in
-    each execution's input)."""
+def started_for(state_machine_arn: str) -> set[str]:
+    """The instances a deployment's workflow (BootstrapController, DrainController) was started
+    for (named in each execution's input)."""
     sfn = boto3.client("stepfunctions")
     pages = sfn.get_paginator("list_executions").paginate(stateMachineArn=state_machine_arn)
     inputs = (
@@ -189,9 +189,9 @@ def test_a_second_deployment_scales_drains_backs_up_and_tears_down_only_its_own_
         assert mine
         assert theirs
         assert not mine & theirs
-        assert bootstrapped(stack_outputs["BootstrapControllerStateMachineArn"]) >= mine
-        assert not bootstrapped(stack_outputs["BootstrapControllerStateMachineArn"]) & theirs
-        assert not bootstrapped(second["BootstrapControllerStateMachineArn"]) & mine
+        assert started_for(stack_outputs["BootstrapControllerStateMachineArn"]) >= mine
+        assert not started_for(stack_outputs["BootstrapControllerStateMachineArn"]) & theirs
+        assert not started_for(second["BootstrapControllerStateMachineArn"]) & mine
         described = boto3.client("ec2").describe_instances(InstanceIds=sorted(mine | theirs))
         for reservation in described["Reservations"]:
             for each in reservation["Instances"]:
@@ -213,10 +213,15 @@ def test_a_second_deployment_scales_drains_backs_up_and_tears_down_only_its_own_
         with pytest.raises(ClientError, match="ExecutionDoesNotExist"):
             boto3.client("stepfunctions").describe_execution(executionArn=f"{first_scale}:{name}")
 
-        # When its low alarm goes off: it drains one of its own controllers, none of the first's
-        name = fire_alarm(array_id, 0, recent_stamp(), "low", deployment=STAGE)
-        assert wait_for_execution(second["ScaleArrayStateMachineArn"], name)["status"] == "SUCCEEDED"
+        # When one of its controllers is taken out of its group (the terminate lifecycle action
+        # reaches both deployments' rules): its own DrainController drains it, the first's not
+        leaving = sorted(i["InstanceId"] for i in settled(STAGE, array_id)["Instances"])[-1]
+        boto3.client("autoscaling").terminate_instance_in_auto_scaling_group(
+            InstanceId=leaving, ShouldDecrementDesiredCapacity=True
+        )
         assert settled(STAGE, array_id)["DesiredCapacity"] == 1
+        assert leaving in started_for(second["DrainControllerStateMachineArn"])
+        assert leaving not in started_for(stack_outputs["DrainControllerStateMachineArn"])
         settle(array_id)
         assert footprint("vsa", array_id) == before
 
