@@ -1,11 +1,9 @@
 """Two deployments in one account and region (staging beside production) never touch each
 other's arrays: the real template deployed twice on one local cloud (the second as
 ``DeploymentName=st<run>``), one array of the same id in each, then the second's bootstrap,
-scaling, drain, backup and teardown, each checked against the first's array.
-
-With IAM enforcement on, the second deployment's roles are also shown unable to act on the
-first's resources even when asked directly (``test_escalations.py`` does the same for one
-deployment)."""
+scaling, drain, backup and teardown, each checked against the first's array. That a role of one
+deployment is refused on another's resources even when it asks directly is shown in
+``test_escalations.py::test_no_role_deletes_another_deployments_owned_volume``."""
 
 import json
 import os
