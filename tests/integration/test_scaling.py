@@ -216,12 +216,19 @@ def test_capacity_never_goes_above_16(stack_outputs, api, world, arrays, scripte
     # three volumes: 300,000 provisioned IOPS, which 17 controllers could use (not the bound here)
     volumes = [{"volumeId": world.volume()} for _ in range(3)]
     _apply(api, array_id, spec_for(array_id, world, volumes=volumes, minControllers=2, maxControllers=16))
-    execution = wait_for_execution(
-        stack_outputs["ScaleArrayStateMachineArn"],
-        fire_alarm(array_id, 5_000_000.0, recent_stamp()),
-    )
-    decision = json.loads(execution["output"])
-    assert decision["desired_controllers"] == 16
+    # A run skips while another holds the array's lock (the apply's own ReconcileArray run may
+    # still hold it on a loaded machine) and re-arms the alarm; on AWS the alarm then fires again
+    # while its metric stays high, which the test plays by firing again, a few times at most
+    for _ in range(10):
+        execution = wait_for_execution(
+            stack_outputs["ScaleArrayStateMachineArn"],
+            fire_alarm(array_id, 5_000_000.0, recent_stamp()),
+        )
+        decision = json.loads(execution["output"])
+        if "desired_controllers" in decision:
+            break
+        time.sleep(2)
+    assert decision["desired_controllers"] == 16, decision
     assert decision["under_provisioned"] is True
     assert group_of(array_id)["DesiredCapacity"] == 16  # type: ignore[index]
 

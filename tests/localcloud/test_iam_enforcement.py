@@ -95,6 +95,12 @@ def role_session(
     return make
 
 
+DEPLOYMENT = "vsa"
+"""The template's default DeploymentName: its roles act on what carries it."""
+OURS = [{"Key": "vsa:array", "Value": "a1"}, {"Key": "vsa:deployment", "Value": DEPLOYMENT}]
+"""The tags the product gives what it makes for array a1."""
+
+
 @pytest.fixture
 def ec2_world(aws: Callable[[str], Any]) -> Iterator[dict[str, str]]:
     """A tagged controller-like instance, a tagged volume and an untagged (operator's) volume."""
@@ -104,7 +110,7 @@ def ec2_world(aws: Callable[[str], Any]) -> Iterator[dict[str, str]]:
         MinCount=1,
         MaxCount=1,
         Placement={"AvailabilityZone": ZONE},
-        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "vsa:array", "Value": "a1"}]}],
+        TagSpecifications=[{"ResourceType": "instance", "Tags": OURS}],
     )["Instances"][0]["InstanceId"]
 
     def volume(tags: list[dict[str, str]]) -> str:
@@ -121,7 +127,7 @@ def ec2_world(aws: Callable[[str], Any]) -> Iterator[dict[str, str]]:
 
     world = {
         "instance": instance,
-        "tagged": volume([{"Key": "vsa:array", "Value": "a1"}]),
+        "tagged": volume(OURS),
         "operator": volume([]),
     }
     yield world
@@ -340,15 +346,19 @@ the name: the ARN keeps its form, so ``${RegistryTable.Arn}/index/…`` stays an
 
 
 def _render(value: Any) -> Any:
-    """A policy value of template.yaml as deployed here (``!Sub`` with the local account; other
-    intrinsics, which name the stack's own resources, become wildcards)."""
+    """A policy value of template.yaml as deployed here (``!Sub`` with the local account and the
+    default DeploymentName; other intrinsics, which name the stack's own resources, become
+    wildcards)."""
     if isinstance(value, dict) and "Sub" in value:
         text = value["Sub"] if isinstance(value["Sub"], str) else value["Sub"][0]
         for attribute, arn in STACK_ARNS.items():
             text = text.replace(f"${{{attribute}}}", arn)
         text = text.replace("${AWS::Partition}", "aws").replace("${AWS::Region}", "us-east-1")
         text = text.replace("${AWS::AccountId}", "000000000000")
+        text = text.replace("${DeploymentName}", DEPLOYMENT)
         return re.sub(r"\$\{[^}]+\}", "*", text)
+    if value == {"Ref": "DeploymentName"}:
+        return DEPLOYMENT
     if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in ("Ref", "GetAtt"):
         return "*"  # the stack's own resources
     if isinstance(value, dict):
@@ -405,7 +415,7 @@ def test_backup_role_snapshots_an_array_of_operator_volumes(role_session, ec2_wo
     ec2 = role_session(*template_statements("TaskBackupRole"))("ec2")
     snapshots = ec2.create_snapshots(
         InstanceSpecification={"InstanceId": ec2_world["instance"], "ExcludeBootVolume": True},
-        TagSpecifications=[{"ResourceType": "snapshot", "Tags": [{"Key": "vsa:array", "Value": "a1"}]}],
+        TagSpecifications=[{"ResourceType": "snapshot", "Tags": OURS}],
         CopyTagsFromSource="volume",
     )["Snapshots"]
     assert [s["VolumeId"] for s in snapshots] == [ec2_world["operator"]]
@@ -416,12 +426,16 @@ def test_backup_role_snapshots_an_array_of_operator_volumes(role_session, ec2_wo
 def test_backups_api_role_restores_from_a_tagged_snapshot_and_undoes(role_session, ec2_world, aws):
     snapshot = aws("ec2").create_snapshot(
         VolumeId=ec2_world["tagged"],
-        TagSpecifications=[{"ResourceType": "snapshot", "Tags": [{"Key": "vsa:array", "Value": "a1"}]}],
+        TagSpecifications=[{"ResourceType": "snapshot", "Tags": OURS}],
     )["SnapshotId"]
     untagged = aws("ec2").create_snapshot(VolumeId=ec2_world["operator"])["SnapshotId"]
     ec2 = role_session(*template_statements("ApiBackupsRole"))("ec2")
     # tagged as a restore makes its volumes: the array's tag and the set it came from
-    restored = [{"Key": "vsa:array", "Value": "a2"}, {"Key": "vsa:restored-from", "Value": "bk-1"}]
+    restored = [
+        {"Key": "vsa:array", "Value": "a2"},
+        {"Key": "vsa:deployment", "Value": DEPLOYMENT},
+        {"Key": "vsa:restored-from", "Value": "bk-1"},
+    ]
     tags = [{"ResourceType": "volume", "Tags": restored}]
     params = {
         "AvailabilityZone": ZONE,
