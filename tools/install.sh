@@ -67,11 +67,14 @@ make_venv "$ROOT/.venv" requirements/dev.txt -- -r requirements/dev.txt
 # vsactl simulate runs the core's planner: the dev venv sees layers/core (as the Lambda layer does).
 site="$("$ROOT/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 echo "$ROOT/layers/core" > "$site/vsa-core.pth"
-# The CLI (vsactl), editable in the dev venv; its dependencies are pinned in requirements/dev.txt.
-# Reinstalled when the venv was rebuilt or the editable install points at another checkout.
-if ! "$ROOT/.venv/bin/python" -c 'import sys, vsactl; sys.exit(not vsactl.__file__.startswith(sys.argv[1]))' "$ROOT/cli/" 2>/dev/null; then
-  echo "==> installing vsactl (cli/, editable)"
-  "$ROOT/.venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e ./cli
+# The CLI (vsactl): the checkout's own distribution (pyproject.toml), editable in the dev venv;
+# its dependencies are pinned in requirements/dev.txt. Reinstalled when the venv was rebuilt or
+# the editable install points at another checkout.
+if ! "$ROOT/.venv/bin/python" -c 'import sys, importlib.metadata as m, vsactl
+m.distribution("vsa-control-plane"); sys.exit(not vsactl.__file__.startswith(sys.argv[1]))' "$ROOT/cli/" 2>/dev/null; then
+  echo "==> installing vsactl (the checkout, editable)"
+  "$ROOT/.venv/bin/pip" uninstall --quiet --disable-pip-version-check --yes vsactl 2>/dev/null || true
+  "$ROOT/.venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 fi
 make_venv "$VSA_STATE/venv" requirements/localcloud.txt -- -r requirements/localcloud.txt
 # Our plugins: reinstalled (without touching LocalStack) whenever their source changes; restart

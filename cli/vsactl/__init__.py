@@ -1,3 +1,6 @@
-"""vsactl: the command line of the VSA control plane (apply, get, list, delete arrays)."""
+"""vsactl: the command line of the VSA control plane (apply, get, list and delete arrays; back
+them up and restore them; simulate the scaling planner)."""
 
-__version__ = "0.1.0"
+from vsa_core.version import VERSION
+
+__version__ = VERSION

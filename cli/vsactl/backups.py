@@ -12,13 +12,14 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
+import botocore.exceptions
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import render
-from .client import ApiClient, CliError
+from .client import ApiClient, CliError, ExitCode
+from .output import Output, OutputOption, YesOption, confirm, emit
 
 backup_app = typer.Typer(help="Back an array up, list, show and delete its backup sets, apply retention.")
 
@@ -144,17 +145,12 @@ def follow(
                 return backup
             if time.monotonic() > deadline:
                 raise CliError(
-                    f"backup {backup_id} still {backup.get('state')} after {timeout:.0f} s", exit_code=1
+                    f"backup {backup_id} still {backup.get('state')} after {timeout:.0f} s",
+                    ExitCode.TIMED_OUT,
                 )
             time.sleep(1)
 
 
-class Output(StrEnum):
-    table = "table"
-    json = "json"
-
-
-OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table (default) or json")]
 out = Console(soft_wrap=False)
 
 
@@ -202,9 +198,7 @@ def create(
             backup = follow(client, array_id, backup["backupId"], out, timeout)
     except CliError as e:
         raise _fail(e) from e
-    if output is Output.json:
-        render.print_json(out, backup)
-    else:
+    if not emit(out, backup, output):
         for part in backup_view(backup):
             out.print(part)
     if wait and backup.get("state") == "failed":
@@ -222,8 +216,8 @@ def list_backups(
         answer = _client(ctx).request("GET", f"/arrays/{array_id}/backups") or {}
     except CliError as e:
         raise _fail(e) from e
-    if output is Output.json:
-        render.print_json(out, answer)
+    if emit(out, answer, output):
+        pass
     elif not answer.get("backups"):
         out.print(f"no backup sets (make one with: vsactl backup create {array_id})", highlight=False)
     else:
@@ -242,8 +236,7 @@ def show(
         backup = _client(ctx).request("GET", f"/arrays/{array_id}/backups/{backup_id}") or {}
     except CliError as e:
         raise _fail(e) from e
-    if output is Output.json:
-        render.print_json(out, backup)
+    if emit(out, backup, output):
         return
     for part in backup_view(backup):
         out.print(part)
@@ -254,14 +247,11 @@ def delete(
     ctx: typer.Context,
     array_id: Annotated[str, typer.Argument(metavar="ID", help="The array's id.")],
     backup_id: Annotated[str, typer.Argument(metavar="BACKUP", help="The backup set's id.")],
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    yes: YesOption = False,
 ) -> None:
-    """Delete a set and its snapshots (refused while it is in progress)."""
-    if not yes and not typer.confirm(
-        f"Delete backup {backup_id} and its snapshots?", default=False, err=True
-    ):
-        raise typer.Exit(1)
+    """Delete a set and its snapshots (refused while it is in progress). Asks first unless --yes."""
     try:
+        confirm(f"Delete backup {backup_id} of {array_id} and its snapshots?", yes)
         answer = _client(ctx).request("DELETE", f"/arrays/{array_id}/backups/{backup_id}") or {}
     except CliError as e:
         raise _fail(e) from e
@@ -272,29 +262,41 @@ def delete(
 def prune(
     ctx: typer.Context,
     array_id: Annotated[str, typer.Argument(metavar="ID", help="The array's id.")],
-    keep: Annotated[int | None, typer.Option(help="Completed sets to keep (default: the policy's).")] = None,
+    keep: Annotated[
+        int | None,
+        typer.Option(min=1, max=1000, help="Completed sets to keep, at least 1 (default: the policy's)."),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be deleted.")] = False,
+    yes: YesOption = False,
     output: OutputOption = Output.table,
 ) -> None:
-    """Apply retention: whole sets, oldest first, never one in progress, capped per run."""
+    """Apply retention: whole sets, oldest first, never one in progress, capped per run. Shows
+    the plan and asks before deleting anything unless --yes."""
     try:
         client = _client(ctx)
-        if dry_run:
-            query = {"keep": str(keep)} if keep else None
-            answer = client.request("GET", f"/arrays/{array_id}/retention", query=query) or {}
-        else:
-            body = {"keep": keep} if keep else {}
-            answer = client.request("POST", f"/arrays/{array_id}/retention", body=body) or {}
+        query = {"keep": str(keep)} if keep is not None else None
+        path = f"/arrays/{array_id}/retention"
+        answer = client.request("GET", path, query=query) or {}
+        doomed = [d for d in answer.get("plan", []) if d.get("action") == "delete"]
+        if not dry_run and doomed:
+            if output is Output.table:
+                out.print(retention_table(array_id, answer, dry_run=True))
+            confirm(f"Delete these {len(doomed)} backup set(s) of {array_id} and their snapshots?", yes)
+            body = {"keep": keep} if keep is not None else {}
+            answer = client.request("POST", path, body=body) or {}
     except CliError as e:
         raise _fail(e) from e
-    if output is Output.json:
-        render.print_json(out, answer)
+    if emit(out, answer, output):
         return
+    out.print(retention_table(array_id, answer, dry_run=dry_run))
+
+
+def retention_table(array_id: str, answer: dict[str, Any], *, dry_run: bool) -> Table:
     title = f"retention of {array_id}: keep {answer.get('keep')}" + (" (dry run)" if dry_run else "")
     table = _table(title, ["backup", "created", "state", "action", "why"])
     for d in answer.get("plan", []):
         table.add_row(d["backupId"], d["createdAt"], d["state"], d["action"], d["reason"])
-    out.print(table)
+    return table
 
 
 def restore(
@@ -306,25 +308,31 @@ def restore(
     ] = None,
     volumes_only: Annotated[bool, typer.Option("--volumes-only", help="Only create the volumes.")] = False,
     key: Annotated[str | None, typer.Option("--idempotency-key", help="Repeat-safe restore.")] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait until every restored volume is available (EC2's waiter).")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="With --wait: give up after this many seconds.")] = 1800,
     output: OutputOption = Output.table,
 ) -> None:
-    """Create io2 Multi-Attach volumes from a backup set (never touching the source)."""
+    """Create io2 Multi-Attach volumes from a backup set (never touching the source). With
+    --new-array the new array is registered with them: `vsactl get NEW -o yaml | vsactl apply -f -`
+    then creates its controllers."""
     if (new_array is None) == (not volumes_only):
-        err = Console(stderr=True)
-        err.print("give exactly one of --new-array ID or --volumes-only", highlight=False)
-        raise typer.Exit(2)
+        raise _fail(CliError("give exactly one of --new-array ID or --volumes-only", ExitCode.BAD_INPUT))
     target: dict[str, Any] = {"arrayId": new_array} if new_array else {"volumesOnly": True}
+    client = _client(ctx)
     try:
-        answer = _client(ctx).request(
+        answer = client.request(
             "POST",
             f"/arrays/{array_id}/restores",
             body={"backupId": backup_id, "target": target},
             headers={"Idempotency-Key": key or f"vsactl-{uuid.uuid4()}"},
         )
+        if wait:
+            wait_available(client, [v["volumeId"] for v in answer.get("volumes", [])], timeout)
     except CliError as e:
         raise _fail(e) from e
-    if output is Output.json:
-        render.print_json(out, answer)
+    if emit(out, answer, output):
         return
     table = _table(
         f"restored {backup_id} in {answer.get('availabilityZone')}", ["source", "snapshot", "volume"]
@@ -332,9 +340,32 @@ def restore(
     for v in answer.get("volumes", []):
         table.add_row(v["sourceVolumeId"], v["snapshotId"], v["volumeId"])
     out.print(table)
+    if wait:
+        out.print(f"{len(answer.get('volumes', []))} volume(s) available", highlight=False)
     if new_array:
         out.print(
-            f"array {new_array} is registered with these volumes; `vsactl apply` its spec (vsactl get "
-            f"{new_array} -o json) to create its controllers",
+            f"array {new_array} is registered with these volumes; create its controllers with: "
+            f"vsactl get {new_array} -o yaml | vsactl apply -f -",
             highlight=False,
         )
+
+
+def wait_available(client: ApiClient, volume_ids: list[str], timeout: float) -> None:
+    """Wait with EC2's own ``volume_available`` waiter (every 5 s) until the volumes are available."""
+    if not volume_ids:
+        return
+    delay = 5
+    ec2 = client.aws_client("ec2")
+    try:
+        ec2.get_waiter("volume_available").wait(
+            VolumeIds=volume_ids, WaiterConfig={"Delay": delay, "MaxAttempts": max(1, int(timeout // delay))}
+        )
+    except botocore.exceptions.WaiterError as e:
+        if "Max attempts exceeded" in str(e):
+            raise CliError(
+                f"restored volumes not all available after {timeout:.0f} s: {', '.join(volume_ids)}",
+                ExitCode.TIMED_OUT,
+            ) from e
+        raise CliError(f"restored volumes did not become available: {e}") from e
+    except botocore.exceptions.ClientError as e:
+        raise CliError(f"cannot follow the restored volumes (EC2 DescribeVolumes): {e}") from e

@@ -12,6 +12,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -40,10 +41,40 @@ _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 _EXECUTE_API_HOST = re.compile(r"^[a-z0-9]+\.execute-api\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
 
 
+class ExitCode(IntEnum):
+    """vsactl's exit codes (docs/cli.md): a script can tell these apart."""
+
+    OK = 0
+    FAILED = 1
+    """the API could not be reached, it failed (5xx), or a followed workflow failed"""
+    BAD_INPUT = 2
+    """the command line or its input file is wrong, or the API answered 400/422 (the message says what)"""
+    REFUSED = 3
+    """the API understood and refused: 401/403 (credentials, IAM), 409/412 (a conflict, a stale version),
+    429 (throttled)"""
+    NOT_FOUND = 4
+    """the array, backup set or path does not exist (404)"""
+    TIMED_OUT = 5
+    """--wait gave up at its --timeout, the API did not answer in time, or API Gateway answered 504"""
+
+
+def exit_code_for(status: int) -> ExitCode:
+    """The exit code of an HTTP error status."""
+    if status in (400, 422):
+        return ExitCode.BAD_INPUT
+    if status == 404:
+        return ExitCode.NOT_FOUND
+    if status == 504:
+        return ExitCode.TIMED_OUT
+    if 400 <= status < 500:
+        return ExitCode.REFUSED
+    return ExitCode.FAILED
+
+
 class CliError(Exception):
     """An error shown to the user as is, with the process exit code."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
+    def __init__(self, message: str, exit_code: int = ExitCode.FAILED) -> None:
         super().__init__(message)
         self.message = message
         self.exit_code = exit_code
@@ -53,7 +84,7 @@ class ApiError(CliError):
     """The API answered with an HTTP error; ``message`` is what the API says to fix."""
 
     def __init__(self, status: int, message: str, body: Any, method: str = "", attempts: int = 1) -> None:
-        super().__init__(message, exit_code=1)
+        super().__init__(message, exit_code=exit_code_for(status))
         self.status = status
         self.body = body
         self.method = method
@@ -72,6 +103,10 @@ def _unreachable(endpoint: str, reason: object, what: str = "the API") -> CliErr
     return CliError(f"cannot reach {what} at {endpoint}: {reason}")
 
 
+def _cfn_endpoint() -> str | None:
+    return os.environ.get("AWS_ENDPOINT_URL_CLOUDFORMATION") or os.environ.get("AWS_ENDPOINT_URL")
+
+
 @dataclass
 class Settings:
     """The global options, as given on the command line (or from the environment)."""
@@ -88,7 +123,9 @@ class ApiClient:
         try:
             self.session = boto3.Session(profile_name=settings.profile, region_name=settings.region)
         except botocore.exceptions.ProfileNotFound as e:
-            raise CliError(f"{e}: pass an existing --profile (see ~/.aws/config)", exit_code=2) from e
+            raise CliError(
+                f"{e}: pass an existing --profile (see ~/.aws/config)", exit_code=ExitCode.BAD_INPUT
+            ) from e
         self._endpoint: str | None = settings.endpoint.rstrip("/") if settings.endpoint else None
 
     # -- endpoint ---------------------------------------------------------------------------------
@@ -99,14 +136,14 @@ class ApiClient:
             self._endpoint = self._endpoint_from_stack()
         return self._endpoint
 
-    def _endpoint_from_stack(self) -> str:
+    def stack_outputs(self) -> dict[str, str]:
+        """The control plane stack's outputs (ApiUrl, ApiId, Version…), from CloudFormation."""
         stack = self.settings.stack
-        cfn_endpoint = os.environ.get("AWS_ENDPOINT_URL_CLOUDFORMATION") or os.environ.get("AWS_ENDPOINT_URL")
         try:
-            cfn = self.session.client("cloudformation", region_name=self._region(), config=_LOOKUP_CONFIG)
+            cfn = self.aws_client("cloudformation", config=_LOOKUP_CONFIG)
             stacks = cfn.describe_stacks(StackName=stack)["Stacks"]
         except botocore.exceptions.EndpointConnectionError as e:
-            where = cfn_endpoint or str(e.kwargs.get("endpoint_url", ""))
+            where = _cfn_endpoint() or str(e.kwargs.get("endpoint_url", ""))
             raise _unreachable(where, e, what=f"CloudFormation (to find stack {stack})") from e
         except botocore.exceptions.NoCredentialsError as e:
             raise self._no_credentials() from e
@@ -116,7 +153,16 @@ class ApiClient:
                 f"cannot find the API: stack {stack} ({message}); deploy it (make deploy-local) "
                 "or pass --endpoint / set VSA_API_URL"
             ) from e
-        outputs = {o["OutputKey"]: o.get("OutputValue", "") for o in stacks[0].get("Outputs", [])}
+        return {o["OutputKey"]: o.get("OutputValue", "") for o in stacks[0].get("Outputs", [])}
+
+    def aws_client(self, service: str, config: Config | None = None) -> Any:
+        """A boto3 client of the caller's session and region (``AWS_ENDPOINT_URL`` honoured)."""
+        return self.session.client(service, region_name=self._region(), config=config)  # type: ignore[call-overload]
+
+    def _endpoint_from_stack(self) -> str:
+        stack = self.settings.stack
+        cfn_endpoint = _cfn_endpoint()
+        outputs = self.stack_outputs()
         api_url = outputs.get("ApiUrl", "")
         if cfn_endpoint and is_local(cfn_endpoint):
             # The local cloud serves REST APIs at LocalStack's path-style invoke URL; the stack's
@@ -135,7 +181,9 @@ class ApiClient:
     def _region(self) -> str:
         region = self.settings.region or self.session.region_name
         if not region:
-            raise CliError("no AWS region: pass --region or set AWS_DEFAULT_REGION", exit_code=2)
+            raise CliError(
+                "no AWS region: pass --region or set AWS_DEFAULT_REGION", exit_code=ExitCode.BAD_INPUT
+            )
         return region
 
     def _signing_region(self) -> str:
@@ -205,7 +253,10 @@ class ApiClient:
         except requests.ConnectionError as e:
             raise _unreachable(self.endpoint, e) from e
         except requests.Timeout as e:
-            raise CliError(f"the API at {self.endpoint} did not answer within {TIMEOUT_SECONDS:.0f} s") from e
+            raise CliError(
+                f"the API at {self.endpoint} did not answer within {TIMEOUT_SECONDS:.0f} s",
+                ExitCode.TIMED_OUT,
+            ) from e
         try:
             payload: Any = response.json() if response.content else None
         except ValueError:

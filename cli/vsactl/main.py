@@ -1,14 +1,16 @@
 """``vsactl``: apply, get, list and delete Virtual Storage Arrays through the control plane's API;
 simulate the scaling planner on an IOPS trace (offline).
 
-Exit codes: 0 done; 1 the API refused (its message is shown), or could not be reached; 2 the
-command line or its input file is wrong.
+Exit codes (``client.ExitCode``; docs/cli.md): 0 done; 1 failed (the API could not be reached or
+failed, a followed workflow failed, not confirmed); 2 bad input (the command line, its file, or the
+API's 400/422); 3 refused by the API (403, 409, 412, 429); 4 not found (404); 5 timed out.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -19,36 +21,41 @@ import typer
 import yaml
 from rich.console import Console
 
-from . import render
+from . import __version__, render
 from .backups import backup_app, restore
-from .client import STACK_NAME, ApiClient, ApiError, CliError, Settings
+from .client import STACK_NAME, ApiClient, ApiError, CliError, ExitCode, Settings
+from .output import Output, OutputOption, YesOption, confirm, emit
 
 app = typer.Typer(
     name="vsactl",
     help="Manage Virtual Storage Arrays through the VSA control plane's REST API (SigV4-signed requests).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion; and `vsactl completion SHELL`
 )
 out = Console(soft_wrap=False)
 err = Console(stderr=True, soft_wrap=True)
-
-
-class Output(StrEnum):
-    table = "table"
-    json = "json"
-
-
-OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table (default) or json")]
 
 
 app.add_typer(backup_app, name="backup")
 app.command("restore")(restore)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"vsactl {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     ctx: typer.Context,
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print vsactl's version and exit."
+        ),
+    ] = False,
     endpoint: Annotated[
         str | None,
         typer.Option(
@@ -98,37 +105,63 @@ def _fail(e: CliError) -> typer.Exit:
     return typer.Exit(e.exit_code)
 
 
-def load_spec(path: Path) -> dict[str, Any]:
-    """The array spec from a YAML (or JSON) file, with the file and line of any error."""
+def _read_source(source: str) -> tuple[str, str]:
+    """The text of ``source`` (a path, or ``-`` for stdin) and the name errors give it."""
+    if source == "-":
+        return sys.stdin.read(), "<stdin>"
+    path = Path(source)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8"), source
     except FileNotFoundError as e:
-        raise CliError(f"{path}: no such file", exit_code=2) from e
+        raise CliError(f"{source}: no such file", ExitCode.BAD_INPUT) from e
+    except IsADirectoryError as e:
+        raise CliError(f"{source}: a directory, not a spec file", ExitCode.BAD_INPUT) from e
     except OSError as e:
-        raise CliError(f"{path}: cannot read it: {e.strerror}", exit_code=2) from e
+        raise CliError(f"{source}: cannot read it: {e.strerror}", ExitCode.BAD_INPUT) from e
     except UnicodeDecodeError as e:
-        raise CliError(f"{path}: not a text file (UTF-8): {e.reason}", exit_code=2) from e
+        raise CliError(f"{source}: not a text file (UTF-8): {e.reason}", ExitCode.BAD_INPUT) from e
+
+
+def _parse_yaml(text: str, name: str) -> Any:
     try:
-        spec = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
         problem = " ".join(p for p in (e.context, e.problem) if p) or "invalid YAML"
-        raise CliError(f"{where}: not valid YAML: {problem}", exit_code=2) from e
+        raise CliError(f"{where}: not valid YAML: {problem}", ExitCode.BAD_INPUT) from e
     except yaml.YAMLError as e:
-        raise CliError(f"{path}: not valid YAML: {e}", exit_code=2) from e
+        raise CliError(f"{name}: not valid YAML: {e}", ExitCode.BAD_INPUT) from e
+
+
+def load_spec(source: str | Path) -> dict[str, Any]:
+    """The array spec from a YAML (or JSON) file, or stdin for ``-``, with the file and line of
+    any error. ``vsactl get ID -o yaml|json`` output is taken too: its ``spec`` is the spec (the
+    live status beside it is read-only, as kubectl apply ignores an object's status)."""
+    text, name = _read_source(str(source))
+    spec = _parse_yaml(text, name)
+    if isinstance(spec, dict) and isinstance(spec.get("spec"), dict) and "volumes" not in spec:
+        spec = spec["spec"]
     if not isinstance(spec, dict):
         kind = "empty" if spec is None else f"a {type(spec).__name__}"
-        raise CliError(f"{path}: expected the array spec (a mapping with arrayId, volumes…), got {kind}", 2)
+        raise CliError(f"{name}: expected the array spec (a mapping with arrayId, volumes…), got {kind}", 2)
     if not isinstance(spec.get("arrayId"), str) or not spec["arrayId"]:
-        raise CliError(f"{path}: the spec has no arrayId: name the array with arrayId: <id>", exit_code=2)
+        raise CliError(f"{name}: the spec has no arrayId: name the array with arrayId: <id>", 2)
     return spec
 
 
 @app.command()
 def apply(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Option("--filename", "-f", help="The array spec (YAML).")],
+    file: Annotated[
+        str,
+        typer.Option(
+            "--filename",
+            "-f",
+            help="The array spec (YAML or JSON; - reads stdin). `vsactl get ID -o yaml` output is "
+            "taken as is.",
+        ),
+    ],
     if_match: Annotated[
         int | None,
         typer.Option(
@@ -161,12 +194,24 @@ def apply(
             "detached (default: kept). A volume it did not create is never deleted.",
         ),
     ] = False,
+    yes: YesOption = False,
     output: OutputOption = Output.table,
 ) -> None:
     """Create or update the array declared in FILE and show the plan: one line per resource and
-    action, the changed fields named (-o json: every value)."""
+    action, the changed fields named (-o json: every value). --force and --delete-removed-volumes
+    ask first (--yes does not)."""
     try:
         spec = load_spec(file)
+        if (force or delete_removed_volumes) and not dry_run:
+            what = " and ".join(
+                w
+                for w, on in (
+                    ("force volumes off mounted hosts", force),
+                    ("delete removed volumes", delete_removed_volumes),
+                )
+                if on
+            )
+            confirm(f"Apply {spec['arrayId']} and {what}?", yes, stdin_taken=file == "-")
         array_id = spec["arrayId"]
         headers = {"If-Match": str(if_match)} if if_match is not None else None
         query = {"dryRun": "true"} if dry_run else {}
@@ -178,8 +223,7 @@ def apply(
         answer = _client(ctx).request("PUT", path, body=spec, headers=headers, query=query or None) or {}
     except CliError as e:
         raise _fail(e) from e
-    if output is Output.json:
-        render.print_json(out, answer)
+    if emit(out, answer, output):
         return
     changes = answer.get("changes") or []
     version = answer.get("version")
@@ -218,7 +262,9 @@ def _follow_reconcile(ctx: typer.Context, array_id: str, timeout: float) -> None
         if record.get("state") in ("failed", "stopped"):  # stopped: the array is being deleted
             raise _fail(CliError(f"array {array_id} did not converge: {record.get('error')}"))
         if time.monotonic() > deadline:
-            raise _fail(CliError(f"array {array_id} still converging after {timeout:.0f} s"))
+            raise _fail(
+                CliError(f"array {array_id} still converging after {timeout:.0f} s", ExitCode.TIMED_OUT)
+            )
         time.sleep(2)
 
 
@@ -233,8 +279,7 @@ def get(
         answer = _client(ctx).request("GET", f"/arrays/{array_id}") or {}
     except CliError as e:
         raise _fail(e) from e
-    if output is Output.json:
-        render.print_json(out, answer)
+    if emit(out, answer, output):
         return
     out.print(render.array_view(array_id, answer))
 
@@ -283,8 +328,7 @@ def events(
         answer = _client(ctx).request("GET", f"/arrays/{array_id}/events", query=query) or {}
     except CliError as e:
         raise _fail(e) from e
-    if output is Output.json:
-        render.print_json(out, answer)
+    if emit(out, answer, output):
         return
     found = answer.get("events") or []
     if not found:
@@ -304,8 +348,7 @@ def list_arrays(ctx: typer.Context, output: OutputOption = Output.table) -> None
         answer = _client(ctx).request("GET", "/arrays") or {}
     except CliError as e:
         raise _fail(e) from e
-    if output is Output.json:
-        render.print_json(out, answer)
+    if emit(out, answer, output):
         return
     arrays = answer.get("arrays") or []
     if not arrays:
@@ -331,9 +374,7 @@ def rotate_keys(
         answer = _client(ctx).request("POST", f"/arrays/{array_id}/rotate-keys") or {}
     except CliError as e:
         raise _fail(e) from e
-    if output is Output.json:
-        render.print_json(out, answer)
-    else:
+    if not emit(out, answer, output):
         what = "started" if answer.get("rotation") == "started" else "under way, going on"
         out.print(f"array {array_id}: keys rotation {what}", highlight=False)
         for line in render.reconcile_lines(answer.get("reconcile")):
@@ -349,36 +390,60 @@ def delete(
     delete_volumes: Annotated[
         bool, typer.Option("--delete-volumes", help="Also delete the volumes the array created.")
     ] = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    yes: YesOption = False,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait until the array is gone (its DeleteArray workflow ended).")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="With --wait: give up after this many seconds.")] = 1800,
     output: OutputOption = Output.table,
 ) -> None:
-    """Delete an array (its controllers, alarms, schedule; its volumes with --delete-volumes)."""
+    """Delete an array (its controllers, alarms, schedule; its volumes with --delete-volumes).
+    Asks first unless --yes."""
     what = "and the volumes it created" if delete_volumes else "(its volumes are kept)"
-    if not yes and not typer.confirm(f"Delete array {array_id} {what}?", default=False, err=True):
-        err.print("not deleted", highlight=False)
-        raise typer.Exit(1)
     try:
-        answer = (
-            _client(ctx).request(
-                "DELETE", f"/arrays/{array_id}", query={"deleteVolumes": json.dumps(delete_volumes)}
-            )
-            or {}
-        )
+        confirm(f"Delete array {array_id} {what}?", yes)
+        query = {"deleteVolumes": json.dumps(delete_volumes)}
+        answer = _client(ctx).request("DELETE", f"/arrays/{array_id}", query=query) or {}
+        if wait and "deleting" in answer:
+            _follow_deletion(ctx, array_id, timeout)
     except CliError as e:
         raise _fail(e) from e
-    if output is Output.json:
-        render.print_json(out, answer)
+    if emit(out, answer, output):
         return
     if "deleting" in answer:  # 202: the DeleteArray workflow tears the array down
         kept = "deleting the volumes it created" if answer.get("deleteVolumes") else "keeping its volumes"
         array = answer["deleting"]
+        if wait:
+            out.print(f"array {array} deleted ({kept})", highlight=False)
+            return
         out.print(f"array {array} is being deleted ({kept})", highlight=False)
         out.print(f"workflow {answer.get('executionArn', '?')}", highlight=False, soft_wrap=True)
-        out.print(f"`vsactl get {array}` shows it until it is gone", highlight=False)
+        out.print(
+            f"`vsactl get {array}` shows it until it is gone (or: vsactl delete --wait)", highlight=False
+        )
         return
     out.print(f"array {answer.get('deleted', array_id)} deleted", highlight=False)
     if answer.get("changes"):
         out.print(render.changes_table(answer["changes"]))
+
+
+def _follow_deletion(ctx: typer.Context, array_id: str, timeout: float) -> None:
+    """Poll GET /arrays/{id} every 2 s until it answers 404 (gone); CliError if the deletion
+    failed (its reason) or outlasts ``timeout``."""
+    deadline = time.monotonic() + timeout
+    client = _client(ctx)
+    while True:
+        try:
+            answer = client.request("GET", f"/arrays/{array_id}") or {}
+        except ApiError as e:
+            if e.status == 404:
+                return
+            raise
+        if answer.get("deleteFailure"):
+            raise CliError(f"array {array_id} was not deleted: {answer['deleteFailure']}")
+        if time.monotonic() > deadline:
+            raise CliError(f"array {array_id} still being deleted after {timeout:.0f} s", ExitCode.TIMED_OUT)
+        time.sleep(2)
 
 
 @app.command()
@@ -418,21 +483,14 @@ def simulate(
 ) -> None:
     """Replay TRACE through the scaling planner, an oracle and static-for-peak; print the figures.
 
-    Offline: nothing is sent to the API. Needs the control plane's core package (vsa_core, in
-    layers/core of a checkout) on PYTHONPATH.
+    Offline: nothing is sent to the API. The planner is the deployed one (vsa_core, installed
+    with vsactl).
     """
-    try:
-        from pydantic import ValidationError
+    from pydantic import ValidationError
 
-        from vsa_core.arrays.spec import ArraySpec
-        from vsa_core.scaling.simulator import compare, default_spec, read_trace
-    except ImportError as e:  # the CLI's own install does not carry the Lambda layer
-        err.print(
-            f"error: vsactl simulate runs the control plane's planner and needs its core package ({e.name}): "
-            "run it from a checkout with PYTHONPATH=layers/core",
-            highlight=False,
-        )
-        raise typer.Exit(2) from e
+    from vsa_core.arrays.spec import ArraySpec
+    from vsa_core.scaling.simulator import compare, default_spec, read_trace
+
     try:
         try:
             text = trace.read_text(encoding="utf-8")
@@ -480,13 +538,64 @@ def simulate(
         f"boot {boot_minutes} min, drain {drain_minutes} min"
     )
     if plot is not None:
-        from .plot import write_plot
+        try:
+            from .plot import write_plot
 
-        write_plot(comparison, plot, title)
-    if output is Output.json:
-        render.print_json(out, {"trace": str(trace), "minutes": len(demand), "results": figures})
-    else:
+            write_plot(comparison, plot, title)
+        except ModuleNotFoundError as e:  # matplotlib is an extra: pip install 'vsa-control-plane[plot]'
+            raise _fail(
+                CliError(f"--plot needs {e.name}: install vsactl with its plot extra ([plot])", 2)
+            ) from e
+    if not emit(out, {"trace": str(trace), "minutes": len(demand), "results": figures}, output):
         wide = Console(soft_wrap=False, width=max(out.width, 110))  # nine columns of figures
         wide.print(render.simulation_table(title, figures))
     if plot is not None:
         err.print(f"plot written to {plot}", highlight=False)
+
+
+@app.command()
+def version(
+    ctx: typer.Context,
+    client_only: Annotated[
+        bool, typer.Option("--client", help="Only vsactl's own version (asks nothing of AWS).")
+    ] = False,
+    output: OutputOption = Output.table,
+) -> None:
+    """vsactl's version and the deployed control plane's (its stack's output Version); they
+    should match: a newer vsactl may send what an older stack refuses."""
+    versions: dict[str, Any] = {"client": __version__}
+    problem: CliError | None = None
+    if not client_only:
+        settings = ctx.obj if isinstance(ctx.obj, Settings) else Settings()
+        try:
+            versions["stack"] = settings.stack
+            versions["server"] = (
+                ApiClient(settings).stack_outputs().get("Version") or "unknown (no output Version)"
+            )
+        except CliError as e:
+            problem = e
+    if not emit(out, versions, output):
+        out.print(f"vsactl: {versions['client']}", highlight=False)
+        if "server" in versions:
+            out.print(f"control plane ({versions['stack']}): {versions['server']}", highlight=False)
+    if problem is not None:
+        raise _fail(problem)
+
+
+class Shell(StrEnum):
+    bash = "bash"
+    zsh = "zsh"
+    fish = "fish"
+    powershell = "powershell"
+
+
+@app.command()
+def completion(shell: Annotated[Shell, typer.Argument(help="bash, zsh, fish or powershell")]) -> None:
+    """Print the shell completion script, as kubectl does: e.g. `source <(vsactl completion bash)`
+    in ~/.bashrc, or `vsactl completion zsh > "${fpath[1]}/_vsactl"`."""
+    # Typer's own script (what --show-completion prints, which needs the shell detected); the
+    # function is internal to Typer, hence the pinned version in pyproject.toml.
+    from typer._completion_shared import get_completion_script
+
+    script = get_completion_script(prog_name="vsactl", complete_var="_VSACTL_COMPLETE", shell=shell.value)
+    print(script)

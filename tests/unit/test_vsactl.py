@@ -300,7 +300,7 @@ def test_apply_force_and_delete_removed_volumes_are_sent_as_query_flags_and_what
         {"array": {}, "version": 4, "changes": [], "forced": [forced]},
     )
 
-    result = run("apply", "-f", spec_file(tmp_path), "--force", "--delete-removed-volumes")
+    result = run("apply", "-f", spec_file(tmp_path), "--force", "--delete-removed-volumes", "--yes")
 
     assert result.exit_code == 0, result.output
     assert api.only_request().path == "/v1/arrays/demo?force=true&deleteRemovedVolumes=true"
@@ -320,13 +320,13 @@ def test_apply_with_if_match_sends_the_version_and_shows_unchanged(run, api, tmp
     assert "array demo unchanged (version 3)" in result.output
 
 
-def test_apply_conflict_shows_the_api_message_and_exits_1(run, api, tmp_path):
+def test_apply_conflict_shows_the_api_message_and_exits_3(run, api, tmp_path):
     message = "array demo is at version 4, not 3: get it again and re-apply"
     api.answer("PUT", "/v1/arrays/demo", 409, {"message": message})
 
     result = run("apply", "-f", spec_file(tmp_path), "--version-check", "3")
 
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert "HTTP 409" in result.output
     assert message in result.output
 
@@ -353,7 +353,7 @@ def test_apply_validation_error_shows_each_detail(run, api, tmp_path):
 
     result = run("apply", "-f", spec_file(tmp_path))
 
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "HTTP 422" in result.output
     assert f"volumes.1.iops: {IOPS_TOO_HIGH}" in result.output
     assert "minControllers: missing" in result.output
@@ -487,7 +487,7 @@ def test_get_json_prints_the_answer_and_404_shows_the_message(run, api):
     assert json.loads(as_json.output)["status"]["alarms"][0]["threshold"] == 112000
 
     missing = run("get", "nope")
-    assert missing.exit_code == 1
+    assert missing.exit_code == 4
     assert "no array nope: vsactl list shows the arrays" in missing.output
 
 
@@ -534,7 +534,7 @@ def test_delete_asks_for_confirmation_and_a_no_sends_nothing(run, api):
 
     assert result.exit_code == 1
     assert "Delete array demo and the volumes it created?" in result.output
-    assert "not deleted" in result.output
+    assert "nothing done (not confirmed)" in result.output
     assert api.requests == []
 
 
@@ -563,7 +563,7 @@ def test_delete_yes_keeps_volumes_by_default_and_409_is_shown(run, api):
 
     result = run("delete", "demo", "--yes")
 
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert api.only_request().path == "/v1/arrays/demo?deleteVolumes=false"
     assert "HTTP 409" in result.output
     assert message in result.output
@@ -833,7 +833,7 @@ def test_events_refuses_a_since_it_cannot_read_and_sends_nothing(run, api):
     assert "with its zone" in result.output
     assert api.requests == []
     missing = run("events", "nope")
-    assert missing.exit_code == 1
+    assert missing.exit_code == 4
 
 
 def test_rotate_keys_posts_signed_and_wait_follows_the_run_to_its_end(run, api):
@@ -861,13 +861,13 @@ def test_rotate_keys_posts_signed_and_wait_follows_the_run_to_its_end(run, api):
     assert_signed(api.requests[0])
 
 
-def test_rotate_keys_shows_the_apis_refusal_and_exits_1(run, api):
+def test_rotate_keys_shows_the_apis_refusal_and_exits_3(run, api):
     refusal = {"message": "array 'demo' has authentication none: there are no keys to rotate"}
     api.answer("POST", "/v1/arrays/demo/rotate-keys", 409, refusal)
 
     result = run("rotate-keys", "demo")
 
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 3, result.output
     assert "authentication none" in result.output
 
 
@@ -877,7 +877,7 @@ def test_apply_answered_504_says_the_apply_may_be_unfinished_and_to_apply_again(
 
     result = run("apply", "-f", spec_file(tmp_path))
 
-    assert result.exit_code == 1
+    assert result.exit_code == 5
     assert "HTTP 504" in result.output
     assert "Endpoint request timed out" in result.output
     assert "apply the same spec again" in result.output
@@ -916,7 +916,7 @@ def test_a_read_that_keeps_timing_out_stops_after_three_and_says_where_to_look(r
     monkeypatch.setattr("vsactl.client.RETRY_DELAYS", (0.01, 0.01))
     api.answer("GET", "/v1/arrays/demo", *TIMED_OUT)
     result = run("get", "demo")
-    assert result.exit_code == 1
+    assert result.exit_code == 5
     assert len(api.requests) == 3
     assert "HTTP 504" in result.output
     assert "asked 3 times" in result.output
@@ -928,7 +928,7 @@ def test_a_write_answered_504_is_never_repeated(run, api, tmp_path, monkeypatch)
     monkeypatch.setattr("vsactl.client.RETRY_DELAYS", (0.01, 0.01))
     api.answer_in_turn("PUT", "/v1/arrays/demo", TIMED_OUT, (200, APPLY_ANSWER))
     result = run("apply", "-f", spec_file(tmp_path))
-    assert result.exit_code == 1
+    assert result.exit_code == 5
     assert [r.method for r in api.requests] == ["PUT"]
     assert "apply the same spec again" in result.output
     assert "asked" not in result.output
