@@ -24,6 +24,8 @@ from .output import Output, OutputOption, YesOption, confirm, emit
 backup_app = typer.Typer(help="Back an array up, list, show and delete its backup sets, apply retention.")
 
 FINAL = ("completed", "failed")
+VOLUME_POLL_SECONDS = 5
+"""restore --wait: EC2's volume_available waiter's own delay."""
 
 
 class Mode(StrEnum):
@@ -248,6 +250,7 @@ def delete(
     array_id: Annotated[str, typer.Argument(metavar="ID", help="The array's id.")],
     backup_id: Annotated[str, typer.Argument(metavar="BACKUP", help="The backup set's id.")],
     yes: YesOption = False,
+    output: OutputOption = Output.table,
 ) -> None:
     """Delete a set and its snapshots (refused while it is in progress). Asks first unless --yes."""
     try:
@@ -255,7 +258,10 @@ def delete(
         answer = _client(ctx).request("DELETE", f"/arrays/{array_id}/backups/{backup_id}") or {}
     except CliError as e:
         raise _fail(e) from e
-    out.print(f"deleted {backup_id}: {len(answer.get('deletedSnapshots', []))} snapshot(s)", highlight=False)
+    if not emit(out, answer, output):
+        out.print(
+            f"deleted {backup_id}: {len(answer.get('deletedSnapshots', []))} snapshot(s)", highlight=False
+        )
 
 
 @backup_app.command("prune")
@@ -354,11 +360,12 @@ def wait_available(client: ApiClient, volume_ids: list[str], timeout: float) -> 
     """Wait with EC2's own ``volume_available`` waiter (every 5 s) until the volumes are available."""
     if not volume_ids:
         return
-    delay = 5
+    delay = VOLUME_POLL_SECONDS
     ec2 = client.aws_client("ec2")
     try:
         ec2.get_waiter("volume_available").wait(
-            VolumeIds=volume_ids, WaiterConfig={"Delay": delay, "MaxAttempts": max(1, int(timeout // delay))}
+            VolumeIds=volume_ids,
+            WaiterConfig={"Delay": delay, "MaxAttempts": max(1, int(timeout // max(delay, 1)))},
         )
     except botocore.exceptions.WaiterError as e:
         if "Max attempts exceeded" in str(e):

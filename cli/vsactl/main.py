@@ -26,6 +26,9 @@ from .backups import backup_app, restore
 from .client import STACK_NAME, ApiClient, ApiError, CliError, ExitCode, Settings
 from .output import Output, OutputOption, YesOption, confirm, emit
 
+POLL_SECONDS = 2.0
+"""How often --wait asks the API again (a GET: cheap, and API Gateway's default throttle is far)."""
+
 app = typer.Typer(
     name="vsactl",
     help="Manage Virtual Storage Arrays through the VSA control plane's REST API (SigV4-signed requests).",
@@ -265,7 +268,7 @@ def _follow_reconcile(ctx: typer.Context, array_id: str, timeout: float) -> None
             raise _fail(
                 CliError(f"array {array_id} still converging after {timeout:.0f} s", ExitCode.TIMED_OUT)
             )
-        time.sleep(2)
+        time.sleep(POLL_SECONDS)
 
 
 @app.command()
@@ -443,7 +446,7 @@ def _follow_deletion(ctx: typer.Context, array_id: str, timeout: float) -> None:
             raise CliError(f"array {array_id} was not deleted: {answer['deleteFailure']}")
         if time.monotonic() > deadline:
             raise CliError(f"array {array_id} still being deleted after {timeout:.0f} s", ExitCode.TIMED_OUT)
-        time.sleep(2)
+        time.sleep(POLL_SECONDS)
 
 
 @app.command()

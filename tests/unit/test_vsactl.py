@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import pytest
 from botocore.auth import SigV4Auth
@@ -72,6 +73,9 @@ class FakeApi:
     answers: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
     turns: dict[tuple[str, str], list[tuple[int, Any]]] = field(default_factory=dict)
+    volume_states: list[str] = field(default_factory=lambda: ["available"])
+    """EC2 DescribeVolumes: each call answers the next state for every volume asked (the last stays)."""
+    described: list[list[str]] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -89,6 +93,23 @@ class FakeApi:
         return self.requests[0]
 
 
+def describe_volumes(api: FakeApi, body: bytes) -> str:
+    """EC2's DescribeVolumes answer (its Query protocol's XML) for the volume ids asked."""
+    asked = [v for k, v in parse_qsl(body.decode()) if k.startswith("VolumeId.")]
+    api.described.append(asked)
+    state = api.volume_states.pop(0) if len(api.volume_states) > 1 else api.volume_states[0]
+    items = "".join(
+        f"<item><volumeId>{v}</volumeId><size>100</size><availabilityZone>{REGION}a</availabilityZone>"
+        f"<status>{state}</status><volumeType>io2</volumeType></item>"
+        for v in asked
+    )
+    return (
+        '<DescribeVolumesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+        f"<requestId>00000000-0000-0000-0000-000000000002</requestId><volumeSet>{items}</volumeSet>"
+        "</DescribeVolumesResponse>"
+    )
+
+
 def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def _serve(self) -> None:
@@ -97,6 +118,9 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
             headers = {k.lower(): v for k, v in self.headers.items()}
             if self.command == "POST" and self.path == "/" and b"Action=DescribeStacks" in body:
                 self._reply(200, DESCRIBE_STACKS.encode(), "text/xml")
+                return
+            if self.command == "POST" and self.path == "/" and b"Action=DescribeVolumes" in body:
+                self._reply(200, describe_volumes(api, body).encode(), "text/xml")
                 return
             api.requests.append(Recorded(self.command, self.path, headers, body))
             turns = api.turns.get((self.command, self.path))
