@@ -481,8 +481,8 @@ class World:
 
 
 def scan_find_slot(dynamodb: Any, table: str, instance_id: str) -> bool:
-    """What finding a controller by its instance id cost before the ``instances`` index: a Scan
-    of the whole registry with a filter (``ArrayRegistry.find_slot`` until issue #16 item 5)."""
+    """What finding a controller by its instance id costs without the ``instances`` index: a Scan
+    of the whole registry with a filter (the bench's comparison for ``ArrayRegistry.find_slot``)."""
     for page in dynamodb.get_paginator("scan").paginate(
         TableName=table,
         FilterExpression="begins_with(sk, :slot) AND instanceId = :instance",

@@ -21,8 +21,8 @@ Each event picks another array and instance every time. For every DynamoDB call:
 the items it read (``ScannedCount`` for a Query or Scan) and its read request units by AWS's
 rules from the items' sizes (moto reports a constant ``ConsumedCapacity`` per call, whatever it
 read). Time is the event's wall time through those functions, DynamoDB on the local cloud and
-the other services faked in-process. For comparison, two reads that do walk the table: the Scan
-``find_slot`` made before the index (per state change, until this change), and ``registry.all()``
+the other services faked in-process. For comparison, two reads that do walk the table: a Scan
+for the slot, which ``find_slot`` would make per state change without the index, and ``registry.all()``
 (GET /arrays and the every-minute demand publisher: every array, not an event).
 
 Prints figures and the 1,000 / 10 ratios; asserts nothing (the machines here are shared).

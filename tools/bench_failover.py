@@ -68,7 +68,7 @@ BASE = {
     "tcpRetries2": 15,
 }
 ROWS: dict[str, dict[str, int]] = {
-    "k5": BASE,  # what connect-path passed before this bench (kato: the kernel's default, 5 s)
+    "k5": BASE,  # the kernel's defaults (kato 5 s): the baseline the other rows are compared with
     "k3": {**BASE, "kato": 3},
     "k2": {**BASE, "kato": 2},
     "k1": {**BASE, "kato": 1},

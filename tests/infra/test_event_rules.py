@@ -1,10 +1,11 @@
 """The EventBridge rules in the template match the events they are for, and no others.
 
-The IOPS rule used to match ``alarmName`` by the prefix ``vsa-``: the stack's own
-``<stack>-backup-failed`` alarm starts with it too when the stack does (the default stack name is
-``vsa-…``), so a failed backup started the scaling trigger, which failed into the dead-letter
-queue. The pattern is evaluated here offline by moto's EventBridge pattern matcher (the one its
-rules deliver by; moto answers no ``TestEventPattern``); ``tests/localcloud/test_cloudwatch.py``
+The IOPS rule matches the arrays' IOPS alarms by wildcard (``<deployment>-*-iops-high``,
+``-iops-low``), not by the prefix ``vsa-``: the stack's own ``<stack>-backup-failed`` alarm starts
+with it too when the stack does (the default stack name is ``vsa-…``), so a prefix match would
+start the scaling trigger on a failed backup, which would fail into the dead-letter queue. The
+pattern is evaluated here offline by moto's EventBridge pattern matcher (the one its rules
+deliver by; moto answers no ``TestEventPattern``); ``tests/localcloud/test_cloudwatch.py``
 asks the local cloud's EventBridge the same through ``TestEventPattern``.
 
 EventBridge documents ``wildcard`` matching for event buses ("Comparison operators for use in

@@ -1,4 +1,4 @@
-"""DESIGN.md invariant: IAM is least-privilege, scoped by the ``vsa:array`` tag where AWS allows.
+"""An invariant (docs/security.md): IAM is least-privilege, scoped by the ``vsa:array`` tag where AWS allows.
 
 Every statement of every role in the template: no wildcard actions, and every action that
 changes or destroys something is scoped, either by a ``vsa:array`` tag condition or by a
@@ -70,7 +70,7 @@ def test_the_scope_check_can_fail() -> None:
     assert statement["Resource"] == "*"
 
 
-# --- no path from an API caller to more power (DESIGN.md invariants) ------------------------
+# --- no path from an API caller to more power (docs/security.md) ------------------------
 
 
 def _role_statements(action: str) -> list[tuple[str, dict[str, Any]]]:

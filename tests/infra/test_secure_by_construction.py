@@ -1,4 +1,4 @@
-"""DESIGN.md invariants, on the template: the product acts only on events an account principal
+"""The invariants of docs/security.md, on the template: the product acts only on events an account principal
 cannot forge, every change is attributable, and what it must not lose survives the stack.
 
 - Its own events ("Backup Requested") travel on the deployment's bus, whose resource policy

@@ -211,7 +211,7 @@ def _send_per_item(items: str) -> dict[str, Any]:
 
 
 def test_a_whole_host_list_is_refused() -> None:
-    # Given today's shape before the fix: one command to every host of the array
+    # Given the shape the check exists to refuse: one command to every host of the array
     definition = {
         "States": {
             "Locate": {

@@ -208,8 +208,8 @@ def after_504(
 
 def create_array(api: Api, array_id: str, spec: Spec, timeout: float = 240) -> tuple[int, Any]:
     """PUT a new array for a test's setup: 201 and the answer, as vsactl gets it. A 504 is API
-    Gateway giving up at its 29 s on an apply slowed by the loaded local cloud (seen in CI with
-    the two clouds and eleven test workers on 2 cores; the same apply answers in 3-5 s alone);
+    Gateway giving up at its 29 s on an apply slowed by the loaded local cloud (the two clouds and
+    eleven test workers of the test command on 2 cores; the same apply answers in 3-5 s alone);
     setup then does what a caller does (``after_504``) until the array is there with its spec
     stored, its apply finished and its group made, and goes on with that answer. Only setup
     uses this: a test of PUT's own answer calls the API itself."""
@@ -227,7 +227,8 @@ def create_array(api: Api, array_id: str, spec: Spec, timeout: float = 240) -> t
 
 def put_spec(api: Api, spec: Spec, query: str = "", timeout: float = 240) -> tuple[int, dict[str, Any]]:
     """PUT ``spec`` as a test's step: the status and answer, or, after API Gateway's 504 (its 29 s
-    past on an apply slowed by the loaded machine: CI's two clouds and eleven workers on 2 cores),
+    past on an apply slowed by the loaded machine: the test command's two clouds and eleven workers
+    on 2 cores),
     what a caller learns by doing what docs/operations.md says (``after_504``): GET until the next
     version is stored and its apply finished and, if that started a ReconcileArray run, the run
     is recorded; the answer is then built from GET with the fields the tests read (``version``,
@@ -277,8 +278,8 @@ def put_spec(api: Api, spec: Spec, query: str = "", timeout: float = 240) -> tup
 
 def read_array(api: Api, array_id: str) -> tuple[int, Any]:
     """GET the array: the status and answer, asking again (up to three times in all) after API
-    Gateway's 504, a status read past its 29 s on a loaded machine (seen in CI runs 15 and 17,
-    the two clouds' workers on 2 cores), as a caller does (vsactl too)."""
+    Gateway's 504, a status read past its 29 s under load (the two clouds' workers on 2 cores, load
+    average up to 15), as a caller does (vsactl too)."""
     for _ in range(3):
         code, answer = api.call("GET", f"/arrays/{array_id}")
         if code != 504:

@@ -1,6 +1,6 @@
 """The arrays API on the local cloud: the real template, the real Lambda, SigV4-signed requests.
 
-Apply creates exactly what DESIGN.md lists (group, hooks, alarms, schedule, owned volumes),
+Apply creates exactly what docs/arrays.md lists (group, hooks, alarms, schedule, owned volumes),
 an update changes exactly what changed, an invalid spec leaves no trace, concurrent applies
 lose no update, delete removes what the control plane created and nothing else, and bad
 requests get 4xx, never 5xx.
@@ -298,8 +298,9 @@ def test_a_volume_still_being_modified_converges_on_reapply_and_refuses_another_
     assert state in ("available", "in-use"), state
     # When it is grown to 60 GiB: 200, the volume's modification starts (modifying: EBS shows
     # the new size only from optimizing on). The realistic profile keeps it modifying 10 s, then
-    # optimizing 120 s: a PUT slowed by the loaded machine can answer after the first (seen in
-    # CI), and either way it has not completed, which is what the rest of this test needs.
+    # optimizing 120 s: a PUT slowed by the loaded machine can answer after the first (the
+    # test command's two clouds on 2 cores), and either way it has not completed, which is what
+    # the rest of this test needs.
     status, grown = api.call("PUT", f"/arrays/{array_id}", _grow(spec, 60))
     assert status == 200, grown
     assert {c["resource"]: c["action"] for c in grown["changes"]}["volume/scratch"] == "update"
@@ -352,8 +353,9 @@ def test_security_groups_open_to_strangers_unknown_ones_and_a_missing_profile_st
     api: Api, world: World, arrays: Callable[[], str]
 ) -> None:
     # Given controllers' security groups: one that does not exist, one that opens NVMe/TCP's
-    # port 4420 to the world; and an instance profile that does not exist (issue #20: before,
-    # this answered 502 after the spec was stored and a volume and launch template were created)
+    # port 4420 to the world; and an instance profile that does not exist (issue #20: checked
+    # before anything is made; found later, the answer would be 502 with the spec stored and a
+    # volume and launch template created)
     array_id = arrays()
     ec2 = boto3.client("ec2")
     open_group = ec2.create_security_group(GroupName=f"{array_id}-open", Description="open to all")["GroupId"]

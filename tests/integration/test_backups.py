@@ -171,9 +171,9 @@ def test_a_workflow_stopped_mid_freeze_leaves_the_hosts_to_their_watchdogs(
         time.sleep(0.02)
     armed = max(p.stat().st_mtime for p in pid_files)
     # (the hosts drop off SSM at once, so that nothing but their watchdogs can thaw them: a
-    # thaw-io the workflow sent before the stop took effect is never delivered. Under CI load the
-    # stop could land after the workflow's own thaw-io, and the freeze itself comes a moment
-    # after the watchdog is armed: both made this test pass or fail by timing, ci-run11)
+    # thaw-io the workflow sent before the stop took effect is never delivered. Under load the
+    # stop can land after the workflow's own thaw-io, and the freeze itself comes a moment
+    # after the watchdog is armed: either would make this test pass or fail by timing)
     endpoint = os.environ["AWS_ENDPOINT_URL"]
     for host in array.hosts:
         control(endpoint, "ssm", "set_ping", InstanceId=host, PingStatus="ConnectionLost")
@@ -202,7 +202,7 @@ def test_a_workflow_stopped_mid_freeze_leaves_the_hosts_to_their_watchdogs(
     # workflow ran none of its own failure path, which is what this checks.)
     # On AWS the execution is ABORTED when StopExecution answers (its reply carries the stopDate);
     # the local cloud's engine ends it only once the state running at the stop returns, which on
-    # two busy cores can be after the watchdogs fired (the CI failure of 2026-11-24). Until it has
+    # two busy cores can be after the watchdogs fired. Until it has
     # ended the set is, rightly, still in progress, so wait for the end before reading the set.
     ended = backup_finished(stack_outputs, backup_id)
     assert ended["status"] in ("ABORTED", "FAILED"), ended["status"]

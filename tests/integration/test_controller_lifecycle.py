@@ -295,8 +295,8 @@ def demand_scales_out(
     ``to``: its decision. A run may hold while a controller is still in flight (the planner reads
     the group's lifecycle states, not the slots check_serving reads), or be skipped while another
     run holds the array's scaling lock; either re-arms the alarm, and on AWS the alarm then fires
-    again while its metric stays high, which the test plays here by firing it again. (In CI the
-    one alarm a test played launched nothing within 60 s, and the run's answer was not kept.)"""
+    again while its metric stays high, which the test plays here by firing it again. (Under load
+    a single firing can launch nothing within 60 s, its run having held or been skipped.)"""
     scale = stack_outputs["ScaleArrayStateMachineArn"]
     deadline = time.monotonic() + timeout
     while True:
@@ -317,9 +317,9 @@ class Offline:
     instance without the agent's instance profile), as soon as it appears: its bootstrap waits
     for a node that never comes. (Not set_ping: under the realistic latency profile the agent
     has not registered yet when the instance appears.) It watches for up to ``LAUNCH_WAIT``
-    seconds: the alarm's ScaleArray run and the group's launch took over 60 s in CI on the loaded
-    machine (two local clouds, ten test workers on 2 cores), and the test then failed with no
-    instance to hold offline."""
+    seconds: the alarm's ScaleArray run and the group's launch can take over 60 s on a loaded
+    machine (two local clouds, ten test workers on 2 cores), and with a shorter watch the test
+    fails with no instance to hold offline."""
 
     LAUNCH_WAIT = 240
 

@@ -1,4 +1,4 @@
-"""No path from an API caller to more power (DESIGN.md), tried against the deployed stack with
+"""No path from an API caller to more power (docs/security.md), tried against the deployed stack with
 the local cloud's IAM enforcement on: each escalation a security review found is refused, and
 the refusal names the statement (or the rule) that refused it.
 

@@ -31,7 +31,7 @@ from tests.integration.conftest import Api, wait_for_execution
 def check(stack_outputs: dict[str, str], array_id: str) -> dict[str, Any]:
     """One health-check run for the array, and (waited for) the report-paths it sent."""
     # the function may run for its whole Timeout (120 s, template.yaml); botocore's default read
-    # timeout (60 s) gave up first on the loaded machine (CI: ReadTimeoutError while it ran on)
+    # timeout (60 s) gives up first on a loaded machine (ReadTimeoutError while it runs on)
     reply = boto3.client("lambda", config=Config(read_timeout=150, retries={"max_attempts": 0})).invoke(
         FunctionName=stack_outputs["TaskHealthCheckFunctionName"],
         Payload=json.dumps({"arrayIds": [array_id]}).encode(),

@@ -77,8 +77,8 @@ def apply_and_follow(
         f"PUT answered in {answered:.1f} s: {reply['reconcile'].get('remaining')} {reply.get('forced', '')}"
     )
     # while it runs, GET shows the array converging with its current step
-    # (a 504 is API Gateway giving up on a status read that took over 29 s, seen with 8 test
-    # processes on 2 cores in CI; a caller asks again, as wait_until_gone does)
+    # (a 504 is API Gateway giving up on a status read that takes over 29 s, as with 8 test
+    # processes on 2 cores; a caller asks again, as wait_until_gone does)
     for _ in range(3):
         code, answer = api.call("GET", f"/arrays/{spec['arrayId']}")
         if code != 504:

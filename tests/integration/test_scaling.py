@@ -199,7 +199,7 @@ def settle_drains(array_id: str) -> None:
                     LifecycleActionResult="CONTINUE",
                 )
             except ClientError as error:
-                # the deployed DrainController completed it first (CI run 15, under load)
+                # the deployed DrainController completed it first (it can, under load)
                 if "No active Lifecycle Action" not in str(error):
                     raise
     deadline = time.monotonic() + 30

@@ -3,9 +3,9 @@ every minute by the local cloud as CloudWatch does, nothing scripted), EBS metri
 AWS/EBS, ScaleArray with its re-arming, and the real controller lifecycle (BootstrapController
 and DrainController on the nodes' sandboxes).
 
-The measured case of issue #18: a surge, then demand at 10,000 IOPS for good. Before, the low
-alarm's first run held ("the recent peak still needs ...") without re-arming the alarm, which
-stayed in ALARM: the array sat above minControllers for as long as anyone watched.
+The measured case of issue #18: a surge, then demand at 10,000 IOPS for good. A low alarm's
+run that holds ("the recent peak still needs ...") must re-arm the alarm: left in ALARM, it is
+never fired again, and the array sits above minControllers for as long as anyone watches.
 """
 
 import itertools

@@ -33,7 +33,7 @@ ZONE = "us-east-1a"
 AMI = "ami-12c6146b"  # known to moto
 ACCOUNT = "000000000000"  # the local cloud's default account
 DESCRIBE = {"Effect": "Allow", "Action": ["ec2:Describe*"], "Resource": "*"}
-TAGGED_ATTACH = {  # the statement the product shipped before: the tag on *every* resource
+TAGGED_ATTACH = {  # the array tag required on *every* resource: refuses the operator's own volume
     "Effect": "Allow",
     "Action": ["ec2:AttachVolume", "ec2:DetachVolume"],
     "Resource": "*",
@@ -397,7 +397,7 @@ def test_controller_role_attaches_the_operators_own_volume(role_session, ec2_wor
 
 
 def test_the_old_attach_statement_is_denied_for_the_operators_volume(role_session, ec2_world):
-    # Given the controller role with the AttachVolume statements put back as they shipped before
+    # Given the controller role with its AttachVolume statements replaced by TAGGED_ATTACH
     statements = [
         s for s in template_statements("TaskControllerRole") if "ec2:AttachVolume" not in s["Action"]
     ]

@@ -152,8 +152,8 @@ def _state(ec2: Any, instance_id: str) -> str:
 
 def test_an_instance_is_pending_before_running_and_shutting_down_before_terminated(ec2, capture, profile):
     # Given launches take 2 s and terminations 2 s ("Instance lifecycle")
-    # (pending 8 s, not 2: CI run 15 at load 15 took over 2 s between RunInstances and the
-    # AttachVolume below, and the instance was already running)
+    # (pending 8 s, not 2: at load average 15 on 2 cores over 2 s can pass between RunInstances
+    # and the AttachVolume below, and the instance would already be running)
     profile(instance_pending=8, instance_shutting_down=2)
     # When an instance is launched
     launched = ec2.run_instances(

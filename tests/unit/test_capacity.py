@@ -77,7 +77,7 @@ def test_a_type_the_table_does_not_list_has_no_default(instance_type: str):
 def test_every_row_sustains_at_most_its_maximum_and_the_largest_r5b_is_the_old_fixed_figure():
     assert all(0 < row.baseline <= row.maximum for row in EBS_IOPS.values())
     assert all(name.count(".") == 1 for name in EBS_IOPS)
-    assert EBS_IOPS["r5b.24xlarge"].baseline == 260_000  # what perControllerIops used to be for all
+    assert EBS_IOPS["r5b.24xlarge"].baseline == 260_000  # the figure docs/scaling.md's traces assume
 
 
 # --- the spec's default ------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """The rolling replacement's decisions (vsa_core.reconcile.roll), pure: each step from a
 situation, and whole rolls simulated against a model of the group (launch → bootstrap →
 serving; retire → drain → gone), any count, any bound, any order of who is outdated, checking
-the invariants DESIGN.md and issue #17 ask: the serving count never drops below what it was
-(or, at io2's 16, below minControllers), at most one controller in flight, at most 16
-attachments, and the roll ends with every controller on the new settings at the array's count."""
+the invariants issue #17 asks (docs/arrays.md, *Rolling new launch settings*): the serving count
+never drops below what it was (or, at io2's 16, below minControllers), at most one controller in
+flight, at most 16 attachments, and the roll ends with every controller on the new settings at
+the array's count."""
 
 from dataclasses import replace
 

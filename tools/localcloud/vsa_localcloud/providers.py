@@ -36,10 +36,10 @@ def _serialised(factory: Any) -> Any:
     Why: DynamoDB applies each write atomically, condition included: of two concurrent
     conditional writes on one item, one fails. moto's backend is not thread-safe and LocalStack
     serves requests on several threads, so two concurrent UpdateItems could both pass the same
-    condition. One lock around every operation restores the guarantee. Seen once: the 100-event
-    burst of tests/integration/test_scaling.py found two ScaleArray runs holding one scaling lock;
-    tests/localcloud/test_dynamodb.py races 32 conditional writers (it did not reproduce the race
-    without this lock, so the burst test remains the evidence).
+    condition. One lock around every operation restores the guarantee. Without it, the 100-event
+    burst of tests/integration/test_scaling.py can leave two ScaleArray runs holding one scaling
+    lock; tests/localcloud/test_dynamodb.py races 32 conditional writers (that alone does not
+    reproduce the race without this lock, so the burst test is the evidence).
     """
     lock = threading.RLock()
 

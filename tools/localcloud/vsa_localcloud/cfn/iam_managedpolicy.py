@@ -1,7 +1,7 @@
 """AWS::IAM::ManagedPolicy with updates. LocalStack's provider creates and deletes, but its
 ``update`` raises NotImplementedError, which the engine takes for success: a stack update that
-changed a managed policy's document reported UPDATE_COMPLETE and left the policy at version 1
-(found when a new action in the control plane's keys policy was still denied after a deploy).
+changes a managed policy's document reports UPDATE_COMPLETE and leaves the policy at version 1
+(so a new action in the control plane's keys policy stays denied after a deploy).
 
 On AWS, ``PolicyDocument``, ``Roles``, ``Users`` and ``Groups`` update with no interruption
 (CloudFormation User Guide, AWS::IAM::ManagedPolicy): a new document is a new policy version,
