@@ -105,8 +105,14 @@ class NewVolume(_Strict):
     takes no throughput setting for io2), so there is none to declare."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,30}$", description="unique within the array")
-    size_gib: StrictInt = Field(alias="sizeGiB", ge=limits.IO2_MIN_GIB, le=limits.IO2_MAX_GIB)
-    iops: StrictInt = Field(ge=limits.IO2_MIN_IOPS, le=limits.IO2_MAX_IOPS)
+    size_gib: StrictInt = Field(
+        alias="sizeGiB", ge=limits.IO2_MIN_GIB, le=limits.IO2_MAX_GIB, description="the volume's size in GiB"
+    )
+    iops: StrictInt = Field(
+        ge=limits.IO2_MIN_IOPS,
+        le=limits.IO2_MAX_IOPS,
+        description="the volume's provisioned IOPS: at most 1,000 per GiB (io2)",
+    )
 
     @model_validator(mode="after")
     def _iops_per_gib(self) -> "NewVolume":
@@ -123,11 +129,23 @@ Volume = ExistingVolume | NewVolume
 
 
 class LaunchTemplateRef(_Strict):
-    launch_template_id: str | None = Field(default=None, alias="launchTemplateId", pattern=r"^lt-[0-9a-f]+$")
-    launch_template_name: str | None = Field(
-        default=None, alias="launchTemplateName", pattern=LAUNCH_TEMPLATE_NAME
+    launch_template_id: str | None = Field(
+        default=None,
+        alias="launchTemplateId",
+        pattern=r"^lt-[0-9a-f]+$",
+        description="the launch template's id (give this or launchTemplateName, not both)",
     )
-    version: str = Field(default="$Latest", pattern=r"^(\$Latest|\$Default|\d+)$")
+    launch_template_name: str | None = Field(
+        default=None,
+        alias="launchTemplateName",
+        pattern=LAUNCH_TEMPLATE_NAME,
+        description="the launch template's name (give this or launchTemplateId, not both)",
+    )
+    version: str = Field(
+        default="$Latest",
+        pattern=r"^(\$Latest|\$Default|\d+)$",
+        description="the version controllers launch from: a version number, $Latest or $Default",
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "LaunchTemplateRef":
@@ -140,10 +158,33 @@ class ControllerSettings(_Strict):
     """How controllers launch: an existing launch template, or the parts of one (the control
     plane then creates and owns the launch template ``vsa-<id>-controller``)."""
 
-    launch_template: LaunchTemplateRef | None = Field(default=None, alias="launchTemplate")
-    instance_type: str | None = Field(default=None, alias="instanceType", pattern=r"^[a-z0-9-]+\.[a-z0-9]+$")
-    image_id: str | None = Field(default=None, alias="imageId", pattern=r"^ami-[0-9a-f]{8,17}$")
-    subnet_id: str | None = Field(default=None, alias="subnetId", pattern=r"^subnet-[0-9a-f]{8,17}$")
+    launch_template: LaunchTemplateRef | None = Field(
+        default=None,
+        alias="launchTemplate",
+        description="an existing launch template the controllers launch from, instead of instanceType "
+        "and imageId (perControllerIops is then required)",
+    )
+    instance_type: str | None = Field(
+        default=None,
+        alias="instanceType",
+        pattern=r"^[a-z0-9-]+\.[a-z0-9]+$",
+        description="the controllers' EC2 instance type, with imageId (instead of launchTemplate); "
+        "perControllerIops defaults from it",
+    )
+    image_id: str | None = Field(
+        default=None,
+        alias="imageId",
+        pattern=r"^ami-[0-9a-f]{8,17}$",
+        description="the controllers' AMI: Linux with the SSM agent, with instanceType (instead of "
+        "launchTemplate)",
+    )
+    subnet_id: str | None = Field(
+        default=None,
+        alias="subnetId",
+        pattern=r"^subnet-[0-9a-f]{8,17}$",
+        description="the subnet controllers launch in, in availabilityZone (default: the Availability "
+        "Zone's default subnet)",
+    )
     security_group_ids: tuple[Annotated[str, Field(pattern=SECURITY_GROUP_ID)], ...] = Field(
         default=(),
         alias="securityGroupIds",
@@ -239,9 +280,19 @@ class BackupPolicy(_Strict):
         "of the two day fields ? (cron(0 3 * * ? *): 03:00 every day)",
         max_length=limits.SCHEDULE_EXPRESSION_MAX,
     )
-    mode: Literal["crash", "application"] = "crash"
+    mode: Literal["crash", "application"] = Field(
+        default="crash",
+        description="crash: every volume snapshotted at one point in time; application: the hosts' "
+        "mountpoints frozen around the snapshots (every host must list mountpoints)",
+    )
     retention: StrictInt = Field(default=7, ge=1, le=1000, description="backup sets to keep")
-    freeze_timeout_seconds: StrictInt = Field(default=10, alias="freezeTimeoutSeconds", ge=1, le=60)
+    freeze_timeout_seconds: StrictInt = Field(
+        default=10,
+        alias="freezeTimeoutSeconds",
+        ge=1,
+        le=60,
+        description="application mode: a host thaws by itself after this many seconds, whatever happens",
+    )
 
     @field_validator("schedule")
     @classmethod
@@ -272,11 +323,13 @@ class DemandMetric(_Strict):
         pattern=r"^[A-Za-z0-9._/#:-]{1,255}$",
         description="not AWS/…: those belong to AWS services; not starting with ':'",
     )
-    metric_name: str = Field(alias="metricName", pattern=CLOUDWATCH_NAME)
+    metric_name: str = Field(alias="metricName", pattern=CLOUDWATCH_NAME, description="the metric's name")
     dimensions: dict[
         Annotated[str, Field(pattern=CLOUDWATCH_NAME)], Annotated[str, Field(pattern=CLOUDWATCH_NAME)]
     ] = Field(default_factory=dict, max_length=30, description="at most 30 (CloudWatch's limit)")
-    statistic: Literal["Sum", "Average", "Maximum"] = "Sum"
+    statistic: Literal["Sum", "Average", "Maximum"] = Field(
+        default="Sum", description="how one minute's data points make the array's demand"
+    )
 
     @field_validator("namespace")
     @classmethod
@@ -322,15 +375,30 @@ def _no_default_iops(controllers: ControllerSettings) -> str:
 
 
 class ArraySpec(_Strict):
-    spec_version: Literal[1] = Field(default=1, alias="specVersion")
+    spec_version: Literal[1] = Field(default=1, alias="specVersion", description="the spec format: 1")
     array_id: ArrayId = Field(alias="arrayId")
-    availability_zone: str = Field(alias="availabilityZone", pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
+    availability_zone: str = Field(
+        alias="availabilityZone",
+        pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$",
+        description="where the controllers and volumes live (and ideally the hosts); an array never moves",
+    )
     volumes: tuple[Volume, ...] = Field(
         min_length=1, max_length=MAX_VOLUMES, description="at most 26: every controller attaches each"
     )
     controllers: ControllerSettings
-    min_controllers: StrictInt = Field(alias="minControllers", ge=1, le=MULTI_ATTACH_LIMIT)
-    max_controllers: StrictInt = Field(alias="maxControllers", ge=1, le=MULTI_ATTACH_LIMIT)
+    min_controllers: StrictInt = Field(
+        alias="minControllers",
+        ge=1,
+        le=MULTI_ATTACH_LIMIT,
+        description="never fewer serving controllers: each host's paths to the array",
+    )
+    max_controllers: StrictInt = Field(
+        alias="maxControllers",
+        ge=1,
+        le=MULTI_ATTACH_LIMIT,
+        description="never more controllers (io2 Multi-Attach attaches a volume to at most 16); at "
+        "least minControllers",
+    )
     per_controller_iops: StrictInt = Field(
         default_factory=lambda fields: _default_controller_iops(fields.get("controllers")),
         alias="perControllerIops",
@@ -340,9 +408,28 @@ class ArraySpec(_Strict):
         "IOPS from the Amazon EBS-optimized instances table (required with a launchTemplate, or "
         "for a type the table does not list)",
     )
-    target_utilisation: StrictFloat = Field(default=0.7, alias="targetUtilisation", gt=0.0, le=1.0)
-    scale_out_cooldown_seconds: StrictInt = Field(default=60, alias="scaleOutCooldownSeconds", ge=0, le=86400)
-    scale_in_cooldown_seconds: StrictInt = Field(default=180, alias="scaleInCooldownSeconds", ge=0, le=86400)
+    target_utilisation: StrictFloat = Field(
+        default=0.7,
+        alias="targetUtilisation",
+        gt=0.0,
+        le=1.0,
+        description="the share of perControllerIops each controller is planned to carry: controllers = "
+        "demand / (perControllerIops x targetUtilisation), rounded up",
+    )
+    scale_out_cooldown_seconds: StrictInt = Field(
+        default=60,
+        alias="scaleOutCooldownSeconds",
+        ge=0,
+        le=86400,
+        description="no scale-out this many seconds after the last one",
+    )
+    scale_in_cooldown_seconds: StrictInt = Field(
+        default=180,
+        alias="scaleInCooldownSeconds",
+        ge=0,
+        le=86400,
+        description="no scale-in this many seconds after the last scale-out or scale-in",
+    )
     hosts: tuple[Host, ...] = Field(default=(), max_length=MAX_HOSTS)
     allow_any_host: StrictBool = Field(
         default=False,
@@ -361,7 +448,9 @@ class ArraySpec(_Strict):
         alias="demandMetric",
         description="a metric the hosts publish, in IOPS, instead of the volumes' AWS/EBS metrics",
     )
-    backup: BackupPolicy | None = None
+    backup: BackupPolicy | None = Field(
+        default=None, description="scheduled backups (default: none; POST /arrays/{arrayId}/backups any time)"
+    )
 
     @field_validator("spec_version", mode="before")
     @classmethod
