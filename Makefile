@@ -13,7 +13,7 @@ OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-e
 
 .PHONY: demo test check install localcloud-start localcloud-stop localcloud-logs build deploy-local \
 	lint format typecheck validate security unit documents dataplane dataplane-auth integration bench bench-lifecycle bench-backups \
-	bench-coldstart bench-arrays bench-keys bench-failover clean
+	bench-coldstart bench-arrays bench-keys bench-failover docs clean
 
 demo: install
 	@$(LOCAL) bash tools/demo.sh
@@ -117,6 +117,13 @@ bench-keys: install
 # local cloud's DynamoDB (a table of its own, deleted after; the local cloud is left running).
 bench-arrays: localcloud-start
 	@$(LOCAL) $(VENV)/python tools/bench_arrays.py
+
+# The generated reference: openapi.json from the handlers, then docs/configuration.md (template.yaml's
+# parameters, the spec model) and docs/api.md (openapi.json); tests/infra/test_reference_docs.py
+# fails while a page differs from what this writes.
+docs: install
+	$(OFFLINE) $(VENV)/python tools/openapi.py
+	$(OFFLINE) $(VENV)/python tools/configuration_doc.py
 
 clean:
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache
