@@ -154,6 +154,7 @@ def follow(
 
 
 out = Console(soft_wrap=False)
+progress = Console(stderr=True)  # a live bar on stderr: stdout stays the answer (-o json|yaml)
 
 
 def _client(ctx: typer.Context) -> ApiClient:
@@ -197,7 +198,7 @@ def create(
             headers={"Idempotency-Key": key or f"vsactl-{uuid.uuid4()}"},
         )
         if wait:
-            backup = follow(client, array_id, backup["backupId"], out, timeout)
+            backup = follow(client, array_id, backup["backupId"], progress, timeout)
     except CliError as e:
         raise _fail(e) from e
     if not emit(out, backup, output):
