@@ -21,6 +21,8 @@ phase_times=()
 # Every pytest run's output is also kept, so the command's last lines can name what failed: the
 # local clouds' logs printed on a failure are long, and CI shows only the end of the output.
 failures="$(mktemp)"
+# Each pytest run writes a JUnit report here; the slowest tests across them are printed at the end.
+reports="$(mktemp -d)"
 kept() { local name="$1"; shift; local log; log="$(mktemp)"; local rc=0
   "$@" 2>&1 | tee "$log" || rc=1
   grep -E '^(FAILED|ERROR) ' "$log" | sed "s/^/[$name] /" >>"$failures"
@@ -92,7 +94,7 @@ phase "local cloud started" "$SECONDS"
 step "tests: unit + infra (no network); local-cloud fidelity; host documents (real XFS on loop devices, as root; SSM documents on sandbox nodes); workflows (the deployed ASL, tasks mocked)"
 SECONDS=0
 kept "unit, infra, local cloud, documents, workflows" \
-  on "$FAST_PORT" "$VENV/python" -m pytest -n 3 --dist loadgroup --durations=10 tests/unit tests/infra tests/localcloud tests/documents tests/workflows || status=1
+  on "$FAST_PORT" "$VENV/python" -m pytest -n 3 --dist loadgroup --durations=10 --junitxml="$reports/unit-infra-localcloud.xml" tests/unit tests/infra tests/localcloud tests/documents tests/workflows || status=1
 phase "unit, infra, local cloud, documents, workflows" "$SECONDS"
 
 step "integration: the real template built once (sam build), deployed to both local clouds (sam deploy), the real Lambda code"
@@ -136,14 +138,14 @@ SECONDS=0
 # whole when it ends.
 long_log="$(mktemp)"
 realistic_log="$(mktemp)"
-on "$REALISTIC_PORT" env VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest -m "realistic and minutes" \
+on "$REALISTIC_PORT" env VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest -m "realistic and minutes" --junitxml="$reports/integration-minutes.xml" \
   --durations=5 tests/integration >"$long_log" 2>&1 &
 long_pid=$!
-on "$REALISTIC_PORT" env VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest -n 5 -m "realistic and not minutes" \
+on "$REALISTIC_PORT" env VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest -n 5 -m "realistic and not minutes" --junitxml="$reports/integration-realistic.xml" \
   --durations=10 tests/integration >"$realistic_log" 2>&1 &
 realistic_pid=$!
 echo; echo "=== integration (fast latency profile), side by side"
-kept "integration, fast" on "$FAST_PORT" "$VENV/python" -m pytest -n 3 -m "not realistic" --durations=10 tests/integration || status=1
+kept "integration, fast" on "$FAST_PORT" "$VENV/python" -m pytest -n 3 -m "not realistic" --durations=10 --junitxml="$reports/integration-fast.xml" tests/integration || status=1
 phase "integration, fast profile" "$SECONDS"
 wait "$realistic_pid" || status=1
 phase "integration, realistic profile (beside it)" "$SECONDS"
@@ -158,7 +160,7 @@ SECONDS=0
 # The authentication scenarios (tests/dataplane/test_authentication.py: their own lab, ~14 min
 # under TCG) run with make dataplane-auth until they share this tier's guests: with them the
 # command would be ~45 min (docs/dataplane.md, *Authentication on the data plane*).
-kept "data plane" offline "$VENV/python" -m pytest --durations=10 --ignore=tests/dataplane/test_authentication.py tests/dataplane || status=1
+kept "data plane" offline "$VENV/python" -m pytest --durations=10 --junitxml="$reports/dataplane.xml" --ignore=tests/dataplane/test_authentication.py tests/dataplane || status=1
 phase "data plane (QEMU)" "$SECONDS"
 
 step "integration (minutes of CloudWatch's cadence; started with the integration phase)"
@@ -170,6 +172,9 @@ phase "data plane, then what was left of the minutes tests" "$SECONDS"
 if [[ $status -ne 0 ]]; then show_log; fi
 timings "$FAST_PORT" fast
 stop_clouds
+step "the slowest 15 tests (setup + call + teardown)"
+"$VENV/python" tools/slowest_tests.py --top 15 "$reports"/*.xml
+rm -rf "$reports"
 step "times"
 printf '%s\n' "${phase_times[@]}"
 printf '%-48s %5d s\n' "the test command (after the install)" "$(($(date +%s) - TOTAL_START))"
