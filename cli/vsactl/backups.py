@@ -53,6 +53,8 @@ def backups_table(array_id: str, backups: list[dict[str, Any]]) -> Table:
         f"backup sets of {array_id}",
         ["backup", "created", "mode", "state", "consistency", "snapshots", "freeze s", "label", "message"],
     )
+    table.columns[0].no_wrap = True  # ids are copied into vsactl restore / backup show: always whole
+    table.columns[0].min_width = max((len(b["backupId"]) for b in backups), default=6)
     for b in backups:
         table.add_row(
             b["backupId"],

@@ -307,3 +307,13 @@ def test_completion_scripts_are_printed_and_complete_commands():
     }
     answer = subprocess.run([str(vsactl)], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert answer.stdout.split() == ["prune"], answer
+
+
+def test_backup_list_shows_every_id_whole_to_copy_into_restore(run, api):
+    backup_id = "bk-20261128T215814589Z-4d9a021e"
+    row = {"backupId": backup_id, "createdAt": "2026-11-28T21:58:14Z", "mode": "application"}
+    row |= {"state": "completed", "consistency": "application-consistent", "snapshots": 2}
+    api.answer("GET", "/v1/arrays/demo/backups", 200, {"backups": [row]})
+    result = run("backup", "list", "demo")  # not a terminal: 80 columns
+    assert result.exit_code == 0, result.output
+    assert backup_id in result.output
