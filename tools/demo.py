@@ -56,7 +56,12 @@ LOGS_GIB, LOGS_IOPS = 200, 24_000
 DEMAND = 52_345
 
 
+CURRENT_STEP = ["4.", "before the first step"]
+"""The step under way, named in the last lines if the demo fails."""
+
+
 def say(step: str, text: str) -> None:
+    CURRENT_STEP[:] = [step, text]
     console.print(f"\n[bold cyan]==> {step}[/] {text}")
 
 
@@ -722,5 +727,25 @@ def release(facts: dict[str, Any]) -> None:
     print(f"{facts['arrayId']}: " + (f"released {done}" if done else "nothing left to release"))
 
 
+def run_main() -> None:
+    """main(), and when it fails, the last lines say which step and why (the traceback above)."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # re-raised below (as exit 1), after saying where it stopped
+        if isinstance(error, SystemExit) and error.code in (0, None):
+            raise
+        step, text = CURRENT_STEP
+        why = error.code if isinstance(error, SystemExit) else f"{type(error).__name__}: {error}"
+        if not isinstance(error, SystemExit):
+            console.print_exception(show_locals=False)
+        port = os.environ.get("VSA_LOCALCLOUD_PORT", "4566")
+        console.print(f"\n[bold red]make demo failed at step {step}[/] {text}", highlight=False)
+        console.print(f"    why: {why}", markup=False, highlight=False)
+        console.print(f"    the local cloud's log: {state_dir()}/run-{port}/localstack.log", highlight=False)
+        raise SystemExit(1) from None
+
+
 if __name__ == "__main__":
-    main()
+    run_main()

@@ -7,6 +7,9 @@
 #   .dataplane/                the data-plane tier's guest kernel and virtme-ng (tools/dataplane-install.sh)
 # Nothing is installed outside the checkout.
 set -euo pipefail
+# The last line of a failed install names the command that failed and where (make demo and make
+# test both begin here; the output above it is that command's own).
+trap 'echo "install failed (tools/install.sh line $LINENO): $BASH_COMMAND" >&2' ERR
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 # shellcheck source=tools/env.sh
