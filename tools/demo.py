@@ -56,7 +56,7 @@ LOGS_GIB, LOGS_IOPS = 200, 24_000
 DEMAND = 52_345
 
 
-CURRENT_STEP = ["4.", "before the first step"]
+CURRENT_STEP = ["4.", "reading the deployed stack's outputs"]
 """The step under way, named in the last lines if the demo fails."""
 
 
