@@ -5,7 +5,7 @@ builds the distribution from the tracked files alone into a clean virtualenv (no
 ``PYTHONPATH``; dependencies from the package index) and runs every kind of command there,
 ``simulate`` included, which needs the core package (vsa_core) the distribution carries.
 
-The version is written once (``vsa_core.version.VERSION``); the distribution reads it, and the
+The version is written once (``vsa_core.VERSION``); the distribution reads it, and the
 stack's output ``Version`` must say the same.
 """
 
@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from tests.infra.test_statemachine_definitions import load_template
-from vsa_core.version import VERSION
+from vsa_core import VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -35,7 +35,7 @@ def test_the_stack_reports_the_one_version():
 def test_the_distribution_reads_the_one_version():
     assert "version" not in PYPROJECT["project"]
     assert PYPROJECT["project"]["dynamic"] == ["version"]
-    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "vsa_core.version.VERSION"}
+    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "vsa_core.VERSION"}
 
 
 def test_the_distribution_pins_what_the_tests_run_with():

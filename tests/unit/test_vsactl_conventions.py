@@ -24,7 +24,7 @@ from vsactl.main import app
 
 from tests.unit import test_vsactl
 from tests.unit.test_vsactl import SPEC_YAML, api, run, spec_file  # noqa: F401 - fixtures
-from vsa_core.version import VERSION
+from vsa_core import VERSION
 
 ARRAY = yaml.safe_load(SPEC_YAML)
 GET_ANSWER = {

@@ -13,3 +13,8 @@ In every package, a module whose name starts with ``aws_`` talks to AWS (clients
 every other module is pure and imports no boto3 or botocore, not even through another module
 (``tests/unit/test_core_shape.py``).
 """
+
+VERSION = "0.1.0"
+"""The product's version, written only here: the vsactl distribution reads it (pyproject.toml),
+``vsactl version`` prints it, and the stack's output ``Version`` must equal it
+(tests/infra/test_cli_package.py)."""
