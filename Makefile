@@ -126,4 +126,4 @@ docs: install
 	$(OFFLINE) $(VENV)/python tools/configuration_doc.py
 
 clean:
-	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

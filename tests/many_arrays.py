@@ -21,6 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from vsa_core.arrays.aws_registry import ArrayRegistry, expires_at
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.backups.sets import BackupSet
@@ -30,7 +31,6 @@ from vsa_core.controllers.aws_lifecycle import start
 from vsa_core.controllers.events import ControllerEvent
 from vsa_core.controllers.steps import Locate, Prepare
 from vsa_core.naming import group_name, iops_alarm_name, slot_key
-from vsa_core.registry import ArrayRegistry, expires_at
 from vsa_core.scaling.aws_demand import read_demand
 from vsa_core.scaling.aws_plan import plan_scale
 from vsa_core.scaling.events import ScaleRequest

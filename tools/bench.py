@@ -42,9 +42,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from traces.families import FAMILIES, Array, trace
-from vsa_core.arrays.plan import LOW_EVALUATION_PERIODS
+from vsa_core.alarm_tuning import LOW_EVALUATION_PERIODS
+from vsa_core.arrays.capacity import controllers_needed, deliverable_iops, volume_controllers
 from vsa_core.arrays.spec import ArraySpec
-from vsa_core.scaling.capacity import controllers_needed, deliverable_iops, volume_controllers
 from vsa_core.scaling.simulator import DEFAULT_DRAIN_MINUTES, simulate_oracle, simulate_planner
 from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES
 

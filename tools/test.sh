@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The test command (make test; .ci/run calls it). Runs, in order: ruff, mypy, sam validate
-# --lint; the unit, infra, local-cloud, documents and workflow tests side by side (pytest-xdist);
+# The test command (make test; .ci/run calls it). Runs, in order: ruff, mypy, import-linter, sam
+# validate --lint; the unit, infra, local-cloud, documents and workflow tests side by side (pytest-xdist);
 # the stack built once and deployed to two local clouds; the integration tests against them, side
 # by side: those under the fast latency profile on the first cloud while those under the
 # realistic one run on the second (the profile is a local cloud's, so each cloud keeps one for
@@ -40,6 +40,8 @@ step "ruff (lint + format)"
 "$VENV/ruff" check . && "$VENV/ruff" format --check . || status=1
 step "mypy (strict, pydantic plugin, boto3 stubs)"
 "$VENV/mypy" layers/core functions cli || status=1
+step "import-linter (the core's layers: pyproject.toml's [tool.importlinter])"
+"$VENV/lint-imports" || status=1
 step "security gate (checkov, parliament, cloudsplaining against tools/security-baseline.yaml)"
 offline "$VENV/python" tools/security_gate.py || status=1
 step "sam validate --lint"
@@ -48,7 +50,7 @@ if [[ $status -ne 0 ]]; then
   echo "static checks failed; not running the tests" >&2
   exit $status
 fi
-phase "static checks (ruff, mypy, security, sam validate)" "$SECONDS"
+phase "static checks (ruff, mypy, imports, security, sam validate)" "$SECONDS"
 
 # Two local clouds: the first (VSA_LOCALCLOUD_PORT) for the tests before the deploy and the
 # integration tests under the fast profile, the second (100 ports up; its service port range,

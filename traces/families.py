@@ -8,7 +8,7 @@ and the array it runs on from the seed; levels are fractions of what the array s
 target utilisation with every controller that adds IOPS, so one shape fits every array size.
 
 The arrays: a large one (2-16 x r5b.24xlarge, 260,000 IOPS each), a small one (1-8 x
-r5b.8xlarge, 86,667 IOPS each, the EBS-optimized baselines of ``vsa_core.scaling.instances``) and
+r5b.8xlarge, 86,667 IOPS each, the EBS-optimized baselines of ``vsa_core.instances``) and
 a volume-bound one (2-16 x 260,000 IOPS on volumes whose provisioned IOPS total 1,000,000: the
 sixth controller is the last that adds any). On the volume-bound array the peaks are drawn up to
 110% of the volumes' total: demand above it is starved whatever any policy does, which the
@@ -20,7 +20,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vsa_core.scaling.capacity import volume_controllers
+from vsa_core.arrays.capacity import volume_controllers
 
 HOUR = 60
 DAY = 24 * HOUR

@@ -2,7 +2,7 @@
 # Shared by every document: tools/documents.py puts this file where a script has the line
 # "# vsa:include lib/common.sh". The including script sets DOCUMENT first.
 #
-# The derived names below are exactly those of layers/core/vsa_core/controllers/nvme.py (its docstring says
+# The derived names below are exactly those of layers/core/vsa_core/nvme.py (its docstring says
 # why each is what it is); tests/documents/test_scripts_local.py compares the two.
 set -euo pipefail
 shopt -s nullglob

@@ -1,12 +1,12 @@
 """The arrays REST API (API Gateway, IAM auth): the routes and the error mapping are
-``vsa_core.arrays.aws_api``'s, the work ``vsa_core.arrays.aws_operations``'."""
+``vsa_core.api.aws_arrays``'s, the work ``vsa_core.api.aws_operations``'."""
 
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from vsa_core.arrays import replies
-from vsa_core.arrays.aws_api import app
+from vsa_core.api import replies
+from vsa_core.api.aws_arrays import app
 from vsa_core.observability import logger, tracer
 
 __all__ = ["app", "lambda_handler"]

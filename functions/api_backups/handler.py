@@ -1,12 +1,12 @@
 """The backups REST API (API Gateway, IAM auth): the routes, the request models, the
-idempotency of POSTs and the error mapping are ``vsa_core.backups.aws_api``'s."""
+idempotency of POSTs and the error mapping are ``vsa_core.api.aws_backups``'s."""
 
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from vsa_core.arrays import replies
-from vsa_core.backups.aws_api import app, idempotency_config
+from vsa_core.api import replies
+from vsa_core.api.aws_backups import app, idempotency_config
 from vsa_core.observability import logger, tracer
 
 __all__ = ["app", "lambda_handler"]

@@ -6,12 +6,12 @@ from typing import Any
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.clients import client
 from vsa_core.controllers.aws_steps import Steps
 from vsa_core.controllers.steps import Request
 from vsa_core.observability import logger, tracer
-from vsa_core.registry import ArrayRegistry
 from vsa_core.settings import get_settings
 
 

@@ -6,10 +6,10 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.clients import client
 from vsa_core.observability import logger, tracer
-from vsa_core.registry import ArrayRegistry
 from vsa_core.scaling.aws_demand import publish
 from vsa_core.settings import get_settings
 

@@ -10,10 +10,10 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field
 
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArrayId
 from vsa_core.observability import logger, tracer
-from vsa_core.registry import ArrayRegistry
 from vsa_core.settings import get_settings
 
 

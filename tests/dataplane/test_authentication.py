@@ -31,7 +31,7 @@ from tests.dataplane.conftest import FIGURES
 from tests.dataplane.lab import STATE, Guest, Lab, Result, kernel_package, missing_prerequisites
 from tests.dataplane.test_dataplane import Fio
 from tests.prerequisites import require
-from vsa_core.controllers import nvme
+from vsa_core import nvme
 
 pytestmark = pytest.mark.timeout(900)
 

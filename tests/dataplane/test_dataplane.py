@@ -23,8 +23,8 @@ import pytest
 from tests.dataplane.conftest import SPARE, VOLUME
 from tests.dataplane.lab import Lab, Result
 from tests.documents_tool import documents as tool
+from vsa_core import nvme
 from vsa_core.arrays import dataplane
-from vsa_core.controllers import nvme
 from vsa_core.health import rules
 
 pytestmark = pytest.mark.timeout(900)

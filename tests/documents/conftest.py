@@ -23,7 +23,7 @@ import pytest
 
 from tests.documents_tool import documents
 from tests.localcloud.conftest import aws, control, endpoint  # noqa: F401 - fixtures for Run Command tests
-from vsa_core.controllers import nvme
+from vsa_core import nvme
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKES = ROOT / "tests" / "fakes"

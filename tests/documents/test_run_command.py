@@ -30,8 +30,8 @@ from tests.documents.conftest import (
     tree,
 )
 from tests.documents_tool import documents
+from vsa_core import nvme
 from vsa_core.arrays.spec import Host
-from vsa_core.controllers import nvme
 
 AZ = "us-east-1a"
 ARRAY = "docs-array"

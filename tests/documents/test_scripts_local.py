@@ -1,5 +1,5 @@
 """The rendered documents run by bash on sandbox directories (no local cloud): the names they
-derive are vsa_core.controllers.nvme's, they respect the kernel's configfs rules, and the fakes behave as the
+derive are vsa_core.nvme's, they respect the kernel's configfs rules, and the fakes behave as the
 kernel and nvme-cli do where the documents depend on it."""
 
 import base64
@@ -31,7 +31,7 @@ from tests.documents.conftest import (
     tree,
 )
 from tests.documents_tool import documents
-from vsa_core.controllers import nvme
+from vsa_core import nvme
 from vsa_core.naming import ARRAY_ID_PATTERN
 
 ARRAY = "demo"
@@ -119,7 +119,7 @@ def test_the_shell_derives_exactly_the_names_of_nvme_py(cases: list[tuple[str, s
             f'"$(host_id "$(default_host_nqn {instance_id})")"'
         )
     done = subprocess.run(["bash", "-c", "\n".join(program)], capture_output=True, text=True, check=True)
-    # Then each value is vsa_core.controllers.nvme's
+    # Then each value is vsa_core.nvme's
     for line, (array_id, volume_id, slot, instance_id) in zip(done.stdout.splitlines(), cases, strict=True):
         host_nqn = nvme.default_host_nqn(instance_id)
         assert line.split("|") == [
@@ -144,7 +144,7 @@ def test_configure_target_writes_nvme_pys_identities_into_configfs(node: Nodes):
     target.attach(*VOLUMES)
     # When configure-target applies
     result = configure(target, "10.0.0.5", ArrayId=array_id, Slot="15")
-    # Then every attribute is vsa_core.controllers.nvme's, and the report says so
+    # Then every attribute is vsa_core.nvme's, and the report says so
     assert result.code == 0, result.stderr
     report = result.report
     low, high = nvme.cntlid_range(15)

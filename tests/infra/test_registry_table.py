@@ -14,8 +14,8 @@ from typing import Any
 
 from tests.infra.test_iam_least_privilege import statements
 from tests.infra.test_statemachine_definitions import load_template
+from vsa_core.arrays.aws_registry import EXPIRES_AT
 from vsa_core.naming import INSTANCE_INDEX
-from vsa_core.registry import EXPIRES_AT
 
 ROOT = Path(__file__).resolve().parents[2]
 INDEX_ARN = {"Sub": f"${{RegistryTable.Arn}}/index/{INSTANCE_INDEX}"}

@@ -129,7 +129,7 @@ def array_id() -> str:
 
 @pytest.fixture
 def registry(stack_outputs: dict[str, str]) -> Iterator[Any]:
-    from vsa_core.registry import ArrayRegistry
+    from vsa_core.arrays.aws_registry import ArrayRegistry
 
     table = stack_outputs["RegistryTableName"]
     dynamodb = boto3.client("dynamodb")

@@ -36,8 +36,8 @@ from tests.integration.conftest import (
     recent_stamp,
     wait_for_execution,
 )
-from vsa_core.controllers.nvme import subsystem_nqn
-from vsa_core.registry import ArrayRegistry
+from vsa_core.arrays.aws_registry import ArrayRegistry
+from vsa_core.nvme import subsystem_nqn
 
 # AWS's timings: volumes and attachments take seconds, SSM agents register tens of seconds after
 # boot (the local cloud's realistic latency profile), so the workflows' waits are exercised.

@@ -21,7 +21,7 @@ from tests.integration.arrays_world import (
 from tests.integration.conftest import wait_for_execution
 from tests.integration.test_controller_lifecycle import check_serving
 from tests.integration.test_health import check
-from vsa_core.controllers.nvme import subsystem_nqn
+from vsa_core.nvme import subsystem_nqn
 
 
 def tags(volume: dict[str, Any]) -> dict[str, str]:

@@ -29,7 +29,7 @@ from tests.integration.arrays_world import (
 from tests.integration.conftest import wait_for_execution
 from tests.integration.test_controller_lifecycle import PathWatch, attached_to, check_serving
 from tests.integration.test_health import check
-from vsa_core.controllers.nvme import default_host_nqn, subsystem_nqn
+from vsa_core.nvme import default_host_nqn, subsystem_nqn
 
 # AWS's timings: volumes attach in seconds, documents run through Run Command's delivery
 pytestmark = pytest.mark.usefixtures("realistic_timings")

@@ -10,7 +10,7 @@ import boto3
 from tests.integration.arrays_world import create_array, get_array, group_of, node_root, settle, spec_for
 from tests.integration.test_controller_lifecycle import PathWatch, check_serving
 from tests.integration.test_reconcile_array import apply_and_follow
-from vsa_core.controllers.nvme import subsystem_nqn
+from vsa_core.nvme import subsystem_nqn
 
 NEW_AMI = "ami-12c6146b"  # another of the local cloud's (moto's) registered images
 CONTROLLERS = 2

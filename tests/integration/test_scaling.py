@@ -32,7 +32,7 @@ from tests.integration.conftest import (
     recent_stamp,
     wait_for_execution,
 )
-from vsa_core.arrays.plan import SCALE_IN_HYSTERESIS
+from vsa_core.alarm_tuning import SCALE_IN_HYSTERESIS
 from vsa_core.scaling import forecast
 
 

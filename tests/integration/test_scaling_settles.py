@@ -19,7 +19,7 @@ import pytest
 
 from tests.integration.arrays_world import control, create_array, group_of, node_root, spec_for
 from tests.integration.test_controller_lifecycle import PathWatch
-from vsa_core.controllers.nvme import subsystem_nqn
+from vsa_core.nvme import subsystem_nqn
 
 pytestmark = [pytest.mark.usefixtures("realistic_timings"), pytest.mark.minutes]
 

@@ -408,7 +408,7 @@ def test_fill_of_one_metric_is_one_time_series(aws, control) -> None:
 def test_the_products_alarm_math_counts_a_volume_without_datapoints_as_no_io(aws, control) -> None:
     # Given an array of two volumes whose first (r0/w0, PERIOD's argument) has no datapoints, as
     # a volume just created and not yet attached, and the second serves 100 then 200 IOPS
-    from vsa_core.scaling.demand import ebs_iops_queries  # the queries the product's alarms use
+    from vsa_core.arrays.demand import ebs_iops_queries  # the queries the product's alarms use
 
     vol1, vol2 = _volumes()
     first = _this_minute() - timedelta(minutes=3)

@@ -13,11 +13,12 @@ from api_arrays import handler
 from botocore.stub import Stubber
 
 from tests.unit.conftest import REGION, FakeLambdaContext, an_image_id, hooks_keep_metadata, load_event
-from vsa_core.arrays import aws_lock, replies
+from vsa_core.api import replies
+from vsa_core.arrays import aws_lock
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.clients import client
-from vsa_core.registry import ArrayRegistry
 from vsa_core.settings import get_settings
 
 ROLE = "arn:aws:iam::123456789012:role/vsa-backup-scheduler"

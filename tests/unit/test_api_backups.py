@@ -14,9 +14,11 @@ from on_backup_requested import handler as scheduled
 from task_backup import handler as task
 
 from tests.unit.conftest import ACCOUNT, REGION, FakeLambdaContext, load_event
+from vsa_core.api import aws_backups
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.spec import ArraySpec
-from vsa_core.backups import aws_api, sets
-from vsa_core.registry import ArrayRegistry, BackupRegistry
+from vsa_core.backups import sets
+from vsa_core.backups.aws_registry import BackupRegistry
 from vsa_core.settings import get_settings
 
 AMI = "ami-12c6146b"
@@ -40,7 +42,7 @@ def env(registry_table: str, function_env: None, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("VSA_IDEMPOTENCY_TABLE_NAME", IDEMPOTENCY_TABLE)
     monkeypatch.setenv("VSA_BACKUP_STATE_MACHINE_ARN", machine)
     get_settings.cache_clear()
-    aws_api._once.cache_clear()
+    aws_backups._once.cache_clear()
     ec2 = boto3.client("ec2", region_name=REGION)
     volume = ec2.create_volume(
         AvailabilityZone="us-east-1a", Size=100, VolumeType="io2", Iops=3000, MultiAttachEnabled=True
@@ -61,7 +63,7 @@ def env(registry_table: str, function_env: None, monkeypatch: pytest.MonkeyPatch
         )
     )
     yield {"machine": machine, "table": registry_table}
-    aws_api._once.cache_clear()
+    aws_backups._once.cache_clear()
 
 
 def request(

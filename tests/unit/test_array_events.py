@@ -1,7 +1,7 @@
-"""An array's timeline: the pure merge (``vsa_core.arrays.events``), the AWS reads
-(``aws_events``: moto's DynamoDB for the registry, botocore's Stubber for Step Functions and Auto
-Scaling, whose request shapes matter here and which moto answers without history), and the
-route ``GET /arrays/{id}/events``."""
+"""An array's timeline: the pure merge (``vsa_core.api.timeline``), the AWS reads
+(``vsa_core.api.aws_timeline``: moto's DynamoDB for the registry, botocore's Stubber for Step
+Functions and Auto Scaling, whose request shapes matter here and which moto answers without
+history), and the route ``GET /arrays/{id}/events``."""
 
 import json
 from datetime import UTC, datetime, timedelta
@@ -15,11 +15,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.unit.conftest import ACCOUNT, REGION, FakeLambdaContext, load_event
-from vsa_core.arrays import aws_events, callers, events
-from vsa_core.arrays.events import Event, Execution
+from vsa_core.api import aws_timeline, timeline
+from vsa_core.api.timeline import Event, Execution
+from vsa_core.arrays import callers
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.spec import ArraySpec
+from vsa_core.backups.aws_registry import BackupRegistry
 from vsa_core.backups.sets import BackupSet, new_backup_id
-from vsa_core.registry import ArrayRegistry, BackupRegistry
 
 T0 = datetime(2025, 1, 31, 8, 0, tzinfo=UTC)
 I1, I2, OTHER = "i-0123456789abcdef0", "i-0fedcba9876543210", "i-00000000000000aaa"
@@ -37,18 +39,22 @@ def sm(name: str) -> str:
 
 
 def test_runs_are_the_arrays_by_their_whole_name_not_a_prefix() -> None:
-    assert events.is_array_run("scale", "demo", "scale-demo-" + "a" * 20)
-    assert not events.is_array_run("scale", "demo", "scale-demo-2-" + "a" * 20)
-    assert events.is_array_run("reconcile", "demo", "reconcile-demo-v3")
-    assert events.is_array_run("reconcile", "demo", "reconcile-demo-v3-r1738310400")
-    assert not events.is_array_run("reconcile", "demo", "reconcile-demo-v2-v3")  # array "demo-v2"
-    assert events.is_array_run("reconcile", "demo-v2", "reconcile-demo-v2-v3")
-    assert events.is_array_run("delete", "demo", "delete-demo-v7-r1738310400")
-    assert not events.is_array_run("delete", "demo", "reconcile-demo-v7")
-    assert events.controller_run(f"lost-{I1}-terminated") == ("lost", I1, "terminated")
-    assert events.controller_run(f"bootstrap-{I1}-0123456789abcdef") == ("bootstrap", I1, "0123456789abcdef")
-    assert events.controller_run("bk-20250131") is None
-    assert events.instances_in(f"Launching a new EC2 instance: {I1}") == {I1}
+    assert timeline.is_array_run("scale", "demo", "scale-demo-" + "a" * 20)
+    assert not timeline.is_array_run("scale", "demo", "scale-demo-2-" + "a" * 20)
+    assert timeline.is_array_run("reconcile", "demo", "reconcile-demo-v3")
+    assert timeline.is_array_run("reconcile", "demo", "reconcile-demo-v3-r1738310400")
+    assert not timeline.is_array_run("reconcile", "demo", "reconcile-demo-v2-v3")  # array "demo-v2"
+    assert timeline.is_array_run("reconcile", "demo-v2", "reconcile-demo-v2-v3")
+    assert timeline.is_array_run("delete", "demo", "delete-demo-v7-r1738310400")
+    assert not timeline.is_array_run("delete", "demo", "reconcile-demo-v7")
+    assert timeline.controller_run(f"lost-{I1}-terminated") == ("lost", I1, "terminated")
+    assert timeline.controller_run(f"bootstrap-{I1}-0123456789abcdef") == (
+        "bootstrap",
+        I1,
+        "0123456789abcdef",
+    )
+    assert timeline.controller_run("bk-20250131") is None
+    assert timeline.instances_in(f"Launching a new EC2 instance: {I1}") == {I1}
 
 
 def test_a_decision_carries_its_runs_outcome_and_a_run_without_one_stands_alone() -> None:
@@ -72,7 +78,7 @@ def test_a_decision_carries_its_runs_outcome_and_a_run_without_one_stands_alone(
         Execution(decided, "SUCCEEDED", at(1), at(2)),
         Execution(skipped, "FAILED", at(3), at(4), error="ArrayNotFoundError", cause="gone"),
     ]
-    found = {e.reference: e for e in events.scale_events(decisions, runs)}
+    found = {e.reference: e for e in timeline.scale_events(decisions, runs)}
     assert found[decided].kind == "decision"
     assert found[decided].outcome == "succeeded"
     assert found[decided].what == "scale-out 2 -> 4 controllers at 612,345 IOPS: demand above target"
@@ -90,7 +96,7 @@ def test_only_the_arrays_controllers_runs_are_its_events() -> None:
         Execution(f"lost-{I2}-terminated", "SUCCEEDED", at(6)),
         Execution(f"bootstrap-{OTHER}-0123456789abcdef", "SUCCEEDED", at(0)),
     ]
-    found = events.controller_events(runs, {I1, I2})
+    found = timeline.controller_events(runs, {I1, I2})
     assert [(e.kind, e.outcome) for e in found] == [
         ("bootstrap", "succeeded"),
         ("drain", "timed-out"),
@@ -108,7 +114,7 @@ def backup_set(minute: int, state: str, failure: str | None = None) -> BackupSet
 
 def test_a_failed_backup_says_why() -> None:
     backup = backup_set(0, "failed", "FreezeFailed: host i-1 offline")
-    event = events.backup_event(backup)
+    event = timeline.backup_event(backup)
     assert (event.kind, event.outcome, event.cause) == ("backup", "failed", "FreezeFailed: host i-1 offline")
     assert event.reference == backup.backup_id
 
@@ -131,12 +137,12 @@ EVENT_LISTS = st.lists(
 )
 
 
-@given(EVENT_LISTS, st.one_of(st.none(), st.integers(0, 120)), st.integers(1, events.MAX_LIMIT))
+@given(EVENT_LISTS, st.one_of(st.none(), st.integers(0, 120)), st.integers(1, timeline.MAX_LIMIT))
 def test_the_timeline_is_sorted_keeps_the_newest_and_drops_nothing_else(
     sources: list[list[Event]], since_minute: int | None, limit: int
 ) -> None:
     since = at(since_minute) if since_minute is not None else None
-    found = events.timeline(sources, since=since, limit=limit)
+    found = timeline.timeline(sources, since=since, limit=limit)
     wanted = [e for s in sources for e in s if since is None or e.at >= since]
     assert list(found.events) == sorted(found.events)
     assert len(found.events) == min(limit, len(wanted))
@@ -150,7 +156,7 @@ def test_the_timeline_is_sorted_keeps_the_newest_and_drops_nothing_else(
 
 def test_the_timeline_refuses_a_limit_outside_its_bounds() -> None:
     with pytest.raises(ValueError, match=r"outside 1\.\.500"):
-        events.timeline([], since=None, limit=0)
+        timeline.timeline([], since=None, limit=0)
 
 
 # ---------------------------------------------------------------- the AWS reads
@@ -173,7 +179,7 @@ def _decision(table: str, when: str, name: str, decision: dict[str, Any]) -> Non
     )
 
 
-WORKFLOWS = aws_events.Workflows(
+WORKFLOWS = aws_timeline.Workflows(
     scale=sm("scale"),
     bootstrap=sm("bootstrap"),
     drain=sm("drain"),
@@ -208,7 +214,7 @@ def stubbed(registry_table: str) -> dict[str, Any]:
     return {
         "sfn": sfn,
         "autoscaling": autoscaling,
-        "clients": aws_events.EventClients(
+        "clients": aws_timeline.EventClients(
             sfn=sfn,
             dynamodb=boto3.client("dynamodb", region_name=REGION),
             autoscaling=autoscaling,
@@ -298,7 +304,7 @@ def test_read_events_merges_the_registry_the_runs_and_the_group_in_order(
     )
     with autoscaling, sfn:
         # When the timeline is read
-        answer = aws_events.read_events(stubbed["clients"], "demo", since=None, limit=100)
+        answer = aws_timeline.read_events(stubbed["clients"], "demo", since=None, limit=100)
         # Then every call was the one expected, in that order
         sfn.assert_no_pending_responses()
     # And the events are ours, oldest first, with their outcomes and the failure's cause
@@ -326,7 +332,7 @@ def test_a_listing_stops_at_since_and_at_its_page_cap(stubbed: dict[str, Any]) -
         _listing([(mine, "SUCCEEDED", at(10)), (mine + "x", "SUCCEEDED", at(1))], "t"),
         {"stateMachineArn": sm("scale"), "maxResults": 1000},
     )
-    for page in range(aws_events.MAX_PAGES):
+    for page in range(aws_timeline.MAX_PAGES):
         sfn.add_response(
             "list_executions",
             _listing([(mine, "SUCCEEDED", at(30 - page))], f"t{page}"),
@@ -337,28 +343,28 @@ def test_a_listing_stops_at_since_and_at_its_page_cap(stubbed: dict[str, Any]) -
             },
         )
     with sfn:
-        found, cut = aws_events._list_runs(stubbed["sfn"], sm("scale"), lambda n: n == mine, at(5))
+        found, cut = aws_timeline._list_runs(stubbed["sfn"], sm("scale"), lambda n: n == mine, at(5))
         assert ([r.started_at for r in found], cut) == ([at(10)], False)
-        found, cut = aws_events._list_runs(stubbed["sfn"], sm("scale"), lambda n: n == mine, None)
-        assert (len(found), cut) == (aws_events.MAX_PAGES, True)
+        found, cut = aws_timeline._list_runs(stubbed["sfn"], sm("scale"), lambda n: n == mine, None)
+        assert (len(found), cut) == (aws_timeline.MAX_PAGES, True)
         sfn.assert_no_pending_responses()
 
 
 def test_an_unset_workflow_is_named_as_not_read(stubbed: dict[str, Any]) -> None:
     clients = stubbed["clients"]
-    bare = aws_events.EventClients(
+    bare = aws_timeline.EventClients(
         sfn=clients.sfn,
         dynamodb=clients.dynamodb,
         autoscaling=clients.autoscaling,
         table=clients.table,
-        workflows=aws_events.Workflows(scale="", bootstrap="", drain="", reconcile="", delete=""),
+        workflows=aws_timeline.Workflows(scale="", bootstrap="", drain="", reconcile="", delete=""),
     )
     autoscaling = Stubber(stubbed["autoscaling"])
     autoscaling.add_response(
         "describe_scaling_activities", {"Activities": []}, {"AutoScalingGroupName": ANY, "MaxRecords": 100}
     )
     with autoscaling:
-        answer = aws_events.read_events(bare, "demo", since=None, limit=5)
+        answer = aws_timeline.read_events(bare, "demo", since=None, limit=5)
     assert answer["events"] == []
     assert len(answer["incomplete"]) == 5
     assert all("not read" in note for note in answer["incomplete"])
@@ -449,7 +455,7 @@ def test_the_caller_is_the_identity_api_gateway_verified_and_nothing_else() -> N
 
 
 def test_a_deletion_s_run_carries_its_caller_and_other_changes_are_events_of_their_own() -> None:
-    run = events.delete_event(Execution(name="delete-demo-v3", status="RUNNING", started_at=at(2)))
+    run = timeline.delete_event(Execution(name="delete-demo-v3", status="RUNNING", started_at=at(2)))
     asked = callers.ChangeRecord(
         at=at(1), kind="delete", what="deletion requested", reference="delete-demo-v3", by=OPERATOR
     )
@@ -457,20 +463,20 @@ def test_a_deletion_s_run_carries_its_caller_and_other_changes_are_events_of_the
     applied = callers.ChangeRecord(
         at=at(0), kind="apply", what="spec v3 applied", reference="v3", by=OPERATOR
     )
-    found = events.attributed([run], [asked, gone, applied])
+    found = timeline.attributed([run], [asked, gone, applied])
     assert [(e.kind, e.reference, e.outcome, e.by) for e in sorted(found)] == [
         ("apply", "v3", "recorded", OPERATOR.arn),
         ("delete", "delete-demo-v1", "recorded", OPERATOR.arn),  # its run aged out: the request stays
         ("delete", "delete-demo-v3", "running", OPERATOR.arn),
     ]
-    assert events.attributed([run], []) == [run]
+    assert timeline.attributed([run], []) == [run]
     assert run.as_dict()["by"] is None
 
 
 def test_a_backup_set_shows_who_asked_for_it(registry_table: str) -> None:
     requested = backup_set(3, "completed").model_copy(update={"requested_by": callers.Caller.schedule("s")})
-    assert events.backup_event(requested).as_dict()["by"] == "schedule:s"
-    assert events.backup_event(backup_set(3, "completed")).by is None
+    assert timeline.backup_event(requested).as_dict()["by"] == "schedule:s"
+    assert timeline.backup_event(backup_set(3, "completed")).by is None
 
 
 def test_recorded_changes_are_read_back_newest_first_from_since(registry_table: str) -> None:

@@ -11,9 +11,9 @@ import pytest
 from tests.specs import BASE
 from tests.unit.conftest import REGION
 from vsa_core.arrays import aws_lock, lock
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.errors import ArrayNotFoundError, LockLostError
-from vsa_core.registry import ArrayRegistry
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,9 +13,10 @@ from botocore.stub import Stubber
 
 from tests.specs import BASE
 from tests.unit.conftest import REGION
+from vsa_core.arrays import demand
+from vsa_core.arrays.aws_registry import ArrayRegistry, array_key
 from vsa_core.arrays.spec import ArraySpec
-from vsa_core.registry import ArrayRegistry, array_key
-from vsa_core.scaling import aws_forecast, demand, forecast
+from vsa_core.scaling import aws_forecast, forecast
 
 NOW = datetime(2026, 3, 2, 12, 27, 30, tzinfo=UTC)
 END = datetime(2026, 3, 2, 12, 25, tzinfo=UTC)  # the last whole 5-minute bucket ends here

@@ -13,7 +13,7 @@ from moto import mock_aws
 from tests.specs import BASE
 from vsa_core.arrays import aws_keys, keys
 from vsa_core.arrays.spec import ArraySpec
-from vsa_core.controllers.nvme import host_nqn
+from vsa_core.nvme import host_nqn
 
 REGION = "us-east-1"
 HOST_1, HOST_2, HOST_3 = "i-0a1b2c3d4e5f60101", "i-0a1b2c3d4e5f60102", "i-0a1b2c3d4e5f60103"

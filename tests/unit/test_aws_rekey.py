@@ -17,15 +17,16 @@ import boto3
 import pytest
 
 from tests.unit.conftest import REGION
-from vsa_core.arrays import aws_keys, aws_lock, aws_operations, keys
+from vsa_core.api import aws_operations
+from vsa_core.arrays import aws_keys, aws_lock, keys
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.callers import Caller
 from vsa_core.arrays.spec import ArraySpec
-from vsa_core.controllers.nvme import host_nqn
 from vsa_core.errors import ConflictError
+from vsa_core.nvme import host_nqn
 from vsa_core.reconcile import aws_record, aws_steps
 from vsa_core.reconcile.steps import Poll, Start, Verify
-from vsa_core.registry import ArrayRegistry
 
 OPERATOR = Caller(arn="arn:aws:iam::123456789012:user/vsa-operator")
 

@@ -13,13 +13,13 @@ import pytest
 
 from tests.unit.conftest import REGION, an_image_id
 from vsa_core.arrays import aws_lock
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.plan import group_params
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.naming import group_name
 from vsa_core.reconcile import aws_record, aws_steps
 from vsa_core.reconcile.steps import Poll, Start
-from vsa_core.registry import ArrayRegistry
 
 NAMES = {"configureTarget": "ct", "connectPath": "cp", "disconnectPath": "dp"}
 NODE = {

@@ -12,10 +12,12 @@ from botocore.exceptions import ClientError
 from botocore.stub import ANY, Stubber
 
 from tests.unit.conftest import ACCOUNT, REGION
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.callers import Caller
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.backups import aws_snapshot, sets
+from vsa_core.backups.aws_registry import BackupRegistry
 from vsa_core.backups.aws_service import BackupService
 from vsa_core.backups.reports import freeze_key
 from vsa_core.backups.sets import BackupSet, VolumeSnapshot
@@ -30,7 +32,6 @@ from vsa_core.errors import (
     SnapshotSetError,
 )
 from vsa_core.naming import slot_key
-from vsa_core.registry import ArrayRegistry, BackupRegistry
 
 OPERATOR = Caller(arn="arn:aws:iam::123456789012:user/vsa-operator")
 

@@ -12,10 +12,10 @@ from pydantic import ValidationError
 
 from tests.specs import BASE
 from vsa_core.arrays.aws_status import capacity_status
+from vsa_core.arrays.capacity import controllers_needed, deliverable_iops, volume_controllers
 from vsa_core.arrays.spec import ArraySpec
+from vsa_core.instances import EBS_IOPS, default_controller_iops, ebs_iops
 from vsa_core.scaling import simulator
-from vsa_core.scaling.capacity import controllers_needed, deliverable_iops, volume_controllers
-from vsa_core.scaling.instances import EBS_IOPS, default_controller_iops, ebs_iops
 from vsa_core.scaling.planner import plan
 
 

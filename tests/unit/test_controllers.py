@@ -14,14 +14,15 @@ from hypothesis import strategies as st
 from on_controller_event import handler as trigger
 from tests.specs import CONTROLLERS
 from tests.unit.conftest import REGION, an_image_id, load_event
+from vsa_core import nvme
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import ArraySpec
-from vsa_core.controllers import nvme, slots
+from vsa_core.controllers import slots
 from vsa_core.controllers.aws_steps import Steps
 from vsa_core.controllers.steps import Attach, Attachment, Commands, Connect, Detach, Locate, Node, Prepare
 from vsa_core.errors import ConflictError, InvalidEventError
 from vsa_core.naming import slot_key, slot_of_key
-from vsa_core.registry import ArrayRegistry
 from vsa_core.settings import get_settings
 
 # --- pure ------------------------------------------------------------------------------------------

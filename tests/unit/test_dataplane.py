@@ -19,7 +19,7 @@ from tests.specs import BASE
 from vsa_core.arrays import aws_observe, aws_reports, aws_status, dataplane
 from vsa_core.arrays.dataplane import Controller, Desired, Host, Observed, Report, Volume
 from vsa_core.arrays.spec import ArraySpec
-from vsa_core.controllers.nvme import default_host_nqn, subsystem_nqn
+from vsa_core.nvme import default_host_nqn, subsystem_nqn
 
 ARRAY = "demo"
 V1, V2 = "vol-0000000000000000a", "vol-0000000000000000b"

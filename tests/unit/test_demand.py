@@ -1,4 +1,4 @@
-"""The array's demand signal (vsa_core.scaling.demand) and the two functions that read and publish it:
+"""The array's demand signal (vsa_core.arrays.demand) and the two functions that read and publish it:
 task_read_demand (ScaleArray's ReadDemand step) and task_publish_demand (the per-minute
 aggregator for arrays too large for an alarm's own metric math). Pure tests, then moto for the
 registry and volumes with botocore's Stubber for CloudWatch's GetMetricData / PutMetricData."""
@@ -16,11 +16,10 @@ from task_publish_demand import handler as publish_handler
 from task_read_demand import handler as read_handler
 from tests.specs import CONTROLLERS
 from tests.unit.conftest import REGION
-from vsa_core.arrays import plan
+from vsa_core.arrays import demand, plan
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import MAX_VOLUMES, ArraySpec
-from vsa_core.registry import ArrayRegistry
-from vsa_core.scaling import demand
 
 NOW = datetime(2026, 11, 22, 10, 30, 25, tzinfo=UTC)
 CUSTOM = {"namespace": "Acme/Hosts", "metricName": "HostIops", "dimensions": {"Array": "demo"}}

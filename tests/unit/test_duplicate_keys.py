@@ -11,7 +11,7 @@ from api_arrays import handler as arrays_handler
 from api_backups import handler as backups_handler
 
 from tests.unit.conftest import REGION, FakeLambdaContext, load_event
-from vsa_core.arrays import replies
+from vsa_core.api import replies
 
 SCHEDULE_TWICE = '"backup": {"schedule": "cron(0 3 * * ? *)", "schedule": "cron(0 3 * * * *)"}'
 

@@ -2,7 +2,7 @@
 its instance type sustains.
 
 ``perControllerIops`` is what the scaling plans one controller to carry. Above the type's
-sustained (baseline) EBS IOPS (``vsa_core.scaling.instances``: the smaller sizes reach their
+sustained (baseline) EBS IOPS (``vsa_core.instances``: the smaller sizes reach their
 maximum only 30 minutes a day) the array scales out too late, once the bursts are spent. An
 example may still go above it when its line says why, in a comment containing ``above
 sustained:``.
@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from vsa_core.arrays.spec import ArraySpec
-from vsa_core.scaling.instances import EBS_IOPS, default_controller_iops
+from vsa_core.instances import EBS_IOPS, default_controller_iops
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 IOPS_LINE = re.compile(r"^perControllerIops:\s*(?P<iops>\d+)\s*(?:#(?P<comment>.*))?$", re.MULTILINE)

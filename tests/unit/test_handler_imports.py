@@ -12,12 +12,12 @@ in a fresh interpreter (``sys.modules`` empty of the core), as Lambda does, and 
 * the two triggers that read no array (``on_iops_alarm``, ``on_controller_event``) import
   neither the registry nor the array spec (whose models are built at import);
 * no handler has built a model that most of its invocations do not validate: the backup set's
-  (only the backup handlers use them, the others import them through the registry), the
-  backups API's request bodies (one per route), the scaling payloads (each of their three
-  handlers parses one) and the two lifecycle details (each event validates one). Those are
-  ``defer_build`` models, built at their first use. The models a handler validates on every
-  invocation (the array spec, the settings, the steps' requests) are built at import on
-  purpose: deferring them would move the same work into the first invocation.
+  (only the backup handlers use them; the arrays API and the health check import them through
+  the backup registry), the backups API's request bodies (one per route), the scaling payloads
+  (each of their three handlers parses one) and the two lifecycle details (each event validates
+  one). Those are ``defer_build`` models, built at their first use. The models a handler
+  validates on every invocation (the array spec, the settings, the steps' requests) are built
+  at import on purpose: deferring them would move the same work into the first invocation.
 """
 
 import json
@@ -39,8 +39,8 @@ ONLY_REST_APIS = {
     "aws_lambda_powertools.utilities.idempotency",
     "asyncio",
 }
-ARRAY_READS = {"vsa_core.registry", "vsa_core.arrays.spec"}
-DEFERRED_MODULES = ("vsa_core.backups.sets", "vsa_core.backups.aws_api", "vsa_core.scaling.events")
+ARRAY_READS = {"vsa_core.arrays.aws_registry", "vsa_core.backups.aws_registry", "vsa_core.arrays.spec"}
+DEFERRED_MODULES = ("vsa_core.backups.sets", "vsa_core.api.aws_backups", "vsa_core.scaling.events")
 DEFERRED_MODELS = (
     "vsa_core.controllers.events.LifecycleDetail",
     "vsa_core.controllers.events.StateChangeDetail",
@@ -106,11 +106,11 @@ def test_handler_import_loads_only_what_its_invocations_need(handler: str) -> No
 
 
 def test_the_probe_tells_built_models_from_deferred_ones() -> None:
-    # When a handler that loads deferred models (the backup sets, through the registry) and
-    # validates its steps' request on every invocation is imported
-    _, models = imported_by("task_controller")
+    # When a handler that loads deferred models (the backup sets, through the backup registry)
+    # and validates its steps' request on every invocation is imported
+    _, models = imported_by("task_backup")
     # Then the probe saw the deferred ones unbuilt and the request and the settings built (so
     # an empty list above means "not built", never "not seen")
     assert models["vsa_core.backups.sets.BackupSet"] is False
-    assert models["vsa_core.controllers.steps.Request"] is True
+    assert models["vsa_core.backups.steps.Request"] is True
     assert models["vsa_core.settings.Settings"] is True

@@ -14,10 +14,10 @@ from botocore.stub import ANY, Stubber
 
 from tests.specs import BASE
 from tests.unit.conftest import REGION
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.health import aws_check
 from vsa_core.naming import scale_execution_name
-from vsa_core.registry import ArrayRegistry
 from vsa_core.scaling import forecast
 from vsa_core.scaling.aws_lookahead import ScaleStarter
 from vsa_core.scaling.events import ScaleRequest

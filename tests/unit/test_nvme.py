@@ -1,4 +1,4 @@
-"""The NVMe identities of an array (vsa_core.controllers.nvme): what the kernel needs of them, as properties.
+"""The NVMe identities of an array (vsa_core.nvme): what the kernel needs of them, as properties.
 
 The shell documents derive the same values; tests/documents/test_scripts_local.py compares."""
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from vsa_core import nvme
 from vsa_core.arrays.spec import Host
-from vsa_core.controllers import nvme
 from vsa_core.naming import ARRAY_ID_PATTERN
 
 array_ids = st.from_regex(ARRAY_ID_PATTERN, fullmatch=True)

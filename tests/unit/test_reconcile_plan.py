@@ -8,7 +8,7 @@ from typing import Any
 from tests.specs import CONTROLLERS
 from vsa_core.arrays.dataplane import Report
 from vsa_core.arrays.spec import ArraySpec
-from vsa_core.controllers.nvme import default_host_nqn, subsystem_nqn
+from vsa_core.nvme import default_host_nqn, subsystem_nqn
 from vsa_core.reconcile import plan
 from vsa_core.reconcile.plan import Controller, Documents, NodePaths, Observed
 from vsa_core.reconcile.steps import Node

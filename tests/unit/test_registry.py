@@ -10,9 +10,9 @@ from botocore.stub import Stubber
 
 from tests.specs import BASE
 from tests.unit.conftest import REGION
+from vsa_core.arrays.aws_registry import EXPIRES_AT, ArrayRegistry, array_key, expires_at
 from vsa_core.arrays.spec import ArraySpec, Deletion
 from vsa_core.errors import ArrayNotFoundError, ConflictError
-from vsa_core.registry import EXPIRES_AT, ArrayRegistry, array_key, expires_at
 
 
 def make_spec(array_id: str = "demo", **overrides: object) -> ArraySpec:

@@ -12,7 +12,7 @@ from botocore.stub import Stubber
 from vsa_core.arrays import aws_removals, removals
 from vsa_core.arrays.dataplane import Report
 from vsa_core.arrays.removals import Removed
-from vsa_core.controllers.nvme import subsystem_nqn
+from vsa_core.nvme import subsystem_nqn
 
 ARRAY = "demo"
 GONE, KEPT = "vol-0123456789abcdef0", "vol-0fedcba9876543210"

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 from vsactl.main import app
 
-from vsa_core.arrays.plan import SCALE_IN_HYSTERESIS
+from vsa_core.alarm_tuning import SCALE_IN_HYSTERESIS
 from vsa_core.scaling.planner import controllers_needed
 from vsa_core.scaling.simulator import (
     compare,

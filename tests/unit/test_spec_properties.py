@@ -23,11 +23,10 @@ from moto import mock_aws
 from pydantic import BaseModel, ValidationError
 
 from tests.specs import BASE
-from vsa_core import naming
+from vsa_core import naming, nvme
 from vsa_core.arrays import keys, limits, plan
 from vsa_core.arrays.spec import STORED, ArraySpec, BackupPolicy
 from vsa_core.backups import sets
-from vsa_core.controllers import nvme
 from vsa_core.health.rules import next_backup_due
 
 REGION = "us-east-1"
@@ -248,7 +247,7 @@ def test_a_new_volume_is_stored_only_if_ebs_takes_its_size_and_iops(size: int, i
     assert (refused is None) == _io2_takes(size, iops), (size, iops, refused)
     if refused is not None:
         # each error is the volume's (perControllerIops's default is not worked out past a
-        # failing field: the API leaves that one out, vsa_core.arrays.replies.field_errors)
+        # failing field: the API leaves that one out, vsa_core.api.replies.field_errors)
         errors = [e for e in refused.errors() if e["type"] != "default_factory_not_called"]
         assert errors
         assert all(e["loc"][0] == "volumes" for e in errors), errors

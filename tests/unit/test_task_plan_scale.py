@@ -13,10 +13,10 @@ import pytest
 from task_plan_scale import handler
 from tests.specs import BASE
 from tests.unit.conftest import REGION, FakeLambdaContext, an_image_id, load_event
+from vsa_core.arrays.aws_registry import ArrayRegistry, array_key
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.errors import ArrayNotFoundError
 from vsa_core.naming import slot_key
-from vsa_core.registry import ArrayRegistry, array_key
 from vsa_core.scaling import aws_forecast
 from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.forecast import Floor, from_stored

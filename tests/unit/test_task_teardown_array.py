@@ -9,10 +9,10 @@ from task_teardown_array import handler
 
 from tests.specs import BASE
 from tests.unit.conftest import REGION, FakeLambdaContext, an_image_id, hooks_keep_metadata
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import ArraySpec, Deletion
 from vsa_core.errors import ArrayNotFoundError, TeardownPendingError
-from vsa_core.registry import ArrayRegistry
 
 ROLE = "arn:aws:iam::123456789012:role/vsa-backup-scheduler"
 

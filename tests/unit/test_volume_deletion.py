@@ -10,12 +10,12 @@ import pytest
 from tests.specs import CONTROLLERS
 from tests.unit.conftest import REGION
 from vsa_core.arrays import aws_lock
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.reconcile import aws_record, aws_steps, plan
 from vsa_core.reconcile.plan import Controller, Observed
 from vsa_core.reconcile.steps import Poll, Start
-from vsa_core.registry import ArrayRegistry
 
 KEPT, OWNED, FOREIGN = "vol-0a1b2c3d4e5f60001", "vol-0a1b2c3d4e5f60002", "vol-0a1b2c3d4e5f60003"
 C1 = "i-0a1b2c3d4e5f60c01"

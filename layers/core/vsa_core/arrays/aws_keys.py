@@ -28,9 +28,9 @@ from vsa_core.arrays import keys
 from vsa_core.arrays.aws_observe import ArrayClients, describe_group
 from vsa_core.arrays.plan import Action, Change
 from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, ArraySpec
-from vsa_core.controllers.nvme import host_nqn
 from vsa_core.errors import ConflictError
 from vsa_core.naming import deployment, group_name
+from vsa_core.nvme import host_nqn
 
 NOT_FOUND = "ResourceNotFoundException"
 RECOVERY_WINDOW_DAYS = 7

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from vsa_core.arrays import lock
+from vsa_core.arrays.aws_registry import array_key
 from vsa_core.errors import ArrayNotFoundError, LockLostError
-from vsa_core.registry import array_key
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -14,11 +14,11 @@ from typing import Any
 from vsa_core.arrays import aws_observe, aws_reports, dataplane, keys
 from vsa_core.arrays.aws_observe import ArrayClients
 from vsa_core.arrays.aws_reports import NodeDocuments
+from vsa_core.arrays.capacity import deliverable_iops, volume_bound_reason, volume_controllers
 from vsa_core.arrays.dataplane import Report
 from vsa_core.arrays.spec import ArraySpec
-from vsa_core.controllers.nvme import host_nqn
 from vsa_core.naming import backup_schedule_name, group_name, iops_alarm_name
-from vsa_core.scaling.capacity import deliverable_iops, volume_bound_reason, volume_controllers
+from vsa_core.nvme import host_nqn
 
 CONFIGURE_TARGET = "configure-target"
 """The document name a configure-target report carries (its ``document``; the deployed SSM
@@ -234,7 +234,7 @@ def _volumes_status(clients: ArrayClients, spec: ArraySpec) -> list[dict[str, An
 
 
 def capacity_status(spec: ArraySpec, desired: int | None, volumes: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the array can deliver (``vsa_core.scaling.capacity``, the planner's rule): its
+    """What the array can deliver (``vsa_core.arrays.capacity``, the planner's rule): its
     controllers' part, its volumes' provisioned IOPS in total (None while a volume is missing or
     reports none), and whether the volumes are the limit (``volumeBound``: its controllers
     already move all the volumes give, so more controllers add none) with what to raise."""

@@ -11,9 +11,9 @@ from botocore.exceptions import ClientError
 from vsa_core.arrays import aws_observe, aws_volumes, exposure, keys
 from vsa_core.arrays.aws_observe import SERVING_STATES, ArrayClients, error_code, tag_dict
 from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, MULTI_ATTACH_LIMIT, ArraySpec, RegisteredArray
-from vsa_core.controllers.nvme import host_nqn
 from vsa_core.errors import ConflictError, InvalidSpecError
 from vsa_core.naming import deployment, launch_template_name
+from vsa_core.nvme import host_nqn
 
 
 def validate(clients: ArrayClients, spec: ArraySpec, current: RegisteredArray | None) -> None:

@@ -8,7 +8,7 @@ the retention it runs) names the array's EventBridge Scheduler schedule (``sched
 
 Every stored change (an apply, a delete, a keys rotation, a backup set, a restore, a set deleted
 by request or by retention) records its caller: the backup set in itself, the others as a
-:class:`ChangeRecord` in the array's history (``registry.ArrayHistory``).
+:class:`ChangeRecord` in the array's history (``arrays.aws_registry.ArrayHistory``).
 """
 
 from collections.abc import Mapping

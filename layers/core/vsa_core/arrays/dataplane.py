@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vsa_core.arrays.keys import DH_HMAC_CHAP, NONE, Authentication
-from vsa_core.controllers.nvme import subsystem_nqn_prefix
+from vsa_core.nvme import subsystem_nqn_prefix
 
 GIB = 2**30
 IO_POLICY = "round-robin"

@@ -28,7 +28,7 @@ from vsa_core.arrays.ids import ArrayId as ArrayId
 from vsa_core.arrays.ids import InstanceId as InstanceId
 from vsa_core.arrays.ids import Nqn as Nqn
 from vsa_core.arrays.ids import VolumeId as VolumeId
-from vsa_core.scaling.instances import default_controller_iops
+from vsa_core.instances import default_controller_iops
 
 MULTI_ATTACH_LIMIT = 16
 """io2 Multi-Attach attaches one volume to at most 16 instances: the controller ceiling."""
@@ -36,7 +36,7 @@ MULTI_ATTACH_LIMIT = 16
 R5B_CONTROLLER_IOPS = 260_000
 """Per-instance EBS IOPS ceiling of the largest r5b sizes (r5b.24xlarge, r5b.metal; seed 004). No
 longer a default: ``perControllerIops`` defaults from the instance type
-(``vsa_core.scaling.instances``)."""
+(``vsa_core.instances``)."""
 
 ARRAY_TAG = "vsa:array"
 """Everything the control plane creates carries ``vsa:array=<id>``."""

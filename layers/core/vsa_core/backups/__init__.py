@@ -1,3 +1,3 @@
 """Backups: sets, labels and retention rules (``sets``), what hosts report (``reports``), the step
-requests; on AWS, admission and sets, preflight, the snapshot, finish, retention, restore and
-the API's routes (``aws_*``)."""
+requests; on AWS (``aws_*``), the sets' registry, admission and sets, preflight, the snapshot,
+finish, retention and restore (``aws_service.BackupService``)."""

@@ -10,8 +10,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
-from vsa_core.registry import ArrayRegistry, BackupRegistry
+from vsa_core.backups.aws_registry import BackupRegistry
 
 
 @dataclass(frozen=True)

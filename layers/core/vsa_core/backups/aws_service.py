@@ -28,11 +28,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.backups import aws_finish, aws_preflight, aws_restore, aws_retention, aws_sets, aws_snapshot
 from vsa_core.backups.aws_context import BackupContext
+from vsa_core.backups.aws_registry import BackupRegistry
 from vsa_core.clients import client
-from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.settings import Settings
 from vsa_core.steps import on_context
 

@@ -3,8 +3,8 @@
 from dataclasses import dataclass
 from typing import Any
 
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
-from vsa_core.registry import ArrayRegistry
 
 ATTACHED_STATES = ("attaching", "attached")
 

@@ -4,7 +4,7 @@ is not a controller (one keyed read of the registry's ``instances`` index)."""
 
 from typing import TYPE_CHECKING, Any
 
-from vsa_core.controllers.aws_index import slot_keys
+from vsa_core.arrays.aws_index import slot_keys
 from vsa_core.controllers.events import ControllerEvent, execution, lifecycle_group, lost_instance
 from vsa_core.naming import group_array_id
 from vsa_core.observability import logger

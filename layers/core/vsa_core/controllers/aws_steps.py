@@ -26,11 +26,11 @@ the waiting, the retries and the compensation; each step here reads what it need
 
 from typing import Any
 
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.controllers import aws_bootstrap, aws_commands, aws_drain
 from vsa_core.controllers.aws_context import ControllerContext
 from vsa_core.controllers.steps import Attach, Attachment, Commands, Connect, Detach, Locate, Node, Prepare
-from vsa_core.registry import ArrayRegistry
 from vsa_core.steps import on_context
 
 StepRequest = Prepare | Attach | Attachment | Node | Connect | Commands | Detach | Locate

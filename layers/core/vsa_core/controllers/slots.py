@@ -3,7 +3,7 @@
 A controller holds a **slot** 0..15 for as long as it is in the array (the registry item
 ``pk=ARRAY#<id>, sk=SLOT#<nn>``, leased by a conditional write in the BootstrapController
 workflow and released by DrainController). The slot gives the controller its NVMe controller-id
-range (``vsa_core.controllers.nvme.cntlid_range``): two controllers exporting the same subsystem never hand
+range (``vsa_core.nvme.cntlid_range``): two controllers exporting the same subsystem never hand
 a host the same cntlid, which a host refuses ("Duplicate cntlid … rejecting").
 
 Slot states: ``bootstrapping`` (leased, not yet serving) → ``serving`` → ``draining``; the item
@@ -17,8 +17,8 @@ from typing import Any
 from vsa_core.arrays import keys
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.controllers.batches import instance_batches
-from vsa_core.controllers.nvme import host_nqn
 from vsa_core.errors import ConflictError
+from vsa_core.nvme import host_nqn
 
 # EC2 device names for data volumes on Linux (EC2 User Guide, "Device names on Linux
 # instances"): /dev/sd[f-z] first, then /dev/sd[f-z][a-z] style names are not accepted by

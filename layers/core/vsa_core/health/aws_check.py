@@ -30,14 +30,15 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from vsa_core.arrays import aws_observe, aws_reports, aws_status, dataplane
 from vsa_core.arrays.aws_observe import ArrayClients
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.spec import RegisteredArray
+from vsa_core.backups.aws_registry import BackupRegistry
 from vsa_core.clients import client
 from vsa_core.health import aws_state, rules
 from vsa_core.naming import arrays_namespace, group_name
 from vsa_core.observability import logger
 from vsa_core.reconcile.aws_start import ReconcileStarter
-from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.scaling import aws_forecast, forecast
 from vsa_core.scaling.aws_lookahead import ScaleStarter
 from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES

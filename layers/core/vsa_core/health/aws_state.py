@@ -8,7 +8,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from vsa_core.registry import array_key
+from vsa_core.arrays.aws_registry import array_key
 
 
 def load(dynamodb: Any, table: str, array_id: str) -> dict[str, Any]:

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from vsa_core.arrays import lock
+from vsa_core.arrays.aws_registry import array_key
 from vsa_core.arrays.plan import clamp_controllers
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, RegisteredArray
 from vsa_core.errors import LockLostError
 from vsa_core.naming import group_name
 from vsa_core.reconcile import roll
-from vsa_core.registry import array_key
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

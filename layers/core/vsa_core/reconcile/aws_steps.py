@@ -25,13 +25,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vsa_core.arrays import aws_keys, aws_lock, aws_observe, aws_reports, keys, lock
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.controllers import aws_commands, slots
 from vsa_core.errors import RollBlockedError
 from vsa_core.reconcile import aws_record, aws_roll, plan, roll
 from vsa_core.reconcile.plan import Observed
 from vsa_core.reconcile.steps import Create, Lock, Poll, Start, Verify
-from vsa_core.registry import ArrayRegistry
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from vsa_core.arrays import aws_lock, lock
+from vsa_core.arrays.aws_registry import array_key
 from vsa_core.arrays.spec import RegisteredArray
-from vsa_core.registry import array_key
 from vsa_core.waiters import execution_arn
 
 if TYPE_CHECKING:

@@ -43,8 +43,8 @@ from typing import Any, Literal
 from vsa_core.arrays import dataplane, keys
 from vsa_core.arrays.dataplane import Report
 from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, OWNED_TAG, ArraySpec
-from vsa_core.controllers.nvme import host_nqn
 from vsa_core.naming import deployment
+from vsa_core.nvme import host_nqn
 
 Phase = Literal["settle", "attach", "disconnect", "export", "connect", "detach", "delete", "roll", "rekey"]
 PHASES: tuple[Phase, ...] = (

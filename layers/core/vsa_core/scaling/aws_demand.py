@@ -1,13 +1,13 @@
 """An array's demand on AWS (CloudWatch): ScaleArray's ReadDemand step and the every-minute
 publication of the aggregated demand metric. The queries and the sums are
-``vsa_core.scaling.demand``'s (pure).
+``vsa_core.arrays.demand``'s (pure).
 
 ReadDemand: read the array's demand of the last minutes with GetMetricData.
 
 The alarm that started the workflow saw one datapoint, minutes old by the time the workflow
 holds the lock; the planner needs the newest minute and the minutes before it (the trend of a
 rising demand, the peak a scale-in must still serve). The queries come from the core
-(``vsa_core.scaling.demand.read_queries``): every volume's AWS/EBS metrics, summed with a volume that
+(``vsa_core.arrays.demand.read_queries``): every volume's AWS/EBS metrics, summed with a volume that
 has no datapoint (not attached yet: EBS sends nothing) counting as no IO, or the spec's
 host-published metric.
 
@@ -17,7 +17,7 @@ and the alarms of the larger arrays watch it.
 
 A CloudWatch alarm on metric math references at most 10 metrics, two per volume here; an array
 with more volumes than that allows (and no host-published demand metric) has alarms on this one
-aggregated metric instead (``vsa_core.scaling.demand``); a smaller array's alarms keep their own
+aggregated metric instead (``vsa_core.arrays.demand``); a smaller array's alarms keep their own
 metric math, and the published metric is only graphed. This function runs the array's metric math with
 GetMetricData (500 queries a call) over the last minutes and puts each minute's value. Minutes
 are re-published while they settle (EBS datapoints can land late); the alarms read ``Maximum``,
@@ -29,11 +29,11 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from vsa_core.arrays import demand
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.naming import arrays_namespace
 from vsa_core.observability import logger
-from vsa_core.registry import ArrayRegistry
-from vsa_core.scaling import demand
 
 
 def read_demand(

@@ -38,10 +38,11 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from vsa_core.arrays import demand
+from vsa_core.arrays.aws_registry import array_key
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.observability import logger
-from vsa_core.registry import array_key
-from vsa_core.scaling import demand, forecast
+from vsa_core.scaling import forecast
 
 PERIOD_SECONDS = forecast.BUCKET_MINUTES * 60
 MAX_QUERIES = 500

@@ -4,7 +4,7 @@ its group's state.
 Called only by the ScaleArray workflow, which holds the array's scaling lock. Reads the registry
 (spec, cooldown clocks), the controller group (desired capacity, controllers booting or
 draining, which controller leaves on a scale-in) and the volumes' provisioned IOPS
-(DescribeVolumes: what the array can deliver at most, ``vsa_core.scaling.capacity``) and the
+(DescribeVolumes: what the array can deliver at most, ``vsa_core.arrays.capacity``) and the
 forecast floor the health check stored on the registry item (read with the spec; ignored when
 older than ``forecast.STALE_PERIODS`` health-check periods: no history is read here), and runs
 the pure planner. The decision is
@@ -17,14 +17,15 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from vsa_core.arrays import demand
+from vsa_core.arrays.aws_registry import ArrayRegistry, expires_at
 from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, OWNED_TAG, ArraySpec
 from vsa_core.clients import client
 from vsa_core.controllers import slots
 from vsa_core.errors import ArrayNotFoundError
 from vsa_core.naming import deployment, group_name, owned_volume_name
 from vsa_core.observability import logger
-from vsa_core.registry import ArrayRegistry, expires_at
-from vsa_core.scaling import demand, forecast, rules
+from vsa_core.scaling import forecast, rules
 from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.planner import plan
 from vsa_core.scaling.rules import IN_FLIGHT, SCALE_FIELDS, rearm_after

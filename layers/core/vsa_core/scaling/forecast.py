@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from vsa_core.scaling.capacity import controllers_needed
+from vsa_core.arrays.capacity import controllers_needed
 
 BUCKET_MINUTES = 5
 HISTORY_DAYS = 14

@@ -12,7 +12,7 @@ one more rule, named in the decision's reason:
   every one of them needs);
 - ``scale_in_headroom``: scale in only with a margin under target;
 - ``volume_iops``: the volumes' provisioned IOPS in total, what the array can deliver at most
-  (``vsa_core.scaling.capacity``): no controller beyond what moves it all, and the decision says
+  (``vsa_core.arrays.capacity``): no controller beyond what moves it all, and the decision says
   when the array is volume-bound;
 - ``forecast``: the forecast floor (``vsa_core.scaling.forecast``): the array's own recurring
   demand ahead; desired never goes below it (within [min, what the volumes allow]), and the
@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from vsa_core.arrays.capacity import controllers_needed, volume_bound_reason, volume_controllers
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
-from vsa_core.scaling.capacity import controllers_needed, volume_bound_reason, volume_controllers
 from vsa_core.scaling.forecast import Floor
 
 __all__ = ["ScaleDecision", "controllers_needed", "demand_trend", "plan", "settle_left"]

@@ -4,7 +4,7 @@ is re-armed (``rearm_after``: the one rule, used by ScaleArray and by the simula
 
 from datetime import datetime, timedelta
 
-from vsa_core.arrays.plan import HIGH_EVALUATION_PERIODS, LOW_EVALUATION_PERIODS
+from vsa_core.alarm_tuning import HIGH_EVALUATION_PERIODS, LOW_EVALUATION_PERIODS
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.planner import ScaleDecision

@@ -50,17 +50,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from vsa_core.arrays.plan import (
+from vsa_core.alarm_tuning import (
     HIGH_DATAPOINTS_TO_ALARM,
     HIGH_EVALUATION_PERIODS,
     LOW_DATAPOINTS_TO_ALARM,
     LOW_EVALUATION_PERIODS,
     SCALE_IN_HYSTERESIS,
-    alarm_thresholds,
 )
+from vsa_core.arrays.capacity import controllers_needed, deliverable_iops, volume_controllers
+from vsa_core.arrays.plan import alarm_thresholds
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.scaling import forecast as forecasting
-from vsa_core.scaling.capacity import controllers_needed, deliverable_iops, volume_controllers
 from vsa_core.scaling.planner import REVERSAL_MINUTES, ScaleDecision, plan
 from vsa_core.scaling.rules import rearm_after
 from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES, planner_inputs

@@ -4,7 +4,7 @@ imports the simulator and both measure the same planner (pure)."""
 
 from typing import Any
 
-from vsa_core.arrays.plan import LOW_EVALUATION_PERIODS, SCALE_IN_HYSTERESIS
+from vsa_core.alarm_tuning import LOW_EVALUATION_PERIODS, SCALE_IN_HYSTERESIS
 from vsa_core.arrays.spec import ArraySpec
 
 DEFAULT_BOOT_MINUTES = 5

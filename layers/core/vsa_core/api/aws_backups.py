@@ -39,7 +39,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 )
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
-from vsa_core.arrays import replies
+from vsa_core.api import replies
 from vsa_core.arrays.callers import Caller, CallerUnknownError, caller_of
 from vsa_core.arrays.spec import ArrayId
 from vsa_core.backups import sets

@@ -1,5 +1,4 @@
 """What both REST APIs (arrays, backups) answer the same way, in one place (pure: no boto3).
-In arrays because the arrays API came first; the backups API uses it too.
 
 - A body that cannot be JSON the API takes is refused before any route sees it: sent as other
   than application/json 415 (powertools would parse form and multipart bodies: multipart without

@@ -1,5 +1,5 @@
 """An array's timeline (pure: no boto3): what the control plane decided and did for the array,
-oldest first, from records already read (``aws_events`` reads them).
+oldest first, from records already read (``aws_timeline`` reads them).
 
 Each source becomes :class:`Event` s: the registry's scale decisions and backup sets, the
 workflows' executions (ScaleArray, BootstrapController, DrainController, ReconcileArray,

@@ -25,19 +25,20 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 from pydantic import AfterValidator, AwareDatetime
 
-from vsa_core.arrays import aws_events, aws_operations, replies
+from vsa_core.api import aws_operations, aws_timeline, replies
+from vsa_core.api.timeline import MAX_LIMIT
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_removals import MountCheck
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.callers import Caller, CallerUnknownError, caller_of
-from vsa_core.arrays.events import MAX_LIMIT
 from vsa_core.arrays.spec import ArraySpec
+from vsa_core.backups.aws_registry import BackupRegistry
 from vsa_core.clients import client
 from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError, ReconcileError
 from vsa_core.naming import ARRAY_ID_PATTERN
 from vsa_core.observability import logger
 from vsa_core.reconcile.aws_start import ReconcileStarter
-from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.settings import get_settings
 
 app = APIGatewayRestResolver(enable_validation=True)
@@ -199,13 +200,13 @@ def get_array_events(
 ) -> dict[str, Any]:
     logger.append_keys(array_id=array_id)
     settings = get_settings()
-    return aws_events.read_events(
-        aws_events.EventClients(
+    return aws_timeline.read_events(
+        aws_timeline.EventClients(
             sfn=client("stepfunctions"),
             dynamodb=client("dynamodb"),
             autoscaling=client("autoscaling"),
             table=settings.table_name,
-            workflows=aws_events.Workflows(
+            workflows=aws_timeline.Workflows(
                 scale=settings.scale_state_machine_arn,
                 bootstrap=settings.bootstrap_state_machine_arn,
                 drain=settings.drain_state_machine_arn,

@@ -2,7 +2,7 @@
 sparse global secondary index of the ``SLOT#nn`` items (the only ones with an ``instanceId``),
 keys only. One keyed query answers, whatever the number of arrays in the table.
 
-Kept apart from ``vsa_core.registry`` and light on purpose: ``on_controller_event`` asks it for
+Kept apart from ``aws_registry`` and light on purpose: ``on_controller_event`` asks it for
 every EC2 instance state change in the region (any instance, ours or not) before it starts
 anything, and imports nothing heavier for it.
 """

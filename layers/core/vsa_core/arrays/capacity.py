@@ -1,7 +1,7 @@
 """What an array can deliver, and how many controllers its demand needs. Pure.
 
 Two limits. Each controller moves at most its own EBS IOPS (``perControllerIops``, by default
-its instance type's, ``vsa_core.scaling.instances``). And on io2 Multi-Attach all the
+its instance type's, ``vsa_core.instances``). And on io2 Multi-Attach all the
 attachments of a volume together get at most the volume's provisioned IOPS, however many
 instances attach it: the array delivers at most the sum of its volumes' provisioned IOPS. So
 ``n`` controllers deliver ``min(n x perControllerIops, sum of the volumes' IOPS)``, and a

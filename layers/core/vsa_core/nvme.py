@@ -26,9 +26,7 @@ scripts and compares (``tests/documents``). Change both together.
 import hashlib
 import re
 import uuid
-from typing import Final
-
-from vsa_core.arrays.spec import Host
+from typing import Final, Protocol
 
 NQN_AUTHORITY: Final = "nqn.2025-01.org.vsa-control-plane"
 """The naming authority of the subsystem NQNs (``nqn.<yyyy-mm>.<reverse domain>``)."""
@@ -134,6 +132,17 @@ def device_name(volume_id: str) -> str:
 def default_host_nqn(instance_id: str) -> str:
     """The host NQN derived from an instance id (when the spec names none)."""
     return UUID_NQN_PREFIX + _uuid8("host", instance_id)
+
+
+class Host(Protocol):
+    """What a host's NQN derives from (an array spec's host, ``vsa_core.arrays.spec.Host``):
+    typed by its shape, so these identities depend on no capability and every layer may use them."""
+
+    @property
+    def instance_id(self) -> str: ...
+
+    @property
+    def host_nqn(self) -> str | None: ...
 
 
 def host_nqn(host: Host) -> str:

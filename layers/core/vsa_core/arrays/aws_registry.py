@@ -1,17 +1,18 @@
-"""The array registry in the control plane's single DynamoDB table (the only boto3 user here).
+"""The array registry in the control plane's single DynamoDB table.
 
 Keys: ``pk = ARRAY#<id>``; ``sk = SPEC`` holds the declared spec (JSON), the desired
 controller count and a version; ``sk = SLOT#nn`` a controller's slot (``instanceId``, ``state``,
 ``address``; leased and released by the controller workflows); ``sk = DECISION#<time>#<execution>``
-holds scale decisions (written by the ScaleArray workflow itself); ``sk = BACKUP#<backup id>``
-holds a backup set (:class:`BackupRegistry`); ``sk = CHANGE#<time>#<kind>#<nonce>`` a stored
-change and who asked for it (``arrays.callers.ChangeRecord``; the SPEC item's ``appliedBy``
-names the last apply's caller in the spec's own write).
+holds scale decisions (written by the ScaleArray workflow itself); ``sk = CHANGE#<time>#<kind>#<nonce>``
+a stored change and who asked for it (``arrays.callers.ChangeRecord``; the SPEC item's ``appliedBy``
+names the last apply's caller in the spec's own write). The same partition holds the array's
+backup sets (``sk = BACKUP#<backup id>``: ``vsa_core.backups.aws_registry``).
 
 Every per-event read is keyed, never a scan, so an event costs the same with 10 arrays or 1,000
 (``make bench-arrays``): an array by its id, its slots by a query of its partition, and a
 controller by its instance id through the ``instances`` index (``naming.INSTANCE_INDEX``: a
-sparse global secondary index of the items that have an ``instanceId``, i.e. the slots).
+sparse global secondary index of the items that have an ``instanceId``, i.e. the slots;
+``aws_index``).
 History items carry ``expiresAt`` (epoch seconds, :func:`expires_at`), the table's TTL
 attribute: DynamoDB deletes them after the retention (``HistoryRetentionDays``, 90 by default).
 
@@ -28,12 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from vsa_core.arrays import aws_index
 from vsa_core.arrays.callers import Caller, ChangeRecord
 from vsa_core.arrays.spec import STORED, ArraySpec, Deletion, RegisteredArray
-from vsa_core.backups.sets import BackupSet
 from vsa_core.clients import client
-from vsa_core.controllers import aws_index
-from vsa_core.errors import ArrayNotFoundError, BackupNotFoundError, ConflictError
+from vsa_core.errors import ArrayNotFoundError, ConflictError
 from vsa_core.naming import SLOT_PREFIX, slot_of_key
 from vsa_core.settings import get_settings
 
@@ -375,102 +375,3 @@ class ArrayHistory:
 
 
 CHANGE_PREFIX = "CHANGE#"
-BACKUP_PREFIX = "BACKUP#"
-
-
-def backup_key(array_id: str, backup_id: str) -> dict[str, Any]:
-    return {"pk": {"S": f"ARRAY#{array_id}"}, "sk": {"S": f"{BACKUP_PREFIX}{backup_id}"}}
-
-
-class BackupRegistry:
-    """Backup sets under their array: ``pk = ARRAY#<id>, sk = BACKUP#<backup id>`` with the set
-    (JSON) and its ``state`` (a plain attribute, so every write is conditional on it: a set
-    never moves from a state its writer did not read, e.g. retention never deletes a set that a
-    workflow took up again)."""
-
-    def __init__(self, table_name: str, dynamodb: "DynamoDBClient | None" = None) -> None:
-        self._table = table_name
-        self._dynamodb: DynamoDBClient = dynamodb or client("dynamodb")
-
-    def create(self, backup: BackupSet) -> tuple[bool, BackupSet]:
-        """Record a new set; ``(False, the recorded one)`` when that id exists already (a
-        repeated scheduled event, a retried request): nothing is overwritten."""
-        try:
-            self._dynamodb.put_item(
-                TableName=self._table,
-                Item=self._item(backup),
-                ConditionExpression="attribute_not_exists(sk)",
-            )
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
-            return False, self.get(backup.array_id, backup.backup_id)
-        return True, backup
-
-    def get(self, array_id: str, backup_id: str) -> BackupSet:
-        item = self._dynamodb.get_item(
-            TableName=self._table, Key=backup_key(array_id, backup_id), ConsistentRead=True
-        ).get("Item")
-        if item is None:
-            raise BackupNotFoundError(f"array {array_id!r} has no backup set {backup_id!r}")
-        return BackupSet.model_validate_json(item["backup"]["S"])
-
-    def sets(self, array_id: str) -> list[BackupSet]:
-        """Every set of the array, newest first."""
-        paginator = self._dynamodb.get_paginator("query")
-        found: list[BackupSet] = []
-        for page in paginator.paginate(
-            TableName=self._table,
-            KeyConditionExpression="pk = :pk AND begins_with(sk, :backup)",
-            ExpressionAttributeValues={":pk": {"S": f"ARRAY#{array_id}"}, ":backup": {"S": BACKUP_PREFIX}},
-            ScanIndexForward=False,
-            ConsistentRead=True,
-        ):
-            found.extend(BackupSet.model_validate_json(item["backup"]["S"]) for item in page.get("Items", []))
-        return found
-
-    def save(self, backup: BackupSet, expected_states: tuple[str, ...]) -> BackupSet:
-        """Write ``backup`` if the recorded set is in one of ``expected_states``; else
-        ``ConflictError`` naming the state it is in."""
-        names = {f":s{i}": {"S": state} for i, state in enumerate(expected_states)}
-        try:
-            self._dynamodb.put_item(
-                TableName=self._table,
-                Item=self._item(backup),
-                ConditionExpression=f"#state IN ({', '.join(names)})",
-                ExpressionAttributeNames={"#state": "state"},
-                ExpressionAttributeValues=names,
-            )
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
-            try:
-                now: str = self.get(backup.array_id, backup.backup_id).state
-            except BackupNotFoundError:
-                now = "gone"
-            raise ConflictError(
-                f"backup set {backup.backup_id} is {now}, not {' or '.join(expected_states)}: read it again"
-            ) from None
-        return backup
-
-    def delete(self, array_id: str, backup_id: str) -> None:
-        """Forget a set whose snapshots are gone (only one marked ``deleting``)."""
-        try:
-            self._dynamodb.delete_item(
-                TableName=self._table,
-                Key=backup_key(array_id, backup_id),
-                ConditionExpression="#state = :deleting",
-                ExpressionAttributeNames={"#state": "state"},
-                ExpressionAttributeValues={":deleting": {"S": "deleting"}},
-            )
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
-
-    @staticmethod
-    def _item(backup: BackupSet) -> dict[str, Any]:
-        return {
-            **backup_key(backup.array_id, backup.backup_id),
-            "backup": {"S": backup.model_dump_json(by_alias=True)},
-            "state": {"S": backup.state},
-        }

@@ -12,7 +12,7 @@ go, and forgets the array. A repeated DELETE answers the same workflow.
 
 Every change stored here names its caller (``by``, read from API Gateway's request context at
 the API's edge): an apply on the SPEC item itself and in the array's history, a delete and a
-keys rotation in the history (``registry.ArrayHistory``).
+keys rotation in the history (``arrays.aws_registry.ArrayHistory``).
 """
 
 import dataclasses
@@ -23,19 +23,20 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from vsa_core.arrays import aws_keys, aws_observe, aws_removals, dataplane, removals
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_removals import MountCheck
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.callers import Caller, ChangeRecord
 from vsa_core.arrays.plan import Change
 from vsa_core.arrays.spec import ArraySpec, Deletion, RegisteredArray, keep_unsaid
+from vsa_core.backups.aws_registry import BackupRegistry
 from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError, ReconcileError
 from vsa_core.naming import delete_execution_name, group_name
 from vsa_core.reconcile import aws_stop
 from vsa_core.reconcile import plan as reconcile_plan
 from vsa_core.reconcile.aws_start import ReconcileStarter
 from vsa_core.reconcile.plan import creation_work, left_hosts, needs_reconcile, pending_work
-from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.waiters import execution_arn
 
 

@@ -1,5 +1,5 @@
 """An array's timeline from AWS (``GET /arrays/{id}/events``): reads the records
-``vsa_core.arrays.events`` merges, within bounds that keep a busy array's request well inside
+``vsa_core.api.timeline`` merges, within bounds that keep a busy array's request well inside
 API Gateway's 29 s.
 
 What is read, for one array:
@@ -40,10 +40,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from vsa_core.arrays import events
-from vsa_core.arrays.events import Event, Execution
+from vsa_core.api import timeline
+from vsa_core.api.timeline import Event, Execution
+from vsa_core.arrays.aws_registry import ArrayRegistry
+from vsa_core.backups.aws_registry import BackupRegistry
 from vsa_core.naming import group_name
-from vsa_core.registry import ArrayRegistry, BackupRegistry
 from vsa_core.waiters import execution_arn
 
 MAX_PAGES = 3
@@ -96,11 +97,11 @@ def read_events(
 
     instances, group_failures = _group_history(clients, array_id, since, incomplete)
     instances |= {s["instanceId"] for s in registry.slots(array_id).values() if s.get("instanceId")}
-    scale = runs(flows.scale, "ScaleArray", lambda n: events.is_array_run("scale", array_id, n))
+    scale = runs(flows.scale, "ScaleArray", lambda n: timeline.is_array_run("scale", array_id, n))
     reconcile = runs(
-        flows.reconcile, "ReconcileArray", lambda n: events.is_array_run("reconcile", array_id, n)
+        flows.reconcile, "ReconcileArray", lambda n: timeline.is_array_run("reconcile", array_id, n)
     )
-    delete = runs(flows.delete, "DeleteArray", lambda n: events.is_array_run("delete", array_id, n))
+    delete = runs(flows.delete, "DeleteArray", lambda n: timeline.is_array_run("delete", array_id, n))
     controllers = [
         run
         for arn, what in ((flows.bootstrap, "BootstrapController"), (flows.drain, "DrainController"))
@@ -118,16 +119,19 @@ def read_events(
     def described(found: list[Execution]) -> list[Execution]:
         return [details.get(r.name, r) for r in found]
 
-    found = events.timeline(
+    found = timeline.timeline(
         [
-            events.scale_events(_decisions(clients, array_id, since, limit), described(scale)),
-            events.controller_events(described(controllers), instances),
-            [events.reconcile_event(r) for r in described(reconcile)],
-            events.attributed(
-                [events.delete_event(r) for r in described(delete)],
+            timeline.scale_events(_decisions(clients, array_id, since, limit), described(scale)),
+            timeline.controller_events(described(controllers), instances),
+            [timeline.reconcile_event(r) for r in described(reconcile)],
+            timeline.attributed(
+                [timeline.delete_event(r) for r in described(delete)],
                 registry.history.read(array_id, since, limit),
             ),
-            [events.backup_event(b) for b in BackupRegistry(clients.table, clients.dynamodb).sets(array_id)],
+            [
+                timeline.backup_event(b)
+                for b in BackupRegistry(clients.table, clients.dynamodb).sets(array_id)
+            ],
             group_failures,
         ],
         since=since,
@@ -143,7 +147,7 @@ def read_events(
 
 
 def _controller_of(name: str) -> str | None:
-    parsed = events.controller_run(name)
+    parsed = timeline.controller_run(name)
     return parsed[1] if parsed else None
 
 
@@ -209,9 +213,9 @@ def _group_history(
             **({"NextToken": token} if token else {}),
         )
         for activity in page.get("Activities", []):
-            instances |= events.instances_in(str(activity.get("Description", "")))
+            instances |= timeline.instances_in(str(activity.get("Description", "")))
             if activity.get("StatusCode") in ("Failed", "Cancelled"):
-                failures.append(events.group_event(activity))
+                failures.append(timeline.group_event(activity))
         token = page.get("NextToken")
         if not token:
             return instances, failures
