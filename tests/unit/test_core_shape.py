@@ -24,7 +24,6 @@ BASE = [
     "observability",
     "settings",
     "steps",
-    "version",
     "waiters",
 ]
 """The shared base: the modules directly under vsa_core, the bottom layer of pyproject.toml's

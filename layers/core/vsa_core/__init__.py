@@ -1,19 +1,20 @@
 """VSA control-plane core, by capability (the Lambda layer; the handlers are thin adapters over it).
 
-- ``health/``: the scheduled health check;
-- ``api/``: the REST APIs' routes and the operations they run, the array's timeline;
-- ``reconcile/``, ``scaling/``, ``backups/``: ReconcileArray; demand, the planner, ScaleArray's
-  rules and steps, the simulator; backup sets, the ConsistentBackup steps, retention, restore;
-- ``controllers/``: slots, host batches, the bootstrap / drain steps;
-- ``arrays/``: the shared kernel: an array's spec, what it should produce on AWS, applying it,
-  its status, teardown, the registry;
-- the shared base here: errors, naming, settings, observability, steps, the NVMe identities,
-  the instance types' EBS IOPS, the scaling alarms' tuning (pure); clients, waiters (AWS).
+Layered, top to bottom (pyproject.toml's import-linter contracts; ``make check`` enforces them):
 
-Each layer above imports only from those below it (the contract is pyproject.toml's
-``[tool.importlinter]``; ``lint-imports`` checks it). In every package, a module whose name
-starts with ``aws_`` talks to AWS (clients injected); every other module is pure and imports no
-boto3 or botocore, not even through another module (``tests/unit/test_core_shape.py``).
+- ``health/``: the scheduled check over every array;
+- ``api/``: the REST routes and the operations they run (apply, delete, rotate keys, backups,
+  restores), the array's timeline;
+- ``reconcile/``, ``scaling/``, ``backups/``: the workflows' domains, none importing another;
+- ``controllers/``: slots, host batches, the bootstrap / drain steps;
+- ``arrays/``: the shared kernel: an array's spec, its AWS resources, demand and capacity, the
+  array registry;
+- the base here: errors, naming, settings, observability, steps, alarm tuning, instance facts,
+  NVMe identities (pure); clients, waiters (AWS).
+
+In every package, a module whose name starts with ``aws_`` talks to AWS (clients injected);
+every other module is pure and imports no boto3 or botocore, not even through another module
+(``tests/unit/test_core_shape.py``).
 """
 
 VERSION = "0.1.0"
