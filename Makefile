@@ -52,6 +52,7 @@ format: install
 
 typecheck: install
 	$(VENV)/mypy layers/core functions cli
+	$(VENV)/mypy --python-version 3.10 documents/lib
 
 validate: install
 	$(OFFLINE) sam validate --lint

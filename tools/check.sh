@@ -14,6 +14,7 @@ step "ruff (lint + format)"
 "$VENV/ruff" check . && "$VENV/ruff" format --check . || exit 1
 step "mypy"
 "$VENV/mypy" layers/core functions cli || exit 1
+"$VENV/mypy" --python-version 3.10 documents/lib || exit 1 # the nodes' python3 (3.9+)
 step "security gate (checkov, parliament, cloudsplaining against tools/security-baseline.yaml)"
 env -u AWS_ENDPOINT_URL "$VENV/python" tools/security_gate.py || exit 1
 step "tests: unit + infra (no network) and workflows (the deployed ASL, tasks mocked, on the local cloud), side by side"
