@@ -13,7 +13,7 @@ step() { echo; echo "=== $* (at ${SECONDS} s)"; }
 step "ruff (lint + format)"
 "$VENV/ruff" check . && "$VENV/ruff" format --check . || exit 1
 step "mypy"
-"$VENV/mypy" layers/core functions cli || exit 1
+"$VENV/mypy" layers/core functions cli tools/localcloud/vsa_localcloud || exit 1
 "$VENV/mypy" --python-version 3.10 documents/lib || exit 1 # the nodes' python3 (3.9+)
 step "security gate (checkov, parliament, cloudsplaining against tools/security-baseline.yaml)"
 env -u AWS_ENDPOINT_URL "$VENV/python" tools/security_gate.py || exit 1
