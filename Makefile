@@ -51,7 +51,8 @@ format: install
 	$(VENV)/ruff format .
 
 typecheck: install
-	$(VENV)/mypy layers/core functions cli
+	$(VENV)/mypy layers/core functions cli tools/localcloud/vsa_localcloud
+	$(VENV)/mypy --python-version 3.10 documents/lib
 
 validate: install
 	$(OFFLINE) sam validate --lint

@@ -1,38 +1,17 @@
 #!/usr/bin/env bash
-# configure-target (controller): export the array's volumes over NVMe/TCP through nvmet's configfs.
+# configure-target (controller): export the array's volumes over NVMe/TCP through nvmet's configfs
+# (MODE=apply), or remove the array's exports (MODE=teardown).
 #
-# Parameters arrive as shell variables assigned by the rendered document's prologue
-# (tools/documents.py): ARRAY_ID VOLUMES SLOT HOST_NQNS ALLOW_ANY_HOST LISTEN_ADDRESS PORT MODE
-# CONFIGFS_ROOT DEVICE_DIR MODPROBE_COMMAND AUTHENTICATION KEYS_SECRET_ID DHCHAP_HASH DHCHAP_DHGROUP
-# AWS_COMMAND. Their allowedPatterns (configure-target.yaml) are what keeps them free of shell syntax.
+# Parameters (shell variables from the rendered document's prologue): ARRAY_ID VOLUMES SLOT
+# HOST_NQNS ALLOW_ANY_HOST LISTEN_ADDRESS PORT MODE CONFIGFS_ROOT DEVICE_DIR MODPROBE_COMMAND
+# AUTHENTICATION KEYS_SECRET_ID DHCHAP_HASH DHCHAP_DHGROUP AWS_COMMAND.
 #
-# configfs rules this respects (drivers/nvme/target/configfs.c):
-# * a namespace's device_path, device_uuid, device_nguid and buffered_io change only while it
-#   is disabled (EBUSY/EINVAL otherwise): disable, change, enable;
-# * a port's addr_* change only while no subsystem is linked to it (EACCES): unlink, change, relink;
-# * attr_serial and attr_model are refused once a host has identified the subsystem, even for
-#   the same value: written only when they differ;
-# * attr_cntlid_min must stay <= attr_cntlid_max at every write: the order depends on the move;
-# * allowed_hosts links and attr_allow_any_host=1 exclude each other;
-# * nvmet reads a namespace's size from its device when the namespace is enabled, and again
-#   only when 1 is written to its revalidate_size (write-only; EINVAL while disabled): then, if
-#   the size changed, it sends every connected host a namespace-attribute-changed event and the
-#   hosts re-read the namespace (an EBS volume grown by ModifyVolume is seen only so).
-# * DH-HMAC-CHAP (Authentication=dh-hmac-chap; CONFIG_NVME_TARGET_AUTH): nvmet keeps the keys per
-#   host NQN, in hosts/<nqn>/{dhchap_key,dhchap_ctrl_key,dhchap_hash,dhchap_dhgroup}, not per
-#   subsystem: a host that has a dhchap_key must authenticate to every subsystem of this kernel
-#   that allows it (another array's too), with that one key. A key written while the host is
-#   connected is used from the host's next (re)connect: nvmet authenticates when a host
-#   connects, so live connections stay up (seen on 6.12: tests/dataplane). Each attribute
-#   reads back what was written (the key text, the hash's and the group's names; nvmet's
-#   defaults are hmac(sha256) and, for the group, null), so a key is compared and written,
-#   never logged. nvmet takes any "DHHC-1:<hash id>:..." at write time (a truncated key too:
-#   it fails only at connect), so lib/dhchap.sh checks each key's form first; and a key once
-#   written cannot be cleared by a write ("\n": EINVAL, nothing: EFAULT, seen on 6.12): only
-#   removing the host entry removes it.
-# Every write is made only when the value differs, so a second run changes nothing.
-# On a plain directory tree (tests: no configfs) attributes are files and default groups are
-# directories; the script creates and removes them like configfs would show them.
+# Guarantees: a missing device or an unreadable secret fails before configfs is touched; with
+# dh-hmac-chap every allowed host's key is in nvmet before the host is linked; each write respects
+# configfs' rules (docs/dataplane.md, "Kernel rules configure-target respects") and is made only
+# when the value differs, so a second run changes nothing; no key is shown; runs on one kernel
+# are serialised. On a plain directory tree (tests: no configfs) attributes are files and default
+# groups are directories, created and removed as configfs would show them.
 DOCUMENT=configure-target
 # vsa:include lib/common.sh
 # vsa:include lib/dhchap.sh
@@ -152,8 +131,8 @@ configure_hosts() {
 # write-only revalidate_size), and the controller is no host of itself. So this document keeps,
 # per namespace, the device size at which it last had nvmet read it (at enable, or by writing
 # revalidate_size) in $SIZES, and writes revalidate_size when the device's size differs from
-# that record: only the namespaces whose device grew are touched. Without a record (a
-# namespace enabled before records were kept, or a record lost with /tmp) it writes it once:
+# that record: only the namespaces whose device grew are touched. Without a record (one lost with
+# /tmp, or a namespace another run enabled) it writes it once:
 # harmless, as nvmet sends hosts an event only when the size did change, and a namespace is
 # never disabled for it, so no path blinks.
 

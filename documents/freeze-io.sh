@@ -1,22 +1,14 @@
-# freeze-io: pause writes on the listed filesystems for an application-consistent snapshot.
+# freeze-io: pause writes on the listed filesystems for an application-consistent snapshot (host).
 #
-# Order of work, and why:
-#   1. check the parameters and every mountpoint (exists, is a mountpoint, a freezable filesystem,
-#      listed once, fsfreeze present): any problem fails here, before anything is frozen;
-#   2. sync each filesystem, before arming: a sync under write load can take seconds, and
-#      inside the watchdog's window it would eat the time the snapshot has (fsfreeze flushes
-#      what was written since, so the freeze itself stays short);
-#   3. arm the watchdog: a detached process (setsid + nohup, its own session, so it survives the
-#      SSM command's process group being killed and the agent restarting, whose unit has
-#      KillMode=process) that thaws every listed mountpoint TIMEOUT_SECONDS after arming, even if
-#      nothing else ever runs. It records its PID in STATE_DIR and logs what it does there;
-#   4. freeze each mountpoint, recording the instant each froze; if one freeze fails, thaw the
-#      ones frozen, cancel the watchdog and fail;
-#   5. print a one-line JSON report as the last stdout line (diagnostics go to stderr).
-# With DRY_RUN=true it stops after step 1 and reports status "ready" (nothing armed, nothing
-# frozen): the backup workflow's preflight, so a host that cannot freeze fails fast.
-# The prologue (rendered from freeze-io.yaml) sets MOUNTPOINTS, TIMEOUT_SECONDS, BACKUP_ID,
-# STATE_DIR, FSFREEZE_COMMAND and DRY_RUN.
+# Parameters (shell variables from the rendered document's prologue): MOUNTPOINTS TIMEOUT_SECONDS
+# BACKUP_ID STATE_DIR FSFREEZE_COMMAND DRY_RUN.
+#
+# Guarantees, in the order of the steps below: every check passes before anything is frozen (1);
+# each filesystem is synced (2), then a detached watchdog armed that thaws every mountpoint
+# TIMEOUT_SECONDS later whatever else happens (3), then each mountpoint frozen; a failed freeze
+# thaws what froze and cancels the watchdog (4); the last stdout line is the JSON report (5).
+# DRY_RUN=true stops after the checks and reports "ready": the backup workflow's preflight.
+# docs/backups.md, "The watchdog guarantee".
 # The SSM agent runs the script with sh (dash on Debian and Ubuntu): run it again under bash.
 if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
 set -uo pipefail
@@ -65,7 +57,9 @@ watchdog_cancelled() {
   exit 0
 }
 
-# arm_watchdog: start it detached and wait until it has recorded its PID (at most 2 s).
+# arm_watchdog: start it detached and wait until it has recorded its PID (at most 2 s). setsid +
+# nohup give it its own session, so it outlives the SSM command's process group being killed and
+# the agent restarting (whose unit has KillMode=process); it logs to STATE_DIR.
 arm_watchdog() {
   local src i
   src="$(declare -f); $(declare -p MPS); watchdog_main \"\$2\""
@@ -180,7 +174,8 @@ for i in "${!MPS[@]}"; do
 done >"$MOUNTS_FILE"
 rm -f "$FIRED_FILE"
 
-# 2. sync, outside both the freeze window and the watchdog's window
+# 2. sync, outside both the freeze window and the watchdog's window: a sync under write load can
+# take seconds, which would eat the snapshot's time; fsfreeze then flushes only what came since
 STAGE=sync
 for mp in "${MPS[@]}"; do
   sync -f "$mp" 2>/dev/null || sync

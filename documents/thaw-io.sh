@@ -1,14 +1,13 @@
-# thaw-io: thaw the listed filesystems after the snapshot; idempotent, safe to run on every path
-# out of the backup workflow, any number of times.
+# thaw-io: thaw the listed filesystems after the snapshot and cancel freeze-io's watchdog (host).
 #
-# For each mountpoint: thaw it ("not frozen" is fine). If it was unmounted meanwhile, say so: the
-# filesystem freeze-io recorded for it is thawed through another mount of the same device, or, if
-# the kernel still holds it frozen with no mount at all, through a temporary mount; if the kernel
-# let it go, there is nothing left to thaw. Then cancel the watchdog freeze-io armed (only if its
-# PID still names that watchdog), and print a one-line JSON report as the last stdout line: the
-# instant each mountpoint thawed, and whether the watchdog had already fired.
-# The prologue (rendered from thaw-io.yaml) sets MOUNTPOINTS, TIMEOUT_SECONDS, BACKUP_ID, STATE_DIR
-# and FSFREEZE_COMMAND (TimeoutSeconds is unused here: the documents share one parameter set).
+# Parameters (shell variables from the rendered document's prologue): MOUNTPOINTS TIMEOUT_SECONDS
+# BACKUP_ID STATE_DIR FSFREEZE_COMMAND (TIMEOUT_SECONDS unused: the two documents share one set).
+#
+# Guarantees: idempotent, safe on every path out of the backup workflow ("not frozen" is fine); a
+# mountpoint unmounted meanwhile is thawed through another mount of its device, or a temporary
+# mount while the kernel still holds it frozen; the watchdog is cancelled only if its PID still
+# names it; the last stdout line is the JSON report (when each mountpoint thawed, whether the
+# watchdog had fired).
 # The SSM agent runs the script with sh (dash on Debian and Ubuntu): run it again under bash.
 if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
 set -uo pipefail

@@ -13,7 +13,8 @@ step() { echo; echo "=== $* (at ${SECONDS} s)"; }
 step "ruff (lint + format)"
 "$VENV/ruff" check . && "$VENV/ruff" format --check . || exit 1
 step "mypy"
-"$VENV/mypy" layers/core functions cli || exit 1
+"$VENV/mypy" layers/core functions cli tools/localcloud/vsa_localcloud || exit 1
+"$VENV/mypy" --python-version 3.10 documents/lib || exit 1 # the nodes' python3 (3.9+)
 step "import-linter (the core's layers: pyproject.toml's [tool.importlinter])"
 "$VENV/lint-imports" || exit 1
 step "security gate (checkov, parliament, cloudsplaining against tools/security-baseline.yaml)"

@@ -10,7 +10,11 @@ A document is two files:
   optionally ``timeoutSeconds`` (default 600) and ``examples`` (a valid value per parameter
   that has no non-empty default; tests only, not rendered);
 * ``documents/<name>.sh``: the bash script (a line ``# vsa:include lib/<file>.sh`` takes in a
-  file of documents/lib/, shared by several documents). It reads each parameter from a shell variable,
+  file of documents/lib/, shared by several documents; a line ``# vsa:python NAME lib/<file>.py``
+  assigns the Python program of documents/lib/<file>.py, whole, to the shell variable NAME through
+  a quoted here-document, which the script runs as ``python3 -c "$NAME" ...``: the node's system
+  python3, standard library only, keeps stdin for the program's input, and the rendered document
+  stays self-contained). It reads each parameter from a shell variable,
   upper snake case of the parameter's name (``ArrayId`` -> ``ARRAY_ID``), which the rendered
   document assigns first: ``ARRAY_ID='{{ ArrayId }}'``. SSM substitutes ``{{ Name }}`` textually,
   so the allowedPattern is what keeps a value inside its quotes: every pattern must refuse a
@@ -44,6 +48,8 @@ BLOCKS = {
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_.-]+)\s*\}\}")
 PARAMETER_KEYS = ("type", "description", "default", "allowedPattern")
 INCLUDE = re.compile(r"^# vsa:include (\S+)$")
+PYTHON = re.compile(r"^# vsa:python ([A-Z][A-Z0-9_]*) (lib/[a-z0-9_]+\.py)$")
+PYTHON_END = "VSA_PY"  # the here-document's delimiter: no line of a Python file may be this
 
 
 @dataclass(frozen=True)
@@ -73,11 +79,33 @@ def variable(parameter: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", parameter).upper()
 
 
+def python_program(variable: str, path: str) -> list[str]:
+    """The lines that assign the Python program documents/``path`` to the shell ``variable``
+    (a quoted here-document: bash expands nothing inside; ``read`` is a builtin, and ends at the
+    here-document's end with status 1, hence ``|| :``)."""
+    program = (DOCUMENTS / path).read_text().splitlines()
+    if PYTHON_END in program:
+        raise ValueError(f"documents/{path} has a line {PYTHON_END}, which would end its here-document")
+    return [
+        f'# --- documents/{path} (run as python3 -c "${variable}")',
+        f"IFS= read -r -d '' {variable} <<'{PYTHON_END}' || :",
+        *program,
+        PYTHON_END,
+        f"# --- end of documents/{path}",
+    ]
+
+
 def expand(script: str) -> str:
     """The script with each ``# vsa:include lib/<file>.sh`` line replaced by that file of
-    documents/ (without its interpreter line): what several documents share is written once."""
+    documents/ (without its interpreter line; its own directives expanded too) and each
+    ``# vsa:python NAME lib/<file>.py`` line by the assignment of that program to NAME: what
+    several documents share is written once, and each language in a file of its own."""
     lines: list[str] = []
     for line in script.splitlines():
+        program = PYTHON.match(line)
+        if program is not None:
+            lines += python_program(program[1], program[2])
+            continue
         match = INCLUDE.match(line)
         if match is None:
             lines.append(line)
@@ -85,7 +113,8 @@ def expand(script: str) -> str:
         included = (DOCUMENTS / match[1]).read_text().splitlines()
         if included and included[0].startswith("#!"):
             included = included[1:]
-        lines += [f"# --- documents/{match[1]}", *included, f"# --- end of documents/{match[1]}"]
+        body = expand("\n".join(included)).splitlines() if included else []
+        lines += [f"# --- documents/{match[1]}", *body, f"# --- end of documents/{match[1]}"]
     return "\n".join(lines) + "\n"
 
 

@@ -39,7 +39,9 @@ SECONDS=0
 step "ruff (lint + format)"
 "$VENV/ruff" check . && "$VENV/ruff" format --check . || status=1
 step "mypy (strict, pydantic plugin, boto3 stubs)"
-"$VENV/mypy" layers/core functions cli || status=1
+"$VENV/mypy" layers/core functions cli tools/localcloud/vsa_localcloud || status=1
+# the documents' Python runs on the nodes' python3 (3.9+): checked against the oldest mypy knows
+"$VENV/mypy" --python-version 3.10 documents/lib || status=1
 step "import-linter (the core's layers: pyproject.toml's [tool.importlinter])"
 "$VENV/lint-imports" || status=1
 step "security gate (checkov, parliament, cloudsplaining against tools/security-baseline.yaml)"

@@ -21,42 +21,12 @@ read_secret() { # read_secret ID: the SecretString of the secret ID into SECRET 
   fi
   rm -f "$errors"
 }
-# python3 reads the secret's JSON on stdin and prints what the caller asked for, one key a line,
-# each line "<name> <key>"; it fails naming what is missing or malformed, never showing a key.
-KEYS_PARSER='
-import json, re, sys
-source, *wanted = sys.argv[1:]
-key = re.compile(r"DHHC-1:0[0-3]:[A-Za-z0-9+/]{44,}={0,2}:")
-try:
-    secret = json.loads(sys.stdin.read())
-except ValueError:
-    raise SystemExit(f"the secret {source} is not JSON")
-if not isinstance(secret, dict):
-    raise SystemExit(f"the secret {source} is not a JSON object")
-missing, malformed, lines = [], [], []
-for name in wanted:
-    where = secret
-    for part in name.split("/"):
-        where = where.get(part) if isinstance(where, dict) else None
-    if where is None or where == "":
-        missing.append(name)
-    elif not isinstance(where, str) or not key.fullmatch(where):
-        malformed.append(name)
-    else:
-        lines.append(f"{name} {where}")
-errors = []
-if missing:
-    errors.append("no key for " + ", ".join(missing))
-if malformed:
-    errors.append("not a DHHC-1 key (DHHC-1:<hash>:<base64 of key and CRC-32>:) for " + ", ".join(malformed))
-if errors:
-    raise SystemExit(f"the secret {source}: " + "; ".join(errors))
-print("\n".join(lines))
-'
+# python3 reads the secret's JSON on stdin (documents/lib/dhchap_secret.py: its docstring says how).
+# vsa:python DHCHAP_SECRET_PY lib/dhchap_secret.py
 secret_keys() { # secret_keys ID NAME...: the keys NAME (a/b: b inside a) of SECRET, into KEYS[NAME]
   local source=$1 output name value status=0
   shift
-  output=$(printf '%s' "$SECRET" | python3 -c "$KEYS_PARSER" "$source" "$@" 2>&1) || status=$?
+  output=$(printf '%s' "$SECRET" | python3 -c "$DHCHAP_SECRET_PY" keys "$source" "$@" 2>&1) || status=$?
   ((status == 0)) || fail "$(redact "${output//$'\n'/ }")"
   declare -gA KEYS=()
   while read -r name value; do
@@ -66,15 +36,7 @@ secret_keys() { # secret_keys ID NAME...: the keys NAME (a/b: b inside a) of SEC
 secret_has() { # secret_has NAME: SECRET has an entry NAME (a/b: b inside a), whatever it holds
   # (not JSON: no; secret_keys then fails naming why)
   local found
-  found=$(printf '%s' "$SECRET" | python3 -c '
-import json, sys
-try:
-    where = json.loads(sys.stdin.read())
-except ValueError:
-    where = None
-for part in sys.argv[1].split("/"):
-    where = where.get(part) if isinstance(where, dict) else None
-print("yes" if where is not None else "no")
-' "$1") || fail "cannot read the secret's JSON with python3"
+  found=$(printf '%s' "$SECRET" | python3 -c "$DHCHAP_SECRET_PY" has "$1") ||
+    fail "cannot read the secret's JSON with python3"
   [[ $found == yes ]]
 }

@@ -1,32 +1,9 @@
 #!/usr/bin/env bash
-# Shared by the host documents (connect-path, disconnect-path): the host's NVMe paths, read from
-# `nvme list-subsys -o json`. nvme-cli 2.x prints an array of hosts:
-#   [{"HostNQN": ..., "HostID": ..., "Subsystems": [{"Name": "nvme-subsys0", "NQN": ...,
-#     "Paths": [{"Name": "nvme0", "Transport": "tcp",
-#                "Address": "traddr=10.0.1.5,trsvcid=4420,src_addr=10.0.2.9", "State": "live"}]}]}]
-# (nvme-cli 1.x printed one object whose "Subsystems" list alternates {Name, NQN} and {Paths}:
-# read too). python3 reads the JSON (bash cannot); every host OS the control plane supports has it.
-
-# One line per path, fields separated by \x1f (empty fields survive, unlike with a tab):
-# NQN, controller device, state, traddr, trsvcid, host NQN, the subsystem's IO policy (nvme-cli
-# 2.x's "IOPolicy"), the subsystem's sysfs name (nvme-subsysN).
-PATHS_FILTER='
-import json, sys
-text = sys.stdin.read().strip()
-data = json.loads(text) if text else []
-for host in data if isinstance(data, list) else [data]:
-    if not isinstance(host, dict):
-        continue
-    nqn, policy, name = "", "", ""
-    for subsystem in host.get("Subsystems") or []:
-        if "NQN" in subsystem:
-            nqn, policy, name = subsystem["NQN"], subsystem.get("IOPolicy", ""), subsystem.get("Name", "")
-        for path in subsystem.get("Paths") or []:
-            address = dict(item.split("=", 1) for item in (path.get("Address") or "").split(",") if "=" in item)
-            fields = (nqn, path.get("Name", ""), path.get("State", ""), address.get("traddr", ""),
-                      address.get("trsvcid", ""), host.get("HostNQN", ""), policy, name)
-            print("\x1f".join(fields))
-'
+# Shared by the host documents (connect-path, disconnect-path, report-paths): the host's NVMe
+# paths, read from `nvme list-subsys -o json` by python3 (bash cannot read JSON; every host OS
+# the control plane supports has python3) into LISTING, one line per path (the fields:
+# documents/lib/nvme_paths.py), and the report of the array's subsystems built from it.
+# vsa:python NVME_PATHS_PY lib/nvme_paths.py
 
 list_paths() { # sets LISTING: one line per path, and LISTED_AT: when the listing began (the
   # report's "observedAt": two runs at once on a host can end in the other order than they
@@ -35,7 +12,7 @@ list_paths() { # sets LISTING: one line per path, and LISTED_AT: when the listin
   command -v python3 >/dev/null || fail "python3 is needed to read 'nvme list-subsys -o json'"
   LISTED_AT=$(utc_now)
   raw=$("$NVME_COMMAND" list-subsys -o json) || fail "'$NVME_COMMAND list-subsys -o json' failed"
-  LISTING=$(printf '%s' "$raw" | python3 -c "$PATHS_FILTER") ||
+  LISTING=$(printf '%s' "$raw" | python3 -c "$NVME_PATHS_PY") ||
     fail "cannot read the output of '$NVME_COMMAND list-subsys -o json': $raw"
 }
 

@@ -1,6 +1,7 @@
 """The SSM documents: template.yaml holds exactly what documents/ renders, and every parameter's
 allowedPattern keeps its value inside the script's quotes (SSM substitutes {{ Name }} as text)."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -83,6 +84,13 @@ def test_each_document_is_a_command_resource_with_an_output():
         assert 0 < int(step["inputs"]["timeoutSeconds"]) <= 3600
         assert step["inputs"]["runCommand"] == documents.run_command(document)
         assert document.output in template["Outputs"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_document_fits_ssm_s_size_limit(name: str):
+    # An SSM document's content is at most 64 KB; the shell and Python libraries rendered in count
+    size = len(json.dumps(documents.content(documents.load(name))).encode())
+    assert size <= 64 * 1024, f"documents/{name}: {size} bytes rendered, over SSM's 64 KB"
 
 
 @pytest.mark.parametrize(("document", "parameter", "declared", "example"), PARAMETERS)

@@ -604,7 +604,8 @@ def _resource_paths(rest_api: Any) -> dict[str, Any]:
         if parent is None:
             return "/"
         parent_path = path(parent)
-        return ("" if parent_path == "/" else parent_path) + "/" + resource.path_part
+        part: str = resource.path_part
+        return ("" if parent_path == "/" else parent_path) + "/" + part
 
     return {path(r): r for r in resources.values()}
 

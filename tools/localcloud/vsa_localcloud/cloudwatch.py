@@ -220,12 +220,14 @@ class VsaCloudwatchProvider(CloudwatchProvider):
             raise KeyError(f"no metric alarm {name!r} in {account_id}/{region}")
         if not alarm.alarm.get("Metrics") and not alarm.alarm.get("Statistic"):
             LOG.warning("alarm %s: percentile (ExtendedStatistic) alarms are not evaluated", name)
-            return alarm.alarm["StateValue"]
+            unevaluated: str = alarm.alarm["StateValue"]
+            return unevaluated
         outcome = evaluate_metric_alarm(alarm.alarm, self._fetch(account_id, region), at or datetime.now(UTC))
         if outcome:
             state, reason, data = outcome
             self.set_alarm_state(_context(account_id, region), name, state, reason, dumps(data))
-        return alarm.alarm["StateValue"]
+        evaluated: str = alarm.alarm["StateValue"]
+        return evaluated
 
     def set_alarm_state(
         self,

@@ -121,15 +121,14 @@ def compute(
     period = query_period(queries)
     grid = time_grid(start, end, period)
     results: dict[str, Value] = {}
+    metrics: dict[str, Series] = {}
     for q in queries:
         if "MetricStat" in q:
             stat = q["MetricStat"]
             own_grid = grid if int(stat["Period"]) == period else time_grid(start, end, int(stat["Period"]))
             points = read_series(db, account_id, region, stat, own_grid)
-            results[q["Id"]] = Series(
-                points, int(stat["Period"]), q.get("Label") or stat["Metric"]["MetricName"]
-            )
-    metrics = {q["Id"]: results[q["Id"]] for q in queries if "MetricStat" in q}
+            series = Series(points, int(stat["Period"]), q.get("Label") or stat["Metric"]["MetricName"])
+            results[q["Id"]] = metrics[q["Id"]] = series
     evaluating: set[str] = set()
 
     def resolve(name: str) -> Value:

@@ -346,7 +346,7 @@ _volume_filter = Volume.get_filter_value
 
 def volume_filter_value(self: Volume, filter_name: str, method_name: str | None = None) -> Any:
     """``attachment.*`` filters match any of the volume's attachments (moto: only the one)."""
-    getters = {
+    getters: dict[str, Callable[[Any], Any]] = {
         "attachment.instance-id": lambda a: a.instance.id,
         "attachment.status": lambda a: a.status,
         "attachment.device": lambda a: a.device,

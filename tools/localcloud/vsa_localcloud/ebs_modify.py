@@ -45,7 +45,7 @@ volume. AWS instead:
 import threading
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from moto.ec2.models.elastic_block_store import EBSBackend, Volume, VolumeModification
 from moto.ec2.responses import elastic_block_store as templates
@@ -55,7 +55,15 @@ from vsa_localcloud.ebs_model import LOCK, refuse
 
 MAX_MODIFICATIONS = 4  # per volume, "within a rolling 24-hour period" (API_ModifyVolume)
 WINDOW_SECONDS = 24 * 3600.0
-IO2 = {"size": (4, 65536), "iops": (100, 256000), "iops_per_gib": 1000}
+
+
+class _Limits(TypedDict):
+    size: tuple[int, int]  # GiB
+    iops: tuple[int, int]
+    iops_per_gib: int
+
+
+IO2: _Limits = {"size": (4, 65536), "iops": (100, 256000), "iops_per_gib": 1000}
 _started: dict[str, list[float]] = {}  # volume id -> monotonic start times of its modifications
 
 

@@ -34,6 +34,7 @@ The patches are applied by both the EC2 and the Auto Scaling providers (whicheve
 so a group's instances are announced even before any EC2 call loaded the EC2 provider.
 """
 
+import functools
 import logging
 import queue
 import threading
@@ -130,7 +131,7 @@ def _run_instances(original: Callable[..., Any]) -> Callable[..., Any]:
             announce(instance, "pending")
             if delay > 0:
                 _set(instance, "pending")  # moto launches straight into running
-                timings.after(delay, lambda i=instance: _running(i), f"launch {instance.id}")
+                timings.after(delay, functools.partial(_running, instance), f"launch {instance.id}")
             else:
                 _running(instance)
         return reservation

@@ -52,7 +52,7 @@ class ValidationException(CommonServiceException):
 
 def _page(
     items: list[Any], max_results: int | None, next_token: str | None, default: int = 50
-) -> tuple[list, str]:
+) -> tuple[list[Any], str]:
     start = int(next_token) if next_token and next_token.isdigit() else 0
     size = max_results or default
     end = start + size
@@ -271,7 +271,8 @@ def _checked(action: Any) -> Any:
     def call(body: dict[str, Any]) -> dict[str, Any]:
         if not _INSTANCE_ID.match(str(body.get("InstanceId", ""))):
             raise ValueError(f"InstanceId {body.get('InstanceId')!r} is not an instance id")
-        return action(body)
+        result: dict[str, Any] = action(body)
+        return result
 
     return call
 

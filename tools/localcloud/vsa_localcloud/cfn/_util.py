@@ -20,7 +20,8 @@ def physical_name(request: ResourceRequest[Model], given: str | None, max_length
     ``<stack>-<logical id>-<random>`` form."""
     if given:
         return given
-    return generate_default_name(request.stack_name, request.logical_resource_id)[:max_length]
+    name: str = generate_default_name(request.stack_name, request.logical_resource_id)
+    return name[:max_length]
 
 
 def success(model: Model, request: ResourceRequest[Model]) -> ProgressEvent[Model]:
