@@ -26,7 +26,7 @@ from vsa_core.observability import logger
 from vsa_core.registry import ArrayRegistry, expires_at
 from vsa_core.scaling import demand, forecast, rules
 from vsa_core.scaling.events import ScaleRequest
-from vsa_core.scaling.planner import plan
+from vsa_core.scaling.planner import PlanInput, plan
 from vsa_core.scaling.rules import IN_FLIGHT, SCALE_FIELDS, rearm_after
 from vsa_core.scaling.tuning import planner_inputs
 from vsa_core.settings import get_settings
@@ -121,18 +121,20 @@ def plan_scale(
         max_age=forecast.STALE_PERIODS * timedelta(minutes=settings.health_check_minutes),
     )
     decision = plan(
-        array.spec,
-        demand_iops,
-        current,
-        forecast=floor,
-        now=now,
-        last_scale_out_at=_parse(array.last_scale_out_at),
-        last_scale_in_at=_parse(array.last_scale_in_at),
-        in_flight=in_flight,
-        recent_demand=recent,
-        volume_iops=provisioned_iops(ec2 or client("ec2"), array.spec),
-        # the same tuning the simulator and the benchmark measure
-        **planner_inputs(array.spec),
+        PlanInput(
+            array.spec,
+            demand_iops,
+            current,
+            forecast=floor,
+            now=now,
+            last_scale_out_at=_parse(array.last_scale_out_at),
+            last_scale_in_at=_parse(array.last_scale_in_at),
+            in_flight=in_flight,
+            recent_demand=recent,
+            volume_iops=provisioned_iops(ec2 or client("ec2"), array.spec),
+            # the same tuning the simulator and the benchmark measure
+            **planner_inputs(array.spec),
+        )
     )
     in_service = [i["InstanceId"] for i in instances if i["LifecycleState"] == "InService"]
     # a scale-in unprotects exactly the controllers it removes (the group's instances are

@@ -61,7 +61,7 @@ from vsa_core.arrays.plan import (
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.scaling import forecast as forecasting
 from vsa_core.scaling.capacity import controllers_needed, deliverable_iops, volume_controllers
-from vsa_core.scaling.planner import REVERSAL_MINUTES, ScaleDecision, plan
+from vsa_core.scaling.planner import REVERSAL_MINUTES, PlanInput, ScaleDecision, plan
 from vsa_core.scaling.rules import rearm_after
 from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES, planner_inputs
 
@@ -286,19 +286,21 @@ def simulate_planner(
             kind = fired.pop(0)
             now = EPOCH + timedelta(minutes=t)
             decision = plan(
-                spec,
-                now_demand,
-                desired,
-                now=now,
-                last_scale_out_at=last_out,
-                last_scale_in_at=last_in,
-                in_flight=len(booting) + len(draining),
-                recent_demand=demand[max(0, t - RECENT_MINUTES) : t],
-                lead_minutes=tuning["lead_minutes"],
-                scale_in_headroom=scale_in_headroom,
-                sustained_minutes=tuning["sustained_minutes"],
-                volume_iops=volume_iops,
-                forecast=floor,
+                PlanInput(
+                    spec,
+                    now_demand,
+                    desired,
+                    now=now,
+                    last_scale_out_at=last_out,
+                    last_scale_in_at=last_in,
+                    in_flight=len(booting) + len(draining),
+                    recent_demand=demand[max(0, t - RECENT_MINUTES) : t],
+                    lead_minutes=tuning["lead_minutes"],
+                    scale_in_headroom=scale_in_headroom,
+                    sustained_minutes=tuning["sustained_minutes"],
+                    volume_iops=volume_iops,
+                    forecast=floor,
+                )
             )
             added = decision.desired_controllers - desired
             if added > 0:
