@@ -111,7 +111,7 @@ def plan_scale(
         reason = rules.stale_reason(read_age, demand.RECENT_MINUTES + demand.FRESH_MINUTES)
         if request.demand_iops is None:
             reason += "; the alarm went to ALARM on missing data (no datapoint of its own)"
-        return _stale(request, array.spec, current, now, name, reason, cloudwatch)
+        return _stale(request, array.spec, current, now, reason, cloudwatch)
     # the array's own recurring demand over the coming boot + look-ahead, as the health check
     # last stored it (off, saying why, when absent or stale)
     settings = get_settings()
@@ -168,7 +168,6 @@ def _stale(
     spec: ArraySpec,
     current: int,
     now: datetime,
-    group: str,
     reason: str,
     cloudwatch: Any,
 ) -> dict[str, Any]:
@@ -195,7 +194,7 @@ def _stale(
         logger.exception("stale decision not counted", extra={"array_id": spec.array_id})
     return {
         **decision.as_dict(),
-        "groupName": group,
+        "groupName": group_name(request.array_id),
         "leaver": None,
         "leavers": [],
         "scaleField": SCALE_FIELDS["hold"],

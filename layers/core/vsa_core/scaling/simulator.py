@@ -215,7 +215,11 @@ def _needed(spec: ArraySpec, demand: float, volume_iops: int | None = None) -> i
     )
 
 
-def simulate_planner(
+# The minute loop replays the whole control plane (boot and drain queues, the alarms and their
+# re-arming, the look-ahead, the planner) over state every stage of it updates, and each keyword is
+# an option of `vsactl simulate` and the benchmark. Not split yet: splitting it needs a simulation
+# state object, checked against `make bench` giving the same figures.
+def simulate_planner(  # noqa: C901, PLR0913, PLR0915
     spec: ArraySpec,
     demand: Sequence[float],
     *,
@@ -473,7 +477,9 @@ class Comparison:
         return (self.planner, self.oracle, self.static)
 
 
-def compare(
+# The same keyword options as `simulate_planner`, passed on to the planner, the oracle and
+# static-for-peak so the three see the same delays and price.
+def compare(  # noqa: PLR0913
     spec: ArraySpec,
     demand: Sequence[float],
     *,
