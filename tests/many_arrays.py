@@ -34,7 +34,7 @@ from vsa_core.naming import group_name, iops_alarm_name, slot_key
 from vsa_core.scaling.aws_demand import read_demand
 from vsa_core.scaling.aws_plan import plan_scale
 from vsa_core.scaling.events import ScaleRequest
-from vsa_core.scaling.planner import plan
+from vsa_core.scaling.planner import PlanInput, plan
 from vsa_core.settings import get_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,7 +127,9 @@ def items(index: int) -> Iterator[dict[str, Any]]:
         }
     for n in range(DECISIONS):
         at = NOW - timedelta(hours=7 * n + 1)
-        decision = plan(the_spec, 400_000.0 + 10_000 * n, CONTROLLERS, now=at, in_flight=0).as_dict()
+        decision = plan(
+            PlanInput(the_spec, 400_000.0 + 10_000 * n, CONTROLLERS, now=at, in_flight=0)
+        ).as_dict()
         outcome = {
             **decision,
             "groupName": group_name(array_id(index)),

@@ -16,7 +16,7 @@ from vsa_core.arrays.capacity import controllers_needed, deliverable_iops, volum
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.instances import EBS_IOPS, default_controller_iops, ebs_iops
 from vsa_core.scaling import simulator
-from vsa_core.scaling.planner import plan
+from vsa_core.scaling.planner import PlanInput, plan
 
 
 def spec(**overrides: Any) -> ArraySpec:
@@ -134,7 +134,7 @@ def test_the_demo_array_never_scales_out_past_what_its_volumes_give():
     # Given the demo's array: 48,000 provisioned IOPS across its volumes, r5b.24xlarge controllers
     demo = spec(controllers=controllers("r5b.24xlarge"), minControllers=1, maxControllers=16)
     # When demand reaches the volumes' total (EBS delivers no more)
-    decision = plan(demo, 48_000.0, 1, volume_iops=48_000)
+    decision = plan(PlanInput(demo, 48_000.0, 1, volume_iops=48_000))
     # Then no controller is added, and the decision says the volumes are the limit and what to raise
     assert (decision.action, decision.desired_controllers) == ("hold", 1)
     assert decision.volume_bound
@@ -146,7 +146,7 @@ def test_the_demo_array_never_scales_out_past_what_its_volumes_give():
 def test_controllers_beyond_what_the_volumes_give_are_scaled_in():
     # Given 4 controllers of 260,000 IOPS on volumes of 48,000 IOPS in total (the issue's demo)
     demo = spec(controllers=controllers("r5b.24xlarge"), minControllers=2, maxControllers=16)
-    decision = plan(demo, 40_000.0, 4, volume_iops=48_000)
+    decision = plan(PlanInput(demo, 40_000.0, 4, volume_iops=48_000))
     # Then the planner removes one (one at a time, to minControllers)
     assert (decision.action, decision.desired_controllers) == ("scale-in", 3)
     assert "where 1 move the volumes' 48,000 IOPS" in decision.reason
@@ -154,7 +154,7 @@ def test_controllers_beyond_what_the_volumes_give_are_scaled_in():
 
 def test_without_the_volumes_iops_the_rule_is_off():
     demo = spec(controllers=controllers("r5b.24xlarge"), minControllers=1)
-    decision = plan(demo, 600_000.0, 1)
+    decision = plan(PlanInput(demo, 600_000.0, 1))
     assert (decision.desired_controllers, decision.volume_bound, decision.volume_controllers) == (
         4,
         False,
@@ -186,7 +186,7 @@ SPECS = st.builds(
 )
 def test_the_planner_adds_no_controller_that_cannot_add_iops(array, volume_iops, demand, recent, current):
     decision = plan(
-        array, demand, current, recent_demand=recent, volume_iops=volume_iops, sustained_minutes=5
+        PlanInput(array, demand, current, recent_demand=recent, volume_iops=volume_iops, sustained_minutes=5)
     )
     bound = max(
         array.min_controllers,

@@ -6,7 +6,7 @@ from tests.specs import BASE
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.scaling import rules
 from vsa_core.scaling.forecast import floor_from_minutes
-from vsa_core.scaling.planner import plan
+from vsa_core.scaling.planner import PlanInput, plan
 
 NOW = datetime(2026, 3, 2, 12, 25, tzinfo=UTC)  # a Monday, 25 minutes into the hour
 SIZING = {
@@ -74,33 +74,34 @@ def test_a_pattern_that_said_more_than_came_is_off_for_now():
 
 def test_the_planner_scales_out_to_the_floor_and_says_the_floor_set_it():
     fl = floor_from_minutes(hourly(3), NOW, **SIZING)
-    decision = plan(SPEC, 100_000, 2, forecast=fl)
+    decision = plan(PlanInput(SPEC, 100_000, 2, forecast=fl))
     assert (decision.action, decision.desired_controllers) == ("scale-out", 9)
     assert decision.floor_set
     assert decision.forecast_floor == 9
     assert "the floor set the count" in decision.reason
     # without it, the demand alone holds at 2
-    assert plan(SPEC, 100_000, 2).action == "hold"
+    assert plan(PlanInput(SPEC, 100_000, 2)).action == "hold"
 
 
 def test_scale_in_respects_the_floor_and_a_hold_at_it_is_at_target():
     fl = floor_from_minutes(hourly(3), NOW, **SIZING)
-    held = plan(SPEC, 100_000, 9, forecast=fl, recent_demand=[100_000.0] * 5)
+    held = plan(PlanInput(SPEC, 100_000, 9, forecast=fl, recent_demand=[100_000.0] * 5))
     assert held.action == "hold"
     assert held.floor_set
     assert rules.at_target(held)  # re-armed after the long pause: nothing to do until the floor ends
-    assert plan(SPEC, 100_000, 9, recent_demand=[100_000.0] * 5).action == "scale-in"
+    assert plan(PlanInput(SPEC, 100_000, 9, recent_demand=[100_000.0] * 5)).action == "scale-in"
     # above the floor, scale-in goes on, straight down to the floor and no further
-    above = plan(SPEC, 100_000, 11, forecast=fl, recent_demand=[100_000.0] * 5)
+    above = plan(PlanInput(SPEC, 100_000, 11, forecast=fl, recent_demand=[100_000.0] * 5))
     assert (above.action, above.desired_controllers) == ("scale-in", 9)
 
 
 def test_an_off_floor_changes_nothing():
     fl = floor_from_minutes(hourly(2), NOW, **SIZING)
     assert (
-        plan(SPEC, 100_000, 4, forecast=fl).desired_controllers == plan(SPEC, 100_000, 4).desired_controllers
+        plan(PlanInput(SPEC, 100_000, 4, forecast=fl)).desired_controllers
+        == plan(PlanInput(SPEC, 100_000, 4)).desired_controllers
     )
-    assert not plan(SPEC, 100_000, 4, forecast=fl).floor_set
+    assert not plan(PlanInput(SPEC, 100_000, 4, forecast=fl)).floor_set
 
 
 def test_the_floor_looks_at_its_horizon_and_not_a_bucket_beyond():

@@ -15,6 +15,7 @@ from vsa_core.naming import ARRAY_ID_PATTERN
 from vsa_core.scaling.planner import (
     REVERSAL_MINUTES,
     SETTLE_MINUTES,
+    PlanInput,
     ScaleDecision,
     controllers_needed,
     plan,
@@ -54,7 +55,7 @@ def test_scale_out_goes_straight_to_what_demand_needs():
     # Given an array running 2 controllers of 260k IOPS at a 70 % target
     array = spec(min_controllers=2, max_controllers=8)
     # When demand reaches 612,345 IOPS (612,345 / 182,000 = 3.4)
-    decision = plan(array, 612_345, current_controllers=2)
+    decision = plan(PlanInput(array, 612_345, current_controllers=2))
     # Then it scales out to 4 in one step, not one controller at a time
     assert decision.action == "scale-out"
     assert decision.needed_controllers == 4
@@ -68,7 +69,7 @@ def test_hold_when_the_running_controllers_serve_the_demand():
     # Given an array already at the 4 controllers its demand needs
     array = spec(min_controllers=2, max_controllers=8)
     # When the same demand is planned again
-    decision = plan(array, 612_345, current_controllers=4)
+    decision = plan(PlanInput(array, 612_345, current_controllers=4))
     # Then nothing changes
     assert decision.action == "hold"
     assert decision.desired_controllers == 4
@@ -79,7 +80,7 @@ def test_scale_in_on_the_current_demand_alone_removes_one_controller_at_a_time()
     # Given an array running 6 controllers
     array = spec(min_controllers=2, max_controllers=8)
     # When demand drops to what 2 controllers serve, and nothing but this minute is known
-    decision = plan(array, 200_000, current_controllers=6)
+    decision = plan(PlanInput(array, 200_000, current_controllers=6))
     # Then it removes a single controller, not four: one minute proves no collapse
     assert decision.needed_controllers == 2
     assert decision.action == "scale-in"
@@ -92,7 +93,9 @@ def test_a_collapse_the_whole_window_shows_is_shed_in_one_decision():
     array = spec(min_controllers=2, max_controllers=8)
     # When every minute of the low alarm's window (5) fits 2 controllers with the margin
     decision = plan(
-        array, 200_000, 6, recent_demand=[210_000.0] * 6, sustained_minutes=5, scale_in_headroom=0.9
+        PlanInput(
+            array, 200_000, 6, recent_demand=[210_000.0] * 6, sustained_minutes=5, scale_in_headroom=0.9
+        )
     )
     # Then it goes straight to 2, saying so
     assert (decision.action, decision.desired_controllers) == ("scale-in", 2), decision.reason
@@ -103,7 +106,9 @@ def test_a_collapse_goes_only_as_far_as_the_windows_busiest_minute():
     # Given 6 controllers, and a window whose busiest minute needs 4 (the rest needs 2)
     array = spec(min_controllers=2, max_controllers=8)
     busiest = 4 * array.per_controller_iops * array.target_utilisation * 0.95
-    decision = plan(array, 100_000, 6, recent_demand=[100_000.0, busiest, 100_000.0], sustained_minutes=5)
+    decision = plan(
+        PlanInput(array, 100_000, 6, recent_demand=[100_000.0, busiest, 100_000.0], sustained_minutes=5)
+    )
     # Then it sheds 2, down to what that minute needed, not to what the current minute needs
     assert (decision.action, decision.desired_controllers) == ("scale-in", 4), decision.reason
     assert decision.desired_controllers >= controllers_needed(
@@ -115,7 +120,7 @@ def test_scale_in_stops_at_the_minimum():
     # Given an array one controller above its minimum of 2
     array = spec(min_controllers=2, max_controllers=8)
     # When there is no demand at all
-    decision = plan(array, 0, current_controllers=3)
+    decision = plan(PlanInput(array, 0, current_controllers=3))
     # Then it scales in to the floor and says the floor is why it stops there
     assert decision.action == "scale-in"
     assert decision.desired_controllers == 2
@@ -126,7 +131,7 @@ def test_hold_at_the_minimum_without_demand():
     # Given an array at its minimum of 2
     array = spec(min_controllers=2, max_controllers=8)
     # When there is no demand
-    decision = plan(array, 0, current_controllers=2)
+    decision = plan(PlanInput(array, 0, current_controllers=2))
     # Then it keeps the minimum
     assert decision.needed_controllers == 0
     assert decision.action == "hold"
@@ -137,7 +142,7 @@ def test_an_array_below_its_minimum_scales_out_to_it():
     # Given an array with no controllers running (desiredControllers may be 0)
     array = spec(min_controllers=2, max_controllers=8)
     # When it is planned with no demand
-    decision = plan(array, 0, current_controllers=0)
+    decision = plan(PlanInput(array, 0, current_controllers=0))
     # Then it scales out to its minimum
     assert decision.action == "scale-out"
     assert decision.desired_controllers == 2
@@ -147,7 +152,7 @@ def test_scale_out_is_capped_at_max_and_reported_under_provisioned():
     # Given an array allowed at most 4 controllers
     array = spec(min_controllers=2, max_controllers=4)
     # When demand needs 6 (1,000,000 / 182,000 = 5.5)
-    decision = plan(array, 1_000_000, current_controllers=2)
+    decision = plan(PlanInput(array, 1_000_000, current_controllers=2))
     # Then it scales out to the cap and says the array stays under-provisioned
     assert decision.needed_controllers == 6
     assert decision.action == "scale-out"
@@ -162,7 +167,7 @@ def test_hold_at_max_still_reports_under_provisioned():
     # Given an array already at its cap of 4
     array = spec(min_controllers=2, max_controllers=4)
     # When demand still needs 6
-    decision = plan(array, 1_000_000, current_controllers=4)
+    decision = plan(PlanInput(array, 1_000_000, current_controllers=4))
     # Then it holds and still reports the shortfall
     assert decision.action == "hold"
     assert decision.desired_controllers == 4
@@ -182,27 +187,27 @@ def test_negative_or_nan_demand_is_rejected(demand: float):
     # Given a valid array / When planned for a demand that is not a non-negative number
     # Then it is refused
     with pytest.raises(ValueError, match="non-negative"):
-        plan(spec(), demand, current_controllers=2)
+        plan(PlanInput(spec(), demand, current_controllers=2))
 
 
 def test_infinite_demand_is_rejected_as_a_value_error():
     # Given a valid array / When planned for an infinite demand / Then it is refused like NaN
     with pytest.raises(ValueError, match="non-negative"):
-        plan(spec(), float("inf"), current_controllers=2)
+        plan(PlanInput(spec(), float("inf"), current_controllers=2))
 
 
 def test_desired_never_exceeds_max_even_when_running_far_above_it():
     # Given an array allowed 4 controllers that runs 8 (its maxControllers was lowered)
     array = spec(min_controllers=1, max_controllers=4)
     # When it is planned with no demand
-    decision = plan(array, 0, current_controllers=8)
+    decision = plan(PlanInput(array, 0, current_controllers=8))
     # Then the desired count respects the cap
     assert decision.desired_controllers <= 4
 
 
 def test_decision_is_json_serialisable_with_the_fields_the_workflow_reads():
     # Given a decision
-    decision = plan(spec(), 612_345, current_controllers=2)
+    decision = plan(PlanInput(spec(), 612_345, current_controllers=2))
     # When it is returned from Lambda as JSON (the ASL reads $.plan.decision.desired_controllers)
     payload = json.loads(json.dumps(decision.as_dict()))
     # Then it carries every input and the desired count
@@ -247,7 +252,7 @@ def _needed_or_less_than_max(decision: ScaleDecision) -> bool:
 @given(array=specs(), demand=demands, current=running)
 def test_desired_is_never_below_min_nor_above_the_attach_limit(array: ArraySpec, demand: float, current: int):
     # Given any valid array, demand and running count / When planned
-    decision = plan(array, demand, current)
+    decision = plan(PlanInput(array, demand, current))
     # Then the desired count is within [minControllers, 16]
     assert array.min_controllers <= decision.desired_controllers <= MULTI_ATTACH_LIMIT
 
@@ -259,7 +264,7 @@ def test_desired_never_exceeds_max_from_a_count_within_the_spec(
     # Given an array running no more controllers than its spec allows
     current = data.draw(st.integers(0, array.max_controllers), label="current")
     # When planned
-    decision = plan(array, demand, current)
+    decision = plan(PlanInput(array, demand, current))
     # Then the desired count never exceeds maxControllers
     assert decision.desired_controllers <= array.max_controllers
     assert decision.max_controllers == array.max_controllers
@@ -270,7 +275,7 @@ def test_any_scale_in_is_one_step(array: ArraySpec, demand: float, data: st.Data
     # (From more than max + 1, "never above max" wins over "one step": see the test above.)
     # Given any running count within the spec / When planned
     current = data.draw(st.integers(0, array.max_controllers), label="current")
-    decision = plan(array, demand, current)
+    decision = plan(PlanInput(array, demand, current))
     # Then a scale-in, if any, removes exactly one controller and never drops below the demand
     if decision.action == "scale-in":
         assert decision.desired_controllers == current - 1
@@ -286,7 +291,7 @@ def test_demand_below_the_running_count_scales_in_by_one(array: ArraySpec, data:
     capacity = (current - 1) * array.per_controller_iops * array.target_utilisation
     demand = data.draw(st.floats(0.0, capacity * 0.999), label="demand")
     # When planned
-    decision = plan(array, demand, current)
+    decision = plan(PlanInput(array, demand, current))
     # Then it scales in by exactly one, and not below what the demand needs
     assert decision.action == "scale-in"
     assert decision.desired_controllers == current - 1
@@ -299,7 +304,7 @@ def test_never_fewer_controllers_than_demand_needs_when_max_allows(
     array: ArraySpec, demand: float, current: int
 ):
     # Given a demand that maxControllers can serve / When planned from any running count
-    decision = plan(array, demand, current)
+    decision = plan(PlanInput(array, demand, current))
     assume(_needed_or_less_than_max(decision))
     # Then the desired count serves it, and nothing is reported under-provisioned
     assert decision.desired_controllers >= decision.needed_controllers
@@ -313,7 +318,7 @@ def test_under_provisioned_exactly_when_demand_needs_more_than_max(
     # Given an array running no more controllers than its spec allows
     current = data.draw(st.integers(0, array.max_controllers), label="current")
     # When planned / Then the shortfall is flagged, and explained, exactly when max cannot serve demand
-    decision = plan(array, demand, current)
+    decision = plan(PlanInput(array, demand, current))
     assert decision.under_provisioned == (decision.needed_controllers > array.max_controllers)
     if decision.under_provisioned:
         assert "under-provisioned" in decision.reason
@@ -321,7 +326,7 @@ def test_under_provisioned_exactly_when_demand_needs_more_than_max(
 
 @given(array=specs(), demand=demands, current=running)
 def test_action_agrees_with_desired_versus_current(array: ArraySpec, demand: float, current: int):
-    decision = plan(array, demand, current)
+    decision = plan(PlanInput(array, demand, current))
     expected = {1: "scale-out", -1: "scale-in", 0: "hold"}[
         (decision.desired_controllers > current) - (decision.desired_controllers < current)
     ]
@@ -347,7 +352,10 @@ def test_more_demand_never_means_fewer_controllers(array: ArraySpec, low: float,
     # Given two demands, one at least the other, from the same running count
     low, high = sorted((low, high))
     # When both are planned / Then the larger never desires fewer controllers
-    assert plan(array, high, current).desired_controllers >= plan(array, low, current).desired_controllers
+    assert (
+        plan(PlanInput(array, high, current)).desired_controllers
+        >= plan(PlanInput(array, low, current)).desired_controllers
+    )
 
 
 @given(array=specs(), demand=demands, current=running)
@@ -355,11 +363,11 @@ def test_repeated_planning_settles_on_demand_clamped_to_min_and_max(
     array: ArraySpec, demand: float, current: int
 ):
     # Given a steady demand, each decision applied before the next plan
-    decision = plan(array, demand, current)
+    decision = plan(PlanInput(array, demand, current))
     for _ in range(MULTI_ATTACH_LIMIT + 1):
         if decision.action == "hold":
             break
-        decision = plan(array, demand, decision.desired_controllers)
+        decision = plan(PlanInput(array, demand, decision.desired_controllers))
     # Then it settles (holds) within 17 steps, at the needed count clamped to [min, max]
     assert decision.action == "hold"
     settled = min(max(decision.needed_controllers, array.min_controllers), array.max_controllers)
@@ -369,7 +377,7 @@ def test_repeated_planning_settles_on_demand_clamped_to_min_and_max(
 @given(array=specs(), demand=st.one_of(st.floats(max_value=-1e-9), st.just(math.nan)), current=running)
 def test_any_negative_or_nan_demand_raises(array: ArraySpec, demand: float, current: int):
     with pytest.raises(ValueError, match="non-negative"):
-        plan(array, demand, current)
+        plan(PlanInput(array, demand, current))
 
 
 # ---------------------------------------------------------------- keyword inputs (issue #5)
@@ -381,7 +389,7 @@ def test_scale_out_waits_for_its_cooldown_and_says_so():
     # Given a scale-out 20 seconds ago and scaleOutCooldownSeconds=60 (the default)
     array = spec()
     # When demand needs more again
-    decision = plan(array, 612_345, 2, now=T0, last_scale_out_at=T0 - timedelta(seconds=20))
+    decision = plan(PlanInput(array, 612_345, 2, now=T0, last_scale_out_at=T0 - timedelta(seconds=20)))
     # Then it holds and the reason names the cooldown and what is left of it
     assert decision.action == "hold"
     assert "scale-out cooldown" in decision.reason
@@ -392,22 +400,22 @@ def test_scale_out_waits_for_its_cooldown_and_says_so():
 
 def test_scale_in_waits_for_the_longer_cooldown_after_any_scaling():
     # Given a scale-in 2 minutes ago (scaleInCooldownSeconds=180, the default)
-    decision = plan(spec(), 0, 5, now=T0, last_scale_in_at=T0 - timedelta(minutes=2))
+    decision = plan(PlanInput(spec(), 0, 5, now=T0, last_scale_in_at=T0 - timedelta(minutes=2)))
     # Then no further scale-in yet
     assert decision.action == "hold"
     assert "scale-in cooldown" in decision.reason
     # Nor 2 minutes after a scale-out (the longer scale-in cooldown runs from any scaling)
-    after_out = plan(spec(), 0, 5, now=T0, last_scale_out_at=T0 - timedelta(minutes=2))
+    after_out = plan(PlanInput(spec(), 0, 5, now=T0, last_scale_out_at=T0 - timedelta(minutes=2)))
     assert after_out.action == "hold"
     assert after_out.waiting
     # And after 3 minutes it removes one
-    later = plan(spec(), 0, 5, now=T0, last_scale_in_at=T0 - timedelta(minutes=3))
+    later = plan(PlanInput(spec(), 0, 5, now=T0, last_scale_in_at=T0 - timedelta(minutes=3)))
     assert (later.action, later.desired_controllers) == ("scale-in", 4)
 
 
 def test_nothing_changes_while_a_controller_is_in_flight():
     # Given a controller bootstrapping / When demand needs more / Then it holds and says why
-    decision = plan(spec(), 612_345, 2, in_flight=1)
+    decision = plan(PlanInput(spec(), 612_345, 2, in_flight=1))
     assert decision.action == "hold"
     assert "bootstrapping or draining" in decision.reason
     assert decision.waiting
@@ -415,16 +423,16 @@ def test_nothing_changes_while_a_controller_is_in_flight():
 
 def test_a_hold_with_nothing_to_wait_for_is_not_waiting():
     # Demand served / at minControllers / at maxControllers: nothing will change by waiting
-    assert not plan(spec(), 100_000, 2).waiting
-    assert not plan(spec(), 0, 2).waiting
-    assert not plan(spec(), 50_000_000, 8).waiting
+    assert not plan(PlanInput(spec(), 100_000, 2)).waiting
+    assert not plan(PlanInput(spec(), 0, 2)).waiting
+    assert not plan(PlanInput(spec(), 50_000_000, 8)).waiting
 
 
 def test_a_rising_trend_scales_out_ahead_of_demand():
     # Given demand rising 20,000 IOPS a minute, now at 300,000 (2 controllers serve 364,000)
     recent = [200_000 + 20_000 * i for i in range(5)]
     # When planned with a 10-minute lead
-    decision = plan(spec(), 300_000, 2, recent_demand=recent, lead_minutes=10)
+    decision = plan(PlanInput(spec(), 300_000, 2, recent_demand=recent, lead_minutes=10))
     # Then it plans for 500,000 IOPS (3 controllers) and says so
     assert decision.needed_controllers == 2
     assert decision.forecast_iops == pytest.approx(500_000)
@@ -434,7 +442,7 @@ def test_a_rising_trend_scales_out_ahead_of_demand():
 
 def test_a_single_step_is_not_extrapolated():
     # Given a flat demand that just stepped up
-    decision = plan(spec(), 900_000, 2, recent_demand=[200_000] * 5, lead_minutes=10)
+    decision = plan(PlanInput(spec(), 900_000, 2, recent_demand=[200_000] * 5, lead_minutes=10))
     # Then it scales out for the step itself, not for a runaway trend
     assert decision.desired_controllers == controllers_needed(900_000, 260_000, 0.7) == 5
 
@@ -442,12 +450,12 @@ def test_a_single_step_is_not_extrapolated():
 def test_scale_in_waits_for_the_recent_peak_and_the_headroom():
     # Given 4 controllers, a quiet minute now but a peak 10 minutes ago that needs 4
     recent = [700_000] + [100_000] * 9
-    decision = plan(spec(), 100_000, 4, recent_demand=recent)
+    decision = plan(PlanInput(spec(), 100_000, 4, recent_demand=recent))
     # Then no scale-in, and the reason names the recent peak
     assert decision.action == "hold"
     assert "recent peak 700,000" in decision.reason
     # And with headroom 0.8, 3 controllers at 520,000 IOPS (> 0.8 x 546,000) do not scale in either
-    margin = plan(spec(), 520_000, 4, recent_demand=[520_000] * 3, scale_in_headroom=0.8)
+    margin = plan(PlanInput(spec(), 520_000, 4, recent_demand=[520_000] * 3, scale_in_headroom=0.8))
     assert margin.action == "hold"
     assert "targetUtilisation x 0.8" in margin.reason
 
@@ -456,23 +464,25 @@ def test_sustained_demand_is_the_peak_of_the_last_sustained_minutes_only():
     # Given 4 controllers, a peak 10 minutes ago and 9 quiet minutes since
     recent = [700_000] + [100_000] * 9
     # When the sustained window is the last 5 minutes, this one included (the low alarm's window)
-    decision = plan(spec(), 100_000, 4, recent_demand=recent, sustained_minutes=5)
+    decision = plan(PlanInput(spec(), 100_000, 4, recent_demand=recent, sustained_minutes=5))
     # Then the old peak no longer holds the scale-in: straight to what the window needs (min 2)
     assert (decision.action, decision.desired_controllers) == ("scale-in", 2)
     assert decision.sustained_iops == 100_000
     # And with all 10 samples it does
-    assert plan(spec(), 100_000, 4, recent_demand=recent).action == "hold"
+    assert plan(PlanInput(spec(), 100_000, 4, recent_demand=recent)).action == "hold"
 
 
 def test_decision_with_every_input_is_json():
     decision = plan(
-        spec(),
-        612_345,
-        2,
-        now=T0,
-        last_scale_out_at=T0 - timedelta(hours=1),
-        last_scale_in_at=T0 - timedelta(hours=2),
-        recent_demand=[600_000.0] * 3,
+        PlanInput(
+            spec(),
+            612_345,
+            2,
+            now=T0,
+            last_scale_out_at=T0 - timedelta(hours=1),
+            last_scale_in_at=T0 - timedelta(hours=2),
+            recent_demand=[600_000.0] * 3,
+        )
     )
     payload = json.loads(json.dumps(decision.as_dict()))
     assert payload["last_scale_in_at"] == (T0 - timedelta(hours=2)).isoformat()
@@ -491,7 +501,7 @@ def test_decision_with_every_input_is_json():
 )
 def test_bad_keyword_inputs_are_rejected(kwargs: dict[str, Any], message: str):
     with pytest.raises(ValueError, match=message):
-        plan(spec(), 0, 2, **kwargs)
+        plan(PlanInput(spec(), 0, 2, **kwargs))
 
 
 recent_demands = st.lists(st.floats(0.0, 5_000_000.0, allow_nan=False, allow_subnormal=False), max_size=15)
@@ -516,7 +526,7 @@ def contexts(draw: st.DrawFn) -> dict[str, Any]:
 def test_with_any_context_desired_stays_within_min_max_and_16(
     array: ArraySpec, demand: float, current: int, context: dict[str, Any]
 ):
-    decision = plan(array, demand, current, **context)
+    decision = plan(PlanInput(array, demand, current, **context))
     assert decision.desired_controllers <= MULTI_ATTACH_LIMIT
     if decision.action != "hold":
         assert array.min_controllers <= decision.desired_controllers <= array.max_controllers
@@ -528,7 +538,7 @@ def test_with_any_context_scale_in_serves_every_minute_of_its_window(
     array: ArraySpec, demand: float, data: st.DataObject, context: dict[str, Any]
 ):
     current = data.draw(st.integers(0, array.max_controllers), label="current")
-    decision = plan(array, demand, current, **context)
+    decision = plan(PlanInput(array, demand, current, **context))
     if decision.action == "scale-in":
         recent, minutes = context["recent_demand"], context["sustained_minutes"]
         if not recent:
@@ -549,7 +559,7 @@ def test_with_any_context_scale_in_serves_every_minute_of_its_window(
 
 @given(array=specs(), demand=demands, current=running, context=contexts())
 def test_cooldowns_are_respected(array: ArraySpec, demand: float, current: int, context: dict[str, Any]):
-    decision = plan(array, demand, current, **context)
+    decision = plan(PlanInput(array, demand, current, **context))
     since_out = (T0 - context["last_scale_out_at"]).total_seconds() if context["last_scale_out_at"] else None
     since_in = (T0 - context["last_scale_in_at"]).total_seconds() if context["last_scale_in_at"] else None
     if decision.action == "scale-out" and since_out is not None:
@@ -565,7 +575,9 @@ def test_no_change_while_in_flight(
     array: ArraySpec, demand: float, data: st.DataObject, context: dict[str, Any]
 ):
     current = data.draw(st.integers(0, array.max_controllers), label="current")
-    decision = plan(array, demand, current, **{**context, "in_flight": data.draw(st.integers(1, 16))})
+    decision = plan(
+        PlanInput(array, demand, current, **{**context, "in_flight": data.draw(st.integers(1, 16))})
+    )
     assert decision.action == "hold"
     assert decision.desired_controllers == current
 
@@ -574,8 +586,8 @@ def test_a_rising_trend_that_holds_a_scale_in_says_so() -> None:
     # (found by the property below: the trend kept 2 controllers the current demand would not
     # need, and the reason did not say which rule held the scale-in)
     array = spec(min_controllers=1, max_controllers=2, per_controller_iops=1000, target_utilisation=0.25)
-    decision = plan(array, 0.0, 2, recent_demand=[0.0, 9.0, 93.0], lead_minutes=30.0)
-    assert plan(array, 0.0, 2).action == "scale-in"
+    decision = plan(PlanInput(array, 0.0, 2, recent_demand=[0.0, 9.0, 93.0], lead_minutes=30.0))
+    assert plan(PlanInput(array, 0.0, 2)).action == "scale-in"
     assert decision.action == "hold"
     assert "no scale-in: the rising demand needs 2 within 30 min" in decision.reason
 
@@ -584,8 +596,8 @@ def test_a_rising_trend_that_holds_a_scale_in_says_so() -> None:
 def test_every_rule_that_held_a_change_is_in_the_reason(
     array: ArraySpec, demand: float, current: int, context: dict[str, Any]
 ):
-    decision = plan(array, demand, current, **context)
-    plain = plan(array, demand, current)
+    decision = plan(PlanInput(array, demand, current, **context))
+    plain = plan(PlanInput(array, demand, current))
     if decision.action == "hold" and plain.action != "hold":
         assert any(
             word in decision.reason
@@ -607,13 +619,13 @@ def test_a_scale_in_waits_after_a_reversal_and_says_so():
     # Given a scale-in at T0-12 min that a scale-out undid 4 minutes later (a flap)
     clocks = {"last_scale_in_at": T0 - timedelta(minutes=12), "last_scale_out_at": T0 - timedelta(minutes=8)}
     # When demand falls again: the cooldowns are over, but the hysteresis holds the scale-in
-    decision = plan(spec(), 0, 5, now=T0, **clocks)
+    decision = plan(PlanInput(spec(), 0, 5, now=T0, **clocks))
     assert decision.action == "hold"
     assert decision.waiting
     assert "hysteresis after a reversal" in decision.reason
     assert f"{(SETTLE_MINUTES - 8) * 60}s left" in decision.reason
     # Then once SETTLE_MINUTES have passed since the scale-out it scales in
-    later = plan(spec(), 0, 5, now=T0 + timedelta(minutes=SETTLE_MINUTES - 8), **clocks)
+    later = plan(PlanInput(spec(), 0, 5, now=T0 + timedelta(minutes=SETTLE_MINUTES - 8), **clocks))
     assert later.action == "scale-in"
 
 
@@ -622,17 +634,19 @@ def test_a_scale_out_long_after_the_last_scale_in_is_no_reversal():
         "last_scale_in_at": T0 - timedelta(minutes=12 + REVERSAL_MINUTES),
         "last_scale_out_at": T0 - timedelta(minutes=8),
     }
-    assert plan(spec(), 0, 5, now=T0, **clocks).action == "scale-in"
+    assert plan(PlanInput(spec(), 0, 5, now=T0, **clocks)).action == "scale-in"
     # nor does the hysteresis ever hold a scale-out
     assert settle_left(T0, T0 - timedelta(minutes=1), T0 - timedelta(minutes=2)) > 0
     assert (
         plan(
-            spec(),
-            612_345,
-            2,
-            now=T0,
-            last_scale_out_at=T0 - timedelta(minutes=2),
-            last_scale_in_at=T0 - timedelta(minutes=3),
+            PlanInput(
+                spec(),
+                612_345,
+                2,
+                now=T0,
+                last_scale_out_at=T0 - timedelta(minutes=2),
+                last_scale_in_at=T0 - timedelta(minutes=3),
+            )
         ).action
         == "scale-out"
     )

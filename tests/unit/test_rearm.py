@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.specs import BASE
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.scaling import aws_plan, rules, simulator
-from vsa_core.scaling.planner import ScaleDecision, plan
+from vsa_core.scaling.planner import PlanInput, ScaleDecision, plan
 from vsa_core.scaling.rules import REARM_AT_TARGET_FACTOR, rearm_after
 from vsa_core.scaling.simulator import Alarms, rearm_minutes
 
@@ -178,9 +178,9 @@ def test_the_measured_case_returns_to_min_in_the_simulator():
 
 def test_a_plan_the_planner_makes_is_judged_by_the_same_rule():
     # a hold the real planner makes at target gets the long pause; its scale-in the base one
-    held = plan(SPEC, 100_000.0, 2)
+    held = plan(PlanInput(SPEC, 100_000.0, 2))
     assert rearm_after(held, BASE_SECONDS) == BASE_SECONDS * REARM_AT_TARGET_FACTOR
-    shrink = plan(SPEC, 100_000.0, 4)
+    shrink = plan(PlanInput(SPEC, 100_000.0, 4))
     assert (shrink.action, rearm_after(shrink, BASE_SECONDS)) == ("scale-in", BASE_SECONDS)
 
 

@@ -20,7 +20,7 @@ from vsa_core.naming import slot_key
 from vsa_core.scaling import aws_forecast
 from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.forecast import Floor, from_stored
-from vsa_core.scaling.planner import plan
+from vsa_core.scaling.planner import PlanInput, plan
 from vsa_core.settings import get_settings
 
 REQUEST: dict[str, Any] = load_event("stepfunctions/task_plan_scale.json")
@@ -75,7 +75,9 @@ def test_scale_out_from_the_groups_capacity_with_what_the_workflow_needs(registr
     make_group(autoscaling, 2)
     decision = handler.plan_scale(request(), registry, autoscaling, NOW)
     # Then the plan is the planner's from the group's count, with what the workflow acts on
-    expected = plan(DEMO, 612_345.0, 2, now=NOW, in_flight=0, forecast=NO_HISTORY, **PRODUCTION).as_dict()
+    expected = plan(
+        PlanInput(DEMO, 612_345.0, 2, now=NOW, in_flight=0, forecast=NO_HISTORY, **PRODUCTION)
+    ).as_dict()
     assert {k: decision[k] for k in expected} == expected
     assert (decision["action"], decision["desired_controllers"]) == ("scale-out", 4)
     assert decision["demandSource"] == "alarm"
@@ -194,7 +196,9 @@ def test_the_demand_read_by_the_workflow_wins_over_the_alarms_datapoint(registry
     decision = handler.plan_scale(request(demand=read), registry, autoscaling, NOW)
     # Then the plan is made from the read demand and its trend (100,000 IOPS/min for 10 min)
     expected = plan(
-        DEMO, 900_000.0, 2, now=NOW, recent_demand=read["recentDemand"], forecast=NO_HISTORY, **PRODUCTION
+        PlanInput(
+            DEMO, 900_000.0, 2, now=NOW, recent_demand=read["recentDemand"], forecast=NO_HISTORY, **PRODUCTION
+        )
     ).as_dict()
     assert {k: decision[k] for k in expected} == expected
     assert decision["forecast_iops"] == pytest.approx(1_900_000.0)

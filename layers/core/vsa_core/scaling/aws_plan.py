@@ -27,7 +27,7 @@ from vsa_core.naming import deployment, group_name, owned_volume_name
 from vsa_core.observability import logger
 from vsa_core.scaling import forecast, rules
 from vsa_core.scaling.events import ScaleRequest
-from vsa_core.scaling.planner import plan
+from vsa_core.scaling.planner import PlanInput, plan
 from vsa_core.scaling.rules import IN_FLIGHT, SCALE_FIELDS, rearm_after
 from vsa_core.scaling.tuning import planner_inputs
 from vsa_core.settings import get_settings
@@ -112,7 +112,7 @@ def plan_scale(
         reason = rules.stale_reason(read_age, demand.RECENT_MINUTES + demand.FRESH_MINUTES)
         if request.demand_iops is None:
             reason += "; the alarm went to ALARM on missing data (no datapoint of its own)"
-        return _stale(request, array.spec, current, now, name, reason, cloudwatch)
+        return _stale(request, array.spec, current, now, reason, cloudwatch)
     # the array's own recurring demand over the coming boot + look-ahead, as the health check
     # last stored it (off, saying why, when absent or stale)
     settings = get_settings()
@@ -122,18 +122,20 @@ def plan_scale(
         max_age=forecast.STALE_PERIODS * timedelta(minutes=settings.health_check_minutes),
     )
     decision = plan(
-        array.spec,
-        demand_iops,
-        current,
-        forecast=floor,
-        now=now,
-        last_scale_out_at=_parse(array.last_scale_out_at),
-        last_scale_in_at=_parse(array.last_scale_in_at),
-        in_flight=in_flight,
-        recent_demand=recent,
-        volume_iops=provisioned_iops(ec2 or client("ec2"), array.spec),
-        # the same tuning the simulator and the benchmark measure
-        **planner_inputs(array.spec),
+        PlanInput(
+            array.spec,
+            demand_iops,
+            current,
+            forecast=floor,
+            now=now,
+            last_scale_out_at=_parse(array.last_scale_out_at),
+            last_scale_in_at=_parse(array.last_scale_in_at),
+            in_flight=in_flight,
+            recent_demand=recent,
+            volume_iops=provisioned_iops(ec2 or client("ec2"), array.spec),
+            # the same tuning the simulator and the benchmark measure
+            **planner_inputs(array.spec),
+        )
     )
     in_service = [i["InstanceId"] for i in instances if i["LifecycleState"] == "InService"]
     # a scale-in unprotects exactly the controllers it removes (the group's instances are
@@ -167,7 +169,6 @@ def _stale(
     spec: ArraySpec,
     current: int,
     now: datetime,
-    group: str,
     reason: str,
     cloudwatch: Any,
 ) -> dict[str, Any]:
@@ -194,7 +195,7 @@ def _stale(
         logger.exception("stale decision not counted", extra={"array_id": spec.array_id})
     return {
         **decision.as_dict(),
-        "groupName": group,
+        "groupName": group_name(request.array_id),
         "leaver": None,
         "leavers": [],
         "scaleField": SCALE_FIELDS["hold"],

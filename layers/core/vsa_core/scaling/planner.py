@@ -1,8 +1,8 @@
 """Capacity planning: how many controllers an array needs for a given IOPS demand. Pure.
 
-``plan(spec, demand, current)`` is the whole rule set for callers that know only the demand and
-the running count. Callers that know more pass it by keyword, and each extra input switches on
-one more rule, named in the decision's reason:
+``plan(PlanInput(spec, demand, current))`` is the whole rule set for callers that know only the
+demand and the running count. Callers that know more set more of ``PlanInput``'s keyword
+fields, and each one switches on one more rule, named in the decision's reason:
 
 - ``now`` with ``last_scale_out_at`` / ``last_scale_in_at``: the spec's cooldowns, and the
   reversal hysteresis (``REVERSAL_MINUTES``, ``SETTLE_MINUTES``: bounded churn);
@@ -17,12 +17,28 @@ one more rule, named in the decision's reason:
 - ``forecast``: the forecast floor (``vsa_core.scaling.forecast``): the array's own recurring
   demand ahead; desired never goes below it (within [min, what the volumes allow]), and the
   decision says when the floor set the count.
+
+``plan`` applies the rules as named steps, each a pure function of typed values:
+
+1. ``PlanInput`` (``check_input``) refuses what no rule can judge (a negative demand, a headroom
+   outside (0, 1], ...), so no later step checks again;
+2. ``count_bounds``: the count's range, [minControllers, the useful top] (maxControllers, the
+   attach limit, the volumes' IOPS);
+3. ``demand_needs``: controllers for the demand now, ahead (``rising_trend``) and sustained over
+   the scale-in window (``scale_in_window``);
+4. ``count_targets``: where a scale-out or a scale-in would go, clamped to the bounds and raised
+   to the forecast floor;
+5. ``time_left``: what the cooldowns and the reversal hysteresis still hold;
+6. ``choose_move``: scale out (``scale_out_move``), scale in (``scale_in_move``) or hold
+   (``hold_move``), waiting while a cooldown, the hysteresis or a controller in flight holds it;
+7. ``decision``: the ``ScaleDecision``, with whether the forecast floor set the count
+   (``floor_decided``) and the reason in words (``explain``, ``limit_notes``).
 """
 
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import KW_ONLY, asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,7 +46,38 @@ from vsa_core.arrays.capacity import controllers_needed, volume_bound_reason, vo
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.scaling.forecast import Floor
 
-__all__ = ["ScaleDecision", "controllers_needed", "demand_trend", "plan", "settle_left"]
+__all__ = [
+    "Assessment",
+    "Bounds",
+    "Move",
+    "Needs",
+    "PlanInput",
+    "ScaleDecision",
+    "Targets",
+    "Waits",
+    "assess",
+    "check_input",
+    "choose_move",
+    "controllers_needed",
+    "count_bounds",
+    "count_targets",
+    "decision",
+    "demand_needs",
+    "demand_trend",
+    "explain",
+    "floor_decided",
+    "hold_move",
+    "limit_notes",
+    "plan",
+    "rising_trend",
+    "scale_in_move",
+    "scale_in_step",
+    "scale_in_window",
+    "scale_out_move",
+    "settle_left",
+    "time_left",
+    "volume_bound",
+]
 
 DEFAULT_LEAD_MINUTES = 10.0
 """How far ahead a rising demand is extrapolated by default: a controller takes ~5 minutes to
@@ -56,6 +103,60 @@ oracle in ``make bench``), and the alarms' own hysteresis (``SCALE_IN_HYSTERESIS
 alarm's 5 of 5) already keeps noise from flapping. It uses only the two clocks the
 registry already keeps (``lastScaleOutAt``, ``lastScaleInAt``): the deployed rule, which the
 simulator runs as it is."""
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """Everything one decision is made from: the array's spec, its demand (now and the recent
+    minutes), its state (running, in flight, the last scalings, the clock) and the tuning.
+
+    The three positional fields are enough: each keyword field's default switches its rule off,
+    so ``PlanInput(spec, demand, current)`` decides on the current demand alone. Invalid values
+    are refused on construction (``check_input``)."""
+
+    spec: ArraySpec
+    demand_iops: float
+    current_controllers: int
+    _: KW_ONLY
+    now: datetime | None = None
+    """When the decision is made; the cooldowns are measured from it (no clock, no cooldown)."""
+    last_scale_out_at: datetime | None = None
+    """The last scale-out: no further scale-out for the spec's ``scaleOutCooldownSeconds`` after
+    it, nor any scale-in for ``scaleInCooldownSeconds`` (capacity just added is not taken away
+    before it has been seen at work)."""
+    last_scale_in_at: datetime | None = None
+    """The last scale-in: no further scale-in for ``scaleInCooldownSeconds``. A scale-out is
+    never held by a scale-in."""
+    in_flight: int = 0
+    """Controllers bootstrapping or draining now; while any is, the decision holds."""
+    recent_demand: Sequence[float] = ()
+    """The demand of the minutes before this one, one sample a minute, oldest first (stored as a
+    tuple). Scale-out plans for the larger of the current demand and the trend of the last
+    ``TREND_MINUTES`` samples extrapolated ``lead_minutes`` ahead; scale-in plans for the highest
+    demand in the samples (a single quiet minute removes nothing) and goes straight to it
+    (without samples, one controller at a time)."""
+    lead_minutes: float = DEFAULT_LEAD_MINUTES
+    """How far ahead a rising trend is extrapolated: about the boot time plus the scale-out
+    cooldown."""
+    scale_in_headroom: float = 1.0
+    """In (0, 1]; scale in only if one controller fewer would serve the sustained demand at
+    ``targetUtilisation x scale_in_headroom`` (1.0: no margin)."""
+    sustained_minutes: int | None = None
+    """The sustained demand is the peak of the last ``sustained_minutes`` minutes, the current one
+    included (None: every sample given, and the current one). Pass the low alarm's evaluation
+    periods: a scale-in the low alarm asks for is then judged on the minutes the alarm judged."""
+    volume_iops: int | None = None
+    """The volumes' provisioned IOPS in total. Desired never goes above the controllers that move
+    it all at target (``capacity.volume_controllers``; minControllers still holds), and scale-in
+    may remove controllers above it; when the demand (or its forecast) reaches it the decision
+    is volume-bound and says what to raise."""
+    forecast: Floor | None = None
+    """The forecast floor: scale-out goes at least to its controllers and scale-in never below
+    them (within [min, the volumes' useful count]); ``floor_set`` says when it decided."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "recent_demand", tuple(self.recent_demand))
+        check_input(self)
 
 
 @dataclass(frozen=True)
@@ -110,6 +211,465 @@ class ScaleDecision:
         return asdict(self)
 
 
+def plan(inp: PlanInput) -> ScaleDecision:
+    """Desired controllers for ``inp.demand_iops`` with ``inp.current_controllers`` asked for.
+
+    Always: desired = ceil(demand / (perControllerIops x targetUtilisation)), clamped to
+    [min, max] (max never above 16); scale-out goes straight to that count; scale-in never goes
+    below what current demand needs, and removes one controller at a time when it knows only the
+    current demand (straight to max when max was lowered below the running count), or goes
+    straight to what every minute of ``recent_demand``'s window needs when it has one (the low
+    alarm's minutes: a collapse is shed in one run, not one controller per alarm cycle). The
+    other rules are ``PlanInput``'s keyword fields; the steps are listed in the module's
+    docstring."""
+    assessment = assess(inp)
+    return decision(assessment, choose_move(assessment))
+
+
+def check_input(inp: PlanInput) -> None:
+    """Refuse what no rule can judge: a demand or recent sample that is not a non-negative
+    number of IOPS, a negative count in flight, a lead that is not a non-negative number of
+    minutes, a headroom outside (0, 1], a sustained window of less than the current minute."""
+    _check_demand(inp.demand_iops, "demand")
+    for sample in inp.recent_demand:
+        _check_demand(sample, "recent demand")
+    if inp.in_flight < 0:
+        raise ValueError(f"in_flight must be 0 or more controllers, got {inp.in_flight}")
+    if not math.isfinite(inp.lead_minutes) or inp.lead_minutes < 0:
+        raise ValueError(f"lead_minutes must be 0 or more, got {inp.lead_minutes}")
+    if not 0 < inp.scale_in_headroom <= 1:
+        raise ValueError(f"scale_in_headroom must be in (0, 1], got {inp.scale_in_headroom}")
+    if inp.sustained_minutes is not None and inp.sustained_minutes < 1:
+        raise ValueError(f"sustained_minutes must be 1 or more, got {inp.sustained_minutes}")
+
+
+# ---------------------------------------------------------------- what the input asks for
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Where the desired count may go."""
+
+    floor: int
+    """minControllers: never fewer (each host's paths to the array)."""
+    ceiling: int
+    """maxControllers, never above ``MULTI_ATTACH_LIMIT`` (the attachments an io2 volume takes)."""
+    by_volumes: int | None
+    """The most controllers that add IOPS (``capacity.volume_controllers``); None without
+    ``volume_iops``."""
+    useful: int
+    """The top a target is clamped to: the ceiling, or ``by_volumes`` when fewer."""
+
+
+def count_bounds(inp: PlanInput) -> Bounds:
+    """The count's range: minControllers below; above, maxControllers (at most the attach limit)
+    and, with the volumes' provisioned IOPS, the controllers that move all of it at target: a
+    controller beyond those finds the volumes already giving all they have, so adds only cost."""
+    spec = inp.spec
+    ceiling = min(spec.max_controllers, MULTI_ATTACH_LIMIT)
+    by_volumes = (
+        None
+        if inp.volume_iops is None
+        else volume_controllers(inp.volume_iops, spec.per_controller_iops, spec.target_utilisation)
+    )
+    useful = ceiling if by_volumes is None else min(ceiling, by_volumes)
+    return Bounds(floor=spec.min_controllers, ceiling=ceiling, by_volumes=by_volumes, useful=useful)
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What the demand asks for, read three ways: now, ahead (its rising trend) and sustained
+    (the busiest minute of the scale-in window)."""
+
+    needed: int
+    """Controllers for the current demand at target."""
+    slope: float
+    """The trend in IOPS a minute (``demand_trend``; 0 without recent samples)."""
+    trend: float | None
+    """The demand ``lead_minutes`` ahead when it is rising; None otherwise."""
+    planned_for: float
+    """What a scale-out plans for: the larger of the current demand and its trend."""
+    needed_out: int
+    """Controllers for ``planned_for`` at target."""
+    window: Sequence[float]
+    """The recent samples a scale-in must still serve (``scale_in_window``)."""
+    sustained: float | None
+    """The busiest of ``window`` and the current minute; None without recent samples."""
+    needed_in: int
+    """What a scale-in keeps: enough for the current demand, its trend, and the sustained demand
+    at ``targetUtilisation x scale_in_headroom``."""
+
+
+def rising_trend(inp: PlanInput) -> tuple[float, float | None]:
+    """(slope, the demand ``lead_minutes`` ahead). A demand rising over the recent minutes is
+    planned for where it will be when a controller asked for now serves; a flat or falling one
+    is not extrapolated (None): the current demand already covers it."""
+    slope = demand_trend(inp.recent_demand, inp.demand_iops) if inp.recent_demand else 0.0
+    return slope, (inp.demand_iops + slope * inp.lead_minutes if slope > 0 else None)
+
+
+def scale_in_window(inp: PlanInput) -> Sequence[float]:
+    """The recent samples a scale-in must still serve: those of the last ``sustained_minutes``
+    minutes, the current one making the last (the low alarm's window: a scale-in is judged on the
+    minutes the alarm judged), or every sample given."""
+    recent = inp.recent_demand
+    if inp.sustained_minutes is None:
+        return recent
+    return recent[max(0, len(recent) - inp.sustained_minutes + 1) :]
+
+
+def demand_needs(inp: PlanInput) -> Needs:
+    """Controllers for the demand now, ahead and sustained. A scale-out plans for the larger of
+    the current demand and its trend; a scale-in keeps enough for all three, the sustained demand
+    at ``targetUtilisation x scale_in_headroom`` (a margin under target, so the count it leaves
+    is not at once above the high alarm), so a single quiet minute removes nothing."""
+    per, util = inp.spec.per_controller_iops, inp.spec.target_utilisation
+    slope, trend = rising_trend(inp)
+    planned_for = max(inp.demand_iops, trend or 0.0)
+    window = scale_in_window(inp)
+    sustained = max([*window, inp.demand_iops]) if inp.recent_demand else None
+    needed = controllers_needed(inp.demand_iops, per, util)
+    needed_out = controllers_needed(planned_for, per, util)
+    by_sustained = controllers_needed(sustained or 0.0, per, util * inp.scale_in_headroom)
+    return Needs(
+        needed=needed,
+        slope=slope,
+        trend=trend,
+        planned_for=planned_for,
+        needed_out=needed_out,
+        window=window,
+        sustained=sustained,
+        needed_in=max(needed, needed_out, by_sustained),
+    )
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Where a scale-out or a scale-in would go."""
+
+    reactive_out: int
+    """The scale-out count the demand alone asks for, clamped to the bounds."""
+    reactive_in: int
+    """The scale-in count the demand alone allows, clamped to the bounds."""
+    by_forecast: int
+    """The forecast floor's controllers, at most the useful top (0 without a forecast)."""
+    out_target: int
+    """Where a scale-out goes: the larger of ``reactive_out`` and ``by_forecast``."""
+    in_target: int
+    """Where a scale-in stops at the lowest: the larger of ``reactive_in`` and ``by_forecast``."""
+
+
+def count_targets(inp: PlanInput, needs: Needs, bounds: Bounds) -> Targets:
+    """Clamp what the demand needs to [minControllers, the useful top], then raise it to the
+    forecast floor: the array's own recurring demand is served before it arrives, but the floor
+    never asks for a controller the volumes would leave idle. The scale-in target is never below
+    the scale-out target (``needed_in`` covers ``needed_out``)."""
+    reactive_out = max(bounds.floor, min(needs.needed_out, bounds.useful))
+    reactive_in = max(bounds.floor, min(needs.needed_in, bounds.useful))
+    by_forecast = 0 if inp.forecast is None else min(inp.forecast.controllers, bounds.useful)
+    return Targets(
+        reactive_out=reactive_out,
+        reactive_in=reactive_in,
+        by_forecast=by_forecast,
+        out_target=max(reactive_out, by_forecast),
+        in_target=max(reactive_in, by_forecast),
+    )
+
+
+@dataclass(frozen=True)
+class Waits:
+    """Seconds each timing rule still holds a change (0: it does not)."""
+
+    out_left: float
+    """The scale-out cooldown after the last scale-out."""
+    in_left: float
+    """The scale-in cooldown after the last scale-out or scale-in, whichever ends later."""
+    settle: float
+    """The hysteresis after a reversal (``settle_left``)."""
+
+
+def time_left(inp: PlanInput) -> Waits:
+    """How long the cooldowns and the reversal hysteresis still hold a change. A scale-in waits
+    out the scale-in cooldown after either scaling (capacity just added is seen at work before
+    it is taken away); a scale-out waits only for its own cooldown (a scale-in never delays
+    serving a demand)."""
+    spec, now = inp.spec, inp.now
+    in_left = max(
+        _left(now, inp.last_scale_in_at, spec.scale_in_cooldown_seconds),
+        _left(now, inp.last_scale_out_at, spec.scale_in_cooldown_seconds),
+    )
+    return Waits(
+        out_left=_left(now, inp.last_scale_out_at, spec.scale_out_cooldown_seconds),
+        in_left=in_left,
+        settle=settle_left(now, inp.last_scale_out_at, inp.last_scale_in_at),
+    )
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """The input and what the steps before the decision read from it: the one value the
+    deciding steps take."""
+
+    inp: PlanInput
+    bounds: Bounds
+    needs: Needs
+    targets: Targets
+    waits: Waits
+    under: bool
+    """maxControllers, not the volumes, stops the array serving its current demand."""
+
+
+def assess(inp: PlanInput) -> Assessment:
+    """Read the input through the steps that do not decide: bounds, needs, targets, time left,
+    and whether maxControllers leaves the current demand unserved. That is under-provisioning
+    only when the volumes would deliver more; when they cap below maxControllers the array is
+    volume-bound instead (more controllers would not help)."""
+    bounds = count_bounds(inp)
+    needs = demand_needs(inp)
+    under = needs.needed > bounds.ceiling and (
+        bounds.by_volumes is None or bounds.by_volumes > bounds.ceiling
+    )
+    return Assessment(
+        inp=inp,
+        bounds=bounds,
+        needs=needs,
+        targets=count_targets(inp, needs, bounds),
+        waits=time_left(inp),
+        under=under,
+    )
+
+
+# ---------------------------------------------------------------- the move
+
+
+@dataclass(frozen=True)
+class Move:
+    """What the decision does, and the notes that say why."""
+
+    action: str  # "scale-out" | "scale-in" | "hold"
+    desired: int
+    waiting: bool = False
+    """A hold that lasts only until a cooldown ends or a bootstrap/drain finishes."""
+    notes: tuple[str, ...] = ()
+
+
+def choose_move(a: Assessment) -> Move:
+    """Scale out when the scale-out target is above the running count, scale in when the
+    scale-in target is below it, hold when the two bracket it (the scale-in target is never
+    below the scale-out target, so at most one of the first two applies)."""
+    current = a.inp.current_controllers
+    if a.targets.out_target > current:
+        return scale_out_move(a)
+    if a.targets.in_target < current:
+        return scale_in_move(a)
+    return hold_move(a)
+
+
+def _wait(a: Assessment, note: str) -> Move:
+    """Hold until what ``note`` names is over: the trigger comes back then (ScaleArray re-arms
+    its alarm) rather than wait for a new breach."""
+    return Move("hold", a.inp.current_controllers, waiting=True, notes=(note,))
+
+
+def scale_out_move(a: Assessment) -> Move:
+    """Straight to the scale-out target, unless a controller is bootstrapping or draining (the
+    count to judge is not yet the count serving) or the scale-out cooldown runs: then wait."""
+    inp, target = a.inp, a.targets.out_target
+    if inp.in_flight:
+        return _wait(
+            a, f"scale-out to {target} waits: {inp.in_flight} controller(s) bootstrapping or draining"
+        )
+    if a.waits.out_left > 0:
+        return _wait(
+            a,
+            f"scale-out to {target} waits: scale-out cooldown "
+            f"(scaleOutCooldownSeconds={inp.spec.scale_out_cooldown_seconds}), {a.waits.out_left:.0f}s left",
+        )
+    capped = f"capped at maxControllers={a.bounds.ceiling}, the array stays under-provisioned"
+    return Move("scale-out", target, notes=(capped,) if a.under else ())
+
+
+def scale_in_move(a: Assessment) -> Move:
+    """Down to ``scale_in_step``, unless ``scale_in_wait`` names what holds it."""
+    step = scale_in_step(a)
+    wait = scale_in_wait(a, step)
+    if wait is not None:
+        return _wait(a, wait)
+    return Move("scale-in", step, notes=scale_in_notes(a, step))
+
+
+def scale_in_step(a: Assessment) -> int:
+    """Where a scale-in goes. With a window of recent demand, straight to what its every minute
+    needs (a collapse is shed at once, not a controller per alarm cycle); with the current demand
+    alone, one controller at a time, but never above maxControllers (it may have been lowered
+    below the running count)."""
+    if a.inp.recent_demand:
+        return a.targets.in_target
+    return max(a.targets.in_target, min(a.inp.current_controllers - 1, a.bounds.ceiling))
+
+
+def scale_in_wait(a: Assessment, step: int) -> str | None:
+    """What holds a scale-in to ``step``, or None: a controller bootstrapping or draining, the
+    scale-in cooldown, then the hysteresis after a reversal (the first that holds is named)."""
+    inp, waits = a.inp, a.waits
+    if inp.in_flight:
+        return f"scale-in to {step} waits: {inp.in_flight} controller(s) bootstrapping or draining"
+    if waits.in_left > 0:
+        return (
+            f"scale-in to {step} waits: scale-in cooldown "
+            f"(scaleInCooldownSeconds={inp.spec.scale_in_cooldown_seconds}), {waits.in_left:.0f}s left"
+        )
+    if waits.settle > 0:
+        return (
+            f"scale-in to {step} waits: hysteresis after a reversal (the last scale-out undid "
+            f"a scale-in within {REVERSAL_MINUTES} min; none for {SETTLE_MINUTES} min after it), "
+            f"{waits.settle:.0f}s left"
+        )
+    return None
+
+
+def scale_in_notes(a: Assessment, step: int) -> tuple[str, ...]:
+    """What a scale-in to ``step`` says: one at a time (no window to judge more by) or how many
+    at once and why; a maxControllers lowered below the running count; the minControllers floor
+    when it, not the demand, stopped the scale-in."""
+    current, bounds = a.inp.current_controllers, a.bounds
+    notes: list[str] = []
+    if not a.inp.recent_demand:
+        notes.append("scale in one controller at a time (no recent demand to judge more by)")
+    elif current - step > 1:
+        notes.append(
+            f"scale in {current - step} at once: every minute of the last "
+            f"{len(a.needs.window) + 1} needs at most {a.targets.in_target}"
+        )
+    if current - 1 > bounds.ceiling:
+        notes.append(f"maxControllers={bounds.ceiling} was lowered below the running count")
+    if a.targets.in_target == bounds.floor and a.needs.needed_in < bounds.floor:
+        notes.append(f"floor minControllers={bounds.floor}")
+    return tuple(notes)
+
+
+def hold_move(a: Assessment) -> Move:
+    """Keep the running count, saying why when the current demand alone would scale in: the
+    recent peak or the headroom under target (the scale-out target is below the count, the
+    scale-in target is not), or the rising trend (what the current demand alone needs is below
+    the count, what its trend needs is not)."""
+    inp, needs, current = a.inp, a.needs, a.inp.current_controllers
+    by_demand_alone = max(a.bounds.floor, min(needs.needed, a.bounds.ceiling))
+    notes: tuple[str, ...] = ()
+    if a.targets.out_target < current:
+        if needs.sustained is not None and needs.sustained > inp.demand_iops:
+            notes = (
+                f"no scale-in: the recent peak {needs.sustained:,.0f} IOPS needs {needs.needed_in} "
+                f"at targetUtilisation x {inp.scale_in_headroom:g}",
+            )
+        else:
+            notes = (
+                f"no scale-in: {current - 1} would run above targetUtilisation x {inp.scale_in_headroom:g}",
+            )
+    elif needs.needed_out > needs.needed and by_demand_alone < current:
+        notes = (f"no scale-in: the rising demand needs {needs.needed_out} within {inp.lead_minutes:g} min",)
+    return Move("hold", current, notes=notes)
+
+
+# ---------------------------------------------------------------- the decision
+
+
+def floor_decided(a: Assessment, move: Move) -> bool:
+    """The forecast floor, not the demand, set the count: a scale-out beyond what the demand asks,
+    or a hold of a scale-in the demand alone would make."""
+    if a.inp.forecast is None:
+        return False
+    if move.action == "scale-out":
+        return move.desired > a.targets.reactive_out
+    return (
+        move.action == "hold" and a.targets.reactive_in < a.inp.current_controllers <= a.targets.by_forecast
+    )
+
+
+def volume_bound(a: Assessment) -> bool:
+    """The demand (or its forecast) reaches what the volumes provide: more controllers would not
+    serve it; the volumes' provisioned IOPS must rise."""
+    return a.inp.volume_iops is not None and a.needs.planned_for >= a.inp.volume_iops
+
+
+def explain(a: Assessment, move: Move, floor_set: bool) -> str:
+    """The reason in words: the headline (demand, needed, running; "is served by" for a hold with
+    nothing to add), then the rising trend, the move's own notes, what the forecast floor and the
+    volumes did (``limit_notes``), and under-provisioning unless a scale-out already said it."""
+    inp, needs = a.inp, a.needs
+    notes: list[str] = []
+    if needs.trend is not None and needs.needed_out > needs.needed:
+        notes.append(
+            f"demand rising {needs.slope:,.0f} IOPS/min: {needs.trend:,.0f} IOPS in {inp.lead_minutes:g} min "
+            f"needs {needs.needed_out}"
+        )
+    notes += [*move.notes, *limit_notes(a, move, floor_set)]
+    demand, current = f"demand {inp.demand_iops:,.0f} IOPS", inp.current_controllers
+    shown = f"{demand} needs {needs.needed} controller(s), {current} running"
+    if move.action == "hold" and not notes:
+        shown = f"{demand} is served by {current} controller(s)"
+    if a.under and move.action != "scale-out":
+        notes.append(f"needs {needs.needed} but maxControllers={a.bounds.ceiling}: under-provisioned")
+    return "; ".join([shown, *notes])
+
+
+def limit_notes(a: Assessment, move: Move, floor_set: bool) -> list[str]:
+    """What the forecast floor and the volumes did: the floor's own reason when it set the count;
+    the volume-bound advice when the demand reaches the volumes' IOPS, else, on a scale-in, the
+    controllers running beyond what the volumes can use."""
+    inp, by_volumes = a.inp, a.bounds.by_volumes
+    notes: list[str] = []
+    if floor_set and inp.forecast is not None:
+        notes.append(f"{inp.forecast.reason} (the floor set the count)")
+    if volume_bound(a) and inp.volume_iops is not None:
+        notes.append(volume_bound_reason(inp.volume_iops, a.bounds.useful))
+    elif by_volumes is not None and inp.current_controllers > by_volumes and move.action == "scale-in":
+        notes.append(
+            f"{inp.current_controllers} controllers run where {by_volumes} move the volumes' "
+            f"{inp.volume_iops:,} IOPS"
+        )
+    return notes
+
+
+def decision(a: Assessment, move: Move) -> ScaleDecision:
+    """The decision with everything it was made from (the clocks as ISO 8601: it stays JSON)."""
+    inp, spec = a.inp, a.inp.spec
+    floor_set = floor_decided(a, move)
+    return ScaleDecision(
+        array_id=spec.array_id,
+        demand_iops=inp.demand_iops,
+        current_controllers=inp.current_controllers,
+        needed_controllers=a.needs.needed,
+        desired_controllers=move.desired,
+        min_controllers=a.bounds.floor,
+        max_controllers=a.bounds.ceiling,
+        per_controller_iops=spec.per_controller_iops,
+        target_utilisation=spec.target_utilisation,
+        action=move.action,
+        reason=explain(a, move, floor_set),
+        under_provisioned=a.under,
+        waiting=move.waiting,
+        now=_iso(inp.now),
+        last_scale_out_at=_iso(inp.last_scale_out_at),
+        last_scale_in_at=_iso(inp.last_scale_in_at),
+        in_flight=inp.in_flight,
+        recent_samples=len(inp.recent_demand),
+        forecast_iops=a.needs.trend,
+        sustained_iops=a.needs.sustained,
+        lead_minutes=inp.lead_minutes if inp.recent_demand else None,
+        scale_in_headroom=inp.scale_in_headroom,
+        volume_iops=inp.volume_iops,
+        volume_controllers=a.bounds.by_volumes,
+        volume_bound=volume_bound(a),
+        forecast_floor=None if inp.forecast is None else inp.forecast.controllers,
+        forecast_reason=None if inp.forecast is None else inp.forecast.reason,
+        floor_set=floor_set,
+    )
+
+
+# ---------------------------------------------------------------- shared rules
+
+
 def demand_trend(recent_demand: Sequence[float], demand_iops: float) -> float:
     """IOPS per minute over the last ``TREND_MINUTES`` samples of ``recent_demand`` (one a minute,
     oldest first) followed by the current demand: the smaller of their least-squares slope and
@@ -155,235 +715,3 @@ def settle_left(now: datetime | None, last_out: datetime | None, last_in: dateti
     if not timedelta(0) <= last_out - last_in <= timedelta(minutes=REVERSAL_MINUTES):
         return 0.0
     return _left(now, last_out, SETTLE_MINUTES * 60)
-
-
-def plan(
-    spec: ArraySpec,
-    demand_iops: float,
-    current_controllers: int,
-    *,
-    now: datetime | None = None,
-    last_scale_out_at: datetime | None = None,
-    last_scale_in_at: datetime | None = None,
-    in_flight: int = 0,
-    recent_demand: Sequence[float] = (),
-    lead_minutes: float = DEFAULT_LEAD_MINUTES,
-    scale_in_headroom: float = 1.0,
-    sustained_minutes: int | None = None,
-    volume_iops: int | None = None,
-    forecast: Floor | None = None,
-) -> ScaleDecision:
-    """Desired controllers for ``demand_iops`` with ``current_controllers`` asked for.
-
-    Always: desired = ceil(demand / (perControllerIops x targetUtilisation)), clamped to
-    [min, max] (max never above 16); scale-out goes straight to that count; scale-in never goes
-    below what current demand needs, and removes one controller at a time when it knows only the
-    current demand (straight to max when max was lowered below the running count), or goes
-    straight to what every minute of ``recent_demand``'s window needs when it has one (the low
-    alarm's minutes: a collapse is shed in one run, not one controller per alarm cycle).
-
-    Keyword-only inputs (their defaults switch their rule off, so the three-argument call
-    decides on the current demand alone):
-
-    - ``now``: when the decision is made; the cooldowns are measured from it (no clock, no
-      cooldown).
-    - ``last_scale_out_at``: the last scale-out; no further scale-out for the spec's
-      ``scaleOutCooldownSeconds`` after it, nor any scale-in for ``scaleInCooldownSeconds``
-      (capacity just added is not taken away before it has been seen at work).
-    - ``last_scale_in_at``: the last scale-in; no further scale-in for ``scaleInCooldownSeconds``.
-      A scale-out is never held by a scale-in.
-    - ``in_flight``: controllers bootstrapping or draining now; while any is, the decision holds.
-    - ``recent_demand``: the demand of the minutes before this one, one sample a minute, oldest
-      first. Scale-out plans for the larger of the current demand and the trend of the last
-      ``TREND_MINUTES`` samples extrapolated ``lead_minutes`` ahead; scale-in plans for the
-      highest demand in the samples (a single quiet minute removes nothing) and goes straight
-      to it (without samples, one controller at a time).
-    - ``lead_minutes``: how far ahead a rising trend is extrapolated (default
-      ``DEFAULT_LEAD_MINUTES``): about the boot time plus the scale-out cooldown.
-    - ``scale_in_headroom``: in (0, 1]; scale in only if one controller fewer would serve the
-      sustained demand at ``targetUtilisation x scale_in_headroom`` (1.0: no margin).
-    - ``sustained_minutes``: the sustained demand is the peak of the last ``sustained_minutes``
-      minutes, the current one included (default: every sample given, and the current one). Pass
-      the low alarm's evaluation periods: a scale-in the low alarm asks for is then judged on the
-      minutes the alarm judged, no more.
-    - ``volume_iops``: the volumes' provisioned IOPS in total. Desired never goes above the
-      controllers that move it all at target (``capacity.volume_controllers``; minControllers
-      still holds), and scale-in may remove controllers above it; when the demand (or its
-      forecast) reaches it the decision is volume-bound and says what to raise.
-    - ``forecast``: the forecast floor; scale-out goes at least to its controllers and scale-in
-      never below them (within [min, the volumes' useful count]); ``floor_set`` says when it
-      decided.
-    """
-    _check_demand(demand_iops, "demand")
-    for sample in recent_demand:
-        _check_demand(sample, "recent demand")
-    if in_flight < 0:
-        raise ValueError(f"in_flight must be 0 or more controllers, got {in_flight}")
-    if not math.isfinite(lead_minutes) or lead_minutes < 0:
-        raise ValueError(f"lead_minutes must be 0 or more, got {lead_minutes}")
-    if not 0 < scale_in_headroom <= 1:
-        raise ValueError(f"scale_in_headroom must be in (0, 1], got {scale_in_headroom}")
-    if sustained_minutes is not None and sustained_minutes < 1:
-        raise ValueError(f"sustained_minutes must be 1 or more, got {sustained_minutes}")
-
-    per_iops, target_util = spec.per_controller_iops, spec.target_utilisation
-    needed = controllers_needed(demand_iops, per_iops, target_util)
-    ceiling = min(spec.max_controllers, MULTI_ATTACH_LIMIT)
-    floor = spec.min_controllers
-    # controllers beyond what moves the volumes' whole provisioned IOPS add none
-    by_volumes = None if volume_iops is None else volume_controllers(volume_iops, per_iops, target_util)
-    useful = ceiling if by_volumes is None else min(ceiling, by_volumes)
-
-    # scale-out: current demand, or its rising trend
-    slope = demand_trend(recent_demand, demand_iops) if recent_demand else 0.0
-    trend = demand_iops + slope * lead_minutes if slope > 0 else None
-    planned_for = max(demand_iops, trend or 0.0)
-    needed_out = controllers_needed(planned_for, per_iops, target_util)
-    # scale-in: the highest recent demand, at target less the headroom
-    window = recent_demand
-    if sustained_minutes is not None:
-        window = recent_demand[max(0, len(recent_demand) - sustained_minutes + 1) :]
-    sustained = max([*window, demand_iops]) if recent_demand else None
-    needed_in = max(
-        needed,
-        needed_out,
-        controllers_needed(sustained or 0.0, per_iops, target_util * scale_in_headroom),
-    )
-
-    reactive_out = max(floor, min(needed_out, useful))
-    reactive_in = max(floor, min(needed_in, useful))
-    by_forecast = 0 if forecast is None else min(forecast.controllers, useful)
-    out_target = max(reactive_out, by_forecast)
-    in_target = max(reactive_in, by_forecast)
-    volume_bound = volume_iops is not None and planned_for >= volume_iops
-    # under-provisioned: maxControllers, not the volumes, stops the array serving its demand
-    under = needed > ceiling and (by_volumes is None or by_volumes > ceiling)
-    shown = f"demand {demand_iops:,.0f} IOPS needs {needed} controller(s), {current_controllers} running"
-    notes: list[str] = []
-    if trend is not None and needed_out > needed:
-        notes.append(
-            f"demand rising {slope:,.0f} IOPS/min: {trend:,.0f} IOPS in {lead_minutes:g} min "
-            f"needs {needed_out}"
-        )
-    out_left = _left(now, last_scale_out_at, spec.scale_out_cooldown_seconds)
-    in_left = max(
-        _left(now, last_scale_in_at, spec.scale_in_cooldown_seconds),
-        _left(now, last_scale_out_at, spec.scale_in_cooldown_seconds),
-    )
-    settle = settle_left(now, last_scale_out_at, last_scale_in_at)
-
-    desired, action = current_controllers, "hold"
-    waiting = False
-    if out_target > current_controllers:
-        if in_flight:
-            waiting = True
-            notes.append(
-                f"scale-out to {out_target} waits: {in_flight} controller(s) bootstrapping or draining"
-            )
-        elif out_left > 0:
-            waiting = True
-            notes.append(
-                f"scale-out to {out_target} waits: scale-out cooldown "
-                f"(scaleOutCooldownSeconds={spec.scale_out_cooldown_seconds}), {out_left:.0f}s left"
-            )
-        else:
-            desired, action = out_target, "scale-out"
-            if under:
-                notes.append(f"capped at maxControllers={ceiling}, the array stays under-provisioned")
-    elif in_target < current_controllers:
-        # with a window of recent demand, straight to what its every minute needs (a collapse is
-        # shed at once, not a controller per alarm cycle); with the current demand alone, one at
-        # a time; never above the ceiling (maxControllers may have been lowered)
-        step = in_target if recent_demand else max(in_target, min(current_controllers - 1, ceiling))
-        if in_flight:
-            waiting = True
-            notes.append(f"scale-in to {step} waits: {in_flight} controller(s) bootstrapping or draining")
-        elif in_left > 0:
-            waiting = True
-            notes.append(
-                f"scale-in to {step} waits: scale-in cooldown "
-                f"(scaleInCooldownSeconds={spec.scale_in_cooldown_seconds}), {in_left:.0f}s left"
-            )
-        elif settle > 0:
-            waiting = True
-            notes.append(
-                f"scale-in to {step} waits: hysteresis after a reversal (the last scale-out undid "
-                f"a scale-in within {REVERSAL_MINUTES} min; none for {SETTLE_MINUTES} min after it), "
-                f"{settle:.0f}s left"
-            )
-        else:
-            desired, action = step, "scale-in"
-            if not recent_demand:
-                notes.append("scale in one controller at a time (no recent demand to judge more by)")
-            elif current_controllers - step > 1:
-                notes.append(
-                    f"scale in {current_controllers - step} at once: every minute of the last "
-                    f"{len(window) + 1} needs at most {in_target}"
-                )
-            if current_controllers - 1 > ceiling:
-                notes.append(f"maxControllers={ceiling} was lowered below the running count")
-            if in_target == floor and needed_in < floor:
-                notes.append(f"floor minControllers={floor}")
-    elif out_target < current_controllers:
-        # one fewer would serve the current demand, but not the recent peak or the margin
-        if sustained is not None and sustained > demand_iops:
-            notes.append(
-                f"no scale-in: the recent peak {sustained:,.0f} IOPS needs {needed_in} "
-                f"at targetUtilisation x {scale_in_headroom:g}"
-            )
-        else:
-            notes.append(
-                f"no scale-in: {current_controllers - 1} would run above "
-                f"targetUtilisation x {scale_in_headroom:g}"
-            )
-    elif needed_out > needed and max(floor, min(needed, ceiling)) < current_controllers:
-        # the current demand alone would scale in; its rising trend keeps what it will need
-        notes.append(f"no scale-in: the rising demand needs {needed_out} within {lead_minutes:g} min")
-    # the floor decided: a scale-out beyond what the demand asks, or a scale-in it held
-    floor_set = forecast is not None and (
-        (action == "scale-out" and desired > reactive_out)
-        or (action == "hold" and reactive_in < current_controllers <= by_forecast)
-    )
-    if floor_set and forecast is not None:
-        notes.append(f"{forecast.reason} (the floor set the count)")
-    if volume_bound and volume_iops is not None:
-        notes.append(volume_bound_reason(volume_iops, useful))
-    elif by_volumes is not None and current_controllers > by_volumes and action == "scale-in":
-        notes.append(
-            f"{current_controllers} controllers run where {by_volumes} move the volumes' {volume_iops:,} IOPS"
-        )
-    if action == "hold" and not notes:
-        shown = f"demand {demand_iops:,.0f} IOPS is served by {current_controllers} controller(s)"
-    if under and action != "scale-out":
-        notes.append(f"needs {needed} but maxControllers={ceiling}: under-provisioned")
-    reason = "; ".join([shown, *notes])
-    return ScaleDecision(
-        array_id=spec.array_id,
-        demand_iops=demand_iops,
-        current_controllers=current_controllers,
-        needed_controllers=needed,
-        desired_controllers=desired,
-        min_controllers=floor,
-        max_controllers=ceiling,
-        per_controller_iops=per_iops,
-        target_utilisation=target_util,
-        action=action,
-        reason=reason,
-        under_provisioned=under,
-        waiting=waiting,
-        now=_iso(now),
-        last_scale_out_at=_iso(last_scale_out_at),
-        last_scale_in_at=_iso(last_scale_in_at),
-        in_flight=in_flight,
-        recent_samples=len(recent_demand),
-        forecast_iops=trend,
-        sustained_iops=sustained,
-        lead_minutes=lead_minutes if recent_demand else None,
-        scale_in_headroom=scale_in_headroom,
-        volume_iops=volume_iops,
-        volume_controllers=by_volumes,
-        volume_bound=volume_bound,
-        forecast_floor=None if forecast is None else forecast.controllers,
-        forecast_reason=None if forecast is None else forecast.reason,
-        floor_set=floor_set,
-    )

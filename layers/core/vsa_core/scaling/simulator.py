@@ -61,7 +61,7 @@ from vsa_core.arrays.capacity import controllers_needed, deliverable_iops, volum
 from vsa_core.arrays.plan import alarm_thresholds
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.scaling import forecast as forecasting
-from vsa_core.scaling.planner import REVERSAL_MINUTES, ScaleDecision, plan
+from vsa_core.scaling.planner import REVERSAL_MINUTES, PlanInput, ScaleDecision, plan
 from vsa_core.scaling.rules import rearm_after
 from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES, planner_inputs
 
@@ -215,7 +215,11 @@ def _needed(spec: ArraySpec, demand: float, volume_iops: int | None = None) -> i
     )
 
 
-def simulate_planner(
+# The minute loop replays the whole control plane (boot and drain queues, the alarms and their
+# re-arming, the look-ahead, the planner) over state every stage of it updates, and each keyword is
+# an option of `vsactl simulate` and the benchmark. Not split yet: splitting it needs a simulation
+# state object, checked against `make bench` giving the same figures.
+def simulate_planner(  # noqa: C901, PLR0913, PLR0915
     spec: ArraySpec,
     demand: Sequence[float],
     *,
@@ -286,19 +290,21 @@ def simulate_planner(
             kind = fired.pop(0)
             now = EPOCH + timedelta(minutes=t)
             decision = plan(
-                spec,
-                now_demand,
-                desired,
-                now=now,
-                last_scale_out_at=last_out,
-                last_scale_in_at=last_in,
-                in_flight=len(booting) + len(draining),
-                recent_demand=demand[max(0, t - RECENT_MINUTES) : t],
-                lead_minutes=tuning["lead_minutes"],
-                scale_in_headroom=scale_in_headroom,
-                sustained_minutes=tuning["sustained_minutes"],
-                volume_iops=volume_iops,
-                forecast=floor,
+                PlanInput(
+                    spec,
+                    now_demand,
+                    desired,
+                    now=now,
+                    last_scale_out_at=last_out,
+                    last_scale_in_at=last_in,
+                    in_flight=len(booting) + len(draining),
+                    recent_demand=demand[max(0, t - RECENT_MINUTES) : t],
+                    lead_minutes=tuning["lead_minutes"],
+                    scale_in_headroom=scale_in_headroom,
+                    sustained_minutes=tuning["sustained_minutes"],
+                    volume_iops=volume_iops,
+                    forecast=floor,
+                )
             )
             added = decision.desired_controllers - desired
             if added > 0:
@@ -471,7 +477,9 @@ class Comparison:
         return (self.planner, self.oracle, self.static)
 
 
-def compare(
+# The same keyword options as `simulate_planner`, passed on to the planner, the oracle and
+# static-for-peak so the three see the same delays and price.
+def compare(  # noqa: PLR0913
     spec: ArraySpec,
     demand: Sequence[float],
     *,

@@ -1,8 +1,8 @@
 """The planner's tuning: the inputs ScaleArray (``vsa_core.scaling.aws_plan``) and the simulator
-(``vsa_core.scaling.simulator``, the benchmark) both give ``planner.plan``, so production never
+(``vsa_core.scaling.simulator``, the benchmark) both give ``planner.PlanInput``, so production never
 imports the simulator and both measure the same planner (pure)."""
 
-from typing import Any
+from typing import TypedDict
 
 from vsa_core.alarm_tuning import LOW_EVALUATION_PERIODS, SCALE_IN_HYSTERESIS
 from vsa_core.arrays.spec import ArraySpec
@@ -11,7 +11,15 @@ DEFAULT_BOOT_MINUTES = 5
 """Launch, attach every volume, configure the target, connect a path from every host."""
 
 
-def planner_inputs(spec: ArraySpec, boot_minutes: int = DEFAULT_BOOT_MINUTES) -> dict[str, Any]:
+class Tuning(TypedDict):
+    """``PlanInput``'s tuning fields, by name (``PlanInput(..., **planner_inputs(spec))``)."""
+
+    lead_minutes: float
+    scale_in_headroom: float
+    sustained_minutes: int
+
+
+def planner_inputs(spec: ArraySpec, boot_minutes: int = DEFAULT_BOOT_MINUTES) -> Tuning:
     """The planner's tuning inputs, the same in ScaleArray (``vsa_core.scaling.aws_plan``) and here: a
     trend lead of boot + the longer of boot and the scale-out cooldown, the low alarm's margin,
     and the low alarm's window as the minutes a scale-in must still serve."""

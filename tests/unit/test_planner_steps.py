@@ -1,0 +1,180 @@
+"""The planner's steps, each against the rule it applies: properties over any valid input."""
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.unit.test_planner import T0, contexts, demands, running, specs
+from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT
+from vsa_core.scaling.forecast import Floor
+from vsa_core.scaling.planner import (
+    REVERSAL_MINUTES,
+    SETTLE_MINUTES,
+    Assessment,
+    PlanInput,
+    assess,
+    choose_move,
+    floor_decided,
+    plan,
+)
+
+cooldowns = st.one_of(st.sampled_from([0, 60, 180, 300, 900]), st.integers(0, 3_600))
+floors = st.one_of(
+    st.none(),
+    st.builds(
+        Floor,
+        controllers=st.integers(0, 20),
+        iops=st.floats(0.0, 10_000_000.0),
+        period=st.sampled_from([None, "hourly", "daily", "weekly"]),
+        reason=st.just("forecast"),
+        horizon_minutes=st.just(15),
+    ),
+)
+
+
+@st.composite
+def inputs(draw: st.DrawFn) -> PlanInput:
+    """Any valid input: every field drawn, cooldowns and volumes and the forecast floor included."""
+    spec = draw(specs()).model_copy(
+        update={
+            "scale_out_cooldown_seconds": draw(cooldowns),
+            "scale_in_cooldown_seconds": draw(cooldowns),
+        }
+    )
+    context: dict[str, Any] = draw(contexts())
+    return PlanInput(
+        spec,
+        draw(demands),
+        draw(running),
+        **context,
+        volume_iops=draw(st.one_of(st.none(), st.integers(1, 20_000_000))),
+        forecast=draw(floors),
+    )
+
+
+@given(inp=inputs())
+def test_bounds_never_reach_past_max_nor_the_attach_limit(inp: PlanInput):
+    bounds = assess(inp).bounds
+    assert bounds.floor == inp.spec.min_controllers
+    assert bounds.useful <= bounds.ceiling <= min(inp.spec.max_controllers, MULTI_ATTACH_LIMIT)
+    assert (bounds.by_volumes is None) == (inp.volume_iops is None)
+    assert bounds.by_volumes is None or bounds.by_volumes >= 1
+
+
+@given(inp=inputs())
+def test_a_scale_in_keeps_what_a_scale_out_would_ask_for(inp: PlanInput):
+    needs = assess(inp).needs
+    assert needs.needed <= needs.needed_out <= needs.needed_in
+    assert needs.trend is None or needs.trend >= inp.demand_iops
+    assert needs.sustained is None or needs.sustained >= inp.demand_iops
+
+
+@given(inp=inputs())
+def test_the_scale_in_window_is_the_latest_samples_within_sustained_minutes(inp: PlanInput):
+    window = list(assess(inp).needs.window)
+    recent = list(inp.recent_demand)
+    assert window == recent[len(recent) - len(window) :]
+    if inp.sustained_minutes is not None:
+        assert len(window) <= inp.sustained_minutes - 1
+
+
+@given(inp=inputs())
+def test_targets_stay_within_min_and_the_useful_top(inp: PlanInput):
+    a = assess(inp)
+    top = max(a.bounds.floor, a.bounds.useful)
+    assert a.bounds.floor <= a.targets.out_target <= a.targets.in_target <= top
+    assert a.targets.by_forecast <= a.bounds.useful
+
+
+def _moved(a: Assessment) -> tuple[str, int]:
+    move = choose_move(a)
+    return move.action, move.desired
+
+
+@given(inp=inputs())
+def test_a_change_lands_within_min_and_max_and_agrees_with_its_action(inp: PlanInput):
+    a = assess(inp)
+    action, desired = _moved(a)
+    current = inp.current_controllers
+    assert {"scale-out": desired > current, "scale-in": desired < current, "hold": desired == current}[action]
+    if action != "hold":
+        assert a.bounds.floor <= desired <= a.bounds.ceiling
+
+
+@given(inp=inputs())
+def test_a_change_never_goes_below_the_forecast_floor_nor_the_current_demand(inp: PlanInput):
+    a = assess(inp)
+    action, desired = _moved(a)
+    if action != "hold":
+        assert desired >= a.targets.by_forecast
+        assert desired >= max(a.bounds.floor, min(a.needs.needed, a.bounds.useful))
+
+
+@given(inp=inputs())
+def test_a_cooldown_never_lets_a_scaling_through_early(inp: PlanInput):
+    action, _ = _moved(assess(inp))
+    assert inp.now is not None  # contexts() always gives the clock
+    since_out = None if inp.last_scale_out_at is None else inp.now - inp.last_scale_out_at
+    since_in = None if inp.last_scale_in_at is None else inp.now - inp.last_scale_in_at
+    in_cooldown = timedelta(seconds=inp.spec.scale_in_cooldown_seconds)
+    if since_out is not None and since_out < timedelta(seconds=inp.spec.scale_out_cooldown_seconds):
+        assert action != "scale-out"
+    if any(since is not None and since < in_cooldown for since in (since_out, since_in)):
+        assert action != "scale-in"
+
+
+@given(
+    inp=inputs(),
+    since_out=st.integers(0, SETTLE_MINUTES * 60 - 1),
+    undo=st.integers(0, REVERSAL_MINUTES * 60),
+)
+def test_no_scale_in_while_a_reversal_settles(inp: PlanInput, since_out: int, undo: int):
+    # Given a scale-out within REVERSAL_MINUTES after the last scale-in (it undid it), less than
+    # SETTLE_MINUTES ago
+    out_at = T0 - timedelta(seconds=since_out)
+    reversed_input = replace(inp, last_scale_out_at=out_at, last_scale_in_at=out_at - timedelta(seconds=undo))
+    # Then no scale-in, whatever the demand and the cooldowns
+    assert _moved(assess(reversed_input))[0] != "scale-in"
+
+
+@given(inp=inputs(), in_flight=st.integers(1, 16))
+def test_nothing_changes_while_a_controller_is_in_flight(inp: PlanInput, in_flight: int):
+    move = choose_move(assess(replace(inp, in_flight=in_flight)))
+    assert (move.action, move.desired) == ("hold", inp.current_controllers)
+
+
+@given(inp=inputs())
+def test_waiting_is_a_hold_of_a_change_the_targets_ask_for(inp: PlanInput):
+    a = assess(inp)
+    move = choose_move(a)
+    current = inp.current_controllers
+    asked = a.targets.out_target > current or a.targets.in_target < current
+    if move.waiting:
+        assert move.action == "hold"
+        assert asked
+    elif move.action == "hold":
+        assert not asked
+
+
+@given(inp=inputs())
+def test_the_floor_decides_only_when_there_is_one(inp: PlanInput):
+    a = assess(inp)
+    if inp.forecast is None:
+        assert not floor_decided(a, choose_move(a))
+
+
+@given(inp=inputs())
+def test_the_steps_make_the_decision_plan_returns(inp: PlanInput):
+    a = assess(inp)
+    move = choose_move(a)
+    decision = plan(inp)
+    assert (decision.action, decision.desired_controllers, decision.waiting) == (
+        move.action,
+        move.desired,
+        move.waiting,
+    )
+    assert decision.needed_controllers == a.needs.needed
+    assert decision.under_provisioned == a.under
