@@ -79,10 +79,19 @@ def installed(tmp_path_factory) -> Path:
     return env_dir / "bin"
 
 
+def clean_env(bin_dir: Path) -> dict[str, str]:
+    """An operator's shell: the virtualenv on PATH, no PYTHONPATH (the test command sets one)."""
+    return {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(bin_dir.parent)}
+
+
 def vsactl(bin_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(bin_dir.parent)}  # no PYTHONPATH
     return subprocess.run(
-        [str(bin_dir / "vsactl"), *args], capture_output=True, text=True, env=env, timeout=120, check=False
+        [str(bin_dir / "vsactl"), *args],
+        capture_output=True,
+        text=True,
+        env=clean_env(bin_dir),
+        timeout=120,
+        check=False,
     )
 
 
@@ -103,6 +112,7 @@ def test_a_clean_install_runs_the_planner_offline(installed):
         [str(installed / "python"), "-c", "import vsa_core; print(vsa_core.__file__)"],
         capture_output=True,
         text=True,
+        env=clean_env(installed),
         check=True,
     ).stdout
     assert where.startswith(str(installed.parent)), where  # the installed copy, not the checkout's
