@@ -77,6 +77,8 @@ def preview(plan: ApplyPlan, ports: ApplyPorts) -> dict[str, Any]:
 def store(plan: ApplyPlan, ports: ApplyPorts) -> Stored:
     """The store stage: start the volume modifications, then store the spec (or, unchanged,
     only the volumes to delete) and record the apply in the array's history."""
+    # volume modifications first: EBS may refuse one for a while (ConflictError, 409), and then
+    # nothing is stored
     try:
         grown = tuple(ports.service.grow_volumes(plan.spec))
     except ClientError as error:
