@@ -26,6 +26,8 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Pat
 from pydantic import AfterValidator, AwareDatetime
 
 from vsa_core.api import aws_operations, aws_timeline, replies
+from vsa_core.api.apply import ApplyRequest
+from vsa_core.api.aws_apply import ApplyPorts
 from vsa_core.api.timeline import MAX_LIMIT
 from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_removals import MountCheck
@@ -129,15 +131,19 @@ def put_array(
 ) -> Response[dict[str, Any]]:
     logger.append_keys(array_id=array_id)
     settings = get_settings()
-    created, reply = aws_operations.apply_array(
-        array_id,
-        spec,
+    request = ApplyRequest(
+        array_id=array_id,
+        spec=spec,
         by=_caller(),
+        if_match=if_match,
+        dry_run=dry_run,
+        force=force,
+        delete_removed_volumes=delete_removed_volumes,
+    )
+    ports = ApplyPorts(
         registry=_registry(),
         service=_service(),
-        if_match=if_match,
         reconcile=_reconcile_starter(),
-        dry_run=dry_run,
         mounts=MountCheck(
             ssm=client("ssm"),
             report_paths=settings.report_paths_document,
@@ -145,9 +151,8 @@ def put_array(
         )
         if settings.report_paths_document
         else None,
-        force=force,
-        delete_removed_volumes=delete_removed_volumes,
     )
+    created, reply = aws_operations.apply_array(request, ports)
     logger.info("array applied", extra={"new_array": created, "changes": len(reply["changes"])})
     # 202: owned volumes are still to be created, by the ReconcileArray run the answer names
     # (``reconcile``; GET /arrays/{id} and ``vsactl apply --wait`` follow it)

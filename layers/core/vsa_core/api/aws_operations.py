@@ -1,9 +1,10 @@
 """What the arrays API does, in the order that keeps an array consistent.
 
-Apply: read the registry → validate the spec against AWS (reads only; an invalid spec touches
-nothing) → store it, conditional on the version read (of two concurrent applies one wins, the
-other gets 409 and touched nothing) → converge AWS to it (idempotent: re-applying the same spec
-repairs drift and reports no change).
+Apply, a pipeline whose stages each take the value the one before made (``api.apply``, with
+the stages that talk to AWS in ``api.aws_apply``): validate (reads only; an invalid spec touches
+nothing) → plan → store, conditional on the version read (of two concurrent applies one wins,
+the other gets 409 and touched nothing) → start: converge AWS on it (idempotent: re-applying the
+same spec repairs drift and reports no change) and ReconcileArray for the data plane.
 
 Delete: refuse while a controller bootstraps or drains → mark the array deleting (conditional on
 the version read) → start the DeleteArray workflow, which tears down what the control plane
@@ -15,181 +16,40 @@ the API's edge): an apply on the SPEC item itself and in the array's history, a 
 keys rotation in the history (``arrays.aws_registry.ArrayHistory``).
 """
 
-import dataclasses
 import json
 from datetime import UTC, datetime
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from vsa_core.arrays import aws_keys, aws_observe, aws_removals, dataplane, removals
+from vsa_core.api import apply, aws_apply
+from vsa_core.api.apply import ApplyRequest
+from vsa_core.api.aws_apply import ApplyPorts
+from vsa_core.arrays import aws_keys, aws_observe
 from vsa_core.arrays.aws_registry import ArrayRegistry
-from vsa_core.arrays.aws_removals import MountCheck
 from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.callers import Caller, ChangeRecord
-from vsa_core.arrays.plan import Change
-from vsa_core.arrays.spec import ArraySpec, Deletion, RegisteredArray, keep_unsaid
+from vsa_core.arrays.spec import Deletion, RegisteredArray
 from vsa_core.backups.aws_registry import BackupRegistry
-from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError, ReconcileError
+from vsa_core.errors import ConflictError
 from vsa_core.naming import delete_execution_name, group_name
 from vsa_core.reconcile import aws_stop
 from vsa_core.reconcile import plan as reconcile_plan
 from vsa_core.reconcile.aws_start import ReconcileStarter
-from vsa_core.reconcile.plan import creation_work, left_hosts, needs_reconcile, pending_work
 from vsa_core.waiters import execution_arn
 
 
-def _json(value: Any) -> Any:
-    """Changes (``{resource, action, fields: [{field, before, after}]}``), status, as JSON values."""
-    if isinstance(value, Change):
-        return _json(value.as_dict())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _json(dataclasses.asdict(value))
-    if hasattr(value, "model_dump"):
-        return value.model_dump(by_alias=True, mode="json")
-    if isinstance(value, dict):
-        return {k: _json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json(v) for v in value]
-    return value
-
-
-def _expected_version(if_match: str | None, current: RegisteredArray | None) -> None:
-    if if_match is None:
-        return
-    wanted = if_match.strip().strip('"')
-    actual = str(current.version) if current else "none"
-    if wanted != actual:
-        raise ConflictError(
-            f"If-Match {wanted} does not match the array's version {actual}: read the array again"
-        )
-
-
-def apply_array(
-    array_id: str,
-    spec: ArraySpec,
-    *,
-    by: Caller,
-    registry: ArrayRegistry,
-    service: ArrayService,
-    if_match: str | None = None,
-    reconcile: ReconcileStarter | None = None,
-    dry_run: bool = False,
-    mounts: MountCheck | None = None,
-    force: bool = False,
-    delete_removed_volumes: bool = False,
-) -> tuple[bool, dict[str, Any]]:
+def apply_array(request: ApplyRequest, ports: ApplyPorts) -> tuple[bool, dict[str, Any]]:
     """Create or update; ``(created, reply)`` with the stored spec, its version, the changes
     made, and the ReconcileArray run started for what remains (``reconcile``: its execution and
-    the remaining work per volume and host; null when the data plane did not change).
-    ``dry_run``: validate and answer the plan (control plane and data plane) without storing or
-    changing anything, and start nothing. A volume the apply removes that a host has mounted (or
-    may have: its report cannot tell) is refused (409, nothing changed) unless ``force``
-    (``mounts``: where the hosts' reports are; None: not checked). ``delete_removed_volumes``:
-    the owned volumes the spec no longer lists are deleted once detached (else kept, and the
-    answer says how to delete them); a volume the array did not create never is. ``by``: who
-    asked, stored with the spec and in the array's history (a dry run stores nothing)."""
-    if spec.array_id != array_id:
-        raise InvalidSpecError(
-            f"the body's arrayId {spec.array_id!r} differs from the path's {array_id!r}: make them equal"
-        )
-    try:
-        current: RegisteredArray | None = registry.get(array_id)
-    except ArrayNotFoundError:
-        current = None
-    _expected_version(if_match, current)
-    if current is not None and current.deleting is not None:
-        raise ConflictError(
-            f"array {array_id!r} is being deleted (workflow {current.deleting.execution_name}): "
-            "apply again once it is gone"
-        )
-    spec = keep_unsaid(current.spec if current is not None else None, spec)
-    service.validate(spec, current)
-    removed = aws_removals.removed_volumes(service.ctx, current.spec, spec) if current is not None else []
-    forced = _check_removals(current, spec, removed, mounts, force)
-    earlier = _kept_earlier(service, spec, removed) if delete_removed_volumes and current is not None else []
-    deletions = tuple([r.volume_id for r in removed if r.owned] + earlier) if delete_removed_volumes else ()
-    if dry_run:
-        return False, dry_run_plan(spec, current, registry=registry, service=service)
-    try:
-        # Volume modifications first: EBS may refuse one for a while (ConflictError, 409), and
-        # then nothing is stored.
-        grown = service.grow_volumes(spec)
-    except ClientError as error:
-        code, message = error.response["Error"].get("Code", "?"), error.response["Error"].get("Message", "")
-        raise ReconcileError(
-            f"array {array_id!r}: AWS refused to modify a volume ({error.operation_name}: {code}: "
-            f"{message}); nothing was stored: fix the cause and apply again"
-        ) from error
-    before = current.spec if current is not None else None
-    if current is not None and current.spec == spec:
-        stored = current  # nothing new to store; still converge (repairs drift)
-        if deletions and reconcile is not None:
-            reconcile.add_volume_deletions(array_id, current.version, deletions)
-    else:
-        stored = registry.put(
-            spec,
-            expected_version=current.version if current else None,
-            left_hosts=left_hosts(before, spec),
-            delete_volumes=deletions,
-            by=by,
-        )
-    unchanged = " again, unchanged" if stored is current else ""
-    registry.history.record(
-        array_id,
-        ChangeRecord(
-            at=datetime.now(UTC),
-            kind="apply",
-            what=f"spec v{stored.version} applied{unchanged}"
-            + (f", deleting volumes {', '.join(deletions)} once detached" if deletions else ""),
-            reference=f"v{stored.version}",
-            by=by,
-        ),
-    )
-    last_state = (current.reconcile or {}).get("state") if current is not None else None
-    creating = service.missing_volumes(spec)
-    started = None
-    # the stored version's own apply stopped part way (``applying`` still names it): what it
-    # changed of the data plane is unknown, so this apply's run converges on the spec whatever
-    # ``before`` says
-    unfinished = current.unfinished_apply() if current is not None else None
-    converge = reconcile is not None and bool(
-        creating or unfinished or needs_reconcile(before, spec, last_state, deleting=bool(deletions))
-    )
-    try:
-        applied = service.apply(spec, stored.desired_controllers, stored.roll_surge, stored.rekey_stages)
-        changes = grown + [c for c in applied if c.resource not in {g.resource for g in grown}]
-    except ClientError as error:
-        code, message = error.response["Error"].get("Code", "?"), error.response["Error"].get("Message", "")
-        raise ReconcileError(
-            f"array {array_id!r} is stored (version {stored.version}) but AWS refused a step of making "
-            f"it so ({error.operation_name}: {code}: {message}): fix the cause and apply again to resume"
-        ) from error
-    finally:
-        # started after the AWS calls above, succeeded or not: the run's first step creates the
-        # owned volumes and re-puts the IOPS alarms over every volume, which an apply still
-        # putting them over the volumes it saw before would undo; whatever the apply left
-        # undone, the run converges the data plane on the stored spec
-        if converge and reconcile is not None:
-            work = creation_work(before, spec, creating) + pending_work(
-                before, spec, delete_removed_volumes, tuple(earlier)
-            )
-            if unfinished:
-                work.insert(0, f"finishing the apply of version {unfinished}, which stopped part way")
-            started = reconcile.start(array_id, stored.version, work)
-    if stored.applying is not None:  # this apply's mark, or the one a stopped apply left
-        registry.applied(array_id, stored.applying)
-    return current is None, {
-        "array": spec.model_dump(by_alias=True, mode="json"),
-        "version": stored.version,
-        "desiredControllers": stored.desired_controllers,
-        "changes": _json(changes),
-        "reconcile": started,
-        # the owned volumes the workflow creates (the API answers 202: accepted, not yet made)
-        "creating": creating if started is not None else [],
-        **({"forced": forced} if forced else {}),
-    }
+    the remaining work per volume and host; null when the data plane did not change). A dry run
+    answers the plan (control plane and data plane) without storing or changing anything, and
+    starts nothing. The stages and their values are ``api.apply``'s; the options,
+    ``ApplyRequest``'s."""
+    planned = apply.plan(aws_apply.validate(request, ports))
+    if request.dry_run:
+        return False, aws_apply.preview(planned, ports)
+    applied = aws_apply.start(aws_apply.store(planned, ports), ports)
+    return applied.created, apply.reply(applied)
 
 
 def applying_status(array: RegisteredArray) -> dict[str, Any] | None:
@@ -205,96 +65,6 @@ def applying_status(array: RegisteredArray) -> dict[str, Any] | None:
             "If no apply is under way, apply the same spec again: it finishes the changes and "
             "starts ReconcileArray"
         ),
-    }
-
-
-def _kept_earlier(service: ArrayService, spec: ArraySpec, removed: list[removals.Removed]) -> list[str]:
-    """Owned volumes of the array that an earlier apply removed and kept (by id)."""
-    listed = {v.name for v in spec.new_volumes}
-    now = {r.volume_id for r in removed}
-    owned = aws_observe.owned_volumes(service.ctx, spec.array_id)
-    return sorted(
-        str(v["VolumeId"]) for n, v in owned.items() if n not in listed and v["VolumeId"] not in now
-    )
-
-
-def _check_removals(
-    current: RegisteredArray | None,
-    spec: ArraySpec,
-    removed: list[removals.Removed],
-    mounts: MountCheck | None,
-    force: bool,
-) -> list[str]:
-    """Refuse (409) removing a volume a host has mounted, or may have, unless ``force``;
-    forced, what was overridden, in words (the answer's ``forced``)."""
-    if current is None or mounts is None:
-        return []
-    hosts = [h.instance_id for h in current.spec.hosts]
-    found, unknown = aws_removals.mounted(mounts, spec.array_id, hosts, removed)
-    message = removals.refusal(found, unknown)
-    if message is None:
-        return []
-    if not force:
-        raise ConflictError(message)
-    return [
-        *(f"removed although host {m.host} has {m.volume.label} mounted at {m.mountpoint}" for m in found),
-        *(f"removed although host {u.host} could not tell: {u.reason}" for u in unknown),
-    ]
-
-
-def dry_run_plan(
-    spec: ArraySpec, current: RegisteredArray | None, *, registry: ArrayRegistry, service: ArrayService
-) -> dict[str, Any]:
-    """What an apply of ``spec`` would change, from reads only."""
-    desired_controllers = current.desired_controllers if current else spec.min_controllers
-    control = service.plan(
-        spec,
-        desired_controllers,
-        current.roll_surge if current else 0,
-        current.rekey_stages if current else None,
-    )
-    slots = registry.slots(spec.array_id) if current else {}
-    serving = [s["instanceId"] for s in slots.values() if s.get("state") == "serving" and s.get("instanceId")]
-    before = dataplane.spec_volumes(current.spec.volumes) if current else []
-    data = dataplane.plan_changes(
-        before,
-        dataplane.spec_volumes(spec.volumes),
-        [h.instance_id for h in current.spec.hosts] if current else [],
-        [h.instance_id for h in spec.hosts],
-        serving,
-    )
-    template = next((c for c in control if c.resource.startswith("launch-template/")), None)
-    if serving and template is not None and template.action == "update":
-        data.append(
-            {
-                "resource": f"group/{group_name(spec.array_id)}",
-                "action": "roll",
-                "fields": [{"field": "controllers", "before": sorted(serving), "after": len(serving)}],
-            }
-        )
-    if current is not None:
-        old_mounts = {h.instance_id: h.mountpoints for h in current.spec.hosts}
-        for host in spec.hosts:
-            if host.instance_id in old_mounts and old_mounts[host.instance_id] != host.mountpoints:
-                data.append(
-                    {
-                        "resource": f"host/{host.instance_id}",
-                        "action": "update",
-                        "fields": [
-                            {
-                                "field": "mountpoints",
-                                "before": list(old_mounts[host.instance_id]),
-                                "after": list(host.mountpoints),
-                            }
-                        ],
-                    }
-                )
-    return {
-        "dryRun": True,
-        "array": spec.model_dump(by_alias=True, mode="json"),
-        "version": current.version if current else None,
-        "desiredControllers": desired_controllers,
-        "changes": _json(control) + data,
     }
 
 
@@ -322,7 +92,7 @@ def describe_array(
         "reconcile": reconcile_status(
             array.reconcile, array.pending_host_removals, array.pending_volume_deletions
         ),
-        "status": _json(service.status(array.spec, registry.slots(array_id), documents)),
+        "status": apply.as_json(service.status(array.spec, registry.slots(array_id), documents)),
         "keptVolumes": kept_volumes(service, array),
         "decisions": registry.decisions(array_id, limit=10),
         "backups": [
@@ -394,7 +164,11 @@ def list_arrays(*, registry: ArrayRegistry) -> dict[str, Any]:
     }
 
 
-def delete_array(
+# PLR0913: the delete's collaborators (registry, service, the Step Functions and DynamoDB
+# clients, both state machines' ARNs, the table) come one keyword each from the DELETE route,
+# which reads them from the settings; they are not grouped in a typed object as the apply's are
+# (``ApplyPorts``): the delete is one step, not a pipeline of stages sharing them.
+def delete_array(  # noqa: PLR0913
     array_id: str,
     *,
     delete_volumes: bool,
