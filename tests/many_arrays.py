@@ -12,7 +12,6 @@ construction: DescribeAutoScalingGroups by name, DescribeInstances by id, …).
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,15 +26,14 @@ from vsa_core.arrays.spec import ArraySpec
 from vsa_core.backups.sets import BackupSet
 from vsa_core.controllers import aws_bootstrap, aws_drain
 from vsa_core.controllers.aws_context import ControllerContext
-from vsa_core.controllers.aws_lifecycle import start
+from vsa_core.controllers.aws_lifecycle import LifecycleSettings, start
 from vsa_core.controllers.events import ControllerEvent
 from vsa_core.controllers.steps import Locate, Prepare
 from vsa_core.naming import group_name, iops_alarm_name, slot_key
 from vsa_core.scaling.aws_demand import read_demand
-from vsa_core.scaling.aws_plan import plan_scale
+from vsa_core.scaling.aws_plan import PlanSettings, plan_scale
 from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.planner import PlanInput, plan
-from vsa_core.settings import get_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 ZONE = "us-east-1a"
@@ -48,6 +46,10 @@ DECISIONS = 30
 BACKUPS = 7
 """Backup sets per array: a week of daily backups (the example spec's retention)."""
 NOW = datetime(2026, 11, 2, 17, 5, tzinfo=UTC)
+WORKFLOWS = "arn:aws:states:us-east-1:000000000000:stateMachine:bench-"
+"""The controller workflows' ARNs the trigger starts (the fake Step Functions records the names)."""
+PLAN = PlanSettings(health_check_minutes=5, history_retention_days=90, stack_name="vsa")
+"""The scale planner's settings: the template's defaults."""
 
 
 def _event(relative: str) -> dict[str, Any]:
@@ -416,14 +418,16 @@ class World:
         self.ctx = ControllerContext(registry=self.registry, arrays=self.arrays, ec2=FakeEc2(), ssm=object())
 
     def _trigger(self, event: dict[str, Any]) -> dict[str, Any]:
-        """on_controller_event: parse, then start the workflow (or not). The trigger reads its
-        table's name from the settings, as deployed: this world's table, also when another
-        world's table was used last (the benchmark keeps two)."""
-        if os.environ.get("VSA_TABLE_NAME") != self.table:
-            os.environ["VSA_TABLE_NAME"] = self.table
-            get_settings.cache_clear()
+        """on_controller_event: parse, then start the workflow (or not), with this world's table
+        (the benchmark keeps two)."""
+        settings = LifecycleSettings(
+            table_name=self.table,
+            bootstrap_state_machine_arn=f"{WORKFLOWS}bootstrap",
+            drain_state_machine_arn=f"{WORKFLOWS}drain",
+        )
         parsed = ControllerEvent.model_validate(event)
-        return start(parsed, parsed.model_dump_json(by_alias=True), self.sfn, self.dynamodb)  # type: ignore[arg-type]
+        raw = parsed.model_dump_json(by_alias=True)
+        return start(parsed, raw, self.sfn, self.dynamodb, settings)  # type: ignore[arg-type]
 
     def state_change(self, instance_id: str, state: str = "terminated") -> dict[str, Any]:
         """EC2 Instance State-change Notification → on_controller_event → (a controller's)
@@ -475,7 +479,9 @@ class World:
             }
         )
         read_demand(array_id(index), self.registry, self.arrays, FakeCloudwatch(), NOW)
-        return plan_scale(request, self.registry, FakeAutoscaling(), NOW, FakeEc2(), FakeCloudwatch())
+        return plan_scale(
+            request, self.registry, FakeAutoscaling(), NOW, FakeEc2(), FakeCloudwatch(), settings=PLAN
+        )
 
     def list_arrays(self) -> int:
         """Not an event: GET /arrays and the every-minute demand publisher read every array."""

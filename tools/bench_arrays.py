@@ -50,7 +50,6 @@ os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")  # the core's log lines
 from tests import many_arrays  # noqa: E402
 from tests.infra.test_registry_table import create_table_arguments, time_to_live  # noqa: E402
 from tests.many_arrays import Call, Recorder, World  # noqa: E402
-from vsa_core.settings import get_settings  # noqa: E402
 
 console = Console(highlight=False, width=150)
 SMALL, LARGE = 10, 1000
@@ -163,11 +162,6 @@ def main() -> None:
             "bench-arrays runs against the local cloud: use `make bench-arrays` (AWS_ENDPOINT_URL unset)"
         )
     dynamodb = boto3.client("dynamodb")
-    os.environ.update(
-        VSA_BOOTSTRAP_STATE_MACHINE_ARN="arn:aws:states:us-east-1:000000000000:stateMachine:bench-bootstrap",
-        VSA_DRAIN_STATE_MACHINE_ARN="arn:aws:states:us-east-1:000000000000:stateMachine:bench-drain",
-    )
-    get_settings.cache_clear()
     tables = {size: f"vsa-bench-arrays-{size}-{uuid.uuid4().hex[:6]}" for size in (SMALL, LARGE)}
     try:
         worlds, item_bytes = {}, {}

@@ -15,10 +15,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vsa_core.arrays.spec import ArrayId
 from vsa_core.backups import sets
-from vsa_core.backups.aws_service import BackupService, from_settings
+from vsa_core.backups.aws_service import BackupService, BackupSettings, from_settings
 from vsa_core.errors import ArrayNotFoundError
 from vsa_core.observability import logger, tracer
-from vsa_core.settings import get_settings
+from vsa_core.settings import Deployment, Loader
+
+
+class Settings(Deployment, BackupSettings):
+    """The backup service's table and workflow, and the deployment's name."""
+
+
+settings = Loader(Settings)
 
 
 class BackupRequestedDetail(BaseModel):
@@ -48,9 +55,10 @@ def handle(event: BackupRequested, service: BackupService) -> dict[str, Any]:
 
 @logger.inject_lambda_context(clear_state=True, correlation_id_path="id")
 @tracer.capture_lambda_handler
+@settings.first
 @event_parser(model=BackupRequested)
 def lambda_handler(event: BackupRequested, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(array_id=event.detail.array_id)
-    result = handle(event, from_settings(get_settings()))
+    result = handle(event, from_settings(settings()))
     logger.info("backup requested", extra=result)
     return result

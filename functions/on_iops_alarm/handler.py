@@ -1,9 +1,5 @@
-"""EventBridge ``CloudWatch Alarm State Change`` for a VSA IOPS alarm → start ScaleArray.
-
-Thin: parse and validate the event, derive the workflow input and its idempotent execution
-name in the core, start the execution. A repeated delivery of the same state change maps to
-the same execution name, so it starts nothing new.
-"""
+"""EventBridge ``CloudWatch Alarm State Change`` for a VSA IOPS alarm → start ScaleArray, once per
+state change (the core derives the execution's name from it: a repeated delivery starts nothing)."""
 
 import time
 from typing import TYPE_CHECKING, Any
@@ -17,18 +13,24 @@ from vsa_core.clients import client
 from vsa_core.naming import match_iops_alarm_name, scale_execution_name
 from vsa_core.observability import logger, metrics, tracer
 from vsa_core.scaling.events import AlarmStateChangeEvent, ScaleRequest
-from vsa_core.settings import get_settings
+from vsa_core.settings import AlarmRearm, Deployment, Loader, ScaleWorkflow
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
+
+
+class Settings(Deployment, ScaleWorkflow, AlarmRearm):
+    """The ScaleArray workflow, when it re-arms the alarm, the deployment's name (its alarms')."""
+
+
+settings = Loader(Settings)
 
 
 def start_scale(event: AlarmStateChangeEvent, sfn: "SFNClient") -> dict[str, Any]:
     detail = event.detail
     parsed = match_iops_alarm_name(detail.alarm_name)
     if parsed is None:
-        # not an array's IOPS alarm (the rule matches only those; a wider rule, or a hand-made
-        # event, must not fail into the dead-letter queue and retry): nothing to scale
+        # not an array's IOPS alarm (a wider rule, a hand-made event): nothing to scale or retry
         logger.info("not a VSA IOPS alarm; ignored", extra={"alarm": detail.alarm_name, "event_id": event.id})
         metrics.add_metric(name="IgnoredAlarmEvents", unit=MetricUnit.Count, value=1)
         return {"started": False, "reason": f"alarm {detail.alarm_name!r} is not a VSA IOPS alarm"}
@@ -47,13 +49,13 @@ def start_scale(event: AlarmStateChangeEvent, sfn: "SFNClient") -> dict[str, Any
         demand_iops=detail.state.latest_datapoint(),
         state_timestamp=detail.state.timestamp,
         event_id=event.id,
-        rearm_seconds=get_settings().alarm_rearm_seconds,
+        rearm_seconds=settings().alarm_rearm_seconds,
     )
     alarm_arn = event.resources[0] if event.resources else detail.alarm_name
     name = scale_execution_name(array_id, alarm_arn, detail.state.timestamp)
     try:
         execution = sfn.start_execution(
-            stateMachineArn=get_settings().scale_state_machine_arn,
+            stateMachineArn=settings().scale_state_machine_arn,
             name=name,
             input=request.model_dump_json(by_alias=True, exclude_none=True),
         )
@@ -69,6 +71,7 @@ def start_scale(event: AlarmStateChangeEvent, sfn: "SFNClient") -> dict[str, Any
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
+@settings.first
 @event_parser(model=AlarmStateChangeEvent)
 def lambda_handler(event: AlarmStateChangeEvent, context: LambdaContext) -> dict[str, Any]:
     return start_scale(event, client("stepfunctions"))

@@ -14,12 +14,19 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vsa_core.errors import InvalidEventError
-from vsa_core.health.aws_check import HealthContext, run
+from vsa_core.health.aws_check import HealthContext, HealthSettings, run
 from vsa_core.naming import ARRAY_ID_PATTERN
 from vsa_core.observability import logger, tracer
-from vsa_core.settings import get_settings
+from vsa_core.settings import Deployment, Loader
 
-__all__ = ["lambda_handler"]
+__all__ = ["lambda_handler", "settings"]
+
+
+class Settings(Deployment, HealthSettings):
+    """The check's settings (``HealthSettings``) and the deployment's name."""
+
+
+settings = Loader(Settings)
 
 
 class CheckRequest(BaseModel):
@@ -33,9 +40,10 @@ class CheckRequest(BaseModel):
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
+@settings.first
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     try:
         request = CheckRequest.model_validate(event if isinstance(event, dict) else {})
     except ValidationError as error:
         raise InvalidEventError(f"health check: arrayIds must be 1-100 array ids: {error}") from error
-    return run(HealthContext.from_settings(get_settings()), datetime.now(UTC), request.array_ids)
+    return run(HealthContext.from_settings(settings()), datetime.now(UTC), request.array_ids)

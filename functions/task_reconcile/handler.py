@@ -12,25 +12,35 @@ from vsa_core.clients import client
 from vsa_core.observability import logger, tracer
 from vsa_core.reconcile.aws_steps import ReconcileContext, Steps
 from vsa_core.reconcile.steps import Request
-from vsa_core.settings import get_settings
+from vsa_core.settings import Deployment, Loader, NodeKeys, Registry
+
+
+class Settings(Deployment, Registry, NodeKeys):
+    """The registry, the KMS key of the arrays' key secrets, the deployment's name."""
+
+
+settings = Loader(Settings)
 
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
+@settings.first
 @event_parser(model=Request)
 def lambda_handler(event: Request, context: LambdaContext) -> dict[str, Any]:
     request = event.root
     logger.append_keys(step=request.step, array_id=request.array_id, execution=request.owner)
-    settings = get_settings()
+    config = settings()
     dynamodb = client("dynamodb")
     steps = Steps(
         ReconcileContext(
-            registry=ArrayRegistry(settings.table_name, dynamodb),
-            arrays=ArrayService(scheduler_role_arn=settings.backup_scheduler_role_arn),
+            registry=ArrayRegistry(config.table_name, dynamodb),
+            # no role: reconcile creates volumes and keys, never a schedule (the key's ARN names
+            # the account)
+            arrays=ArrayService(scheduler_role_arn="", keys_kms_key_id=config.keys_kms_key_id),
             dynamodb=dynamodb,
             ec2=client("ec2"),
             ssm=client("ssm"),
-            table=settings.table_name,
+            table=config.table_name,
             autoscaling=client("autoscaling"),
         )
     )

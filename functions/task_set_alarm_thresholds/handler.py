@@ -14,7 +14,14 @@ from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArrayId
 from vsa_core.observability import logger, tracer
-from vsa_core.settings import get_settings
+from vsa_core.settings import Deployment, Loader, Registry
+
+
+class Settings(Deployment, Registry):
+    """The registry and the deployment's name."""
+
+
+settings = Loader(Settings)
 
 
 class ThresholdRequest(BaseModel):
@@ -26,12 +33,13 @@ class ThresholdRequest(BaseModel):
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
+@settings.first
 @event_parser(model=ThresholdRequest)
 def lambda_handler(event: ThresholdRequest, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(array_id=event.array_id)
-    settings = get_settings()
-    spec = ArrayRegistry(settings.table_name).get(event.array_id).spec
-    service = ArrayService(scheduler_role_arn=settings.backup_scheduler_role_arn)
+    spec = ArrayRegistry(settings().table_name).get(event.array_id).spec
+    # no role: thresholds are the alarms' only, no schedule is created
+    service = ArrayService(scheduler_role_arn="")
     changes = service.set_alarm_thresholds(spec, event.desired_controllers)
     logger.info("alarm thresholds set", extra={"changes": [c.as_dict() for c in changes]})
     return {"arrayId": event.array_id, "changes": [c.as_dict() for c in changes]}

@@ -19,7 +19,14 @@ from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import ArrayId
 from vsa_core.observability import logger, tracer
-from vsa_core.settings import get_settings
+from vsa_core.settings import Deployment, Loader, NodeKeys, Registry
+
+
+class Settings(Deployment, Registry, NodeKeys):
+    """The registry, the KMS key of the arrays' key secrets, the deployment's name."""
+
+
+settings = Loader(Settings)
 
 
 class TeardownStep(BaseModel):
@@ -45,12 +52,14 @@ def run_step(request: TeardownStep, registry: ArrayRegistry, service: ArrayServi
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
+@settings.first
 @event_parser(model=TeardownStep)
 def lambda_handler(event: TeardownStep, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(array_id=event.array_id, step=event.step)
-    settings = get_settings()
+    config = settings()
     return run_step(
         event,
-        ArrayRegistry(settings.table_name),
-        ArrayService(scheduler_role_arn=settings.backup_scheduler_role_arn),
+        ArrayRegistry(config.table_name),
+        # no role: teardown deletes schedules and keys, creates none (the key's ARN names the account)
+        ArrayService(scheduler_role_arn="", keys_kms_key_id=config.keys_kms_key_id),
     )

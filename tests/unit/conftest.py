@@ -18,13 +18,48 @@ from moto import mock_aws
 from tests.infra.test_registry_table import create_table_arguments, time_to_live
 from vsa_core.clients import client
 from vsa_core.observability import metrics
-from vsa_core.settings import get_settings
+from vsa_core.settings import Loader
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = ROOT / "events"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account, also the one in the sample events
 TABLE_NAME = "vsa-unit-registry"
+
+
+UNIT_ENVIRONMENT = {
+    "VSA_DEPLOYMENT_NAME": "vsa",
+    "VSA_TABLE_NAME": TABLE_NAME,
+    "VSA_DEPLOYMENT": "vsa-unit",
+    "VSA_EVENT_BUS_NAME": "default",
+    "VSA_BACKUP_SCHEDULER_ROLE_ARN": f"arn:aws:iam::{ACCOUNT}:role/vsa-unit-backup-scheduler",
+    "VSA_KEYS_KMS_KEY_ID": f"arn:aws:kms:{REGION}:{ACCOUNT}:key/00000000-0000-4000-8000-00000000000a",
+    "VSA_NODE_ROLE_PATH": "/vsa-node/",
+    "VSA_SCALE_STATE_MACHINE_ARN": f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:vsa-unit-scale",
+    "VSA_BOOTSTRAP_STATE_MACHINE_ARN": f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:vsa-unit-bootstrap",
+    "VSA_DRAIN_STATE_MACHINE_ARN": f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:vsa-unit-drain",
+    "VSA_RECONCILE_STATE_MACHINE_ARN": f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:vsa-unit-reconcile",
+    "VSA_DELETE_STATE_MACHINE_ARN": f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:vsa-unit-delete",
+    "VSA_BACKUP_STATE_MACHINE_ARN": f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:vsa-unit-backup",
+    "VSA_ALARM_REARM_SECONDS": "60",
+    "VSA_HEALTH_CHECK_MINUTES": "5",
+    "VSA_HISTORY_RETENTION_DAYS": "90",
+    "VSA_RETENTION_MAX_DELETIONS": "5",
+    "VSA_IDEMPOTENCY_TABLE_NAME": "vsa-unit-idempotency",
+    "VSA_CONFIGURE_TARGET_DOCUMENT": "vsa-unit-ConfigureTarget",
+    "VSA_CONNECT_PATH_DOCUMENT": "vsa-unit-ConnectPath",
+    "VSA_DISCONNECT_PATH_DOCUMENT": "vsa-unit-DisconnectPath",
+    "VSA_REPORT_PATHS_DOCUMENT": "vsa-unit-ReportPaths",
+    "VSA_REPORT_EXPORTS_DOCUMENT": "vsa-unit-ReportExports",
+    "VSA_FREEZE_IO_DOCUMENT": "vsa-unit-FreezeIo",
+    "VSA_THAW_IO_DOCUMENT": "vsa-unit-ThawIo",
+    "VSA_NODE_CONFIGFS_ROOT": "/sys/kernel/config",
+    "VSA_NODE_NVME_COMMAND": "nvme",
+    "VSA_NODE_SYSFS_ROOT": "/sys",
+    "VSA_NODE_MOUNTS_FILE": "/proc/self/mounts",
+}
+"""A value for every variable a function's settings read (tests/infra/test_function_settings.py
+checks the template's own); a test or fixture that sets one first keeps its value."""
 
 
 # One of moto's default AMIs (moto/ec2/resources/amis.json.gz), present in every region.
@@ -80,7 +115,7 @@ class FakeLambdaContext:
 
 def _clear_caches() -> None:
     client.cache_clear()
-    get_settings.cache_clear()
+    Loader.clear_all()
 
 
 @pytest.fixture(autouse=True)
@@ -99,8 +134,8 @@ def offline_aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
     monkeypatch.setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true")
-    monkeypatch.delenv("VSA_TABLE_NAME", raising=False)
-    monkeypatch.delenv("VSA_SCALE_STATE_MACHINE_ARN", raising=False)
+    for name in UNIT_ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
     _clear_caches()
     yield
     _clear_caches()
@@ -108,15 +143,18 @@ def offline_aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.fixture
 def function_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The environment template.yaml's Globals give every function, with tracing off and metrics reset."""
-    monkeypatch.setenv("VSA_TABLE_NAME", TABLE_NAME)
+    """The functions' environment (``UNIT_ENVIRONMENT`` where a test has not set a variable
+    already), with tracing off and metrics reset."""
+    for name, value in UNIT_ENVIRONMENT.items():
+        if name not in os.environ:
+            monkeypatch.setenv(name, value)
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "1")
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "VSA")
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "vsa-control-plane")
     # The shared Metrics object read its namespace from the environment when first imported.
     monkeypatch.setattr(metrics, "namespace", "VSA")
     metrics.clear_metrics()
-    get_settings.cache_clear()
+    Loader.clear_all()
     yield
     metrics.clear_metrics()
 
@@ -140,9 +178,24 @@ def registry_table(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     dynamodb.create_table(**create_table_arguments(TABLE_NAME))
     dynamodb.update_time_to_live(TableName=TABLE_NAME, TimeToLiveSpecification=time_to_live())
     monkeypatch.setenv("VSA_TABLE_NAME", TABLE_NAME)
-    get_settings.cache_clear()
+    Loader.clear_all()
     yield TABLE_NAME
     dynamodb.delete_table(TableName=TABLE_NAME)
+
+
+@pytest.fixture
+def workflows(aws: None) -> None:
+    """The state machines ``UNIT_ENVIRONMENT`` names, in moto (which records executions without
+    running them): the timeline lists the runs of every one."""
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    for name, arn in UNIT_ENVIRONMENT.items():
+        if name.endswith("_STATE_MACHINE_ARN"):
+            sfn.create_state_machine(
+                name=arn.rsplit(":", 1)[1],
+                definition=json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}),
+                roleArn=f"arn:aws:iam::{ACCOUNT}:role/workflow-unit",
+                type="STANDARD",
+            )
 
 
 @pytest.fixture
@@ -156,7 +209,7 @@ def scale_state_machine(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         type="STANDARD",
     )["stateMachineArn"]
     monkeypatch.setenv("VSA_SCALE_STATE_MACHINE_ARN", arn)
-    get_settings.cache_clear()
+    Loader.clear_all()
     yield arn
     sfn.delete_state_machine(stateMachineArn=arn)
 

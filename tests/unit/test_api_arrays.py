@@ -12,20 +12,29 @@ import pytest
 from api_arrays import handler
 from botocore.stub import Stubber
 
-from tests.unit.conftest import REGION, FakeLambdaContext, an_image_id, hooks_keep_metadata, load_event
+from tests.unit.conftest import (
+    REGION,
+    TABLE_NAME,
+    FakeLambdaContext,
+    an_image_id,
+    hooks_keep_metadata,
+    load_event,
+)
 from vsa_core.api import replies
 from vsa_core.arrays import aws_lock
 from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.clients import client
-from vsa_core.settings import get_settings
+from vsa_core.settings import Loader
 
 ROLE = "arn:aws:iam::123456789012:role/vsa-backup-scheduler"
 
 
 @pytest.fixture
-def api_env(registry_table: str, function_env: None, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def api_env(
+    registry_table: str, function_env: None, workflows: None, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
     """A registry, one existing io2 Multi-Attach volume in us-east-1a, a subnet, an AMI."""
     monkeypatch.setenv("VSA_BACKUP_SCHEDULER_ROLE_ARN", ROLE)
     ec2 = boto3.client("ec2", region_name=REGION)
@@ -44,7 +53,7 @@ def api_env(registry_table: str, function_env: None, monkeypatch: pytest.MonkeyP
         roleArn="arn:aws:iam::123456789012:role/reconcile-unit",
     )["stateMachineArn"]
     monkeypatch.setenv("VSA_RECONCILE_STATE_MACHINE_ARN", reconcile)
-    get_settings.cache_clear()
+    Loader.clear_all()
     return {"volume": volume, "subnet": subnet, "image": image, "reconcile": reconcile}
 
 
@@ -56,7 +65,7 @@ def call(event: dict[str, Any]) -> tuple[int, Any]:
 def create_step() -> dict[str, Any]:
     """What the first step of the ReconcileArray run a PUT started does (moto records the run
     without running it): create the stored spec's owned volumes not created yet."""
-    array = ArrayRegistry(get_settings().table_name).get("demo")
+    array = ArrayRegistry(TABLE_NAME).get("demo")
     service = ArrayService(scheduler_role_arn=ROLE)
     return service.create_volumes(array.spec, array.desired_controllers)
 
@@ -134,7 +143,7 @@ def test_delete_starts_the_delete_workflow_once(
         roleArn="arn:aws:iam::123456789012:role/sfn",
     )["stateMachineArn"]
     monkeypatch.setenv("VSA_DELETE_STATE_MACHINE_ARN", machine)
-    get_settings.cache_clear()
+    Loader.clear_all()
     first_apply(api_env)
     # When it is deleted
     status, reply = call(load_event("apigateway/delete_array.json"))
@@ -560,7 +569,7 @@ def test_delete_stops_the_arrays_reconcile_runs_and_lets_go_of_their_lock(
         roleArn="arn:aws:iam::123456789012:role/sfn",
     )["stateMachineArn"]
     monkeypatch.setenv("VSA_DELETE_STATE_MACHINE_ARN", machine)
-    get_settings.cache_clear()
+    Loader.clear_all()
     first_apply(api_env)
     added = boto3.client("ec2", region_name=REGION).create_volume(
         AvailabilityZone="us-east-1a", Size=100, VolumeType="io2", Iops=3000, MultiAttachEnabled=True
@@ -569,7 +578,7 @@ def test_delete_stops_the_arrays_reconcile_runs_and_lets_go_of_their_lock(
     status, applied = call(put_event(api_env, volumes=[*spec["volumes"], {"volumeId": added}]))
     assert status == 200, applied
     run = applied["reconcile"]["executionName"]
-    table = get_settings().table_name
+    table = TABLE_NAME
     dynamodb = boto3.client("dynamodb", region_name=REGION)
     assert aws_lock.acquire(dynamodb, table, "demo", run, 900, int(time.time()))["acquired"]
     # When the array is deleted
@@ -604,7 +613,7 @@ def test_an_apply_that_stopped_after_storing_its_spec_is_finished_by_applying_it
     event = put_event(api_env, volumes=[*spec["volumes"], {"volumeId": added}])
     # When a PUT adding a volume stores its spec and its function then ends (API Gateway's 504
     # after 29 s, the function at its timeout): the first write of the apply, and nothing after
-    registry = ArrayRegistry(get_settings().table_name)
+    registry = ArrayRegistry(TABLE_NAME)
     stored = registry.put(ArraySpec.model_validate(json.loads(event["body"])), expected_version=1)
     assert stored.version == 2
     # Then GET says version 2's apply has not finished, and what to do
@@ -631,11 +640,11 @@ def test_an_apply_that_stopped_before_a_scale_decision_is_still_finished_by_appl
     # Given an applied array, then a PUT that stored version 2 and stopped (nothing after)
     first_apply(api_env)
     event = put_event(api_env, maxControllers=6)
-    registry = ArrayRegistry(get_settings().table_name)
+    registry = ArrayRegistry(TABLE_NAME)
     registry.put(ArraySpec.model_validate(json.loads(event["body"])), expected_version=1)
     # and a scale decision since, which bumps the version as ScaleArray's ASL does
     client("dynamodb").update_item(
-        TableName=get_settings().table_name,
+        TableName=TABLE_NAME,
         Key={"pk": {"S": "ARRAY#demo"}, "sk": {"S": "SPEC"}},
         UpdateExpression="ADD version :one",
         ExpressionAttributeValues={":one": {"N": "1"}},
@@ -684,13 +693,13 @@ def test_an_apply_and_a_delete_record_the_signed_caller_and_the_timeline_shows_i
         roleArn="arn:aws:iam::123456789012:role/sfn",
     )["stateMachineArn"]
     monkeypatch.setenv("VSA_DELETE_STATE_MACHINE_ARN", machine)
-    get_settings.cache_clear()
+    Loader.clear_all()
     # When the operator applies, signed, with a header claiming someone else
     status, reply = call(signed_by(put_event(api_env), OPERATOR))
     assert status == 202, reply
     # Then the stored spec names the signer in its own write
     item = boto3.client("dynamodb", region_name=REGION).get_item(
-        TableName=get_settings().table_name, Key={"pk": {"S": "ARRAY#demo"}, "sk": {"S": "SPEC"}}
+        TableName=TABLE_NAME, Key={"pk": {"S": "ARRAY#demo"}, "sk": {"S": "SPEC"}}
     )["Item"]
     applied_by = json.loads(item["appliedBy"]["S"])
     assert (applied_by["arn"], applied_by["accessKeyId"]) == (OPERATOR, "AKIAIOSFODNN7EXAMPLE")
@@ -698,7 +707,7 @@ def test_an_apply_and_a_delete_record_the_signed_caller_and_the_timeline_shows_i
     applies = [e for e in timeline() if e["kind"] == "apply"]
     assert [(e["what"], e["reference"], e["by"]) for e in applies] == [("spec v1 applied", "v1", OPERATOR)]
     history = boto3.client("dynamodb", region_name=REGION).query(
-        TableName=get_settings().table_name,
+        TableName=TABLE_NAME,
         KeyConditionExpression="pk = :pk AND begins_with(sk, :c)",
         ExpressionAttributeValues={":pk": {"S": "ARRAY#demo"}, ":c": {"S": "CHANGE#"}},
     )["Items"]

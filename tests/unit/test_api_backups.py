@@ -19,14 +19,16 @@ from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.backups import sets
 from vsa_core.backups.aws_registry import BackupRegistry
-from vsa_core.settings import get_settings
+from vsa_core.settings import Loader
 
 AMI = "ami-12c6146b"
 IDEMPOTENCY_TABLE = "vsa-unit-idempotency"
 
 
 @pytest.fixture
-def env(registry_table: str, function_env: None, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def env(
+    registry_table: str, function_env: None, workflows: None, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
     """An array 'demo' (one io2 volume, one host with a mountpoint), the workflow, the idempotency table."""
     boto3.client("dynamodb", region_name=REGION).create_table(
         TableName=IDEMPOTENCY_TABLE,
@@ -41,7 +43,7 @@ def env(registry_table: str, function_env: None, monkeypatch: pytest.MonkeyPatch
     )["stateMachineArn"]
     monkeypatch.setenv("VSA_IDEMPOTENCY_TABLE_NAME", IDEMPOTENCY_TABLE)
     monkeypatch.setenv("VSA_BACKUP_STATE_MACHINE_ARN", machine)
-    get_settings.cache_clear()
+    Loader.clear_all()
     aws_backups._once.cache_clear()
     ec2 = boto3.client("ec2", region_name=REGION)
     volume = ec2.create_volume(

@@ -389,7 +389,7 @@ def events_request(array_id: str = "demo", **query: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def api(registry_table: str, function_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def api(registry_table: str, function_env: None, workflows: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """The arrays API over moto: the array registered, the five workflows' ARNs unset (moto lists
     no history: the route's reads of them are the tests above)."""
     ArrayRegistry(registry_table).create(_spec())

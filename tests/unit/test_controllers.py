@@ -23,7 +23,6 @@ from vsa_core.controllers.aws_steps import Steps
 from vsa_core.controllers.steps import Attach, Attachment, Commands, Connect, Detach, Locate, Node, Prepare
 from vsa_core.errors import ConflictError, InvalidEventError
 from vsa_core.naming import slot_key, slot_of_key
-from vsa_core.settings import get_settings
 
 # --- pure ------------------------------------------------------------------------------------------
 
@@ -164,7 +163,6 @@ def sfn(function_env: None, monkeypatch: pytest.MonkeyPatch) -> Any:
         "VSA_BOOTSTRAP_STATE_MACHINE_ARN", "arn:aws:states:us-east-1:123456789012:stateMachine:B"
     )
     monkeypatch.setenv("VSA_DRAIN_STATE_MACHINE_ARN", "arn:aws:states:us-east-1:123456789012:stateMachine:D")
-    get_settings.cache_clear()
     return boto3.client("stepfunctions", region_name=REGION)
 
 
@@ -192,8 +190,8 @@ def test_a_lifecycle_action_starts_its_workflow_once(
         )
         stub.add_client_error("start_execution", "ExecutionAlreadyExists", "exists")
         dynamodb = boto3.client("dynamodb", region_name=REGION)
-        assert trigger.start(event, "{}", sfn, dynamodb)["started"] is True
-        assert trigger.start(event, "{}", sfn, dynamodb) == {
+        assert trigger.start(event, "{}", sfn, dynamodb, trigger.settings())["started"] is True
+        assert trigger.start(event, "{}", sfn, dynamodb, trigger.settings()) == {
             "started": False,
             "execution": name,
             "reason": "duplicate event",
@@ -225,7 +223,7 @@ def test_a_lifecycle_action_of_another_deployments_array_starts_nothing(
     with Stubber(sfn) as stub:
         # When each arrives, Then no workflow starts (the Stubber has no answer) and a log says why
         for each in (event, foreign):
-            answer = trigger.start(each, "{}", sfn, dynamodb)
+            answer = trigger.start(each, "{}", sfn, dynamodb, trigger.settings())
             assert answer["started"] is False
             assert answer["reason"] == "not an array of this deployment"
         stub.assert_no_pending_responses()
@@ -267,7 +265,7 @@ def test_a_lost_controller_starts_its_drain_and_any_other_instance_nothing(
             {"stateMachineArn": arn, "name": name, "input": "{}"},
         )
         # When EC2 announces it terminated / Then its drain starts
-        assert trigger.start(event, "{}", sfn, dynamodb)["started"] is True
+        assert trigger.start(event, "{}", sfn, dynamodb, trigger.settings())["started"] is True
         # When another instance of the region (a host, anything) terminates
         other = trigger.ControllerEvent.model_validate(
             {
@@ -276,7 +274,7 @@ def test_a_lost_controller_starts_its_drain_and_any_other_instance_nothing(
             }
         )
         # Then nothing starts (the Stubber has no second answer) and a log line says why
-        assert trigger.start(other, "{}", sfn, dynamodb) == {
+        assert trigger.start(other, "{}", sfn, dynamodb, trigger.settings()) == {
             "started": False,
             "execution": "lost-i-0ffffffffffffffff-terminated",
             "reason": "not a controller",

@@ -113,4 +113,4 @@ def test_the_probe_tells_built_models_from_deferred_ones() -> None:
     # an empty list above means "not built", never "not seen")
     assert models["vsa_core.backups.sets.BackupSet"] is False
     assert models["vsa_core.backups.steps.Request"] is True
-    assert models["vsa_core.settings.Settings"] is True
+    assert models["task_backup.handler.Settings"] is True

@@ -52,3 +52,21 @@ def test_a_deployment_name_outside_the_rule_is_refused(monkeypatch: pytest.Monke
     monkeypatch.setenv("VSA_DEPLOYMENT_NAME", bad)
     with pytest.raises(ValueError, match="VSA_DEPLOYMENT_NAME"):
         naming.group_name("dbx")
+
+
+@pytest.mark.parametrize("unset", ["missing", "empty"])
+def test_a_function_without_the_deployments_name_names_nothing(
+    monkeypatch: pytest.MonkeyPatch, unset: str
+) -> None:
+    # Given a Lambda function's environment (AWS_LAMBDA_FUNCTION_NAME) without the deployment's name
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "vsa-on-iops-alarm")
+    if unset == "empty":
+        monkeypatch.setenv("VSA_DEPLOYMENT_NAME", "")
+    else:
+        monkeypatch.delenv("VSA_DEPLOYMENT_NAME", raising=False)
+    # Then no name is made: it would be the default deployment's
+    with pytest.raises(ValueError, match="VSA_DEPLOYMENT_NAME is missing or empty"):
+        naming.group_name("dbx")
+    # And outside a function (the CLI, the tools, the tests) the default deployment's names stand
+    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME")
+    assert naming.group_name("dbx") == "vsa-dbx-controllers"

@@ -18,14 +18,21 @@ from vsa_core.arrays.spec import ArraySpec
 from vsa_core.errors import ArrayNotFoundError
 from vsa_core.naming import slot_key
 from vsa_core.scaling import aws_forecast
+from vsa_core.scaling.aws_plan import PlanSettings
 from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.forecast import Floor, from_stored
 from vsa_core.scaling.planner import PlanInput, plan
-from vsa_core.settings import get_settings
 
 REQUEST: dict[str, Any] = load_event("stepfunctions/task_plan_scale.json")
 DEMO = ArraySpec(arrayId="demo", availabilityZone="us-east-1a", **BASE, minControllers=2, maxControllers=8)
 NOW = datetime(2026, 11, 2, 17, 5, tzinfo=UTC)
+SETTINGS = PlanSettings(health_check_minutes=5, history_retention_days=90, stack_name="vsa-unit")
+"""The planner's settings: the template's defaults, the unit stack's name."""
+
+
+def plan_scale(*args: Any, settings: PlanSettings = SETTINGS, **clients: Any) -> dict[str, Any]:
+    """The handler's planner with ``SETTINGS`` unless a test gives others."""
+    return handler.plan_scale(*args, settings=settings, **clients)
 
 
 @pytest.fixture
@@ -73,7 +80,7 @@ def test_scale_out_from_the_groups_capacity_with_what_the_workflow_needs(registr
     # Given array "demo" with 2 serving controllers / When its high alarm reports 612,345 IOPS
     registry.create(DEMO)
     make_group(autoscaling, 2)
-    decision = handler.plan_scale(request(), registry, autoscaling, NOW)
+    decision = plan_scale(request(), registry, autoscaling, NOW)
     # Then the plan is the planner's from the group's count, with what the workflow acts on
     expected = plan(
         PlanInput(DEMO, 612_345.0, 2, now=NOW, in_flight=0, forecast=NO_HISTORY, **PRODUCTION)
@@ -107,7 +114,7 @@ def six_serving(registry: ArrayRegistry, autoscaling: Any, registry_table: str) 
 def test_scale_in_names_the_controller_that_leaves(registry, autoscaling, registry_table: str):
     # Given 6 serving controllers in slots 0..5 (the newest in the lowest) and demand that 2 serve
     instances = six_serving(registry, autoscaling, registry_table)
-    decision = handler.plan_scale(
+    decision = plan_scale(
         request(alarmName="vsa-demo-iops-low", alarmKind="low", demandIops=200_000.0),
         registry,
         autoscaling,
@@ -130,7 +137,7 @@ def test_a_collapse_names_every_controller_that_leaves(registry, autoscaling, re
         "newestMinute": "2026-11-02T17:04:00+00:00",
     }
     raw = {**REQUEST, "alarmName": "vsa-demo-iops-low", "alarmKind": "low", "demand": read}
-    decision = handler.plan_scale(ScaleRequest.model_validate(raw), registry, autoscaling, NOW)
+    decision = plan_scale(ScaleRequest.model_validate(raw), registry, autoscaling, NOW)
     # Then it sheds 4 at once, and names the 4 in the highest slots, highest first (the workflow
     # unprotects exactly these, so the group terminates them and no other)
     assert (decision["current_controllers"], decision["desired_controllers"]) == (6, 2)
@@ -149,7 +156,7 @@ def test_the_scale_in_cooldown_runs_from_the_registry(registry, autoscaling, reg
         UpdateExpression="SET lastScaleInAt = :at",
         ExpressionAttributeValues={":at": {"S": (NOW - timedelta(minutes=1)).isoformat()}},
     )
-    decision = handler.plan_scale(request(demandIops=200_000.0), registry, autoscaling, NOW)
+    decision = plan_scale(request(demandIops=200_000.0), registry, autoscaling, NOW)
     # Then nothing changes yet, and the reason says why
     assert (decision["action"], decision["desired_controllers"]) == ("hold", 6)
     assert "cooldown" in decision["reason"]
@@ -157,10 +164,10 @@ def test_the_scale_in_cooldown_runs_from_the_registry(registry, autoscaling, reg
 
 def test_unregistered_array_or_missing_group_is_array_not_found(registry, autoscaling):
     with pytest.raises(ArrayNotFoundError, match="not registered"):
-        handler.plan_scale(request(), registry, autoscaling, NOW)
+        plan_scale(request(), registry, autoscaling, NOW)
     registry.create(DEMO)
     with pytest.raises(ArrayNotFoundError, match="no controller group"):
-        handler.plan_scale(request(), registry, autoscaling, NOW)
+        plan_scale(request(), registry, autoscaling, NOW)
 
 
 def test_handler_plans_with_the_clients_and_table_of_its_environment(
@@ -193,7 +200,7 @@ def test_the_demand_read_by_the_workflow_wins_over_the_alarms_datapoint(registry
         "newestMinute": "2026-11-02T17:04:00+00:00",
         "source": "AWS/EBS",
     }
-    decision = handler.plan_scale(request(demand=read), registry, autoscaling, NOW)
+    decision = plan_scale(request(demand=read), registry, autoscaling, NOW)
     # Then the plan is made from the read demand and its trend (100,000 IOPS/min for 10 min)
     expected = plan(
         PlanInput(
@@ -210,7 +217,7 @@ def test_without_any_datapoint_read_the_alarms_datapoint_is_the_demand(registry,
     registry.create(DEMO)
     make_group(autoscaling, 2)
     empty = {"demandIops": 0.0, "recentDemand": [0.0] * 15, "newestMinute": None}
-    decision = handler.plan_scale(request(demand=empty), registry, autoscaling, NOW)
+    decision = plan_scale(request(demand=empty), registry, autoscaling, NOW)
     assert (decision["demand_iops"], decision["demandSource"]) == (612_345.0, "alarm")
     assert decision["recent_samples"] == 0
 
@@ -235,7 +242,7 @@ def test_the_alarms_datapoint_stands_for_the_demand_only_while_fresh(
     stamp = (NOW - age).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "+0000"
     changes = {"alarmName": f"vsa-demo-iops-{kind}", "alarmKind": kind, "stateTimestamp": stamp}
     # When planned
-    decision = handler.plan_scale(request(demand=empty, **changes), registry, autoscaling, NOW)
+    decision = plan_scale(request(demand=empty, **changes), registry, autoscaling, NOW)
     if fresh:
         # Then a fresh datapoint is the demand (612,345 IOPS: scale out to 4)
         assert (decision["demandSource"], decision["desired_controllers"]) == ("alarm", 4)
@@ -256,7 +263,7 @@ def test_a_day_old_alarm_does_not_scale_an_idle_array_out(registry, autoscaling)
     empty = {"demandIops": 0.0, "recentDemand": [0.0] * 15, "newestMinute": None}
     old = request(demand=empty, stateTimestamp="2026-11-01T17:04:40.989+0000")
     # When planned / Then the group keeps its 2 controllers
-    decision = handler.plan_scale(old, registry, autoscaling, NOW)
+    decision = plan_scale(old, registry, autoscaling, NOW)
     assert (decision["action"], decision["current_controllers"], decision["desired_controllers"]) == (
         "hold",
         2,
@@ -264,23 +271,20 @@ def test_a_day_old_alarm_does_not_scale_an_idle_array_out(registry, autoscaling)
     )
 
 
-def test_the_decision_carries_its_expiry_after_the_retention(
-    registry, autoscaling, monkeypatch: pytest.MonkeyPatch
-):
+def test_the_decision_carries_its_expiry_after_the_retention(registry, autoscaling):
     # Given array "demo" and its group
     registry.create(DEMO)
     make_group(autoscaling, 2)
     # When PlanScale decides (the default retention: 90 days) / Then the record the workflow
     # writes carries expiresAt, the registry's TTL attribute, 90 days on
-    decision = handler.plan_scale(request(), registry, autoscaling, NOW)
+    decision = plan_scale(request(), registry, autoscaling, NOW)
     assert decision["expiresAt"] == int((NOW + timedelta(days=90)).timestamp())
     # And with HistoryRetentionDays = 7, a week on; a stale-data hold carries it too
-    monkeypatch.setenv("VSA_HISTORY_RETENTION_DAYS", "7")
-    get_settings.cache_clear()
-    assert handler.plan_scale(request(), registry, autoscaling, NOW)["expiresAt"] == int(
+    week = SETTINGS.model_copy(update={"history_retention_days": 7})
+    assert plan_scale(request(), registry, autoscaling, NOW, settings=week)["expiresAt"] == int(
         (NOW + timedelta(days=7)).timestamp()
     )
-    stale = handler.plan_scale(request(), registry, autoscaling, NOW + timedelta(days=1))
+    stale = plan_scale(request(), registry, autoscaling, NOW + timedelta(days=1), settings=week)
     assert stale["demandSource"] == "stale"
     assert stale["expiresAt"] == int((NOW + timedelta(days=8)).timestamp())
 
@@ -294,7 +298,7 @@ def test_an_alarm_on_missing_data_without_any_read_holds_and_says_why(registry, 
     raw = {**REQUEST, "alarmName": "vsa-demo-iops-low", "alarmKind": "low", "demand": empty}
     raw.pop("demandIops")
     stamp = (NOW - timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "+0000"
-    decision = handler.plan_scale(
+    decision = plan_scale(
         ScaleRequest.model_validate({**raw, "stateTimestamp": stamp}), registry, autoscaling, NOW
     )
     # Then it holds at 4 on no data, says so, and re-arms after the base pause (looks again)
@@ -313,7 +317,7 @@ def test_a_hold_on_the_recent_peak_rearms_its_alarm(registry, autoscaling):
     read = {"demandIops": 100_000.0, "recentDemand": recent, "newestMinute": "2026-11-02T17:04:00+00:00"}
     changes = {"alarmName": "vsa-demo-iops-low", "alarmKind": "low", "demandIops": 100_000.0}
     # When the low alarm's run plans
-    decision = handler.plan_scale(request(demand=read, **changes), registry, autoscaling, NOW)
+    decision = plan_scale(request(demand=read, **changes), registry, autoscaling, NOW)
     # Then it holds on the recent peak, and still re-arms its alarm after the base pause: the
     # next evaluation, once the peak has left the window, scales in (before: no re-arm, stuck at 4)
     assert decision["action"] == "hold"
@@ -353,9 +357,7 @@ def test_the_plan_reads_the_volumes_provisioned_iops_and_stops_where_they_do(reg
     registry.create(spec)
     make_group(autoscaling, 1)
     # When the high alarm reports 612,345 IOPS (what 4 controllers would serve at target)
-    decision = handler.plan_scale(
-        request(), registry, autoscaling, NOW, boto3.client("ec2", region_name=REGION)
-    )
+    decision = plan_scale(request(), registry, autoscaling, NOW, boto3.client("ec2", region_name=REGION))
     # Then the plan knows the volumes give 48,000 IOPS, adds no controller, and says what to raise
     assert decision["volume_iops"] == 48_000
     assert decision["volume_controllers"] == 1
@@ -369,9 +371,7 @@ def test_a_volume_not_found_leaves_the_volume_cap_off(registry, autoscaling):
     # Given the demo spec, whose volume moto does not have
     registry.create(DEMO)
     make_group(autoscaling, 2)
-    decision = handler.plan_scale(
-        request(), registry, autoscaling, NOW, boto3.client("ec2", region_name=REGION)
-    )
+    decision = plan_scale(request(), registry, autoscaling, NOW, boto3.client("ec2", region_name=REGION))
     # Then the planner plans on the controllers alone (a partial sum would cap it wrongly)
     assert decision["volume_iops"] is None
     assert decision["volume_bound"] is False
@@ -389,7 +389,7 @@ def test_a_stale_read_holds_says_how_old_counts_itself_and_rearms(registry, auto
     stamp = (NOW - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%S.000+0000")
     cloudwatch = boto3.client("cloudwatch", region_name=REGION)
     # When planned
-    decision = handler.plan_scale(
+    decision = plan_scale(
         request(demand=old, stateTimestamp=stamp), registry, autoscaling, NOW, None, cloudwatch
     )
     # Then it holds at the group's count (900,000 IOPS would scale out), says why, and re-arms
@@ -403,7 +403,7 @@ def test_a_stale_read_holds_says_how_old_counts_itself_and_rearms(registry, auto
     # And the hold is counted where the scaling-stale-data alarm watches
     [metric] = cloudwatch.list_metrics(Namespace="VSA/Scaling")["Metrics"]
     assert metric["MetricName"] == "StaleDecisions"
-    assert metric["Dimensions"] == [{"Name": "Deployment", "Value": get_settings().deployment}]
+    assert metric["Dimensions"] == [{"Name": "Deployment", "Value": SETTINGS.stack_name}]
 
 
 def test_a_recent_read_is_decided_on(registry, autoscaling):
@@ -414,7 +414,7 @@ def test_a_recent_read_is_decided_on(registry, autoscaling):
         "recentDemand": [],
         "newestMinute": (NOW - timedelta(minutes=4)).isoformat(),
     }
-    decision = handler.plan_scale(request(demand=recent), registry, autoscaling, NOW)
+    decision = plan_scale(request(demand=recent), registry, autoscaling, NOW)
     assert (decision["action"], decision["demandSource"]) == ("scale-out", "AWS/EBS")
 
 
@@ -439,7 +439,7 @@ def test_a_fresh_stored_floor_scales_out_to_it_without_reading_history(registry,
     make_group(autoscaling, 2)
     _store(registry_table, NOW - timedelta(minutes=4))
     # When PlanScale plans (no CloudWatch client given: a history read would need one)
-    decision = handler.plan_scale(request(demand=FRESH_READ), registry, autoscaling, NOW)
+    decision = plan_scale(request(demand=FRESH_READ), registry, autoscaling, NOW)
     # Then the floor, not the demand, set the count
     assert (decision["action"], decision["desired_controllers"]) == ("scale-out", 6)
     assert decision["floor_set"] is True
@@ -452,7 +452,7 @@ def test_a_stale_stored_floor_is_ignored_and_says_why(registry, registry_table, 
     registry.create(DEMO)
     make_group(autoscaling, 2)
     _store(registry_table, NOW - timedelta(minutes=11))
-    decision = handler.plan_scale(request(demand=FRESH_READ), registry, autoscaling, NOW)
+    decision = plan_scale(request(demand=FRESH_READ), registry, autoscaling, NOW)
     # Then the reactive planner decides alone, and the decision says why the floor was off
     assert (decision["action"], decision["desired_controllers"]) == ("hold", 2)
     assert decision["forecast_floor"] == 0
@@ -463,6 +463,6 @@ def test_a_stale_stored_floor_is_ignored_and_says_why(registry, registry_table, 
 def test_without_a_stored_floor_the_forecast_is_off_and_says_so(registry, autoscaling):
     registry.create(DEMO)
     make_group(autoscaling, 2)
-    decision = handler.plan_scale(request(demand=FRESH_READ), registry, autoscaling, NOW)
+    decision = plan_scale(request(demand=FRESH_READ), registry, autoscaling, NOW)
     assert (decision["action"], decision["forecast_floor"]) == ("hold", 0)
     assert decision["forecast_reason"].startswith("forecast off: no floor stored yet")

@@ -28,9 +28,17 @@ _ARRAY = r"(?P<array>[a-z0-9][a-z0-9-]{1,30}[a-z0-9])"
 
 def deployment() -> str:
     """This deployment's name: the template's ``DeploymentName``, given to every function as
-    ``VSA_DEPLOYMENT_NAME`` (``vsa`` when unset, the default's, so tools and tests outside a
-    function name the default deployment's resources)."""
-    name = os.environ.get(DEPLOYMENT_ENV) or DEFAULT_DEPLOYMENT
+    ``VSA_DEPLOYMENT_NAME``.
+
+    Inside a Lambda function (``AWS_LAMBDA_FUNCTION_NAME`` set) an unset name is an error: the
+    function would otherwise act on the default deployment's arrays. Outside one it is ``vsa``,
+    the default deployment's: the CLI, the tools and the tests name that deployment's resources
+    without configuring it."""
+    name = os.environ.get(DEPLOYMENT_ENV)
+    if not name:
+        if os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
+            raise ValueError(f"{DEPLOYMENT_ENV} is missing or empty: a function names its resources after it")
+        name = DEFAULT_DEPLOYMENT
     if DEPLOYMENT_PATTERN.fullmatch(name) is None:
         raise ValueError(
             f"{DEPLOYMENT_ENV}={name!r} is not a deployment name: a lowercase letter, then up to 9 "

@@ -1,71 +1,246 @@
-"""Typed settings, read from the environment lazily (never at import)."""
+"""Each function's settings: small frozen models, one field per environment variable.
+
+A field's alias is its variable (``VSA_TABLE_NAME``) and its description says what a function
+needs it for, so an error names the variable an operator sets, not a Python attribute. The models
+here are grouped by concern (the registry table, one workflow's ARN, the SSM documents, the node
+command paths, one tuning number); a function's settings inherit exactly the groups it uses and
+its handler loads them through a ``Loader`` on the first invocation, never at import (tests and
+tools import handlers with no environment). Every field is required: the template gives each
+function every variable its settings read (tests/infra/test_function_settings.py), so a default
+would only hide a deployment that lost one.
+"""
 
 import os
-from functools import lru_cache
+from collections.abc import Callable, Mapping
+from functools import wraps
+from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-
-class Settings(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    table_name: str = Field(min_length=1)
-    scale_state_machine_arn: str = ""
-    backup_scheduler_role_arn: str = ""
-    delete_state_machine_arn: str = ""
-    reconcile_state_machine_arn: str = ""
-    alarm_rearm_seconds: int = Field(default=60, ge=1, le=3600)
-    bootstrap_state_machine_arn: str = ""
-    drain_state_machine_arn: str = ""
-    backup_state_machine_arn: str = ""
-    idempotency_table_name: str = ""
-    retention_max_deletions: int = Field(default=5, ge=0, le=100)
-    thaw_io_document: str = ""
-    freeze_io_document: str = ""
-    configure_target_document: str = ""
-    connect_path_document: str = ""
-    disconnect_path_document: str = ""
-    report_paths_document: str = ""
-    report_exports_document: str = ""
-    node_configfs_root: str = "/sys/kernel/config"
-    node_nvme_command: str = "nvme"
-    node_sysfs_root: str = "/sys"
-    node_mounts_file: str = "/proc/self/mounts"
-    node_aws_command: str = "aws"
-    keys_kms_key_id: str = ""
-    health_check_minutes: int = Field(default=5, ge=1, le=60)
-    history_retention_days: int = Field(default=90, ge=1, le=3650)
-    deployment: str = Field(default="vsa", description="the stack's name: our metrics' Deployment dimension")
+from vsa_core.naming import DEPLOYMENT_ENV, DEPLOYMENT_PATTERN
 
 
-@lru_cache(maxsize=1)
-def get_settings() -> Settings:
-    return Settings(
-        table_name=os.environ.get("VSA_TABLE_NAME", ""),
-        scale_state_machine_arn=os.environ.get("VSA_SCALE_STATE_MACHINE_ARN", ""),
-        backup_scheduler_role_arn=os.environ.get("VSA_BACKUP_SCHEDULER_ROLE_ARN", ""),
-        delete_state_machine_arn=os.environ.get("VSA_DELETE_STATE_MACHINE_ARN", ""),
-        reconcile_state_machine_arn=os.environ.get("VSA_RECONCILE_STATE_MACHINE_ARN", ""),
-        alarm_rearm_seconds=int(os.environ.get("VSA_ALARM_REARM_SECONDS", "60")),
-        bootstrap_state_machine_arn=os.environ.get("VSA_BOOTSTRAP_STATE_MACHINE_ARN", ""),
-        drain_state_machine_arn=os.environ.get("VSA_DRAIN_STATE_MACHINE_ARN", ""),
-        backup_state_machine_arn=os.environ.get("VSA_BACKUP_STATE_MACHINE_ARN", ""),
-        idempotency_table_name=os.environ.get("VSA_IDEMPOTENCY_TABLE_NAME", ""),
-        retention_max_deletions=int(os.environ.get("VSA_RETENTION_MAX_DELETIONS", "5")),
-        thaw_io_document=os.environ.get("VSA_THAW_IO_DOCUMENT", ""),
-        freeze_io_document=os.environ.get("VSA_FREEZE_IO_DOCUMENT", ""),
-        configure_target_document=os.environ.get("VSA_CONFIGURE_TARGET_DOCUMENT", ""),
-        connect_path_document=os.environ.get("VSA_CONNECT_PATH_DOCUMENT", ""),
-        disconnect_path_document=os.environ.get("VSA_DISCONNECT_PATH_DOCUMENT", ""),
-        report_paths_document=os.environ.get("VSA_REPORT_PATHS_DOCUMENT", ""),
-        report_exports_document=os.environ.get("VSA_REPORT_EXPORTS_DOCUMENT", ""),
-        node_configfs_root=os.environ.get("VSA_NODE_CONFIGFS_ROOT", "/sys/kernel/config"),
-        node_nvme_command=os.environ.get("VSA_NODE_NVME_COMMAND", "nvme"),
-        node_sysfs_root=os.environ.get("VSA_NODE_SYSFS_ROOT", "/sys"),
-        node_mounts_file=os.environ.get("VSA_NODE_MOUNTS_FILE", "/proc/self/mounts"),
-        node_aws_command=os.environ.get("VSA_NODE_AWS_COMMAND", "aws"),
-        keys_kms_key_id=os.environ.get("VSA_KEYS_KMS_KEY_ID", ""),
-        health_check_minutes=int(os.environ.get("VSA_HEALTH_CHECK_MINUTES", "5")),
-        history_retention_days=int(os.environ.get("VSA_HISTORY_RETENTION_DAYS", "90")),
-        deployment=os.environ.get("VSA_DEPLOYMENT", "vsa"),
+class SettingsError(RuntimeError):
+    """A function's environment lacks a variable its settings need, or holds one they refuse."""
+
+
+class Variables(BaseModel):
+    """Settings read from environment variables: each field's alias is its variable's name
+    (fields still accept their own names, so tests and tools can build one directly)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", validate_by_name=True, validate_by_alias=True)
+
+    @classmethod
+    def variables(cls) -> dict[str, str]:
+        """Each variable these settings read → what for."""
+        return {str(f.alias): str(f.description) for f in cls.model_fields.values()}
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Self:
+        """These settings from ``environ`` (default: the process's); a SettingsError naming
+        every variable that is missing, empty or out of bounds."""
+        env = os.environ if environ is None else environ
+        problems = [
+            f"{name} is missing or empty: the function needs it for {purpose}"
+            for name, purpose in cls.variables().items()
+            if not env.get(name)
+        ]
+        if problems:
+            raise SettingsError("; ".join(problems))
+        try:
+            return cls.model_validate({name: env[name] for name in cls.variables()})
+        except ValidationError as error:
+            raise SettingsError(
+                "; ".join(
+                    f"{'.'.join(map(str, e['loc']))}={e['input']!r}: {e['msg']}" for e in error.errors()
+                )
+            ) from error
+
+
+class Loader[S: Variables]:
+    """A function's settings, loaded on first use and kept for the container's life."""
+
+    _all: ClassVar[list["Loader[Any]"]] = []
+
+    def __init__(self, model: type[S]) -> None:
+        self.model = model
+        self._loaded: S | None = None
+        Loader._all.append(self)
+
+    def __call__(self) -> S:
+        if self._loaded is None:
+            self._loaded = self.model.from_environment()
+        return self._loaded
+
+    def cache_clear(self) -> None:
+        self._loaded = None
+
+    @classmethod
+    def clear_all(cls) -> None:
+        """Forget every loaded settings (tests change the environment between invocations)."""
+        for loader in cls._all:
+            loader.cache_clear()
+
+    def first[**P, R](self, handler: Callable[P, R]) -> Callable[P, R]:
+        """Load the settings before ``handler`` runs (before its event is even parsed), so a
+        missing variable fails the first invocation, whatever the event."""
+
+        @wraps(handler)
+        def loading(*args: P.args, **kwargs: P.kwargs) -> R:
+            self()
+            return handler(*args, **kwargs)
+
+        return loading
+
+
+# The groups: small, each one concern. Every function reads VSA_DEPLOYMENT_NAME (vsa_core.naming
+# names its resources after it), so every function's settings start from Deployment.
+
+
+class Deployment(Variables):
+    deployment_name: str = Field(
+        alias=DEPLOYMENT_ENV,
+        pattern=DEPLOYMENT_PATTERN.pattern,
+        description="the names of this deployment's resources (vsa_core.naming)",
+    )
+
+
+class Registry(Variables):
+    table_name: str = Field(alias="VSA_TABLE_NAME", description="the array registry table")
+
+
+class StackMetrics(Variables):
+    stack_name: str = Field(
+        alias="VSA_DEPLOYMENT", description="the Deployment dimension of the stack's own metrics"
+    )
+
+
+class ScaleWorkflow(Variables):
+    scale_state_machine_arn: str = Field(
+        alias="VSA_SCALE_STATE_MACHINE_ARN", description="starting the ScaleArray workflow"
+    )
+
+
+class ControllerWorkflows(Variables):
+    bootstrap_state_machine_arn: str = Field(
+        alias="VSA_BOOTSTRAP_STATE_MACHINE_ARN", description="the BootstrapController workflow"
+    )
+    drain_state_machine_arn: str = Field(
+        alias="VSA_DRAIN_STATE_MACHINE_ARN", description="the DrainController workflow"
+    )
+
+
+class ReconcileWorkflow(Variables):
+    reconcile_state_machine_arn: str = Field(
+        alias="VSA_RECONCILE_STATE_MACHINE_ARN", description="starting the ReconcileArray workflow"
+    )
+
+
+class DeleteWorkflow(Variables):
+    delete_state_machine_arn: str = Field(
+        alias="VSA_DELETE_STATE_MACHINE_ARN", description="starting the DeleteArray workflow"
+    )
+
+
+class BackupWorkflow(Variables):
+    backup_state_machine_arn: str = Field(
+        alias="VSA_BACKUP_STATE_MACHINE_ARN", description="starting the ConsistentBackup workflow"
+    )
+
+
+class AlarmRearm(Variables):
+    alarm_rearm_seconds: int = Field(
+        alias="VSA_ALARM_REARM_SECONDS", ge=1, le=3600, description="when a scale run re-arms its alarm"
+    )
+
+
+class HealthPeriod(Variables):
+    health_check_minutes: int = Field(
+        alias="VSA_HEALTH_CHECK_MINUTES",
+        ge=1,
+        le=60,
+        description="the health check's period (how old a host report or a forecast may be)",
+    )
+
+
+class HistoryRetention(Variables):
+    history_retention_days: int = Field(
+        alias="VSA_HISTORY_RETENTION_DAYS", ge=1, le=3650, description="how long scale decisions are kept"
+    )
+
+
+class BackupRetention(Variables):
+    retention_max_deletions: int = Field(
+        alias="VSA_RETENTION_MAX_DELETIONS",
+        ge=0,
+        le=100,
+        description="the snapshots one retention run deletes",
+    )
+
+
+class IdempotencyTable(Variables):
+    idempotency_table_name: str = Field(
+        alias="VSA_IDEMPOTENCY_TABLE_NAME", description="the table that makes API POSTs idempotent"
+    )
+
+
+class NodeDocumentNames(Variables):
+    """The SSM documents that configure and report controllers and hosts."""
+
+    configure_target_document: str = Field(
+        alias="VSA_CONFIGURE_TARGET_DOCUMENT", description="the controllers' configure-target document"
+    )
+    connect_path_document: str = Field(
+        alias="VSA_CONNECT_PATH_DOCUMENT", description="the hosts' connect-path document"
+    )
+    disconnect_path_document: str = Field(
+        alias="VSA_DISCONNECT_PATH_DOCUMENT", description="the hosts' disconnect-path document"
+    )
+    report_paths_document: str = Field(
+        alias="VSA_REPORT_PATHS_DOCUMENT", description="the hosts' report-paths document"
+    )
+    report_exports_document: str = Field(
+        alias="VSA_REPORT_EXPORTS_DOCUMENT", description="the controllers' report-exports document"
+    )
+
+
+class BackupDocumentNames(Variables):
+    freeze_io_document: str = Field(
+        alias="VSA_FREEZE_IO_DOCUMENT", description="the hosts' freeze-io document"
+    )
+    thaw_io_document: str = Field(alias="VSA_THAW_IO_DOCUMENT", description="the hosts' thaw-io document")
+
+
+class NodeCommands(Variables):
+    """Where the node-side checks find their commands and kernel files (the local cloud's nodes
+    are processes with their own)."""
+
+    node_configfs_root: str = Field(alias="VSA_NODE_CONFIGFS_ROOT", description="the controllers' configfs")
+    node_nvme_command: str = Field(alias="VSA_NODE_NVME_COMMAND", description="the hosts' nvme command")
+    node_sysfs_root: str = Field(alias="VSA_NODE_SYSFS_ROOT", description="the hosts' sysfs")
+    node_mounts_file: str = Field(alias="VSA_NODE_MOUNTS_FILE", description="the hosts' mount table")
+
+
+class SchedulerRole(Variables):
+    backup_scheduler_role_arn: str = Field(
+        alias="VSA_BACKUP_SCHEDULER_ROLE_ARN",
+        description="the role backup schedules run as (its ARN names the account)",
+    )
+
+
+class NodeKeys(Variables):
+    keys_kms_key_id: str = Field(
+        alias="VSA_KEYS_KMS_KEY_ID", description="the KMS key of the arrays' DH-HMAC-CHAP secrets"
+    )
+
+
+class NodeRoles(Variables):
+    node_role_path: str = Field(
+        alias="VSA_NODE_ROLE_PATH", description="the IAM path of the roles a spec may give controllers"
+    )
+
+
+class EventBus(Variables):
+    event_bus_name: str = Field(
+        alias="VSA_EVENT_BUS_NAME", description="the bus backup schedules put events on"
     )

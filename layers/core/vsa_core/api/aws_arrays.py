@@ -41,7 +41,19 @@ from vsa_core.errors import ArrayNotFoundError, ConflictError, InvalidSpecError,
 from vsa_core.naming import ARRAY_ID_PATTERN
 from vsa_core.observability import logger
 from vsa_core.reconcile.aws_start import ReconcileStarter
-from vsa_core.settings import get_settings
+from vsa_core.settings import (
+    ControllerWorkflows,
+    DeleteWorkflow,
+    EventBus,
+    HealthPeriod,
+    NodeDocumentNames,
+    NodeKeys,
+    NodeRoles,
+    ReconcileWorkflow,
+    Registry,
+    ScaleWorkflow,
+    SchedulerRole,
+)
 
 app = APIGatewayRestResolver(enable_validation=True)
 ArrayIdPath = Annotated[str, Path(pattern=ARRAY_ID_PATTERN, description="the array id")]
@@ -58,14 +70,44 @@ def _in_utc(value: datetime) -> datetime:
 SinceTime = Annotated[AwareDatetime, AfterValidator(_in_utc)]
 
 
+class ArraysApiSettings(
+    Registry,
+    SchedulerRole,
+    NodeKeys,
+    NodeRoles,
+    EventBus,
+    NodeDocumentNames,
+    HealthPeriod,
+    ScaleWorkflow,
+    ControllerWorkflows,
+    ReconcileWorkflow,
+    DeleteWorkflow,
+):
+    """What the routes read: the registry, what an apply needs (the schedules' role and bus, the
+    keys' KMS key, the node role path), the node documents, the workflows the timeline reads and
+    the API starts."""
+
+
+def _settings() -> ArraysApiSettings:
+    """The function's settings, which its handler loads and puts in the resolver's context."""
+    settings = app.context.get("settings")
+    if not isinstance(settings, ArraysApiSettings):
+        raise TypeError("the handler gives the routes their settings in app.context")
+    return settings
+
+
 def _registry() -> ArrayRegistry:
-    return ArrayRegistry(get_settings().table_name)
+    return ArrayRegistry(_settings().table_name)
 
 
 def _service() -> ArrayService:
+    settings = _settings()
     # Waits stay inside API Gateway's 29 s: at most 20 attempts, 1 s apart
     return ArrayService(
-        scheduler_role_arn=get_settings().backup_scheduler_role_arn,
+        scheduler_role_arn=settings.backup_scheduler_role_arn,
+        keys_kms_key_id=settings.keys_kms_key_id,
+        node_role_path=settings.node_role_path,
+        event_bus_name=settings.event_bus_name,
         wait_delay_seconds=1,
         wait_max_attempts=20,
     )
@@ -77,7 +119,7 @@ def _caller() -> Caller:
 
 
 def _documents() -> NodeDocuments:
-    return NodeDocuments.of(get_settings())
+    return NodeDocuments.of(_settings())
 
 
 # Named domain errors → HTTP status, in one place; 422 names each failing field and why
@@ -130,7 +172,7 @@ def put_array(
     ] = False,
 ) -> Response[dict[str, Any]]:
     logger.append_keys(array_id=array_id)
-    settings = get_settings()
+    settings = _settings()
     request = ApplyRequest(
         array_id=array_id,
         spec=spec,
@@ -148,9 +190,7 @@ def put_array(
             ssm=client("ssm"),
             report_paths=settings.report_paths_document,
             period=timedelta(minutes=settings.health_check_minutes),
-        )
-        if settings.report_paths_document
-        else None,
+        ),
     )
     created, reply = aws_operations.apply_array(request, ports)
     logger.info("array applied", extra={"new_array": created, "changes": len(reply["changes"])})
@@ -177,7 +217,7 @@ def get_array(array_id: ArrayIdPath) -> dict[str, Any]:
         array_id,
         registry=_registry(),
         service=_service(),
-        backups=BackupRegistry(get_settings().table_name),
+        backups=BackupRegistry(_settings().table_name),
         documents=_documents(),
     )
 
@@ -204,7 +244,7 @@ def get_array_events(
     ] = 100,
 ) -> dict[str, Any]:
     logger.append_keys(array_id=array_id)
-    settings = get_settings()
+    settings = _settings()
     return aws_timeline.read_events(
         aws_timeline.EventClients(
             sfn=client("stepfunctions"),
@@ -226,7 +266,7 @@ def get_array_events(
 
 
 def _reconcile_starter() -> ReconcileStarter:
-    settings = get_settings()
+    settings = _settings()
     return ReconcileStarter(
         sfn=client("stepfunctions"),
         dynamodb=client("dynamodb"),
@@ -263,6 +303,7 @@ def delete_array(
     ] = False,
 ) -> Response[dict[str, Any]]:
     logger.append_keys(array_id=array_id)
+    settings = _settings()
     reply = aws_operations.delete_array(
         array_id,
         delete_volumes=delete_volumes,
@@ -270,10 +311,10 @@ def delete_array(
         registry=_registry(),
         service=_service(),
         sfn=client("stepfunctions"),
-        state_machine_arn=get_settings().delete_state_machine_arn,
-        reconcile_state_machine_arn=get_settings().reconcile_state_machine_arn,
+        state_machine_arn=settings.delete_state_machine_arn,
+        reconcile_state_machine_arn=settings.reconcile_state_machine_arn,
         dynamodb=client("dynamodb"),
-        table=get_settings().table_name,
+        table=settings.table_name,
     )
     logger.info("array deletion started", extra={"execution": reply["executionArn"]})
     return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=reply)

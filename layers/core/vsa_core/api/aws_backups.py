@@ -43,7 +43,7 @@ from vsa_core.api import replies
 from vsa_core.arrays.callers import Caller, CallerUnknownError, caller_of
 from vsa_core.arrays.spec import ArrayId
 from vsa_core.backups import sets
-from vsa_core.backups.aws_service import BackupService, from_settings
+from vsa_core.backups.aws_service import BackupService, BackupSettings, from_settings
 from vsa_core.clients import client
 from vsa_core.errors import (
     ArrayNotFoundError,
@@ -56,7 +56,7 @@ from vsa_core.errors import (
 )
 from vsa_core.naming import ARRAY_ID_PATTERN
 from vsa_core.observability import logger
-from vsa_core.settings import get_settings
+from vsa_core.settings import BackupRetention, IdempotencyTable
 
 app = APIGatewayRestResolver(enable_validation=True)
 ArrayIdPath = Annotated[str, Path(pattern=ARRAY_ID_PATTERN, description="the array id")]
@@ -101,8 +101,24 @@ class RestoreRequest(_Strict):
     target: NewArrayTarget | VolumesOnlyTarget
 
 
+class BackupsApiSettings(BackupSettings, IdempotencyTable, BackupRetention):
+    """What the routes read: the service's table and workflow, the idempotency table of the
+    POSTs, retention's bound."""
+
+    # like this module's other models: the handler's own Settings is the one built and loaded
+    model_config = ConfigDict(defer_build=True)
+
+
+def _settings() -> BackupsApiSettings:
+    """The function's settings, which its handler loads and puts in the resolver's context."""
+    settings = app.context.get("settings")
+    if not isinstance(settings, BackupsApiSettings):
+        raise TypeError("the handler gives the routes their settings in app.context")
+    return settings
+
+
 def _service() -> BackupService:
-    return from_settings(get_settings())
+    return from_settings(_settings())
 
 
 def _json(status: int, body: Any) -> Response[Any]:
@@ -176,7 +192,7 @@ def idempotency_config() -> IdempotencyConfig:
 def _once() -> Any:
     """``_perform`` wrapped by powertools idempotency (built on first use: nothing at import)."""
     persistence = DynamoDBPersistenceLayer(
-        table_name=get_settings().idempotency_table_name, boto3_client=client("dynamodb")
+        table_name=_settings().idempotency_table_name, boto3_client=client("dynamodb")
     )
     return idempotent_function(
         data_keyword_argument="request", persistence_store=persistence, config=idempotency_config()
@@ -279,7 +295,7 @@ def plan_retention(
     array_id: ArrayIdPath,
     keep: Annotated[int | None, Query(ge=1, le=1000, description="default: the policy's retention")] = None,
 ) -> dict[str, Any]:
-    kept, plan = _service().retention(array_id, keep, get_settings().retention_max_deletions)
+    kept, plan = _service().retention(array_id, keep, _settings().retention_max_deletions)
     return {
         "arrayId": array_id,
         "keep": kept,
@@ -300,9 +316,7 @@ def apply_retention(
 ) -> dict[str, Any]:
     if request.dry_run:
         return plan_retention(array_id, request.keep)
-    reply = _service().apply_retention(
-        array_id, request.keep, get_settings().retention_max_deletions, _caller()
-    )
+    reply = _service().apply_retention(array_id, request.keep, _settings().retention_max_deletions, _caller())
     return {"arrayId": array_id, "dryRun": False, **reply}
 
 

@@ -35,7 +35,6 @@ from vsa_core.arrays.spec import STORED, ArraySpec, Deletion, RegisteredArray
 from vsa_core.clients import client
 from vsa_core.errors import ArrayNotFoundError, ConflictError
 from vsa_core.naming import SLOT_PREFIX, slot_of_key
-from vsa_core.settings import get_settings
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -46,6 +45,10 @@ def array_key(array_id: str) -> dict[str, Any]:
 
 
 EXPIRES_AT = "expiresAt"
+CHANGE_RETENTION_DAYS = 90
+"""How long a stored change is kept when its recorder names no retention: the template's
+``HistoryRetentionDays`` default (the functions that record changes, the APIs and the backup
+steps, are not given that parameter)."""
 """The registry table's TTL attribute (template.yaml ``TimeToLiveSpecification``)."""
 
 
@@ -344,8 +347,8 @@ class ArrayHistory:
     def record(self, array_id: str, change: ChangeRecord, retention_days: int | None = None) -> None:
         """Keep a stored change and who asked for it in the array's history
         (``sk = CHANGE#<time>#<kind>#<nonce>``), gone after the history's retention like the
-        decisions (``retention_days``; default: the settings' ``HistoryRetentionDays``)."""
-        days = retention_days or get_settings().history_retention_days
+        decisions (``retention_days``; default: ``CHANGE_RETENTION_DAYS``)."""
+        days = retention_days or CHANGE_RETENTION_DAYS
         at = change.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         self._dynamodb.put_item(
             TableName=self._table,

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from vsa_core.arrays.dataplane import Report, parse_report
-from vsa_core.settings import Settings
+from vsa_core.settings import NodeDocumentNames
 
 ENDED = ("Success", "Failed")
 """Invocations whose script ran to its end: a document prints its report on success and on a
@@ -49,7 +49,7 @@ class NodeDocuments:
     """the health check's read-only controller report (empty: not deployed)"""
 
     @classmethod
-    def of(cls, settings: Settings) -> "NodeDocuments":
+    def of(cls, settings: NodeDocumentNames) -> "NodeDocuments":
         """The deployed documents, as the stack names them (the functions' settings)."""
         return cls(
             configure_target=settings.configure_target_document,

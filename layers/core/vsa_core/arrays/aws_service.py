@@ -7,7 +7,6 @@ clients this object was built with. Every decision (names, parameters, threshold
 ``vsa_core.arrays.plan``. Clients are injected (or come from ``vsa_core.clients``).
 """
 
-import os
 from typing import Any
 
 from vsa_core.arrays import aws_apply, aws_observe, aws_status, aws_teardown, aws_validate, aws_volumes
@@ -32,8 +31,9 @@ class ArrayService:
         ssm: Any = None,
         iam: Any = None,
         secretsmanager: Any = None,
-        keys_kms_key_id: str | None = None,
-        node_role_path: str | None = None,
+        keys_kms_key_id: str = "",
+        node_role_path: str = "",
+        event_bus_name: str = "default",
         wait_delay_seconds: int = 5,
         wait_max_attempts: int = 60,
     ) -> None:
@@ -48,16 +48,11 @@ class ArrayService:
             scheduler_role_arn=scheduler_role_arn,
             iam=iam or client("iam"),
             secretsmanager=secretsmanager or client("secretsmanager"),
-            # the stack's KMS key (VSA_KEYS_KMS_KEY_ID, Settings.keys_kms_key_id), read here without
-            # the rest of the settings: tests build this service with no table configured
-            keys_kms_key_id=os.environ.get("VSA_KEYS_KMS_KEY_ID", "")
-            if keys_kms_key_id is None
-            else keys_kms_key_id,
-            # the stack's NodeRolePath (VSA_NODE_ROLE_PATH), read like the key above
-            node_role_path=os.environ.get("VSA_NODE_ROLE_PATH", "")
-            if node_role_path is None
-            else node_role_path,
-            event_bus_name=os.environ.get("VSA_EVENT_BUS_NAME") or "default",
+            # the stack's key, node role path and bus, from the settings of the functions that
+            # use them (vsa_core.settings: NodeKeys, NodeRoles, EventBus)
+            keys_kms_key_id=keys_kms_key_id,
+            node_role_path=node_role_path,
+            event_bus_name=event_bus_name,
         )
         self._autoscaling = self.ctx.autoscaling
 

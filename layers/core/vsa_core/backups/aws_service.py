@@ -34,7 +34,7 @@ from vsa_core.backups import aws_finish, aws_preflight, aws_restore, aws_retenti
 from vsa_core.backups.aws_context import BackupContext
 from vsa_core.backups.aws_registry import BackupRegistry
 from vsa_core.clients import client
-from vsa_core.settings import Settings
+from vsa_core.settings import BackupWorkflow, Registry
 from vsa_core.steps import on_context
 
 
@@ -86,11 +86,16 @@ class BackupService:
     fail = on_context(aws_finish.fail)
 
 
-def from_settings(settings: Settings) -> BackupService:
+class BackupSettings(Registry, BackupWorkflow):
+    """What the service reads: the registry table and the ConsistentBackup workflow."""
+
+
+def from_settings(settings: BackupSettings) -> BackupService:
     """The service as the Lambdas use it: the registry table and workflow from the settings."""
     return BackupService(
         registry=ArrayRegistry(settings.table_name),
         backups_registry=BackupRegistry(settings.table_name),
-        arrays=ArrayService(scheduler_role_arn=settings.backup_scheduler_role_arn),
+        # no role: a backup reads its array and never creates a schedule
+        arrays=ArrayService(scheduler_role_arn=""),
         state_machine_arn=settings.backup_state_machine_arn,
     )

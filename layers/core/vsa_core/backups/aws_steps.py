@@ -36,10 +36,14 @@ from vsa_core.backups.steps import (
     RetentionFailed,
     Snapshot,
 )
-from vsa_core.settings import Settings
+from vsa_core.settings import BackupDocumentNames, BackupRetention, StackMetrics
 
 
-def run(request: Any, service: BackupService, settings: Settings) -> dict[str, Any]:
+class StepSettings(BackupDocumentNames, BackupRetention, StackMetrics):
+    """What the steps read: the freeze and thaw documents, retention's bound, the metrics' stack."""
+
+
+def run(request: Any, service: BackupService, settings: StepSettings) -> dict[str, Any]:
     """One step; the logic is ``BackupService``'s."""
     a, b = request.array_id, request.backup_id
     match request:
@@ -75,5 +79,5 @@ def run(request: Any, service: BackupService, settings: Settings) -> dict[str, A
             by = service.retention_caller(a, b)
             return service.apply_retention(a, None, settings.retention_max_deletions, by)
         case RetentionFailed():
-            return service.record_retention_failure(settings.deployment, a, b, request.error)
+            return service.record_retention_failure(settings.stack_name, a, b, request.error)
     raise AssertionError(f"unknown step {request!r}")  # pragma: no cover - the model is closed

@@ -8,16 +8,25 @@ from vsa_core.arrays.aws_index import slot_keys
 from vsa_core.controllers.events import ControllerEvent, execution, lifecycle_group, lost_instance
 from vsa_core.naming import group_array_id
 from vsa_core.observability import logger
-from vsa_core.settings import get_settings
+from vsa_core.settings import ControllerWorkflows, Registry
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_stepfunctions import SFNClient
 
 
-def start(event: ControllerEvent, raw: str, sfn: "SFNClient", dynamodb: "DynamoDBClient") -> dict[str, Any]:
+class LifecycleSettings(Registry, ControllerWorkflows):
+    """What starting a controller workflow reads: the registry and the two workflows."""
+
+
+def start(
+    event: ControllerEvent,
+    raw: str,
+    sfn: "SFNClient",
+    dynamodb: "DynamoDBClient",
+    settings: LifecycleSettings,
+) -> dict[str, Any]:
     workflow, name = execution(event)
-    settings = get_settings()
     lost = lost_instance(event)
     if lost is not None and not slot_keys(dynamodb, settings.table_name, lost.instance_id):
         # any instance of the region, or a controller drained already (a scale-in's leaver,

@@ -42,7 +42,16 @@ from vsa_core.reconcile.aws_start import ReconcileStarter
 from vsa_core.scaling import aws_forecast, forecast
 from vsa_core.scaling.aws_lookahead import ScaleStarter
 from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES
-from vsa_core.settings import Settings
+from vsa_core.settings import (
+    AlarmRearm,
+    HealthPeriod,
+    NodeCommands,
+    NodeDocumentNames,
+    ReconcileWorkflow,
+    Registry,
+    ScaleWorkflow,
+    StackMetrics,
+)
 
 DEPLOYMENT_NAMESPACE = "VSA"
 """The deployment's own metrics (dimension ``Deployment``: the stack); per array, they go to
@@ -69,6 +78,20 @@ DEPLOYMENT_METRICS = (
 )
 PUT_BATCH = 1000
 """PutMetricData takes up to 1,000 metrics per call."""
+
+
+class HealthSettings(
+    Registry,
+    StackMetrics,
+    HealthPeriod,
+    NodeDocumentNames,
+    NodeCommands,
+    ReconcileWorkflow,
+    ScaleWorkflow,
+    AlarmRearm,
+):
+    """What the deployed check reads: the registry, its period, the node documents and command
+    paths its reports use, the workflows it starts and the metrics' stack."""
 
 
 @dataclass(frozen=True)
@@ -108,9 +131,8 @@ class HealthContext:
         return forecast.horizon_minutes(self.boot_minutes, int(self.period.total_seconds() // 60))
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "HealthContext":
-        """The deployed check's context: the stack's table, clients, documents and workflows
-        (the drift check and the look-ahead are off when their state machine is not set)."""
+    def from_settings(cls, settings: "HealthSettings") -> "HealthContext":
+        """The deployed check's context: the stack's table, clients, documents and workflows."""
         sfn = client("stepfunctions")
         dynamodb = client("dynamodb")
         return cls(
@@ -130,19 +152,15 @@ class HealthContext:
                 dynamodb=dynamodb,
                 table=settings.table_name,
                 state_machine_arn=settings.reconcile_state_machine_arn,
-            )
-            if settings.reconcile_state_machine_arn
-            else None,
+            ),
             scale=ScaleStarter(
                 sfn=sfn,
                 state_machine_arn=settings.scale_state_machine_arn,
                 rearm_seconds=settings.alarm_rearm_seconds,
-            )
-            if settings.scale_state_machine_arn
-            else None,
+            ),
             dynamodb=dynamodb,
             table=settings.table_name,
-            deployment=settings.deployment,
+            deployment=settings.stack_name,
             period=timedelta(minutes=settings.health_check_minutes),
             nvme_command=settings.node_nvme_command,
             sysfs_root=settings.node_sysfs_root,

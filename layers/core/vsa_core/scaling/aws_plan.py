@@ -30,7 +30,7 @@ from vsa_core.scaling.events import ScaleRequest
 from vsa_core.scaling.planner import PlanInput, plan
 from vsa_core.scaling.rules import IN_FLIGHT, SCALE_FIELDS, rearm_after
 from vsa_core.scaling.tuning import planner_inputs
-from vsa_core.settings import get_settings
+from vsa_core.settings import HealthPeriod, HistoryRetention, StackMetrics
 
 
 def _parse(value: str | None) -> datetime | None:
@@ -78,13 +78,21 @@ def _describe(ec2: Any, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [dict(v) for page in pages for v in page["Volumes"]]
 
 
-def plan_scale(
+class PlanSettings(HealthPeriod, HistoryRetention, StackMetrics):
+    """What a scale decision reads besides its request: how old a stored forecast may be, how
+    long a decision is kept, the dimension of the stale-data count."""
+
+
+# PLR0913: the request, the registry, the three clients it reads and writes, the settings
+def plan_scale(  # noqa: PLR0913
     request: ScaleRequest,
     registry: ArrayRegistry,
     autoscaling: Any,
     now: datetime,
     ec2: Any = None,
     cloudwatch: Any = None,
+    *,
+    settings: PlanSettings,
 ) -> dict[str, Any]:
     array = registry.get(request.array_id)
     name = group_name(request.array_id)
@@ -112,10 +120,13 @@ def plan_scale(
         reason = rules.stale_reason(read_age, demand.RECENT_MINUTES + demand.FRESH_MINUTES)
         if request.demand_iops is None:
             reason += "; the alarm went to ALARM on missing data (no datapoint of its own)"
-        return _stale(request, array.spec, current, now, reason, cloudwatch)
+        held = _stale(
+            request, array.spec, current, now, reason, expires_at(now, settings.history_retention_days)
+        )
+        _count_stale(cloudwatch or client("cloudwatch"), settings.stack_name, now, array.spec.array_id)
+        return held
     # the array's own recurring demand over the coming boot + look-ahead, as the health check
     # last stored it (off, saying why, when absent or stale)
-    settings = get_settings()
     floor = forecast.from_stored(
         array.forecast_floor,
         now,
@@ -160,7 +171,7 @@ def plan_scale(
         "alarmDemandIops": request.demand_iops,
         "demandSource": source,
         "eventId": request.event_id,
-        "expiresAt": expires_at(now, get_settings().history_retention_days),
+        "expiresAt": expires_at(now, settings.history_retention_days),
     }
 
 
@@ -170,29 +181,13 @@ def _stale(
     current: int,
     now: datetime,
     reason: str,
-    cloudwatch: Any,
+    expires: int,
 ) -> dict[str, Any]:
     """No decision on stale data: neither GetMetricData's newest datapoint nor the alarm's is
-    recent enough (``rules.MAX_DATA_AGE``). Hold, say why, count it (``rules.STALE_METRIC``:
-    its alarm pages when staleness persists) and re-arm the alarm (``waiting``: the base pause)
-    so a breach that still holds comes back as a fresh state change."""
+    recent enough (``rules.MAX_DATA_AGE``). Hold, say why and re-arm the alarm (``waiting``: the
+    base pause) so a breach that still holds comes back as a fresh state change."""
     decision = rules.stale_decision(request, spec, current, now, reason)
     logger.warning("scale decision on stale data refused", extra=decision.as_dict())
-    try:
-        (cloudwatch or client("cloudwatch")).put_metric_data(
-            Namespace=rules.STALE_NAMESPACE,
-            MetricData=[
-                {
-                    "MetricName": rules.STALE_METRIC,
-                    "Dimensions": [{"Name": "Deployment", "Value": get_settings().deployment}],
-                    "Timestamp": now,
-                    "Value": 1.0,
-                    "Unit": "Count",
-                }
-            ],
-        )
-    except (ClientError, BotoCoreError):  # the hold stands; the count is lost and logged
-        logger.exception("stale decision not counted", extra={"array_id": spec.array_id})
     return {
         **decision.as_dict(),
         "groupName": group_name(request.array_id),
@@ -204,5 +199,24 @@ def _stale(
         "alarmDemandIops": request.demand_iops,
         "demandSource": "stale",
         "eventId": request.event_id,
-        "expiresAt": expires_at(now, get_settings().history_retention_days),
+        "expiresAt": expires,
     }
+
+
+def _count_stale(cloudwatch: Any, stack_name: str, now: datetime, array_id: str) -> None:
+    """Count a refused decision (``rules.STALE_METRIC``: its alarm pages when staleness persists)."""
+    try:
+        cloudwatch.put_metric_data(
+            Namespace=rules.STALE_NAMESPACE,
+            MetricData=[
+                {
+                    "MetricName": rules.STALE_METRIC,
+                    "Dimensions": [{"Name": "Deployment", "Value": stack_name}],
+                    "Timestamp": now,
+                    "Value": 1.0,
+                    "Unit": "Count",
+                }
+            ],
+        )
+    except (ClientError, BotoCoreError):  # the hold stands; the count is lost and logged
+        logger.exception("stale decision not counted", extra={"array_id": array_id})
