@@ -153,11 +153,6 @@ class Guest:
         # QMP: the test grows a volume as EBS does for an attached one (block_resize: the
         # guest's virtio disk announces its new capacity)
         options = [f"-pidfile {self.dir}/qemu.pid", f"-qmp unix:{self.dir}/qmp.sock,server=on,wait=off"]
-        # the host's / again, read-only, for the agent's cached mount of /usr (guest_agent.sh)
-        options.append(
-            "-fsdev local,id=cachedroot,path=/,security_model=none,readonly=on"
-            " -device virtio-9p-pci,fsdev=cachedroot,mount_tag=cachedroot"
-        )
         for i, (local, remote, mac) in enumerate(self.netdevs):
             options.append(
                 f"-netdev socket,id=link{i},udp=127.0.0.1:{remote},localaddr=127.0.0.1:{local}"
