@@ -43,25 +43,25 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     ),
 }
 
-# Synthetic samples of each kind of narration, assembled from placeholders: the file holds the
-# shapes the guard refuses, not a retelling of any real run, session or commit.
+# The shapes the guard refuses, as bare fragments assembled from placeholders (no sentence
+# around them, so the file itself tells nothing of any run, session or commit).
 _WORDS = {"ci": "CI", "run": "run", "session": "session", "hex": "0a1b2c3", "n": "7"}
 _SAMPLES = [
-    ("a CI run by number", "a bound too tight for a loaded machine ({ci} {run} {n} at load 15)"),
-    ("a CI run by number", "a read past its 29 s (seen in {ci} {run}s {n} and 8)"),
-    ("a CI run by number", "a test that passed or failed by timing, {ci}-{run}{n})"),
-    ("a CI run's name", "the fix held in {ci}{n} at {hex}"),
-    ("CI at a commit", "the status takes the newest report ({ci} at {hex})"),
-    ("what CI saw", "an apply slowed by a loaded cloud (seen in {ci} with two clouds)"),
-    ("what CI saw", "a host with 4 paths of 5 (a fresh-clone {ci} {run} saw it)"),
-    ("what CI saw", "the watchdogs fired first (the {ci} failure of a day)"),
-    ("a work session", "the kernel since the last {session}; load 4.8"),
-    ("a work session", "as the previous {session} measured it"),
-    ("a work session", "{session} {n} moved the README to docs/"),
-    ("a commit as provenance", "measured at commit {hex} on 2 cores"),
-    ("a commit hash in backticks", "| a date | `{hex}` | all passed |"),
-    ("a change told as history", "the figures above were taken before this merge"),
-    ("a change told as history", "the Scan it made per state change, until this change"),
+    ("a CI run by number", "{ci} {run} {n}"),
+    ("a CI run by number", "{ci} {run}s {n}"),
+    ("a CI run by number", "{ci}-{run}{n}"),
+    ("a CI run's name", "{ci}{n}"),
+    ("CI at a commit", "{ci} at {hex}"),
+    ("what CI saw", "seen in {ci}"),
+    ("what CI saw", "fresh-clone {ci}"),
+    ("what CI saw", "{ci} failure"),
+    ("a work session", "last {session}"),
+    ("a work session", "previous {session}"),
+    ("a work session", "{session} {n}"),
+    ("a commit as provenance", "commit {hex}"),
+    ("a commit hash in backticks", "`{hex}`"),
+    ("a change told as history", "before this merge"),
+    ("a change told as history", "until this change"),
 ]
 NARRATION = [(name, line.format(**_WORDS)) for name, line in _SAMPLES]
 
