@@ -4,17 +4,23 @@
 #
 # Parameters (shell variables from the rendered document's prologue): ARRAY_ID VOLUMES SLOT
 # HOST_NQNS ALLOW_ANY_HOST LISTEN_ADDRESS PORT MODE CONFIGFS_ROOT DEVICE_DIR MODPROBE_COMMAND
-# AUTHENTICATION KEYS_SECRET_ID DHCHAP_HASH DHCHAP_DHGROUP AWS_COMMAND.
+# AUTHENTICATION KEYS_SECRET_ID DHCHAP_HASH DHCHAP_DHGROUP AWS_COMMAND OWNERS SERVING FENCING
+# FENCE_KEYS NVME_COMMAND BOOT_ID_FILE.
 #
 # Guarantees: a missing device or an unreadable secret fails before configfs is touched; with
 # dh-hmac-chap every allowed host's key is in nvmet before the host is linked; each write respects
 # configfs' rules (docs/dataplane.md, "Kernel rules configure-target respects") and is made only
 # when the value differs, so a second run changes nothing; no key is shown; runs on one kernel
-# are serialised. On a plain directory tree (tests: no configfs) attributes are files and default
+# are serialised. With OWNERS, this port's ANA group states are set before any namespace joins
+# a group, so a namespace is never optimized here unless this controller serves its owner.
+# With FENCING=reservations every volume is registered before it is exported, and every key in
+# FENCE_KEYS is preempted and confirmed gone from every volume before any ANA state is written:
+# a run that cannot fence promotes nothing. On a plain directory tree (tests: no configfs) attributes are files and default
 # groups are directories, created and removed as configfs would show them.
 DOCUMENT=configure-target
 # vsa:include lib/common.sh
 # vsa:include lib/dhchap.sh
+# vsa:include lib/fencing.sh
 CHANGES=0
 changed() { CHANGES=$((CHANGES + 1)); log "$*"; }
 
@@ -84,6 +90,27 @@ for host in "${HOSTS[@]}"; do
   ((${#host} <= 223)) || fail "host NQN $host is longer than 223 bytes"
 done
 allowed_host() { local h; for h in "${HOSTS[@]}"; do [[ $h == "$1" ]] && return 0; done; return 1; }
+# Ownership: a volume's namespace is in its owner slot's ANA group (slot + 2; group 1 is nvmet's
+# default, where every namespace of an array without owners stays), and this port serves the
+# SERVING groups optimized, the others inaccessible.
+IFS=, read -r -a OWNER_SLOTS <<<"$OWNERS"
+IFS=, read -r -a SERVING_SLOTS <<<"${SERVING:-$SLOT}"
+declare -A OWNER_OF=()
+if [[ $MODE == apply && -n $OWNERS ]]; then
+  ((${#OWNER_SLOTS[@]} == ${#VOLS[@]})) ||
+    fail "Owners lists ${#OWNER_SLOTS[@]} slots for ${#VOLS[@]} volumes: give one owner slot per volume, in Volumes' order"
+  for i in "${!VOLS[@]}"; do OWNER_OF[${VOLS[$i]}]=${OWNER_SLOTS[$i]}; done
+elif [[ -n $SERVING ]]; then
+  [[ $MODE != apply ]] || fail "Serving needs Owners: without owners every controller serves every volume"
+fi
+IFS=, read -r -a FENCE_KEY_LIST <<<"$FENCE_KEYS"
+if [[ $MODE == apply && -n $FENCE_KEYS && $FENCING != reservations ]]; then
+  fail "FenceKeys needs Fencing reservations: without a registration here this controller cannot preempt another"
+fi
+RESERVATION_KEY=""
+FENCED=()
+ana_group() { printf '%s' "$(($1 + 2))"; }
+serving() { local s; for s in "${SERVING_SLOTS[@]}"; do [[ $s == "$1" ]] && return 0; done; return 1; }
 if [[ $MODE == apply && $AUTHENTICATION == dh-hmac-chap ]]; then
   [[ $KEYS_SECRET_ID != none ]] || fail "Authentication dh-hmac-chap needs KeysSecretId (the secret with the keys)"
   [[ $ALLOW_ANY_HOST != true ]] ||
@@ -154,8 +181,12 @@ revalidate_size() { # revalidate_size NS DEVICE: an enabled namespace re-reads a
 }
 
 configure_namespace() {
-  local ns=$1 device=$2 uuid=$3 nguid=$4 buffered="" enabled
+  local ns=$1 device=$2 uuid=$3 nguid=$4 group=$5 buffered="" enabled
   make_group "$ns"
+  # the ANA group before the namespace is enabled (nvmet takes a new group while enabled too:
+  # the hosts get an ANA change event). On a plain tree without the attribute, group 1 is the
+  # default configfs would show.
+  [[ ! -f $ns/ana_grpid && $group == 1 ]] || set_attr "$ns/ana_grpid" "$group"
   [[ -f $ns/buffered_io ]] && buffered=0 # two controllers write one device: never cache
   if [[ "$(read_attr "$ns/device_path")" != "$device" || "$(read_attr "$ns/device_uuid")" != "$uuid" ||
     "$(read_attr "$ns/device_nguid")" != "$nguid" ||
@@ -189,7 +220,57 @@ configure_subsystem() {
   set_cntlid_range "$sub"
   configure_hosts "$sub"
   configure_namespace "$sub/namespaces/1" "$DEVICES/$(device_name "$volume")" \
-    "$(namespace_uuid "$volume")" "$(namespace_nguid "$volume")"
+    "$(namespace_uuid "$volume")" "$(namespace_nguid "$volume")" "$(namespace_group "$volume")"
+}
+
+namespace_group() { # the volume's ANA group: its owner's, or nvmet's default
+  if [[ -n ${OWNER_OF[$1]:-} ]]; then ana_group "${OWNER_OF[$1]}"; else printf 1; fi
+}
+
+configure_ana_states() { # this port's state of each owner's group, before a namespace joins one
+  ((${#OWNER_OF[@]} > 0)) || return 0
+  local slot group state
+  local -A groups=()
+  for slot in "${OWNER_SLOTS[@]}" "${SERVING_SLOTS[@]}"; do groups[$(ana_group "$slot")]=$slot; done
+  make_group "$PORT_DIR"
+  default_group "$PORT_DIR/ana_groups"
+  for group in "${!groups[@]}"; do
+    make_group "$PORT_DIR/ana_groups/$group"
+    state=inaccessible
+    if serving "${groups[$group]}"; then state=optimized; fi
+    set_attr "$PORT_DIR/ana_groups/$group/ana_state" "$state"
+  done
+}
+
+fence_and_register() { # on every volume: this controller registered, then each lost one preempted
+  local volume device victim
+  RESERVATION_KEY=$(reservation_key)
+  for volume in "${VOLS[@]}"; do
+    device=$DEVICES/$(device_name "$volume")
+    register_device "$device" "$RESERVATION_KEY"
+    for victim in "${FENCE_KEY_LIST[@]}"; do
+      fence_device "$device" "$RESERVATION_KEY" "$victim"
+    done
+  done
+  FENCED=("${FENCE_KEY_LIST[@]}")
+}
+
+fencing_json() {
+  [[ $FENCING == reservations && $MODE == apply ]] || { printf '{"method":"none"}'; return 0; }
+  printf '{"method":"reservations","key":%s,"fenced":[%s]}' "$(json "$RESERVATION_KEY")" \
+    "$(for k in "${FENCED[@]}"; do printf '%s' "${sep:-}$(json "$k")"; sep=,; done)"
+}
+
+ana_json() { # the ownership asked and this port's group states read back (null without owners)
+  ((${#OWNER_OF[@]} > 0)) || { printf null; return 0; }
+  local owners="" states="" volume dir
+  for volume in "${VOLS[@]}"; do owners+=${owners:+,}$(printf '%s:%s' "$(json "$volume")" "${OWNER_OF[$volume]}"); done
+  for dir in "$PORT_DIR"/ana_groups/*/; do
+    dir=${dir%/}
+    [[ -f $dir/ana_state ]] || continue
+    states+=${states:+,}$(printf '{"id":%s,"state":%s}' "${dir##*/}" "$(json "$(read_attr "$dir/ana_state")")")
+  done
+  printf '{"owners":{%s},"serving":[%s],"groups":[%s]}' "$owners" "$(IFS=,; printf '%s' "${SERVING_SLOTS[*]}")" "$states"
 }
 
 set_key() { # set_key ATTRIBUTE KEY WHAT: a key, written only when it differs, never shown
@@ -299,8 +380,8 @@ report() {
   printf '{"document":"%s","arrayId":%s,"mode":"%s","slot":%s,"subsystems":[%s],"serial":%s,"model":%s,' \
     "$DOCUMENT" "$(json "$ARRAY_ID")" "$MODE" "$SLOT" "$subsystems" "$(json "$SERIAL")" "$(json "$MODEL")"
   exports_json
-  printf '"cntlid":%s,"port":%s,"allowAnyHost":%s,"hosts":[%s],"removed":[%s],"changes":%s,"authentication":%s,"exports":[%s],"observedAt":%s}\n' \
-    "$cntlid" "$port" "$ALLOW_ANY_HOST" "$hosts" "$removed" "$CHANGES" "$(authentication_json)" "$EXPORTS_JSON" "$(json "$EXPORTS_AT")"
+  printf '"cntlid":%s,"port":%s,"allowAnyHost":%s,"hosts":[%s],"removed":[%s],"changes":%s,"authentication":%s,"fencing":%s,"ana":%s,"exports":[%s],"observedAt":%s}\n' \
+    "$cntlid" "$port" "$ALLOW_ANY_HOST" "$hosts" "$removed" "$CHANGES" "$(authentication_json)" "$(fencing_json)" "$(ana_json)" "$EXPORTS_JSON" "$(json "$EXPORTS_AT")"
 }
 
 authentication_json() { # what was asked and which hosts got their key in nvmet (never a key)
@@ -331,6 +412,7 @@ apply() {
     secret_keys "$KEYS_SECRET_ID" "${wanted[@]}"
     unset SECRET
   fi
+  [[ $FENCING != reservations ]] || fence_and_register
   "$MODPROBE_COMMAND" nvmet || fail "'$MODPROBE_COMMAND nvmet' failed"
   "$MODPROBE_COMMAND" nvmet-tcp || fail "'$MODPROBE_COMMAND nvmet-tcp' failed"
   [[ -d $NVMET/subsystems && -d $NVMET/ports && -d $NVMET/hosts ]] ||
@@ -340,6 +422,7 @@ apply() {
   fi
   # keys before the hosts are linked: a newly allowed host is never let in without its key
   [[ $AUTHENTICATION != dh-hmac-chap ]] || configure_keys
+  configure_ana_states
   for volume in "${VOLS[@]}"; do configure_subsystem "$volume"; done
   configure_port
   for nqn in "${!WANTED[@]}"; do unlink_from_ports "$nqn" "$PORT_DIR"; done # a former Port

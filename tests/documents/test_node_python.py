@@ -18,6 +18,7 @@ import pytest
 import dhchap_secret
 import nvme_config
 import nvme_paths
+import reservations
 from tests.documents_tool import documents
 
 LIB = documents.DOCUMENTS / "lib"
@@ -341,3 +342,43 @@ class _Stdin:
 
     def read(self) -> str:
         return self.text
+
+
+# --- reservations.py
+
+
+def test_the_reservation_key_is_per_boot_52_bits_and_never_zero() -> None:
+    keys = {reservations.key(f"{n:08x}-boot") for n in range(2000)}
+    assert len(keys) == 2000  # a new boot, a new key
+    values = [int(k, 16) for k in keys]
+    assert all(0 < v < 2**52 for v in values)
+    assert reservations.key("same\n") == reservations.key("same")  # the file's newline ignored
+    assert all(k == f"{int(k, 16):#x}" for k in keys)  # one spelling: lower-case, no leading zero
+
+
+def test_the_registered_keys_are_read_from_either_name_nvme_cli_gives_them() -> None:
+    report = {"gen": 3, "rtype": 5, "regctl": 2, "ptpls": 0}
+    entries = [
+        {"cntlid": 1, "rcsts": 1, "hostid": "00", "rkey": 2**51 + 7},
+        {"cntlid": 2, "rcsts": 1, "rkey": 10},
+    ]
+    for name in ("regctls", "regctlext"):
+        assert reservations.registered({**report, name: entries}) == (5, [f"{2**51 + 7:#x}", "0xa"])
+    assert reservations.registered({"gen": 0, "rtype": 0, "regctl": 0}) == (0, [])
+
+
+def test_the_keys_command_reads_stdin_and_refuses_what_is_not_a_report() -> None:
+    program = str(LIB / "reservations.py")
+    done = subprocess.run(
+        [sys.executable, program, "keys"],
+        input=json.dumps({"rtype": 5, "regctls": [{"rkey": 255}]}),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == ["5", "0xff"]
+    bad = subprocess.run(
+        [sys.executable, program, "keys"], input="[1]", capture_output=True, text=True, check=False
+    )
+    assert bad.returncode == 1
+    assert "not a resv-report JSON" in bad.stderr

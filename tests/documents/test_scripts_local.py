@@ -13,6 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -1432,3 +1433,162 @@ def test_side_by_side_runs_take_a_hosts_paths_down_one_at_a_time(node: Nodes):
     # the reconnects: all of one address's (disconnect, connect), then the other's
     tail = [c[0] for c in commands[-4 * len(VOLUMES) :]]
     assert tail == (["disconnect"] * len(VOLUMES) + ["connect"] * len(VOLUMES)) * 2
+
+
+# --- ownership (ANA) --------------------------------------------------------------------------
+def ana_states(target: LocalNode) -> dict[str, str]:
+    groups = target.nvmet / "ports" / "4420" / "ana_groups"
+    return {
+        g.name: (g / "ana_state").read_text().strip()
+        for g in sorted(groups.iterdir())
+        if (g / "ana_state").exists()
+    }
+
+
+def test_with_owners_each_namespace_joins_its_owners_group_served_only_where_asked(node: Nodes):
+    # Given a controller in slot 1 with both volumes, the first owned by slot 0, the second by 1
+    target = node("c1")
+    target.attach(*VOLUMES)
+    result = configure(target, "10.0.0.6", Slot="1", Owners="0,1")
+    assert result.code == 0, result.stderr
+    # Then each namespace is in its owner's ANA group (slot + 2), and this port serves only its own
+    for volume, group in zip(VOLUMES, ("2", "3"), strict=True):
+        namespace = target.nvmet / "subsystems" / nvme.subsystem_nqn(ARRAY, volume) / "namespaces/1"
+        assert (namespace / "ana_grpid").read_text() == f"{group}\n"
+    assert ana_states(target) == {"2": "inaccessible", "3": "optimized"}
+    # and the group states were written before any namespace joined a group (never optimized here
+    # for a volume this controller does not serve, not even for one write)
+    order = [path for path, _ in writes(result.stderr)]
+    first_grpid = min(i for i, p in enumerate(order) if p.endswith("/ana_grpid"))
+    assert max(i for i, p in enumerate(order) if p.endswith("/ana_state")) < first_grpid
+    assert result.report["ana"] == {
+        "owners": {VOLUMES[0]: 0, VOLUMES[1]: 1},
+        "serving": [1],
+        "groups": [{"id": 2, "state": "inaccessible"}, {"id": 3, "state": "optimized"}],
+    }
+    # When it takes over slot 0's group (after slot 0 is fenced), the one write is that group's state
+    promoted = configure(target, "10.0.0.6", Slot="1", Owners="0,1", Serving="1,0")
+    assert promoted.code == 0, promoted.stderr
+    assert writes(promoted.stderr) == [("ports/4420/ana_groups/2/ana_state", "optimized")]
+    assert ana_states(target) == {"2": "optimized", "3": "optimized"}
+    # and the same run again changes nothing
+    again = configure(target, "10.0.0.6", Slot="1", Owners="0,1", Serving="1,0")
+    assert again.report["changes"] == 0, again.stderr
+
+
+def test_without_owners_every_namespace_stays_in_the_default_group(node: Nodes):
+    target = node("c0")
+    target.attach(*VOLUMES)
+    result = configure(target, "10.0.0.5")
+    assert result.code == 0, result.stderr
+    assert result.report["ana"] is None
+    assert not any(p.endswith(("/ana_grpid", "/ana_state")) for p, _ in writes(result.stderr))
+    # and owners given later move the namespaces, while a plain re-apply moves them back to group 1
+    assert configure(target, "10.0.0.5", Owners="0,0").code == 0
+    back = configure(target, "10.0.0.5")
+    assert back.code == 0, back.stderr
+    for volume in VOLUMES:
+        namespace = target.nvmet / "subsystems" / nvme.subsystem_nqn(ARRAY, volume) / "namespaces/1"
+        assert (namespace / "ana_grpid").read_text() == "1\n"
+
+
+def test_ownership_refuses_a_count_that_does_not_match_and_serving_without_owners(node: Nodes):
+    target = node("c0")
+    target.attach(*VOLUMES)
+    short = configure(target, "10.0.0.5", Owners="0")
+    assert short.code == 1
+    assert "Owners lists 1 slots for 2 volumes" in short.report["error"]
+    alone = configure(target, "10.0.0.5", Serving="0,1")
+    assert alone.code == 1
+    assert "Serving needs Owners" in alone.report["error"]
+    assert not target.nvmet.exists()
+
+
+# --- fencing (NVMe reservations on the EBS devices) -------------------------------------------
+def fenced(node: LocalNode, boot: str, **params: str) -> Result:
+    (node.root / "boot_id").write_text(boot + "\n")
+    return configure(
+        node,
+        "10.0.0.5" if node.root.name == "c0" else "10.0.0.6",
+        Slot=node.root.name[1:],
+        Fencing="reservations",
+        NvmeCommand=FAKE_NVME,
+        BootIdFile="boot_id",
+        **params,
+    )
+
+
+def registrants(node: LocalNode) -> dict[str, dict[str, Any]]:
+    folder = node.root.parent / ".ebs-reservations"
+    return {p.stem: json.loads(p.read_text()) for p in folder.glob("vol-*.json")}
+
+
+def test_each_controller_registers_a_key_per_boot_and_holds_every_volume_write_exclusive_all_registrants(
+    node: Nodes,
+):
+    c0, c1 = node("c0"), node("c1")
+    for target in (c0, c1):
+        target.attach(*VOLUMES)
+    first, second = fenced(c0, "boot-a", Owners="0,0"), fenced(c1, "boot-b", Owners="0,0")
+    assert first.code == 0, first.stderr
+    assert second.code == 0, second.stderr
+    keys = {"c0": int(first.report["fencing"]["key"], 16), "c1": int(second.report["fencing"]["key"], 16)}
+    assert keys["c0"] != keys["c1"]
+    assert 0 < min(keys.values()) < 2**52
+    # Then both are registered on every volume, held type 5 (every registrant a holder)
+    for volume in VOLUMES:
+        state = registrants(c0)[volume]
+        assert (state["rtype"], state["keys"]) == (5, keys)
+    # and a re-run changes nothing; a new boot replaces the old key (the attachment kept it)
+    assert fenced(c0, "boot-a", Owners="0,0").report["changes"] == 0
+    rebooted = fenced(c0, "boot-c", Owners="0,0")
+    assert rebooted.code == 0, rebooted.stderr
+    assert rebooted.report["fencing"]["key"] != first.report["fencing"]["key"]
+    assert {registrants(c0)[v]["keys"]["c0"] for v in VOLUMES} == {int(rebooted.report["fencing"]["key"], 16)}
+
+
+def test_a_survivor_fences_the_lost_owner_on_every_volume_before_it_serves_its_group(node: Nodes):
+    # Given c0 owning both volumes, c1 serving nothing of them, both registered
+    c0, c1 = node("c0"), node("c1")
+    for target in (c0, c1):
+        target.attach(*VOLUMES)
+    lost = fenced(c0, "boot-a", Owners="0,0").report["fencing"]["key"]
+    assert fenced(c1, "boot-b", Owners="0,0").code == 0
+    # When c1 is promoted to serve slot 0's group, fencing c0's key
+    promoted = fenced(c1, "boot-b", Owners="0,0", Serving="1,0", FenceKeys=lost)
+    # Then c0's key is gone from every volume, and only then did c1's port serve group 2
+    assert promoted.code == 0, promoted.stderr
+    assert all(set(registrants(c1)[v]["keys"]) == {"c1"} for v in VOLUMES)
+    log = promoted.stderr.splitlines()
+    fences = [i for i, line in enumerate(log) if "fenced key" in line]
+    promotion = next(i for i, line in enumerate(log) if "ana_groups/2/ana_state = optimized" in line)
+    assert len(fences) == len(VOLUMES)
+    assert max(fences) < promotion
+    assert promoted.report["fencing"]["fenced"] == [lost]
+    assert ana_states(c1) == {"2": "optimized", "3": "optimized"}
+    # and a second survivor run (or a retry) finds it fenced already and changes nothing
+    assert fenced(c1, "boot-b", Owners="0,0", Serving="1,0", FenceKeys=lost).report["changes"] == 0
+
+
+def test_a_survivor_that_cannot_fence_promotes_nothing(node: Nodes):
+    # Given c0 registered and owning the volumes, and c1 attached but not registered (another
+    # user took the volume's reservation with another type meanwhile)
+    c0, c1 = node("c0"), node("c1")
+    for target in (c0, c1):
+        target.attach(*VOLUMES)
+    lost = fenced(c0, "boot-a", Owners="0,0").report["fencing"]["key"]
+    assert configure(c1, "10.0.0.6", Slot="1", Owners="0,0").code == 0  # group 2 inaccessible here
+    for volume in VOLUMES:
+        path = c0.root.parent / ".ebs-reservations" / f"{volume}.json"
+        state = json.loads(path.read_text())
+        path.write_text(json.dumps({**state, "rtype": 1, "holder": "c0"}))
+    # When c1 is asked to fence c0 and serve its group
+    refused = fenced(c1, "boot-b", Owners="0,0", Serving="1,0", FenceKeys=lost)
+    # Then it fails naming why, c0 is still registered, and group 2 is still inaccessible on c1
+    assert refused.code == 1
+    assert "reserved with type 1" in refused.report["error"]
+    assert all("c0" in registrants(c0)[v]["keys"] for v in VOLUMES)
+    assert ana_states(c1) == {"2": "inaccessible", "3": "optimized"}
+    # and FenceKeys without reservations, or naming its own key, are refused before anything
+    plain = configure(c1, "10.0.0.6", Slot="1", Owners="0,0", Serving="1,0", FenceKeys=lost)
+    assert "FenceKeys needs Fencing reservations" in plain.report["error"]
