@@ -161,10 +161,7 @@ if [[ $status -ne 0 ]]; then show_log; fi
 
 step "tests: data plane (the documents on real Linux kernels in QEMU guests: controllers + a host, NVMe/TCP multipath, fio, XFS)"
 SECONDS=0
-# The authentication scenarios (tests/dataplane/test_authentication.py: their own lab, ~14 min
-# under TCG) run with make dataplane-auth until they share this tier's guests: with them the
-# command would be ~45 min (docs/dataplane.md, *Authentication on the data plane*).
-kept "data plane" offline "$VENV/python" -m pytest --durations=10 --junitxml="$reports/dataplane.xml" --ignore=tests/dataplane/test_authentication.py tests/dataplane || status=1
+kept "data plane" offline "$VENV/python" -m pytest --durations=10 --junitxml="$reports/dataplane.xml" tests/dataplane || status=1
 phase "data plane (QEMU)" "$SECONDS"
 
 step "integration (minutes of CloudWatch's cadence; started with the integration phase)"

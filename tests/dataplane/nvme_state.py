@@ -3,8 +3,8 @@ as one JSON object on stdout.
 
 From sysfs: the subsystem (``/sys/class/nvme-subsystem/nvme-subsysN``: iopolicy, serial,
 model), its multipath head (``nvmeXnY``: uuid, nguid, wwid), and each controller (a path:
-state, address, cntlid, kato) with its hidden per-path disk ``nvmeXcZnY`` and that disk's IO
-counters (``stat``: reads and writes completed). From each controller itself, through
+state, address, cntlid, kato) with its hidden per-path disk ``nvmeXcZnY``, that disk's IO
+counters (``stat``: reads and writes completed) and its ANA state. From each controller itself, through
 nvme-cli's admin commands on ``/dev/nvmeZ``: Identify Controller (serial, subsystem NQN) and
 the namespace identification descriptors (uuid, nguid), so identity is read through each path.
 """
@@ -76,6 +76,7 @@ def main(nqn: str) -> None:
                         "writes": int(stat[4]) if len(stat) > 4 else 0,
                         "uuid": read(disk / "uuid"),
                         "nguid": read(disk / "nguid"),
+                        "anaState": read(disk / "ana_state"),
                     }
                 )
             ident = nvme_json("id-ctrl", f"/dev/{ctrl.name}") if path["state"] == "live" else {}

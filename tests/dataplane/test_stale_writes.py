@@ -1,4 +1,4 @@
-"""No stale write after a failover (issue #33): the hazard shown on real kernels.
+"""No stale write after a failover: the hazard, and fence-then-promote closing it, on real kernels.
 
 Its own lab (``.dataplane/run-stale``: two controllers and a host, booted for this module and
 killed at its end). Controller c0 exports the shared volume through a device-mapper ``delay``
@@ -12,9 +12,14 @@ on writing newer generations there. The writer stops; then c0's held writes reac
 over newer. The read-back counts the stale blocks. Nothing here waits on a clock: the hold lasts
 until released, the writer is stopped once it has written past the failover.
 
-With today's design (every controller serves every volume, nothing fences a lost controller)
-the checker finds stale blocks: the test asserts it, so it keeps showing the defect until
-fencing lands, when its assertion turns into "zero stale blocks".
+Two designs, one scenario each, in this order on the same guests:
+
+* **active/active** (configure-target without Owners: every controller serves every volume,
+  nothing fences a lost controller): the checker finds stale blocks. The test asserts it: it is
+  the hazard this design keeps.
+* **one owner, fence-then-promote** (Owners: the volume's ANA group optimized on its owner only;
+  the host queues its IO while the owner's path is lost; the survivor serves the group only
+  once the owner is fenced): zero stale blocks, and the application sees no error.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ DELAYED = "vsa-delayed"
 DELAYED_DIR = "/run/delayed-by-id"
 HOLD_MS = 3_600_000
 """c0 holds each write for an hour: in effect until the test releases them."""
+COUNTS = ("blocks", "ackedBlocks", "staleCount", "tornCount", "misplacedCount")
+"""The read-back's counts each scenario records in the figures."""
 AFTER_FAILOVER = 1000
 """Writes the host makes after losing c0 before the writer stops: every block of the region
 (512) rewritten about twice through c1."""
@@ -82,13 +89,14 @@ def hold_writes(lab: Lab, milliseconds: int) -> Result:
     return lab.controller(0).sh(script, timeout=180, name="hold-writes").ok()
 
 
-def configure(lab: Lab, index: int) -> Result:
+def configure(lab: Lab, index: int, **ownership: str) -> Result:
     values = {
         "ArrayId": ARRAY,
         "Volumes": VOLUME,
         "Slot": str(index),
         "HostNqns": HOST_NQN,
         "ListenAddress": lab.links[index].controller_address,
+        **ownership,
     }
     if index == 0:
         values["DeviceDir"] = DELAYED_DIR
@@ -102,22 +110,73 @@ def connect(lab: Lab, index: int) -> Result:
     ).ok()
 
 
+def host_state(lab: Lab) -> dict[str, Any]:
+    done = lab.host.sh(f"python3 {STATE_SCRIPT} {NQN}", timeout=180, name="nvme-state").ok()
+    state: dict[str, Any] = json.loads(done.stdout)
+    return state
+
+
 def head_device(lab: Lab) -> str:
-    state = json.loads(lab.host.sh(f"python3 {STATE_SCRIPT} {NQN}", name="nvme-state").ok().stdout)
+    state = host_state(lab)
     assert len(state["heads"]) == 1, state
     live = [p for p in state["paths"] if p["state"] == "live"]
     assert len(live) == 2, f"expected a live path through each controller: {state['paths']}"
     return "/dev/" + state["heads"][0]["name"]
 
 
-def checker_state(lab: Lab) -> dict[str, Any]:
-    path = lab.host.dir / "integrity.json"
+PATHS_SCRIPT = f"""
+for subsystem in /sys/class/nvme-subsystem/nvme-subsys*; do
+  [[ $(cat "$subsystem/subsysnqn") == {NQN} ]] || continue
+  for ctrl in "$subsystem"/nvme[0-9]*; do
+    [[ ${{ctrl##*/}} =~ ^nvme[0-9]+$ ]] || continue  # a controller, not the multipath head
+    ana=""
+    for disk in "$ctrl"/nvme*c*n*; do [[ -f $disk/ana_state ]] && ana=$(cat "$disk/ana_state"); done
+    echo "$(cat "$ctrl/address")|$(cat "$ctrl/state")|$ana"
+  done
+done
+"""
+
+
+def paths_by_address(lab: Lab) -> dict[str, dict[str, Any]]:
+    """The host's path to each controller address: its state and ANA state, from sysfs alone (an
+    admin command to a controller whose link is cut would wait for the keep-alive to give up)."""
+    found = {}
+    for line in lab.host.sh(PATHS_SCRIPT, timeout=180, name="paths").ok().stdout.splitlines():
+        address, state, ana = line.split("|")
+        traddr = dict(part.split("=", 1) for part in address.split(",") if "=" in part).get("traddr")
+        found[str(traddr)] = {"state": state, "ana": ana}
+    return found
+
+
+def wait_for_paths(lab: Lab, wanted: dict[int, tuple[str, str]], timeout: float) -> dict[str, Any]:
+    """Until the host shows, for each controller index, its path's (state, ANA state)."""
+    deadline = time.monotonic() + timeout
+    want = {lab.links[i].controller_address: {"state": s, "ana": a} for i, (s, a) in wanted.items()}
+    while True:
+        found = paths_by_address(lab)
+        if all(found.get(address) == value for address, value in want.items()):
+            return found
+        assert time.monotonic() < deadline, f"the host's paths after {timeout} s: {found}, wanted {want}"
+        time.sleep(0.5)
+
+
+def wait_until_path_down(lab: Lab, index: int, timeout: float) -> None:
+    """Until the host no longer shows its path to controller ``index`` live."""
+    deadline = time.monotonic() + timeout
+    address = lab.links[index].controller_address
+    while paths_by_address(lab).get(address, {}).get("state") == "live":
+        assert time.monotonic() < deadline, f"the host's path to {address} still live after {timeout} s"
+        time.sleep(0.5)
+
+
+def checker_state(lab: Lab, name: str = "integrity") -> dict[str, Any]:
+    path = lab.host.dir / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else {"writes": 0}
 
 
-def wait_for_writes(lab: Lab, at_least: int, timeout: float) -> int:
+def wait_for_writes(lab: Lab, at_least: int, timeout: float, name: str = "integrity") -> int:
     deadline = time.monotonic() + timeout
-    while (writes := checker_state(lab)["writes"]) < at_least:
+    while (writes := checker_state(lab, name)["writes"]) < at_least:
         assert time.monotonic() < deadline, f"the checker made {writes} writes in {timeout} s"
         time.sleep(0.5)
     return writes
@@ -169,7 +228,7 @@ def test_a_write_held_below_a_lost_path_lands_after_the_failover_and_leaves_stal
         "writesAfterFailover": AFTER_FAILOVER,
         "heldWhenCut": held,
         **summary,
-        **{k: report[k] for k in ("blocks", "ackedBlocks", "staleCount", "tornCount", "misplacedCount")},
+        **{k: report[k] for k in COUNTS},
         "unknownCount": report["unknownCount"],
     }
     # Then the read-back finds blocks older than their newest acknowledged write: the defect
@@ -177,3 +236,84 @@ def test_a_write_held_below_a_lost_path_lands_after_the_failover_and_leaves_stal
     assert report["tornCount"] == 0, report
     assert report["misplacedCount"] == 0, report
     assert report["staleCount"] > 0, f"no stale block found: the hazard did not show ({report})"
+
+
+def release_held_writes(lab: Lab) -> int:
+    """Suspending c0's dm-delay device sends on every write it holds; how many writes c0's kernel
+    then logged as failed on its EBS device (after a fence: each held write, refused)."""
+    script = (
+        f"dmsetup suspend {DELAYED}; dmsetup resume {DELAYED};"
+        " dmesg | grep -c 'I/O error, dev vd.*(WRITE)' || true"
+    )
+    return int(lab.controller(0).sh(script, timeout=180, name="release").ok().stdout.split()[-1])
+
+
+def test_with_one_owner_fenced_before_the_survivor_is_promoted_no_held_write_lands(lab: Lab) -> None:
+    """Fence-then-promote (docs/dataplane.md, *Fencing*): the volume is owned by c0 (its ANA
+    group optimized there, inaccessible on c1), so the host sends its IO only through c0 and,
+    when that path is lost, queues it instead of resending it through c1. The survivor is
+    promoted only once c0 is fenced: here by removing c0's drive from its VM (QEMU drive_del),
+    the lab's stand-in for EBS refusing a preempted registrant after Reservation Acquire with
+    Preempt and Abort, which QEMU's shared image cannot do."""
+    # Given c0 reachable again after the previous scenario, its writes passing straight through
+    lab.controller(0).qmp("set_link", name="link0", up=True)
+    hold_writes(lab, 0)
+    # and the volume owned by slot 0: inaccessible on c1 first, then optimized on c0
+    configure(lab, 1, Owners="0")
+    configure(lab, 0, Owners="0")
+    connect(lab, 0)
+    connect(lab, 1)
+    wait_for_paths(lab, {0: ("live", "optimized"), 1: ("live", "inaccessible")}, timeout=120)
+    device = head_device(lab)
+    # and the checker writing stamped blocks on a region of its own
+    name, stop = "fenced", lab.host.dir / "fenced.stop"
+    writer = lab.host.submit(
+        f"python3 {CHECKER} write {device} --state {lab.host.dir / f'{name}.json'} --first 4096"
+        f" --blocks 512 --threads 8 --until-file {stop} --writer fenced",
+        name="checker-fenced",
+    )
+    wait_for_writes(lab, 200, timeout=120, name=name)
+    # When c0 holds its writes and, with writes held there, its link goes down
+    hold_writes(lab, HOLD_MS)
+    held = wait_for_held_writes(lab, timeout=120)
+    lab.controller(0).qmp("set_link", name="link0", up=False)
+    cut_at, cut = time.monotonic(), checker_state(lab, name)["writes"]
+    # and the host has given that path up (its keep-alive): its IO now waits, no path is usable
+    wait_until_path_down(lab, 0, timeout=120)
+    down_at = time.monotonic()
+    queued = checker_state(lab, name)["writes"]
+    # and then c0 is fenced (the stand-in: its drive removed from its VM), and only then c1
+    # serves slot 0's group (configure-target with Serving: the ANA change reaches the host)
+    lab.controller(0).qmp("human-monitor-command", **{"command-line": "drive_del vol0"})
+    fenced_at = time.monotonic()
+    configure(lab, 1, Owners="0", Serving="1,0")
+    promoted_at = time.monotonic()
+    wait_for_paths(lab, {1: ("live", "optimized")}, timeout=120)
+    # Then the host's queued writes and newer ones complete through c1
+    wait_for_writes(lab, cut + AFTER_FAILOVER, timeout=600, name=name)
+    resumed = checker_state(lab, name)["writes"]
+    stop.touch()
+    summary = json.loads(lab.host.wait(writer, timeout=300).ok().stdout)
+    # and c0's held writes, sent on now, are refused by the fenced drive
+    refused = release_held_writes(lab)
+    state = lab.host.dir / f"{name}.json"
+    verify = f"python3 {CHECKER} verify {device} --state {state}"
+    verified = lab.host.sh(verify, timeout=300, name="verify-fenced")
+    report = json.loads(verified.stdout)
+    FIGURES["fencedFailover"] = {
+        "heldWhenCut": held,
+        "heldWritesRefused": refused,
+        "writesBeforePathDown": queued - cut,
+        "pathDownSeconds": round(down_at - cut_at, 1),
+        "fenceToPromotedSeconds": round(promoted_at - fenced_at, 1),
+        "writesAfterFailover": resumed - cut,
+        **summary,
+        **{k: report[k] for k in (*COUNTS, "unknownCount")},
+    }
+    # and nothing read back is older than its newest acknowledged write, and the application
+    # saw no error: its writes waited for the fenced failover instead of failing
+    assert report["staleCount"] == 0, report
+    assert report["tornCount"] == 0, report
+    assert report["misplacedCount"] == 0, report
+    assert summary["errorCount"] == 0, summary
+    assert refused >= held, f"c0 held {held} writes and its kernel logged {refused} failed writes"
