@@ -7,7 +7,10 @@ and each group runs on one worker, in order:
   the lifecycle clock's time scale, SSM's configuration), and the documents' Run Command tests
   register nodes under that configuration;
 * ``documents``: the host-document tests take loop devices, freeze real filesystems and print the
-  freeze window, which a neighbour's load would distort.
+  freeze window, which a neighbour's load would distort;
+* ``cli-package``: the clean-install tests share one module-scoped virtualenv (a pip install of
+  the distribution, ~40 s of CPU), made once per worker that runs one of them: on one worker it
+  is made once.
 
 Everything else (unit, infra, integration: each integration test makes its own arrays, volumes
 and hosts) spreads over the workers, one test at a time.
@@ -30,6 +33,7 @@ GROUPS = {
     "localcloud": "localcloud",
     "documents/test_run_command.py": "localcloud",
     "documents": "documents",
+    "infra/test_cli_package.py": "cli-package",
 }
 
 

@@ -406,6 +406,29 @@ def test_scale_in_never_picks_an_instance_protected_from_scale_in(make_group: Ca
     assert protected.states() == {kept: "InService"}
 
 
+def test_a_suspended_launch_or_terminate_keeps_the_desired_capacity_until_resumed(
+    make_group: Callable[..., Group],
+) -> None:
+    """AWS, "Suspend and resume processes for your Auto Scaling group": with Launch suspended
+    the group does not add instances when it scales out, with Terminate suspended it does not
+    remove them when it scales in; the desired capacity is kept and reached once resumed."""
+    group = make_group(desired=1)
+    (first,) = group.wait_states(lambda s: list(s.values()) == ["InService"], "in service")
+    group.asg.suspend_processes(AutoScalingGroupName=group.name, ScalingProcesses=["Launch"])
+    group.asg.set_desired_capacity(AutoScalingGroupName=group.name, DesiredCapacity=3)
+    assert group.describe()["DesiredCapacity"] == 3
+    assert group.states() == {first: "InService"}
+    suspended = {p["ProcessName"] for p in group.describe()["SuspendedProcesses"]}
+    assert suspended == {"Launch"}
+    group.asg.resume_processes(AutoScalingGroupName=group.name, ScalingProcesses=["Launch"])
+    group.wait_states(lambda s: list(s.values()) == ["InService"] * 3, "three in service")
+    group.asg.suspend_processes(AutoScalingGroupName=group.name, ScalingProcesses=["Terminate"])
+    group.asg.set_desired_capacity(AutoScalingGroupName=group.name, DesiredCapacity=1)
+    assert len(group.states()) == 3
+    group.asg.resume_processes(AutoScalingGroupName=group.name)
+    group.wait_states(lambda s: list(s.values()) == ["InService"], "back to one")
+
+
 def test_lifecycle_hooks_are_described_as_put_and_leave_with_their_group(
     aws: Callable[[str], Any], make_group: Callable[..., Group]
 ) -> None:

@@ -14,6 +14,9 @@ What moto lacks or gets wrong, and what this module does instead:
   NotificationConfiguration(s)``, ``DescribeAutoScalingNotificationTypes``: missing in moto.
 * ``DescribeScalingActivities``: moto answers an empty list; here the launch/terminate activities.
 * ``TerminateInstanceInAutoScalingGroup`` goes through the terminate lifecycle (moto terminates at once).
+* ``SuspendProcesses`` of ``Launch`` or ``Terminate``: moto records the suspension and launches
+  and terminates anyway; here the desired capacity is kept without adding or removing instances
+  until ``ResumeProcesses``, which then reaches it.
 * ``DeleteAutoScalingGroup`` ends the group's lifecycle actions and terminates its instances
   without hooks, as ``ForceDelete`` does on AWS. (Like moto, it does not refuse a group that still
   has instances when ``ForceDelete`` is not set.)

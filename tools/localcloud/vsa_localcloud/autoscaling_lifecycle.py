@@ -508,6 +508,12 @@ def _set_desired_capacity(group: FakeAutoScalingGroup, new_capacity: int | None)
         group.desired_capacity = group.min_size if new_capacity is None else new_capacity
         counted = [s for s in group.instance_states if s.lifecycle_state in COUNTED]
         delta = (group.desired_capacity or 0) - len(counted)
+        # A suspended Launch or Terminate process keeps the desired capacity but neither adds nor
+        # removes instances until it is resumed (AWS: "Suspend and resume processes for your Auto
+        # Scaling group"; moto stores the suspension and launches anyway). Resuming reconciles.
+        suspended = {p["ProcessName"] for p in group.suspended_processes}
+        if (delta > 0 and "Launch" in suspended) or (delta < 0 and "Terminate" in suspended):
+            delta = 0
         if delta > 0:
             group.replace_autoscaling_group_instances(delta, group.get_propagated_tags())
         elif delta < 0:
@@ -553,6 +559,18 @@ def _notify_terminate_instances(backend: AutoScalingBackend, instance_ids: list[
                 group.set_desired_capacity(group.desired_capacity)
 
 
+_moto_resume = AutoScalingBackend.resume_processes
+
+
+def _resume_processes(backend: AutoScalingBackend, group_name: str, scaling_processes: list[str]) -> None:
+    """moto's resume, then the group reaches its desired capacity (what a suspended Launch or
+    Terminate held back)."""
+    with LOCK:
+        _moto_resume(backend, group_name, scaling_processes)
+        group = backend.autoscaling_groups[group_name]
+        group.set_desired_capacity(group.desired_capacity)
+
+
 def install() -> None:
     """Replace moto's capacity logic (class attributes: every caller, e.g. Create/Update/
     SetDesiredCapacity/ExecutePolicy/Detach/Standby, goes through it)."""
@@ -560,6 +578,7 @@ def install() -> None:
         (FakeAutoScalingGroup, "set_desired_capacity", _set_desired_capacity),
         (FakeAutoScalingGroup, "replace_autoscaling_group_instances", _replace_instances),
         (AutoScalingBackend, "notify_terminate_instances", _notify_terminate_instances),
+        (AutoScalingBackend, "resume_processes", _resume_processes),
     ]
     for cls, name, function in patches:
         setattr(cls, name, function)
