@@ -15,8 +15,9 @@
 # a group, so a namespace is never optimized here unless this controller serves its owner.
 # With FENCING=reservations every volume is registered before it is exported, and every key in
 # FENCE_KEYS is preempted and confirmed gone from every volume before any ANA state is written:
-# a run that cannot fence promotes nothing. On a plain directory tree (tests: no configfs) attributes are files and default
-# groups are directories, created and removed as configfs would show them.
+# a run that cannot fence promotes nothing. On a plain directory tree (tests: no configfs)
+# attributes are files and default groups are directories, created and removed as configfs
+# would show them.
 DOCUMENT=configure-target
 # vsa:include lib/common.sh
 # vsa:include lib/dhchap.sh
