@@ -27,6 +27,7 @@ kills every QEMU it started (by the PID QEMU wrote) and its launcher's process g
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
 import os
@@ -51,10 +52,11 @@ HOST_MODULES = "virtio_net virtio_blk nvme-tcp xfs"  # nvme-tcp at boot: a host 
 CONTROLLER_MODULES = "virtio_net virtio_blk"  # configure-target loads nvmet and nvmet-tcp itself
 
 
-PROGRAM_DIRS = ("bin", "sbin", "libexec", "lib/x86_64-linux-gnu", "lib/python3", "lib/python3.11")
+PROGRAM_DIRS = ("bin", "sbin", "libexec", "lib/*-linux-gnu", "lib/python3*")
 """The directories under /usr that programs are loaded from (/bin, /sbin and /lib point into
-/usr), copied into the guests' program image; not /usr whole: /usr/lib/modules holds virtme-ng's
-mount of the guest kernel's modules."""
+/usr), as globs (the multiarch and Python directories are named by the machine), copied into the
+guests' program image; not /usr whole: /usr/lib/modules holds virtme-ng's mount of the guest
+kernel's modules."""
 PROGRAM_IMAGE_SERIAL = "vsaprograms"  # virtio-blk serials are at most 20 bytes
 
 
@@ -68,14 +70,15 @@ def program_image() -> Path:
     file, so a package installed since is never missing from it; it is built beside, then renamed
     in, so a lab never opens a half-written one."""
     status = Path("/var/lib/dpkg/status").stat()
-    key = f"{int(status.st_mtime)}-{status.st_size}-{len(PROGRAM_DIRS)}"
-    image = STATE / f"programs-{key}.img"
+    sources = sorted(d for pattern in PROGRAM_DIRS for d in Path("/usr").glob(pattern) if d.is_dir())
+    listed = hashlib.sha256("\n".join(map(str, sources)).encode()).hexdigest()[:8]
+    image = STATE / f"programs-{int(status.st_mtime)}-{status.st_size}-{listed}.img"
     if image.exists():
         return image
     work = STATE / f".programs-{os.getpid()}"
     shutil.rmtree(work, ignore_errors=True)
-    for rel in PROGRAM_DIRS:
-        source = Path("/usr") / rel
+    for source in sources:
+        rel = source.relative_to("/usr")
         if source.is_dir():
             (work / "tree" / rel).parent.mkdir(parents=True, exist_ok=True)
             # hard links where /usr and the state directory share a file system (instant), else a copy
