@@ -19,7 +19,7 @@ STATE="$ROOT/.dataplane"
 mkdir -p "$STATE"
 
 missing=()
-for pkg in qemu-system-x86 nvme-cli fio xfsprogs kmod iproute2 util-linux busybox-static dmsetup; do
+for pkg in qemu-system-x86 nvme-cli fio xfsprogs kmod iproute2 util-linux busybox-static dmsetup e2fsprogs; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if ((${#missing[@]})); then

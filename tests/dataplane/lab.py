@@ -136,7 +136,7 @@ def missing_prerequisites() -> list[str]:
         missing.append(".dataplane/kernel (the guest kernel)")
     if not VNG.exists():
         missing.append(".dataplane/venv (virtme-ng)")
-    for command in ("qemu-system-x86_64", "nvme", "fio", "mkfs.xfs", "ip", "dmsetup"):
+    for command in ("qemu-system-x86_64", "nvme", "fio", "mkfs.xfs", "ip", "dmsetup", "mke2fs"):
         if not any(
             (Path(d) / command).exists() for d in [*os.environ.get("PATH", "").split(":"), "/usr/sbin"]
         ):
