@@ -162,9 +162,10 @@ if [[ $status -ne 0 ]]; then show_log; fi
 step "tests: data plane (the documents on real Linux kernels in QEMU guests: controllers + a host, NVMe/TCP multipath, fio, XFS)"
 SECONDS=0
 # The authentication scenarios (tests/dataplane/test_authentication.py, their own lab) are left
-# to make dataplane-auth for now: on this 2-core machine they took 28-29 min under TCG (their key
-# rotation alone 14 min), which would take the command from about 70 min to the CI's 90-min
-# limit (docs/measurements.md, "The data-plane tier").
+# to make dataplane-auth for now: on this 2-core machine they took 26 min under TCG on a quiet
+# machine (their key rotation alone 14 min), 28-29 min on a busy one, which would take the command
+# from about 51 min to about 77, too near the CI's 90-min limit (docs/measurements.md, "The
+# data-plane tier").
 kept "data plane" offline "$VENV/python" -m pytest --durations=10 --junitxml="$reports/dataplane.xml" \
   --ignore=tests/dataplane/test_authentication.py tests/dataplane || status=1
 phase "data plane (QEMU)" "$SECONDS"
