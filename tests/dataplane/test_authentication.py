@@ -529,11 +529,10 @@ SETUP_RETRIES: list[str] = []
 
 
 def connect_for_setup(lab: Lab, index: int, host_nqn: str, secret: str = "none") -> Result:
-    """connect-path in a scenario's Given step, made once more if refused: the first
-    authenticated connect of a fresh lab was refused once under TCG (nvmet "ctrl 1 fatal error
-    occurred!" 2 s after "creating nvm controller ... with DH-HMAC-CHAP", the host's connect
-    EIO: the keep-alive timeout of 2 s bounds nvmet's wait for the host's DH-HMAC-CHAP reply,
-    and the guest's first DH exchange is slow)."""
+    """connect-path in a scenario's Given step, made once more if refused: a setup step, not
+    what the scenario asserts, and the keep-alive timeout bounds nvmet's wait for each of the
+    host's DH-HMAC-CHAP replies (KATO), which a guest under TCG on a busy machine can miss; the
+    refusals are counted in the figures (SETUP_RETRIES)."""
     first = connect(lab, index, host_nqn, secret, **ROTATION)
     if first.rc == 0:
         return first
