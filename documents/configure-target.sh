@@ -15,7 +15,9 @@
 # a group, so a namespace is never optimized here unless this controller serves its owner.
 # With FENCING=reservations every volume is registered before it is exported, and every key in
 # FENCE_KEYS is preempted and confirmed gone from every volume before any ANA state is written:
-# a run that cannot fence promotes nothing. On a plain directory tree (tests: no configfs)
+# a run that cannot fence promotes nothing. A controller whose own key a survivor preempted on
+# this boot fences itself (every ANA group of its port inaccessible) and never re-registers on
+# that boot (lib/fencing.sh). On a plain directory tree (tests: no configfs)
 # attributes are files and default groups are directories, created and removed as configfs
 # would show them.
 DOCUMENT=configure-target
@@ -246,9 +248,10 @@ configure_ana_states() { # this port's state of each owner's group, before a nam
 fence_and_register() { # on every volume: this controller registered, then each lost one preempted
   local volume device victim
   RESERVATION_KEY=$(reservation_key)
+  refuse_if_fenced
   for volume in "${VOLS[@]}"; do
     device=$DEVICES/$(device_name "$volume")
-    register_device "$device" "$RESERVATION_KEY"
+    register_device "$device" "$RESERVATION_KEY" "$volume"
     for victim in "${FENCE_KEY_LIST[@]}"; do
       fence_device "$device" "$RESERVATION_KEY" "$victim"
     done

@@ -9,6 +9,14 @@
 # EBS then refuses the lost controller's writes, those it still holds included. The including
 # script sets NVME_COMMAND and BOOT_ID_FILE and defines fail and changed. Keys are hex (0x...) here
 # and in the parameters, decimal on nvme-cli's command line (every nvme-cli version reads it).
+#
+# A fence holds for the rest of the fenced controller's boot: re-registering would let every
+# write it still holds through again (registration is per host, not per command). So each
+# registration is remembered (the key and the device's identity, beside the kernel lock), and a
+# controller that finds its key gone from a volume it registered on this boot, on the same
+# attachment, fences itself: every ANA group of its port inaccessible, so hosts stop sending it
+# IO, and every later run on this boot refused. A new attachment (a volume detached and attached
+# again) or a new boot starts clean.
 # vsa:python RESERVATIONS_PY lib/reservations.py
 RTYPE_WEAR=5 # Write Exclusive - All Registrants
 RTYPE=0
@@ -33,10 +41,45 @@ read_reservations() { # read_reservations DEVICE: RTYPE and HELD_KEYS (hex) from
 
 holds_key() { local k; for k in "${HELD_KEYS[@]}"; do [[ $k == "$1" ]] && return 0; done; return 1; }
 
-register_device() { # register_device DEVICE KEY: KEY registered here, the volume held type 5
+registration_file() { printf '%s.registered/%s' "$KERNEL" "$1"; }
+
+attachment_identity() { stat -L -c '%i:%z' "$1" 2>/dev/null; }
+
+remember_registration() { # remember_registration VOLUME DEVICE KEY
+  mkdir -p "$KERNEL.registered" || fail "cannot create $KERNEL.registered"
+  printf '%s %s\n' "$3" "$(attachment_identity "$2")" >"$(registration_file "$1")" ||
+    fail "cannot record the registration of $1"
+}
+
+fenced_here() { # fenced_here VOLUME DEVICE KEY: registered on this boot and attachment, now gone
+  local file said
+  file=$(registration_file "$1")
+  [[ -f $file ]] || return 1
+  said=$(<"$file")
+  [[ $said == "$3 $(attachment_identity "$2")" ]]
+}
+
+self_fence() { # self_fence WHY: this port serves nothing more, and no later run on this boot does
+  local state
+  printf '%s\n' "$RESERVATION_KEY" >"$KERNEL.fenced" || log "cannot record the self-fence in $KERNEL.fenced"
+  for state in "$PORT_DIR"/ana_groups/*/ana_state; do
+    [[ -f $state ]] || continue
+    printf 'inaccessible\n' >"$state" || log "cannot set $(short "$state") inaccessible"
+  done
+  fail "this controller is fenced: $* It serves nothing more on this boot (every ANA group of its port inaccessible): drain it and replace the instance"
+}
+
+refuse_if_fenced() { # a controller fenced earlier on this boot never serves again
+  [[ -f $KERNEL.fenced && "$(<"$KERNEL.fenced")" == "$RESERVATION_KEY" ]] || return 0
+  self_fence "its reservation key $RESERVATION_KEY was preempted by a survivor earlier on this boot."
+}
+
+register_device() { # register_device DEVICE KEY VOLUME: KEY registered here, the volume held type 5
   local said
   read_reservations "$1"
   if ! holds_key "$2"; then
+    ! fenced_here "$3" "$1" "$2" ||
+      self_fence "its reservation key $2 is gone from $3, registered on this boot: a survivor preempted it."
     # a key of an earlier boot of this instance stays registered (the attachment keeps it):
     # registering again conflicts, so it is replaced, whatever it was
     said=$("$NVME_COMMAND" resv-register "$1" --nrkey="$(($2))" --rrega=0 2>&1) ||
@@ -44,6 +87,7 @@ register_device() { # register_device DEVICE KEY: KEY registered here, the volum
       fail "cannot register this controller's key on $1 (nvme resv-register): ${said//$'\n'/ }"
     changed "registered this controller's key on $1"
   fi
+  fenced_here "$3" "$1" "$2" || remember_registration "$3" "$1" "$2"
   [[ $RTYPE == "$RTYPE_WEAR" ]] && return 0
   [[ $RTYPE == 0 ]] ||
     fail "$1 is reserved with type $RTYPE, not Write Exclusive - All Registrants ($RTYPE_WEAR): another user of the volume holds it; release it first"

@@ -1570,6 +1570,58 @@ def test_a_survivor_fences_the_lost_owner_on_every_volume_before_it_serves_its_g
     assert fenced(c1, "boot-b", Owners="0,0", Serving="1,0", FenceKeys=lost).report["changes"] == 0
 
 
+def test_a_fenced_controller_fences_itself_and_never_registers_again_on_that_boot(node: Nodes):
+    # Given c0 owning both volumes and c1 promoted to serve its group, fencing c0's key (c0 was
+    # cut off; the control plane judged it lost)
+    c0, c1 = node("c0"), node("c1")
+    for target in (c0, c1):
+        target.attach(*VOLUMES)
+    lost = fenced(c0, "boot-a", Owners="0,0").report["fencing"]["key"]
+    assert fenced(c1, "boot-b", Owners="0,0").code == 0
+    assert fenced(c1, "boot-b", Owners="0,0", Serving="1,0", FenceKeys=lost).code == 0
+    assert ana_states(c0) == {"2": "optimized"}
+    # When configure-target runs on c0 again on the same boot (a retry, a reconcile that still
+    # counts it serving)
+    again = fenced(c0, "boot-a", Owners="0,0")
+    # Then it refuses, naming the fence; it did not register again (re-registering would let
+    # through every write it still holds); and its port serves nothing (every group inaccessible)
+    assert again.code == 1
+    assert "this controller is fenced" in again.report["error"]
+    assert "preempted" in again.report["error"]
+    assert all(set(registrants(c0)[v]["keys"]) == {"c1"} for v in VOLUMES)
+    assert ana_states(c0) == {"2": "inaccessible"}
+    # and every later run on that boot is refused before it touches a volume, whatever it asks
+    later = fenced(c0, "boot-a", Owners="1,1")
+    assert later.code == 1
+    assert "earlier on this boot" in later.report["error"]
+    assert all(set(registrants(c0)[v]["keys"]) == {"c1"} for v in VOLUMES)
+    # and after a reboot (a new key) it registers and serves as asked
+    rebooted = fenced(c0, "boot-c", Owners="1,1")
+    assert rebooted.code == 0, rebooted.stderr
+    assert all(set(registrants(c0)[v]["keys"]) == {"c0", "c1"} for v in VOLUMES)
+
+
+def test_a_registration_lost_with_its_attachment_is_made_again_not_taken_for_a_fence(node: Nodes):
+    # Given c0 registered on both volumes on this boot
+    c0 = node("c0")
+    c0.attach(*VOLUMES)
+    assert fenced(c0, "boot-a", Owners="0,0").code == 0
+    # When one volume is detached and attached again (EBS drops the attachment's registration)
+    volume = VOLUMES[0]
+    path = c0.root.parent / ".ebs-reservations" / f"{volume}.json"
+    state = json.loads(path.read_text())
+    path.write_text(json.dumps({**state, "keys": {}, "rtype": 0, "holder": None}))
+    device = c0.root / DEVICES / nvme.device_name(volume)
+    before = device.stat().st_ctime_ns
+    while device.stat().st_ctime_ns == before:  # a new device node: another change time (the
+        c0.attach(volume)  # kernel's coarse clock can give a rewrite in the same tick the same)
+    # Then the next run registers it again and serves: a new attachment is not a fence
+    again = fenced(c0, "boot-a", Owners="0,0")
+    assert again.code == 0, again.stderr
+    assert set(registrants(c0)[volume]["keys"]) == {"c0"}
+    assert registrants(c0)[volume]["rtype"] == 5
+
+
 def test_a_survivor_that_cannot_fence_promotes_nothing(node: Nodes):
     # Given c0 registered and owning the volumes, and c1 attached but not registered (another
     # user took the volume's reservation with another type meanwhile)
