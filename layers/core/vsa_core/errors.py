@@ -25,6 +25,12 @@ class ConflictError(VsaError):
     why and what to do."""
 
 
+class FencingError(VsaError):
+    """Volume ownership cannot move without risking a stale write (a lost owner whose
+    reservation key is unknown, a handover that would serve a volume twice): nothing moves, and
+    the message says what is missing."""
+
+
 class TeardownPendingError(VsaError):
     """A teardown step found AWS still letting go (the group still exists, an owned volume is
     still attached). Not a failure: the DeleteArray workflow retries it with backoff."""
