@@ -23,6 +23,7 @@ parameters=(
   NodeMountsFile=proc/self/mounts  # report-paths reads what is mounted from each volume here
   NodeNvmeConfig=etc/nvme/config.json  # where connect-path keeps the failover settings
   "NodeNvmeCommand=$ROOT/tests/fakes/nvme"
+  NodeBootIdFile=proc/sys/kernel/random/boot_id  # each node's own boot id (vsa_localcloud/ssm_nodes.py)
   "NodeModprobeCommand=$ROOT/tests/fakes/modprobe"
   "NodeAwsCommand=$VSA_STATE/node-bin/aws"  # the nodes' AWS CLI, written at start (vsa_localcloud/instance_roles.py)
   # the tests and the demo invoke the health check when they mean it: a scheduled run in the

@@ -218,8 +218,12 @@ def test_reconcile_sends_each_document_every_node_setting_the_other_workflows_se
     docs = Documents("${ConfigureTargetDocument}", "${ConnectPathDocument}", "${DisconnectPathDocument}")
     seen = observed(spec(), {V1: ALL, V2: ALL}, removed_hosts=(H3,))
     sent: dict[str, set[str]] = {}
-    for phase in ("disconnect", "export", "connect"):
-        for invocation in plan.commands(phase, seen, docs, node):
+    # with fencing (the settings configure-target needs for it: the nvme-cli, the boot id)
+    with_fencing = fenced(CONTROLLERS_2, (V1, V2))
+    wave = plan.export_wave(with_fencing, {}, None, {})
+    runs = [(phase, seen, None) for phase in ("disconnect", "export", "connect")]
+    for phase, seen_as, export_wave in [*runs, ("export", with_fencing, wave)]:
+        for invocation in plan.commands(phase, seen_as, docs, node, export_wave):
             placeholders = {k for k, v in invocation.parameters.items() if v.startswith("${Node")}
             sent.setdefault(invocation.document, set()).update(placeholders)
     assert set(sent) == {docs.configure_target, docs.connect_path, docs.disconnect_path}
@@ -308,3 +312,78 @@ def test_verify_names_every_node_that_does_not_show_a_grown_volume_at_its_ebs_si
     # and once every node shows 32 GiB, nothing; a node without a report is no size difference
     grown = {C1: _controller_report(C1, {V1: 8, V2: 32}), C2: None}
     assert plan.size_differences(seen, grown, {H1: _host_report(H1, {V1: 8, V2: 32}), H2: None}) == []
+
+
+# --- fencing: the export phase hands ownership over in waves ----------------------------------
+C3 = "i-0a1b2c3d4e5f60c03"
+
+
+def fenced(controllers: tuple[Controller, ...], volumes: tuple[str, ...] = (V1, V2, V3)) -> Observed:
+    the_spec = spec(volumes, fencing="reservations")
+    return Observed(
+        spec=the_spec,
+        volume_ids=the_spec.existing_volume_ids,
+        controllers=controllers,
+        volume_states=dict.fromkeys(volumes, "in-use"),
+        attachments={v: {c.instance_id: "attached" for c in controllers} for v in volumes},
+    )
+
+
+def test_without_fencing_the_export_phase_has_no_wave_and_sends_no_owner() -> None:
+    seen = observed(spec((V1, V2)), {V1: ALL, V2: ALL})
+    assert plan.export_wave(seen, {}, None, {}) is None
+    assert all("Owners" not in i.parameters for i in plan.commands("export", seen, DOCS, NODE))
+
+
+def test_first_owners_go_to_every_controller_in_one_wave_with_its_key_registered() -> None:
+    seen = fenced(CONTROLLERS_2)
+    wave = plan.export_wave(seen, {}, None, {})
+    assert wave is not None
+    assert (wave.wave, wave.last, wave.moving) == (1, True, True)
+    sent = plan.commands("export", seen, DOCS, NODE, wave)
+    assert [i.instance_id for i in sent] == [C1, C2]
+    owners = [wave.after[v] for v in (V1, V2, V3)]
+    assert {i.parameters["Owners"] for i in sent} == {",".join(map(str, owners))}
+    assert sorted(owners).count(0) in (1, 2)  # an even split of 3 over 2
+    assert {i.parameters["Fencing"] for i in sent} == {"reservations"}
+    assert {i.parameters["FenceKeys"] for i in sent} == {""}
+    assert {i.parameters["BootIdFile"] for i in sent} == {NODE.boot_id_file}
+
+
+def test_a_new_controller_takes_its_share_only_after_the_givers_released_it() -> None:
+    # Given two controllers own the three volumes and a third started serving
+    before = plan.export_wave(fenced(CONTROLLERS_2), {}, None, {})
+    assert before is not None
+    three = (*CONTROLLERS_2, Controller(C3, "10.0.0.3", 2))
+    seen = fenced(three)
+    # When the export phase runs: wave 1 on the two givers, the newcomer not yet
+    first = plan.export_wave(seen, before.after, None, {})
+    assert first is not None
+    assert (first.wave, first.last) == (1, False)
+    assert [i.instance_id for i in plan.commands("export", seen, DOCS, NODE, first)] == [C1, C2]
+    assert list(first.after.values()).count(2) == 1
+    # Then, with that wave recorded done, wave 2 runs on the newcomer alone, the same owners
+    second = plan.export_wave(seen, before.after, {"after": first.after, "wave": 2}, {})
+    assert second is not None
+    assert (second.wave, second.last, second.after) == (2, True, first.after)
+    assert [i.instance_id for i in plan.commands("export", seen, DOCS, NODE, second)] == [C3]
+
+
+def test_an_owner_that_no_longer_serves_is_fenced_by_every_taker_of_its_volumes() -> None:
+    before = plan.export_wave(fenced(CONTROLLERS_2), {}, None, {})
+    assert before is not None
+    seen = fenced(CONTROLLERS_2[:1])  # C2 (slot 1) is gone
+    wave = plan.export_wave(seen, before.after, None, {1: "0x5eed"})
+    assert wave is not None
+    assert set(wave.after.values()) == {0}
+    (sent,) = plan.commands("export", seen, DOCS, NODE, wave)
+    assert sent.parameters["FenceKeys"] == "0x5eed"
+
+
+def test_a_handover_recorded_for_other_volumes_is_planned_anew() -> None:
+    seen = fenced(CONTROLLERS_2)
+    stale = {"after": {V1: 0, V2: 1}, "wave": 2}  # before V3 joined the spec
+    wave = plan.export_wave(seen, {V1: 0, V2: 1}, stale, {})
+    assert wave is not None
+    assert wave.wave == 1
+    assert set(wave.after) == {V1, V2, V3}

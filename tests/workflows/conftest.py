@@ -38,6 +38,7 @@ SUBSTITUTIONS = {
     "NodeDeviceDir": "dev/disk/by-id",
     "NodeModprobeCommand": "modprobe",
     "NodeNvmeCommand": "nvme",
+    "NodeBootIdFile": "/proc/sys/kernel/random/boot_id",
     "ControllerRegistrationSeconds": "300",
     "NodeSysfsRoot": "sys",
     "NodeNvmeConfig": "etc/nvme/config.json",

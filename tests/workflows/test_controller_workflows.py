@@ -48,6 +48,10 @@ def test_a_controller_is_attached_exported_connected_then_continued(
     assert configure["Parameters"]["Authentication"] == ["dh-hmac-chap"]
     assert configure["Parameters"]["KeysSecretId"] == ["vsa/wf-a/node/i-0a1b2c3d4e5f60009"]
     assert configure["Parameters"]["AwsCommand"] == ["aws"]
+    # ... and, with fencing, its reservation key registered and each volume in its owner's group
+    assert configure["Parameters"]["Fencing"] == ["reservations"]
+    assert configure["Parameters"]["Owners"] == ["1,1"]
+    assert configure["Parameters"]["BootIdFile"] == ["/proc/sys/kernel/random/boot_id"]
     assert "DHHC-1" not in json.dumps(run["events"], default=str)
     # connect-path to every host, each with its own NQN (the step adds it to the shared parameters)
     (connect,) = lambda_inputs(run, "connect")
@@ -242,3 +246,50 @@ def test_a_planned_drain_whose_slot_is_gone_still_completes_its_lifecycle_action
     path = entered(run)
     assert path.index("SlotGone?") < path.index("Continue")
     assert "DisconnectPaths" not in path
+
+
+# --- fencing: the leaving controller's volumes are handed over before any host lets go ---------
+def test_a_planned_drain_hands_over_in_two_waves_before_the_hosts_let_go(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(
+        sfn, workflow("vsa-wf-drain", "drain_controller.asl.json"), "HandsOverInTwoWaves", TERMINATE
+    )
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    path = entered(run)
+    # the givers' wave, followed to its end, then the takers', and only then the hosts let go
+    assert path.index("MarkDraining") < path.index("HandOver") < path.index("TakersWave")
+    assert path.index("TakersWave") < path.index("DisconnectPaths") < path.index("TeardownTarget")
+    steps = lambda_inputs(run, "handover")
+    assert [(s["wave"], s["fence"]) for s in steps] == [(1, False), (2, False)]
+    leaving = TERMINATE["detail"]["EC2InstanceId"]
+    assert {(s["slot"], s["address"], s["instanceId"]) for s in steps} == {(2, "10.0.1.9", leaving)}
+    assert steps[0]["node"]["bootIdFile"] == "/proc/sys/kernel/random/boot_id"
+    # a heartbeat in every round of the wait (the lifecycle action stays alive)
+    assert path.count("HeartbeatWhileHandingOver") == path.count("PollHandOver") == 3
+    polls = lambda_inputs(run, "handoverPoll")
+    assert [p["started"]["owners"]["wave"] for p in polls] == [1, 1, 2]
+
+
+def test_a_lost_controller_is_fenced_by_the_takers_in_one_wave_before_the_hosts_let_go(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(sfn, workflow("vsa-wf-drain", "drain_controller.asl.json"), "LostIsFencedFirst", LOST)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    path = entered(run)
+    assert path.index("HandOver") < path.index("PollHandOver") < path.index("DisconnectPaths")
+    assert "TakersWave" not in path
+    assert "HeartbeatWhileHandingOver" not in path  # no lifecycle action to keep alive
+    assert [(s["wave"], s["fence"]) for s in lambda_inputs(run, "handover")] == [(1, True)]
+
+
+def test_a_planned_drain_whose_release_fails_is_handed_over_as_a_loss_fenced_first(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(
+        sfn, workflow("vsa-wf-drain", "drain_controller.asl.json"), "PlannedFallsBackToFence", TERMINATE
+    )
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    path = entered(run)
+    assert path.index("WaveFailed") < path.index("FenceInstead") < path.index("DisconnectPaths")
+    assert [(s["wave"], s["fence"]) for s in lambda_inputs(run, "handover")] == [(1, False), (1, True)]

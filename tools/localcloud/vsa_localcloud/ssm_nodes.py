@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +39,8 @@ AGENT_VERSION = "3.3.1611.0"
 PING_STATUSES = ("Online", "ConnectionLost")
 # EC2 states in which AWS refuses to send a command to an instance (SendCommand: InvalidInstanceId)
 GONE_STATES = ("shutting-down", "terminated")
+BOOT_ID_FILE = "proc/sys/kernel/random/boot_id"
+"""Inside a node's sandbox (the stack's NodeBootIdFile on the local cloud)."""
 
 DEVICE_DIR = "dev/disk/by-id"
 EBS_DEVICE_PREFIX = "nvme-Amazon_Elastic_Block_Store_"
@@ -149,6 +152,12 @@ def _new_node(account_id: str, region: str, instance: Any) -> Node:
     """Register a running instance (under LOCK): its sandbox, its attached volumes' devices."""
     root = data_dir() / "ssm-nodes" / instance.id
     root.mkdir(parents=True, exist_ok=True)
+    # the node's kernel boot id, as Linux shows it (a random UUID per boot): configure-target
+    # derives the controller's NVMe reservation key from it, so each instance needs its own
+    boot_id = root / BOOT_ID_FILE
+    if not boot_id.exists():
+        boot_id.parent.mkdir(parents=True, exist_ok=True)
+        boot_id.write_text(f"{uuid.uuid4()}\n")
     managed = Node(
         instance_id=instance.id,
         account_id=account_id,

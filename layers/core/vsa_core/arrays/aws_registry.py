@@ -83,6 +83,8 @@ def registered_array(item: dict[str, Any]) -> RegisteredArray:
         forecast_floor=json.loads(floor) if (floor := item.get("forecastFloor", {}).get("S")) else None,
         roll_surge=int(item.get("rollSurge", {}).get("N", "0")),
         rekey_stages=json.loads(item.get("keysRotation", {}).get("S", "{}")),
+        owners=json.loads(item.get("owners", {}).get("S", "{}")),
+        owners_handover=json.loads(moving) if (moving := item.get("ownersHandover", {}).get("S")) else None,
         applying=int(applying["N"]) if (applying := item.get("applying")) else None,
         scaling_lock_until=int(item["scalingLockUntil"]["N"])
         if "scalingLock" in item and "scalingLockUntil" in item
@@ -172,6 +174,8 @@ class ArrayRegistry:
             reconcile=current.reconcile,
             roll_surge=current.roll_surge,
             rekey_stages=current.rekey_stages,
+            owners=current.owners,
+            owners_handover=current.owners_handover,
             applying=expected_version + 1,
         )
 

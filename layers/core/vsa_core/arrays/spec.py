@@ -443,6 +443,16 @@ class ArraySpec(_Strict):
         "is refused; a host checks the controllers); none admits the listed host NQNs without a "
         "key. An array stored before this setting existed keeps none until its spec says otherwise",
     )
+    fencing: Literal["none", "reservations"] = Field(
+        default="none",
+        description="how a lost controller is kept from writing once another serves its volumes: "
+        "reservations gives each volume one owner controller (ANA: optimized there, inaccessible "
+        "elsewhere, so a host queues its IO while the owner is lost instead of resending it), "
+        "each controller an NVMe reservation key per boot on every volume, and a survivor "
+        "preempts the lost owner's key before it serves the volume (io2 Multi-Attach on Nitro); "
+        "none serves every volume through every controller (round-robin): a controller cut off "
+        "with writes in flight can land them after the host has rewritten the blocks elsewhere",
+    )
     demand_metric: DemandMetric | None = Field(
         default=None,
         alias="demandMetric",
@@ -569,6 +579,13 @@ class RegisteredArray(BaseModel):
     (``vsa_core.arrays.keys.Stage``); empty without a rotation. Kept here, not in the keys'
     secret: a rotation moves it 6 times a controller, and Secrets Manager asks for no more than
     one new version of a secret every 10 minutes."""
+    owners: dict[str, int] = Field(default_factory=dict)
+    """With ``fencing: reservations``: each volume's owner slot as every serving controller was
+    last told (``owners``; ``vsa_core.controllers.ownership``); empty before the first handover."""
+    owners_handover: dict[str, Any] | None = None
+    """A handover under way (``ownersHandover``): ``after`` (the owners it moves to) and ``wave``
+    (1: the live givers release; 2: the takers serve). Kept so that a run that stopped part way
+    resumes the same order, never serving a volume through a taker before its giver released it."""
     applying: int | None = None
     """The version an apply stored and has not finished making so (its AWS changes, its
     ReconcileArray run): set with the spec in one write, removed when that apply ends. Still

@@ -8,7 +8,7 @@ from botocore.exceptions import ClientError
 
 from vsa_core.arrays import aws_keys
 from vsa_core.arrays.plan import bootstrap_heartbeat_seconds
-from vsa_core.controllers import slots
+from vsa_core.controllers import ownership, slots
 from vsa_core.controllers.aws_context import ATTACHED_STATES, ControllerContext
 from vsa_core.controllers.steps import (
     Attach,
@@ -49,10 +49,8 @@ def prepare(ctx: ControllerContext, request: Prepare) -> dict[str, Any]:
     in_use = [m["DeviceName"] for m in instance.get("BlockDeviceMappings", [])]
     todo = [v for v in ids if v not in attached]
     devices = slots.devices_for(todo, in_use)
-    slot = slots.choose_slot(
-        {s: item["instanceId"] for s, item in ctx.registry.slots(request.array_id).items()},
-        request.instance_id,
-    )
+    held = ctx.registry.slots(request.array_id)
+    slot = slots.choose_slot({s: item["instanceId"] for s, item in held.items()}, request.instance_id)
     # the controller's own copy of the keys, before configure-target reads it (an idempotent
     # write: a retried step writes the same)
     credentials = aws_keys.write_controller(
@@ -71,6 +69,7 @@ def prepare(ctx: ControllerContext, request: Prepare) -> dict[str, Any]:
         **slots.paths(spec, ids).as_dict(),
         "attach": [{"VolumeId": v, "Device": devices[v]} for v in todo],
         "volumeCount": len(ids),
+        **_fencing(ctx, request.array_id, spec.fencing, ids, held, slot),
         "heartbeatSeconds": bootstrap_heartbeat_seconds(spec),
     }
 
@@ -171,3 +170,27 @@ def detach(ctx: ControllerContext, request: Detach) -> dict[str, Any]:
                 ctx.ec2.detach_volume(VolumeId=volume["VolumeId"], InstanceId=request.instance_id)
                 detached.append(volume["VolumeId"])
     return {"detached": detached}
+
+
+def _fencing(
+    ctx: ControllerContext,
+    array_id: str,
+    fencing: str,
+    ids: tuple[str, ...],
+    held: dict[int, dict[str, str]],
+    slot: int,
+) -> dict[str, str]:
+    """configure-target's Fencing and Owners for a controller joining the array: with fencing,
+    the owners the serving controllers hold (a volume none owns yet: an even split over them),
+    so the newcomer serves nothing until a handover gives it its share (ReconcileArray's export
+    phase: the givers release first); the first controllers of an array split the volumes over
+    themselves."""
+    if fencing != ownership.RESERVATIONS:
+        return {"fencing": "none", "owners": ""}
+    stored = ctx.registry.get(array_id).owners
+    serving = {s for s, item in held.items() if item.get("state") == "serving"} or {
+        *held,
+        slot,
+    }
+    fill = ownership.owners([v for v in ids if v not in stored], serving) if ids else {}
+    return {"fencing": ownership.RESERVATIONS, "owners": ownership.owners_parameter(ids, {**fill, **stored})}

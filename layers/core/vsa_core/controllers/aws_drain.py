@@ -37,4 +37,7 @@ def locate(ctx: ControllerContext, request: Locate) -> dict[str, Any]:
         "deleting": deleting,
         # the last serving controller's paths are only taken away when the array goes
         "allowLastPath": "true" if deleting else "false",
+        # with fencing its volumes are handed over before any host lets go of its paths (not
+        # when the array goes: nothing takes them then)
+        "fencing": "none" if deleting else array.spec.fencing,
     }

@@ -30,6 +30,9 @@ from dataclasses import dataclass
 
 from vsa_core.errors import FencingError
 
+RESERVATIONS = "reservations"
+"""The spec's ``fencing`` that gives each volume an owner."""
+
 ANA_GROUP_OFFSET = 2
 """A slot's ANA group id (nvmet's group 1 is every port's default group)."""
 

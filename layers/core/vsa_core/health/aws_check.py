@@ -35,6 +35,7 @@ from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.spec import RegisteredArray
 from vsa_core.backups.aws_registry import BackupRegistry
 from vsa_core.clients import client
+from vsa_core.controllers import ownership
 from vsa_core.health import aws_state, rules
 from vsa_core.naming import arrays_namespace, group_name
 from vsa_core.observability import logger
@@ -350,6 +351,7 @@ def _drift(
     if ctx.reconcile is None:
         return {}
     differences = aws_status.data_plane_differences(ctx.clients, array.spec, slots, ctx.documents, reports)
+    differences += _ownership_drift(ctx, array, slots)
     converging = (array.reconcile or {}).get("state") == "converging"
     decided = rules.drift(
         [str(d.get("kind")) for d in differences],
@@ -498,3 +500,31 @@ def _publish(ctx: HealthContext, checked: Sequence[ArrayHealth], failures: int, 
     for namespace, data in ((arrays_namespace(), per_array), (DEPLOYMENT_NAMESPACE, deployment)):
         for i in range(0, len(data), PUT_BATCH):
             ctx.clients.cloudwatch.put_metric_data(Namespace=namespace, MetricData=data[i : i + PUT_BATCH])
+
+
+def _ownership_drift(
+    ctx: HealthContext, array: RegisteredArray, slots: dict[int, dict[str, str]]
+) -> list[dict[str, Any]]:
+    """With fencing, the owners recorded against an even split over the serving controllers: a
+    controller that joined owning nothing (a scale-out, a replacement), a volume with no owner or
+    an owner that no longer serves, a handover left part way. Each is drift: ReconcileArray's
+    export phase hands the volumes over."""
+    if array.spec.fencing != ownership.RESERVATIONS:
+        return []
+    serving = {s for s, item in slots.items() if item.get("state") == "serving"}
+    if not serving:
+        return []
+    owned = aws_observe.owned_volumes(ctx.clients, array.spec.array_id)
+    names = [v.name for v in array.spec.new_volumes if v.name in owned]
+    volumes = [*array.spec.existing_volume_ids, *(str(owned[n]["VolumeId"]) for n in names)]
+    expected = ownership.owners(volumes, serving, array.owners)
+    recorded = {v: s for v, s in array.owners.items() if v in expected}
+    if array.owners_handover is None and recorded == expected:
+        return []
+    moving = ownership.moves(recorded, expected)
+    why = (
+        "a handover stopped part way"
+        if array.owners_handover is not None
+        else (f"{len(moving)} volume(s) to hand over to an even split over slots {sorted(serving)}")
+    )
+    return [{"node": "array", "kind": "owners", "volume": None, "text": f"volume owners: {why}"}]

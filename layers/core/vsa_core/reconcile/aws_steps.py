@@ -20,82 +20,22 @@ the order of the phases, the waits, the bounds and the failure path.
 
 import dataclasses
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from vsa_core.arrays import aws_keys, aws_lock, aws_observe, aws_reports, keys, lock
-from vsa_core.arrays.aws_registry import ArrayRegistry
-from vsa_core.arrays.aws_service import ArrayService
-from vsa_core.controllers import aws_commands, slots
+from vsa_core.controllers import aws_commands, aws_ownership, slots
 from vsa_core.errors import RollBlockedError
-from vsa_core.reconcile import aws_record, aws_roll, plan, roll
+from vsa_core.reconcile import aws_handover, aws_record, aws_roll, plan, roll
+from vsa_core.reconcile.aws_context import ReconcileContext, observe
+
+__all__ = ["ReconcileContext", "Steps", "observe"]
 from vsa_core.reconcile.plan import Observed
-from vsa_core.reconcile.steps import Create, Lock, Poll, Start, Verify
-
-
-@dataclass(frozen=True)
-class ReconcileContext:
-    registry: ArrayRegistry
-    arrays: ArrayService
-    dynamodb: Any
-    ec2: Any
-    ssm: Any
-    table: str
-    autoscaling: Any = None
+from vsa_core.reconcile.steps import AnyStep, Create, HandOver, HandOverPoll, Lock, Poll, Start, Verify
 
 
 def _now() -> int:
     return int(time.time())
-
-
-def observe(ctx: ReconcileContext, array_id: str) -> tuple[Observed, dict[int, dict[str, str]]]:
-    array = ctx.registry.get(array_id)
-    spec = array.spec
-    found = aws_observe.owned_volumes(ctx.arrays.ctx, spec.array_id)
-    owned = {name: str(v["VolumeId"]) for name, v in found.items()}
-    ids = spec.existing_volume_ids + tuple(owned[v.name] for v in spec.new_volumes if v.name in owned)
-    held = ctx.registry.slots(array_id)
-    controllers = plan.controllers_of(held)
-    described: dict[str, dict[str, Any]] = {}
-    if ids or array.pending_volume_deletions:
-        # a filter, not VolumeIds: a volume deleted since is absent, not an error
-        wanted = [*ids, *array.pending_volume_deletions]
-        for page in ctx.ec2.get_paginator("describe_volumes").paginate(
-            Filters=[{"Name": "volume-id", "Values": wanted}]
-        ):
-            described.update({v["VolumeId"]: v for v in page["Volumes"]})
-    if controllers:
-        for page in ctx.ec2.get_paginator("describe_volumes").paginate(
-            Filters=[{"Name": "attachment.instance-id", "Values": [c.instance_id for c in controllers]}]
-        ):
-            described.update({v["VolumeId"]: v for v in page["Volumes"]})
-    modifications: dict[str, str] = {}
-    if ids:
-        # a filter, not VolumeIds: by id, a volume never modified fails the whole call
-        # (InvalidVolumeModification.NotFound); the answer holds each volume's latest only
-        answer = ctx.ec2.describe_volumes_modifications(Filters=[{"Name": "volume-id", "Values": list(ids)}])
-        found = answer.get("VolumesModifications", [])
-        modifications = {str(m["VolumeId"]): str(m.get("ModificationState")) for m in found}
-    hosts = {h.instance_id for h in spec.hosts}
-    data = set(slots.DEVICE_NAMES)  # a controller's data volumes (its root volume is not one)
-    observed = Observed(
-        spec=spec,
-        volume_ids=ids,
-        controllers=controllers,
-        volume_states={v: str(d.get("State")) for v, d in described.items()},
-        attachments={
-            v: {a["InstanceId"]: a["State"] for a in d.get("Attachments", []) if a.get("Device") in data}
-            for v, d in described.items()
-        },
-        removed_hosts=tuple(h for h in array.pending_host_removals if h not in hosts),
-        missing_volumes=tuple(v.name for v in spec.new_volumes if v.name not in owned),
-        sizes={v: int(d["Size"]) for v, d in described.items() if v in ids and d.get("Size") is not None},
-        modifications=modifications,
-        deletions=array.pending_volume_deletions,
-        tags={v: aws_observe.tag_dict(d.get("Tags")) for v, d in described.items()},
-    )
-    return observed, held
 
 
 def take_lock(ctx: ReconcileContext, request: Lock) -> dict[str, Any]:
@@ -176,6 +116,7 @@ def start(ctx: ReconcileContext, request: Start) -> dict[str, Any]:
         names = request.documents
         documents = plan.Documents(names.configure_target, names.connect_path, names.disconnect_path)
         node = plan.NodePaths(**request.node.model_dump())
+        wave = None
         if request.phase == "export":
             # each controller's copy of the keys as they are now, before configure-target reads it
             aws_keys.refresh_controllers(
@@ -184,7 +125,8 @@ def start(ctx: ReconcileContext, request: Start) -> dict[str, Any]:
                 [c.instance_id for c in observed.controllers],
                 ctx.registry.get(request.array_id).rekey_stages,
             )
-        invocations = [i.as_dict() for i in plan.commands(request.phase, observed, documents, node)]
+            wave = _ownership_wave(ctx, request, observed)
+        invocations = [i.as_dict() for i in plan.commands(request.phase, observed, documents, node, wave)]
         if invocations:
             sent = aws_commands.send(ctx.ssm, invocations, plan.COMMAND_TIMEOUT_SECONDS[request.phase])
             answer.update(
@@ -194,7 +136,45 @@ def start(ctx: ReconcileContext, request: Start) -> dict[str, Any]:
                 commands=sent["commands"],
                 hosts=list(observed.removed_hosts) if request.phase == "disconnect" else [],
             )
+            if wave is not None:
+                answer["owners"] = {**wave.as_dict(), "last": wave.last}
     return answer
+
+
+def _ownership_wave(ctx: ReconcileContext, request: Start, observed: Observed) -> plan.OwnershipWave | None:
+    """With fencing, the export phase's wave of the owners' handover (recorded as under way
+    before its runs are sent), fencing any owner slot that no longer serves by the key its
+    last configure-target report gave; None without fencing."""
+    if observed.spec.fencing != plan.RESERVATIONS:
+        return None
+    array = ctx.registry.get(request.array_id)
+    serving = {c.slot for c in observed.controllers}
+    instances = aws_ownership.stored_instances(ctx.dynamodb, ctx.table, request.array_id)
+    lost_keys: dict[int, str] = {}
+    for slot in {s for s in array.owners.values() if s not in serving}:
+        instance = instances.get(slot)
+        document = request.documents.configure_target
+        key = (
+            aws_ownership.reservation_key(ctx.ssm, instance, document, request.array_id) if instance else None
+        )
+        if key is not None:
+            lost_keys[slot] = key
+    wave = plan.export_wave(observed, array.owners, array.owners_handover, lost_keys)
+    if wave is not None and wave.moving:
+        aws_ownership.begin(ctx.dynamodb, ctx.table, request.array_id, wave.as_dict())
+    return wave
+
+
+def _handed_over(ctx: ReconcileContext, array_id: str, moving: dict[str, Any]) -> bool:
+    """An export wave finished: record the next wave (True: the phase starts again for it) or,
+    after the last, the owners every serving controller now holds."""
+    if not moving.get("last", True):
+        aws_ownership.begin(ctx.dynamodb, ctx.table, array_id, {"after": moving["after"], "wave": 2})
+        return True
+    instances = {c.slot: c.instance_id for c in plan.controllers_of(ctx.registry.slots(array_id))}
+    after = {str(v): int(s) for v, s in dict(moving["after"]).items()}
+    aws_ownership.commit(ctx.dynamodb, ctx.table, array_id, after, instances)
+    return False
 
 
 def _reachable(ctx: ReconcileContext, array_id: str, observed: Observed) -> tuple[Observed, list[str]]:
@@ -376,6 +356,9 @@ def poll(ctx: ReconcileContext, request: Poll) -> dict[str, Any]:
     if states["done"] and request.phase == "disconnect":
         hosts = list(started.get("hosts", []))
         aws_record.clear_host_removals(ctx.dynamodb, ctx.table, request.array_id, hosts)
+    handing_over = bool(states["done"] and request.phase == "export" and started.get("owners"))
+    if handing_over and _handed_over(ctx, request.array_id, dict(started["owners"])):
+        return {**states, "done": False, "again": True, "waiting": [], "timedOut": False}
     timed_out = not states["done"] and states["waitedSeconds"] >= int(started["timeoutSeconds"])
     return {**states, "again": False, "waiting": states["running"], "timedOut": timed_out}
 
@@ -427,8 +410,12 @@ class Steps:
     def __init__(self, ctx: ReconcileContext) -> None:
         self.ctx = ctx
 
-    def run(self, request: Lock | Create | Start | Poll | Verify) -> dict[str, Any]:
+    def run(self, request: AnyStep) -> dict[str, Any]:
         match request:
+            case HandOver():
+                return aws_handover.handover(self.ctx, request)
+            case HandOverPoll():
+                return aws_handover.poll(self.ctx, request)
             case Lock():
                 return take_lock(self.ctx, request)
             case Create():

@@ -43,6 +43,7 @@ from typing import Any, Literal
 from vsa_core.arrays import dataplane, keys
 from vsa_core.arrays.dataplane import Report
 from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, OWNED_TAG, ArraySpec
+from vsa_core.controllers import ownership
 from vsa_core.naming import deployment
 from vsa_core.nvme import host_nqn
 
@@ -160,6 +161,7 @@ class NodePaths:
     nvme_config: str = "/etc/nvme/config.json"
     sysfs_root: str = "/sys"
     aws_command: str = "aws"
+    boot_id_file: str = "/proc/sys/kernel/random/boot_id"
 
 
 @dataclass(frozen=True)
@@ -219,8 +221,71 @@ def removed_volumes(observed: Observed) -> dict[str, list[str]]:
     return removed
 
 
-def commands(phase: Phase, observed: Observed, documents: Documents, node: NodePaths) -> list[Invocation]:
-    """The Run Command invocations of a command phase (``disconnect``, ``export``, ``connect``)."""
+RESERVATIONS = "reservations"
+
+
+@dataclass(frozen=True)
+class OwnershipWave:
+    """The export phase's part of a handover (``fencing: reservations``): the owners every run
+    gets (``after``), which wave this is and the controllers it runs on with the keys each
+    fences first, and whether another wave follows (``last`` False: the takers, once every
+    giver has released)."""
+
+    after: Mapping[str, int]
+    wave: int
+    runs: tuple[ownership.Run, ...]
+    last: bool
+    moving: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"after": dict(self.after), "wave": self.wave}
+
+
+def export_wave(
+    observed: Observed,
+    owners: Mapping[str, int],
+    under_way: Mapping[str, Any] | None,
+    lost_keys: Mapping[int, str],
+) -> OwnershipWave | None:
+    """The export phase's wave with fencing on (None without): the handover recorded as under
+    way, resumed at its wave while it still fits the array (the same volumes, takers still
+    serving), else a new one from the stored ``owners`` to an even split over the serving
+    controllers. ``lost_keys``: the reservation key of each owner slot that no longer serves."""
+    if observed.spec.fencing != RESERVATIONS:
+        return None
+    serving = {c.slot for c in observed.controllers}
+    after: dict[str, int] | None = None
+    wave = 1
+    if under_way:
+        after = {str(v): int(s) for v, s in dict(under_way.get("after", {})).items()}
+        wave = int(under_way.get("wave", 1))
+        if set(after) != set(observed.volume_ids) or not set(after.values()) <= serving:
+            after, wave = None, 1
+    if after is None:
+        after = ownership.owners(observed.volume_ids, serving, owners)
+    before = {v: s for v, s in owners.items() if v in after}
+    order = ownership.handover(before, after, serving, lost_keys)
+    runs = order.first if wave == 1 else order.then
+    return OwnershipWave(after, wave, runs, last=wave == 2 or not order.then, moving=after != dict(owners))
+
+
+def _fencing(
+    wave: OwnershipWave, run: ownership.Run, volume_ids: Sequence[str], node: NodePaths
+) -> dict[str, str]:
+    return {
+        "Owners": ownership.owners_parameter(volume_ids, wave.after),
+        "Fencing": RESERVATIONS,
+        "FenceKeys": ",".join(run.fence_keys),
+        "NvmeCommand": node.nvme_command,
+        "BootIdFile": node.boot_id_file,
+    }
+
+
+def commands(
+    phase: Phase, observed: Observed, documents: Documents, node: NodePaths, wave: OwnershipWave | None = None
+) -> list[Invocation]:
+    """The Run Command invocations of a command phase (``disconnect``, ``export``, ``connect``);
+    with fencing, the export phase runs configure-target on ``wave``'s controllers only."""
     spec, array_id = observed.spec, observed.spec.array_id
     volumes = ",".join(observed.volume_ids)
     if phase == "disconnect":
@@ -251,6 +316,7 @@ def commands(phase: Phase, observed: Observed, documents: Documents, node: NodeP
         return out
     if phase == "export":
         nqns = ",".join(n for _, n in observed.hosts)
+        runs = {r.slot: r for r in wave.runs} if wave is not None else {}
         return [
             Invocation(
                 documents.configure_target,
@@ -270,10 +336,12 @@ def commands(phase: Phase, observed: Observed, documents: Documents, node: NodeP
                     **keys.document_parameters(
                         spec.authentication, keys.node_secret_name(array_id, c.instance_id), node.aws_command
                     ),
+                    **(_fencing(wave, runs[c.slot], observed.volume_ids, node) if wave is not None else {}),
                 },
                 f"vsa {array_id} reconcile configure-target slot {c.slot}",
             )
             for c in observed.controllers
+            if wave is None or c.slot in runs
         ]
     if phase == "connect":
         return [
@@ -426,13 +494,15 @@ def size_differences(
 
 def data_plane(spec: ArraySpec) -> tuple[Any, ...]:
     """The part of a spec that ReconcileArray converges: the volumes (and their sizes), the hosts
-    and their NQNs, whether any host may connect, how hosts authenticate."""
+    and their NQNs, whether any host may connect, how hosts authenticate, how a lost controller
+    is fenced."""
     return (
         spec.existing_volume_ids,
         tuple((v.name, v.size_gib, v.iops) for v in spec.new_volumes),
         tuple((h.instance_id, host_nqn(h)) for h in spec.hosts),
         spec.allow_any_host,
         spec.authentication,
+        spec.fencing,
     )
 
 

@@ -37,6 +37,7 @@ class Node(BaseModel):
     nvme_config: str = Field(alias="nvmeConfig", min_length=1)
     sysfs_root: str = Field(alias="sysfsRoot", min_length=1)
     aws_command: str = Field(default="aws", alias="awsCommand", min_length=1)
+    boot_id_file: str = Field(default="/proc/sys/kernel/random/boot_id", alias="bootIdFile", min_length=1)
 
 
 class Lock(_Step):
@@ -72,5 +73,30 @@ class Verify(_Step):
     verify judges AWS only)."""
 
 
-class Request(RootModel[Annotated[Lock | Create | Start | Poll | Verify, Field(discriminator="step")]]):
+class HandOver(_Step):
+    """DrainController's handover of a leaving controller's volumes (``fencing: reservations``),
+    before any host lets go of its paths: the survivors take its share, a live one releasing it
+    first, a lost one (``fence``) fenced by every taker first. ``owner`` is the drain's execution
+    (no lock: a drain runs beside ReconcileArray, which waits for it)."""
+
+    step: Literal["handover"]
+    instance_id: str = Field(alias="instanceId", pattern=r"^i-[0-9a-f]{8,17}$")
+    slot: int = Field(ge=0, le=15)
+    address: str
+    fence: bool
+    wave: int = Field(default=1, ge=1, le=2)
+    documents: DocumentNames
+    node: Node
+
+
+class HandOverPoll(_Step):
+    step: Literal["handoverPoll"]
+    started: dict[str, Any]
+    """What ``handover`` answered (the commands it sent, the owners and the wave)."""
+
+
+AnyStep = Lock | Create | Start | Poll | Verify | HandOver | HandOverPoll
+
+
+class Request(RootModel[Annotated[AnyStep, Field(discriminator="step")]]):
     pass

@@ -1,0 +1,135 @@
+"""Fencing end to end on the local cloud (``fencing: reservations``), the real template and
+Lambda code: each volume has one owner controller (its namespace in the owner's ANA group on
+every controller, optimized only there), every controller registers its own reservation key on
+every volume, and a lost controller's volumes move to a survivor only after the survivor has
+preempted the lost key.
+
+The nodes' nvmet is a configfs tree in their sandboxes and the EBS reservations are the fake
+nvme-cli's model of them (``tests/fakes/nvme``: one state per volume, shared by every node it is
+attached to), so what is asserted is what configure-target wrote and what EBS would hold.
+"""
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from tests.integration.arrays_world import create_array, node_root, settle, spec_for
+from tests.integration.test_controller_lifecycle import lost_events, serving
+from tests.integration.test_health import check
+from vsa_core.arrays.aws_registry import ArrayRegistry
+from vsa_core.nvme import subsystem_nqn
+
+
+def _registry(stack_outputs: dict[str, str]) -> ArrayRegistry:
+    return ArrayRegistry(stack_outputs["RegistryTableName"], boto3.client("dynamodb"))
+
+
+def ana(root: Path, array_id: str, volumes: list[str]) -> dict[str, tuple[str, str]]:
+    """volume -> (its namespace's ANA group, that group's state on this controller's port)."""
+    nvmet = root / "sys/kernel/config/nvmet"
+    ports = [p for p in (nvmet / "ports").iterdir() if p.is_dir()]
+    found = {}
+    for volume in volumes:
+        group = (
+            (nvmet / "subsystems" / subsystem_nqn(array_id, volume) / "namespaces/1/ana_grpid")
+            .read_text()
+            .strip()
+        )
+        states = {(p / "ana_groups" / group / "ana_state").read_text().strip() for p in ports}
+        found[volume] = (group, "/".join(sorted(states)))
+    return found
+
+
+def registrants(root: Path, volume: str) -> dict[str, Any]:
+    """The fake EBS's reservation state of ``volume``: its type and each registrant's key."""
+    path = root.parent / ".ebs-reservations" / f"{volume}.json"
+    return json.loads(path.read_text()) if path.exists() else {"rtype": 0, "keys": {}}
+
+
+def wait_for_owners(
+    stack_outputs: dict[str, str], array_id: str, slots: set[int], timeout: float = 240
+) -> dict:
+    """Until the registry records every volume owned by ``slots`` (each owning at least one) and
+    no handover under way: ReconcileArray's export phase has handed them over."""
+    deadline = time.monotonic() + timeout
+    while True:
+        array = _registry(stack_outputs).get(array_id)
+        if array.owners_handover is None and set(array.owners.values()) == slots:
+            return array.owners
+        assert time.monotonic() < deadline, (array.owners, array.owners_handover, array.reconcile)
+        time.sleep(1)
+
+
+def test_each_volume_has_one_owner_and_a_lost_owner_is_fenced_before_a_survivor_serves_it(
+    stack_outputs, api, world, arrays, scripted_alarms
+):
+    # Given an array with fencing, three volumes and two controllers
+    array_id = arrays()
+    scripted_alarms(array_id)
+    volumes = [world.volume(), world.volume(), world.volume()]
+    spec = spec_for(
+        array_id,
+        world,
+        volumes=[{"volumeId": v} for v in volumes],
+        minControllers=2,
+        maxControllers=2,
+        fencing="reservations",
+    )
+    create_array(api, array_id, spec)
+    settle(array_id)
+    # When the health check sees the controllers serve without an even split of owners (drift on
+    # two runs) it starts ReconcileArray, whose export phase hands the volumes over
+    for _ in range(2):
+        check(stack_outputs, array_id)
+    owners = wait_for_owners(stack_outputs, array_id, {0, 1})
+    # Then every volume has one owner, the split is even, and on every controller each volume's
+    # namespace is in its owner's group, optimized on the owner only
+    assert sorted(Counter(owners.values()).values()) == [1, 2]
+    slots = serving(array_id, stack_outputs)
+    roots = {s: node_root(world.endpoint, item["instanceId"]) for s, item in slots.items()}
+    for slot, root in roots.items():
+        seen = ana(root, array_id, volumes)
+        for volume in volumes:
+            state = "optimized" if owners[volume] == slot else "inaccessible"
+            assert seen[volume] == (str(owners[volume] + 2), state), (slot, seen)
+    # And both controllers hold every volume Write Exclusive - All Registrants, each by its key
+    held = {v: registrants(roots[0], v) for v in volumes}
+    ids = {item["instanceId"] for item in slots.values()}
+    assert all(h["rtype"] == 5 and set(h["keys"]) == ids for h in held.values()), held
+
+    # When the controller owning two volumes is lost (EC2 terminates it: no lifecycle action)
+    big = next(s for s, n in Counter(owners.values()).items() if n == 2)
+    lost, survivor = slots[big]["instanceId"], slots[1 - big]["instanceId"]
+    lost_key = {v: h["keys"][lost] for v, h in held.items()}
+    boto3.client("ec2").terminate_instances(InstanceIds=[lost])
+    drains = [
+        what for how, what in lost_events(stack_outputs, lost, timeout=180).values() if how == "execution"
+    ]
+    assert drains, "no DrainController ran"
+    assert {d["status"] for d in drains} == {"SUCCEEDED"}, drains
+    # Then the survivor owns every volume, having preempted the lost controller's key on each
+    # (EBS would refuse any write the lost one still holds), and serves them all
+    after = wait_for_owners(stack_outputs, array_id, {1 - big})
+    assert set(after) == set(volumes)
+    for volume in volumes:
+        state = registrants(roots[1 - big], volume)
+        assert lost not in state["keys"], (volume, state)
+        assert state["keys"][survivor] != lost_key[volume]
+    assert all(s == (str(1 - big + 2), "optimized") for s in ana(roots[1 - big], array_id, volumes).values())
+    # and the drain that fenced says so in its history: a handover with fence, before any host
+    # let go of the lost controller's paths
+    sfn = boto3.client("stepfunctions")
+    fenced = []
+    for drain in drains:
+        history = sfn.get_execution_history(executionArn=drain["executionArn"], maxResults=1000)["events"]
+        for event in history:
+            details = event.get("lambdaFunctionScheduledEventDetails") or {}
+            given = json.loads(details.get("input") or "{}")
+            if given.get("step") == "handover":
+                fenced.append(given["fence"])
+    assert fenced, "no handover in any drain"
+    assert all(fenced), fenced
