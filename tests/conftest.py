@@ -27,6 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
+
+# Hypothesis' timing checks (a per-example deadline, "data generation is too slow") fail a test
+# when the machine is busy, not when the code is wrong: off for every property test here
+hypothesis_settings.register_profile("vsa", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+hypothesis_settings.load_profile("vsa")
 
 TESTS = Path(__file__).resolve().parent
 GROUPS = {

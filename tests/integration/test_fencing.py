@@ -18,6 +18,7 @@ from typing import Any
 import boto3
 
 from tests.integration.arrays_world import create_array, node_root, settle, spec_for
+from tests.integration.conftest import fire_alarm, recent_stamp, wait_for_execution
 from tests.integration.test_controller_lifecycle import lost_events, serving
 from tests.integration.test_health import check
 from vsa_core.arrays.aws_registry import ArrayRegistry
@@ -133,3 +134,62 @@ def test_each_volume_has_one_owner_and_a_lost_owner_is_fenced_before_a_survivor_
                 fenced.append(given["fence"])
     assert fenced, "no handover in any drain"
     assert all(fenced), fenced
+
+
+def test_a_new_controller_takes_its_share_after_the_givers_release_it_and_a_drained_one_hands_it_back(
+    stack_outputs, api, world, arrays, scripted_alarms
+):
+    # Given an array with fencing whose two controllers own its three volumes
+    array_id = arrays()
+    scripted_alarms(array_id)
+    volumes = [world.volume(), world.volume(), world.volume()]
+    spec = spec_for(
+        array_id,
+        world,
+        volumes=[{"volumeId": v} for v in volumes],
+        minControllers=2,
+        maxControllers=3,
+        fencing="reservations",
+    )
+    create_array(api, array_id, spec)
+    settle(array_id)
+    for _ in range(2):
+        check(stack_outputs, array_id)
+    before = wait_for_owners(stack_outputs, array_id, {0, 1})
+    # When a third controller joins (the high alarm at 40,000 IOPS: ScaleArray wants 3)
+    name = fire_alarm(array_id, 40_000.0, recent_stamp())
+    scaled = wait_for_execution(stack_outputs["ScaleArrayStateMachineArn"], name)
+    assert scaled["status"] == "SUCCEEDED", scaled
+    settle(array_id, timeout=180)
+    slots = serving(array_id, stack_outputs)
+    assert sorted(slots) == [0, 1, 2]
+    newcomer = node_root(world.endpoint, slots[2]["instanceId"])
+    # Then it registered its key on every volume and serves none of them yet
+    assert all(slots[2]["instanceId"] in registrants(newcomer, v)["keys"] for v in volumes)
+    assert {state for _, state in ana(newcomer, array_id, volumes).values()} == {"inaccessible"}
+    # When the health check sees the uneven split (drift on two runs) and ReconcileArray hands
+    # the newcomer its share: the givers release it first (wave 1), then the newcomer serves it
+    for _ in range(2):
+        check(stack_outputs, array_id)
+    after = wait_for_owners(stack_outputs, array_id, {0, 1, 2})
+    moved = [v for v in volumes if after[v] != before[v]]
+    assert [after[v] for v in moved] == [2], (before, after)
+    assert ana(newcomer, array_id, volumes)[moved[0]] == ("4", "optimized")
+    giver = node_root(world.endpoint, slots[before[moved[0]]]["instanceId"])
+    assert ana(giver, array_id, volumes)[moved[0]] == ("4", "inaccessible")
+    # (no one fenced anyone: every controller is still registered on every volume)
+    ids = {item["instanceId"] for item in slots.values()}
+    assert all(set(registrants(newcomer, v)["keys"]) == ids for v in volumes)
+
+    # When the newcomer is drained (a planned scale-in: the terminate lifecycle action)
+    boto3.client("autoscaling").terminate_instance_in_auto_scaling_group(
+        InstanceId=slots[2]["instanceId"], ShouldDecrementDesiredCapacity=True
+    )
+    settle(array_id, timeout=180)
+    # Then its volume went back to a survivor before it left, released by it rather than fenced
+    # (it is still registered: a planned drain that could release fences no one)
+    back = wait_for_owners(stack_outputs, array_id, {0, 1})
+    assert back[moved[0]] in (0, 1)
+    assert slots[2]["instanceId"] in registrants(newcomer, moved[0])["keys"]
+    taker = node_root(world.endpoint, slots[back[moved[0]]]["instanceId"])
+    assert ana(taker, array_id, volumes)[moved[0]] == (str(back[moved[0]] + 2), "optimized")

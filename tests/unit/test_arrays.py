@@ -190,6 +190,16 @@ def test_validate_refuses_max_below_serving_controllers(world: World) -> None:
     assert group["MaxSize"] == 8
 
 
+def test_validate_refuses_to_turn_fencing_off_on_a_running_array_and_takes_it_on(world: World) -> None:
+    volume = world.volume()
+    spec = world.spec([{"volumeId": volume}], fencing="reservations")
+    registered = RegisteredArray(spec=spec, desired_controllers=2, version=1)
+    plain = world.spec([{"volumeId": volume}])
+    with pytest.raises(ConflictError, match="fencing cannot go from reservations back to none"):
+        world.service.validate(plain, registered)
+    world.service.validate(spec, RegisteredArray(spec=plain, desired_controllers=2, version=1))
+
+
 def test_validate_refuses_to_move_an_array_to_another_az(world: World) -> None:
     spec = world.spec([{"volumeId": world.volume()}])
     registered = RegisteredArray(spec=spec, desired_controllers=2, version=1)

@@ -186,22 +186,32 @@ def test_a_backup_is_overdue_an_hour_after_a_missed_fire_time():
 
 def test_drift_starts_a_reconcile_on_its_second_run_and_not_again_within_the_backoff():
     kinds = ["no-path", "path-not-live"]
-    first = rules.drift(kinds, 0, None, NOW, dead=[], converging=False)
+    first = rules.drift(kinds, 0, None, NOW, dead=[], run_state=None)
     assert (first.start, first.runs) == (False, 1)
-    second = rules.drift(kinds, first.runs, None, NOW, dead=[], converging=False)
+    second = rules.drift(kinds, first.runs, None, NOW, dead=[], run_state=None)
     assert (second.start, second.runs) == (True, 0)
     assert "no-path" in second.why
     assert "path-not-live" not in second.why
-    soon = rules.drift(kinds, 1, NOW - timedelta(minutes=10), NOW, dead=[], converging=False)
+    soon = rules.drift(kinds, 1, NOW - timedelta(minutes=10), NOW, dead=[], run_state=None)
     assert not soon.start
-    later = rules.drift(kinds, 1, NOW - rules.DRIFT_BACKOFF, NOW, dead=[], converging=False)
+    later = rules.drift(kinds, 1, NOW - rules.DRIFT_BACKOFF, NOW, dead=[], run_state=None)
     assert later.start
 
 
+def test_volume_owners_to_hand_over_after_a_converged_run_start_one_without_the_backoff():
+    # a scale-out leaves the newcomer owning nothing: the next handover's work, not a failure
+    recent = NOW - timedelta(minutes=10)
+    owners = rules.drift([rules.OWNERS], 1, recent, NOW, dead=[], run_state="converged")
+    assert owners.start
+    # after a failed run, or with other drift beside it, the backoff holds
+    assert not rules.drift([rules.OWNERS], 1, recent, NOW, dead=[], run_state="failed").start
+    assert not rules.drift([rules.OWNERS, "no-path"], 1, recent, NOW, dead=[], run_state="converged").start
+
+
 def test_no_drift_run_for_a_reconnecting_path_a_dead_controller_or_a_run_already_converging():
-    assert rules.drift(
-        ["path-not-live", "no-report"], 5, None, NOW, dead=[], converging=False
-    ) == rules.Drift(False, 0, "no drift")
-    assert not rules.drift(["not-exported"], 5, None, NOW, dead=["i-c1"], converging=False).start
-    busy = rules.drift(["not-exported"], 5, None, NOW, dead=[], converging=True)
+    assert rules.drift(["path-not-live", "no-report"], 5, None, NOW, dead=[], run_state=None) == rules.Drift(
+        False, 0, "no drift"
+    )
+    assert not rules.drift(["not-exported"], 5, None, NOW, dead=["i-c1"], run_state=None).start
+    busy = rules.drift(["not-exported"], 5, None, NOW, dead=[], run_state="converging")
     assert (busy.start, busy.runs) == (False, 6)

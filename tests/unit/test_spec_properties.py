@@ -203,7 +203,11 @@ def test_a_one_time_schedule_is_refused_for_a_policy_saying_why() -> None:
     _refusal_names(refused.value, ("schedule",), "fires once", "POST /arrays/{arrayId}/backups")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(st.one_of(cron_expressions(), rate_expressions()).filter(lambda d: d.valid))
 def test_what_the_model_takes_moto_scheduler_creates(expression: Drawn) -> None:
     # moto stores any expression: this proves the schedule's name (at the longest array id) and

@@ -29,6 +29,13 @@ def validate(clients: ArrayClients, spec: ArraySpec, current: RegisteredArray | 
             f"availabilityZone cannot change from {current.spec.availability_zone} to "
             f"{spec.availability_zone}: declare a new array in {spec.availability_zone} instead"
         )
+    if current is not None and current.spec.fencing == "reservations" and spec.fencing != "reservations":
+        # every controller holds the volumes Write Exclusive - All Registrants: one that joins
+        # without registering could not write; releasing the reservations is not built yet
+        conflicts.append(
+            "fencing cannot go from reservations back to none on a running array: its volumes are "
+            "reserved for the registered controllers; keep fencing: reservations"
+        )
     instances = aws_observe.group_instances(clients, spec.array_id)
     problems += _volume_problems(clients, spec, {i["InstanceId"] for i in instances})
     conflicts += aws_volumes.modification_conflicts(clients, spec)

@@ -352,14 +352,13 @@ def _drift(
         return {}
     differences = aws_status.data_plane_differences(ctx.clients, array.spec, slots, ctx.documents, reports)
     differences += _ownership_drift(ctx, array, slots)
-    converging = (array.reconcile or {}).get("state") == "converging"
     decided = rules.drift(
         [str(d.get("kind")) for d in differences],
         int(state.get("driftRuns", 0)),
         _when(state.get("driftStartedAt")),
         now,
         health.assessment.dead,
-        converging,
+        (array.reconcile or {}).get("state"),
     )
     health.drift = [str(d.get("text")) for d in differences if d.get("kind") not in rules.NOT_DRIFT]
     kept: dict[str, Any] = {"driftRuns": decided.runs}
@@ -527,4 +526,4 @@ def _ownership_drift(
         if array.owners_handover is not None
         else (f"{len(moving)} volume(s) to hand over to an even split over slots {sorted(serving)}")
     )
-    return [{"node": "array", "kind": "owners", "volume": None, "text": f"volume owners: {why}"}]
+    return [{"node": "array", "kind": rules.OWNERS, "volume": None, "text": f"volume owners: {why}"}]

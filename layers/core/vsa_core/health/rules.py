@@ -196,6 +196,8 @@ DRIFT_RUNS = 2
 DRIFT_BACKOFF = timedelta(minutes=30)
 """The least time between two runs the health check starts for one array: a difference a run
 cannot fix (a host that refuses) is not retried every few minutes; its failure alarms."""
+OWNERS = "owners"
+"""The health check's difference for volume owners not evenly split over the serving controllers."""
 NOT_DRIFT = frozenset({"no-report", "path-not-live"})
 """Differences that are not drift: a node that never reported (nothing to converge from) and a
 path reconnecting (a controller's health, judged above, not the spec's)."""
@@ -217,7 +219,7 @@ def drift(
     last_started: datetime | None,
     now: datetime,
     dead: Sequence[str],
-    converging: bool,
+    run_state: str | None,
 ) -> Drift:
     """Whether the array's data plane has drifted from its spec long enough, and nothing else
     is already at it, for the health check to start a ReconcileArray run. ``kinds``: the kinds
@@ -227,12 +229,15 @@ def drift(
         return Drift(False, 0, "no drift")
     runs = runs_before + 1
     what = ", ".join(real)
-    if converging:
+    if run_state == "converging":
         return Drift(False, runs, f"drift ({what}); a ReconcileArray run is already converging")
     if dead:
         return Drift(False, runs, f"drift ({what}); a dead controller is the health check's first")
     if runs < DRIFT_RUNS:
         return Drift(False, runs, f"drift ({what}) on {runs} run(s); starting at {DRIFT_RUNS}")
-    if last_started is not None and now - last_started < DRIFT_BACKOFF:
+    # an uneven split of volume owners is the next handover's work (a scale-out, a replacement),
+    # not a difference the last run failed to fix: no backoff after a run that converged
+    handover = real == [OWNERS] and run_state == "converged"
+    if last_started is not None and now - last_started < DRIFT_BACKOFF and not handover:
         return Drift(False, runs, f"drift ({what}); the last drift run started {last_started.isoformat()}")
     return Drift(True, 0, f"drift ({what}) on {runs} runs: ReconcileArray started")

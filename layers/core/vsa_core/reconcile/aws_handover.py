@@ -48,6 +48,11 @@ def handover(ctx: ReconcileContext, request: HandOver) -> dict[str, Any]:
     before = {v: s for v, s in array.owners.items() if v in after}
     order = ownership.handover(before, after, {c.slot for c in runners}, lost_keys)
     runs = order.first if request.wave == 1 else order.then
+    if lost_keys:
+        # every survivor fences, not only the takers the recorded owners name: owners given at a
+        # bootstrap are not recorded until ReconcileArray's first handover, and a preempt of a
+        # key already gone changes nothing
+        runs = tuple(ownership.Run(r.slot, tuple(lost_keys.values())) for r in runs)
     wave = plan.OwnershipWave(after, request.wave, runs, request.wave == 2 or not order.then, True)
     aws_ownership.begin(ctx.dynamodb, ctx.table, request.array_id, wave.as_dict())
     names = request.documents
