@@ -26,7 +26,7 @@ from localstack.services.moto import MotoFallbackDispatcher, call_moto
 from localstack.services.plugins import Service
 from moto.core.exceptions import RESTError
 
-from vsa_localcloud import ebs_ami, ebs_model, ebs_modify, ec2_instances
+from vsa_localcloud import ebs_ami, ebs_lock, ebs_model, ebs_modify, ec2_instances
 
 
 @contextmanager
@@ -75,6 +75,45 @@ class VsaEc2Provider(Ec2Provider):
                 copy_volume_tags=request.get("CopyTagsFromSource") == "volume",
             )
         return {"Snapshots": [_snapshot_info(s) for s in snapshots]}
+
+    @handler("LockSnapshot", expand=False)
+    def lock_snapshot(self, context: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+        snapshot = self._snapshot(context, request["SnapshotId"])
+        return ebs_lock.lock(self._key(context, snapshot.id), snapshot.status, dict(request))
+
+    @handler("UnlockSnapshot", expand=False)
+    def unlock_snapshot(self, context: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+        snapshot = self._snapshot(context, request["SnapshotId"])
+        return ebs_lock.unlock(self._key(context, snapshot.id))
+
+    @handler("DescribeLockedSnapshots", expand=False)
+    def describe_locked_snapshots(self, context: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+        states = [
+            v
+            for f in request.get("Filters", [])
+            if f.get("Name") == "lock-state"
+            for v in f.get("Values", [])
+        ]
+        found = ebs_lock.describe(
+            context.account_id, context.region, list(request.get("SnapshotIds", [])), states
+        )
+        return {"Snapshots": found}
+
+    @handler("DeleteSnapshot", expand=False)
+    def delete_snapshot(self, context: RequestContext, request: dict[str, Any]) -> None:
+        key = self._key(context, request["SnapshotId"])
+        ebs_lock.refuse_deletion(key)
+        call_moto(context)
+        ebs_lock.forget(key)
+
+    @staticmethod
+    def _key(context: RequestContext, snapshot_id: str) -> tuple[str, str, str]:
+        return (context.account_id, context.region, snapshot_id)
+
+    @staticmethod
+    def _snapshot(context: RequestContext, snapshot_id: str) -> Any:
+        with _as_service_errors():
+            return get_moto_backend(context).get_snapshot(snapshot_id)
 
 
 def _snapshot_info(snapshot: Any) -> dict[str, Any]:
