@@ -51,7 +51,18 @@ def _cell(value: Any) -> str:
 def backups_table(array_id: str, backups: list[dict[str, Any]]) -> Table:
     table = _table(
         f"backup sets of {array_id}",
-        ["backup", "created", "mode", "state", "consistency", "snapshots", "freeze s", "label", "message"],
+        [
+            "backup",
+            "created",
+            "mode",
+            "state",
+            "consistency",
+            "snapshots",
+            "freeze s",
+            "locked until",
+            "label",
+            "message",
+        ],
     )
     table.columns[0].no_wrap = True  # ids are copied into vsactl restore / backup show: always whole
     table.columns[0].min_width = max((len(b["backupId"]) for b in backups), default=6)
@@ -64,10 +75,18 @@ def backups_table(array_id: str, backups: list[dict[str, Any]]) -> Table:
             _cell(b.get("consistency")),
             f"{b.get('completedSnapshots', 0)}/{b.get('snapshots', 0)}",
             _cell(b.get("freezeWindowSeconds")),
+            _locked(b.get("lock")),
             _cell(b.get("label")),
             _cell(b.get("message")),
         )
     return table
+
+
+def _locked(lock: Any) -> str:
+    """A set's EBS snapshot lock as the list shows it: its expiry and mode, or -."""
+    if not isinstance(lock, dict) or not lock.get("until"):
+        return "-"
+    return f"{lock['until']} ({lock.get('mode', '?')})"
 
 
 def _instant(epoch: Any) -> str:
@@ -94,6 +113,7 @@ def backup_view(backup: dict[str, Any]) -> list[Any]:
     head.add_row("createdAt", _cell(backup.get("createdAt")))
     head.add_row("controller", _cell(backup.get("controllerInstanceId")))
     head.add_row("freeze window (longest, s)", _cell(backup.get("freezeWindowSeconds")))
+    head.add_row("locked until", _locked(backup.get("lock")))
     snapshots = _table("snapshots", ["volume", "snapshot", "state", "progress", "message"])
     for s in backup.get("snapshots", []):
         snapshots.add_row(

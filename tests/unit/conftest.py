@@ -14,11 +14,21 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+from moto.ec2.responses import EC2Response
 
 from tests.infra.test_registry_table import create_table_arguments, time_to_live
 from vsa_core.clients import client
 from vsa_core.observability import metrics
 from vsa_core.settings import Loader
+
+# moto implements no EBS snapshot lock (LockSnapshot, DescribeLockedSnapshots): no snapshot in a
+# unit test is ever locked, and this is EC2's answer for unlocked ones (an empty snapshotSet).
+# The lock itself is modelled, and tested, in the local cloud (vsa_localcloud/ebs_lock.py).
+_NO_LOCKS = (
+    '<DescribeLockedSnapshotsResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+    "<requestId>unit</requestId><snapshotSet/></DescribeLockedSnapshotsResponse>"
+)
+EC2Response.describe_locked_snapshots = lambda self: _NO_LOCKS  # type: ignore[attr-defined]
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = ROOT / "events"

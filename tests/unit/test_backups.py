@@ -9,12 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from vsa_core.arrays.spec import ARRAY_TAG, OWNED_TAG
+from vsa_core.arrays.spec import ARRAY_TAG, OWNED_TAG, BackupLock
 from vsa_core.backups.sets import (
     BACKUP_TAG,
     IN_PROGRESS,
     BackupSet,
     HostFreeze,
+    SetLock,
     SetState,
     SnapshotRequest,
     SnapshotTiming,
@@ -386,3 +387,40 @@ def test_started_sets_never_exceed_the_limit(pending: dict[str, int], count: int
     for volume in VOLUMES:
         assert pending.get(volume, 0) + started <= 5
     assert sum(d.action == "queue" for d in decisions) <= max_queued
+
+
+def test_retention_keeps_a_locked_set_until_its_lock_expires_and_says_until_when():
+    # Given three completed sets, the two oldest locked: one still for a day, one expired an hour ago
+    newest, locked, expired = (
+        backup_set(10, "completed", 1),
+        backup_set(20, "completed", 2),
+        backup_set(30, "completed", 3),
+    )
+    locked = locked.model_copy(update={"lock": SetLock(mode="compliance", until=NOW + timedelta(days=1))})
+    expired = expired.model_copy(update={"lock": SetLock(mode="governance", until=NOW - timedelta(hours=1))})
+    # When retention keeps 1
+    plan = retention_plan([newest, locked, expired], keep=1, max_deletions_per_run=5, now=NOW)
+    # Then the set locked for another day stays, saying until when; the expired lock holds nothing
+    by_id = {d.backup_id: d for d in plan.decisions}
+    assert by_id[locked.backup_id].action == "keep"
+    assert (
+        f"locked (compliance) until {(NOW + timedelta(days=1)).isoformat()}" in by_id[locked.backup_id].reason
+    )
+    assert [d.backup_id for d in plan.deletions] == [expired.backup_id]
+    # and a lock never makes retention keep fewer than it should (the newest stays anyway)
+    assert by_id[newest.backup_id].action == "keep"
+
+
+def test_a_backup_lock_takes_a_cooling_off_period_in_compliance_mode_only():
+    assert (
+        BackupLock.model_validate({"mode": "compliance", "days": 30, "coolOffHours": 24}).cool_off_hours == 24
+    )
+    with pytest.raises(ValidationError, match="coolOffHours applies to mode compliance only"):
+        BackupLock.model_validate({"mode": "governance", "days": 30, "coolOffHours": 24})
+    for wrong in (
+        {"mode": "governance", "days": 0},
+        {"mode": "compliance", "days": 36_501},
+        {"mode": "legal-hold", "days": 1},
+    ):
+        with pytest.raises(ValidationError):
+            BackupLock.model_validate(wrong)

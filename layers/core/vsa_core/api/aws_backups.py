@@ -255,6 +255,8 @@ def _summary(backup: sets.BackupSet) -> dict[str, Any]:
         "snapshots": len(backup.snapshots),
         "completedSnapshots": sum(1 for s in backup.snapshots if s.state == "completed"),
         "freezeWindowSeconds": backup.freeze_window_seconds,
+        # when it was locked (EBS snapshot lock): mode and expiry, or None
+        "lock": backup.lock.model_dump(by_alias=True, mode="json") if backup.lock else None,
         "message": backup.failure or backup.message,
     }
 

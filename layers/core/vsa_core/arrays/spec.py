@@ -273,6 +273,30 @@ class Host(_Strict):
         return value
 
 
+class BackupLock(_Strict):
+    """EBS snapshot lock on every snapshot of each completed set (EBS User Guide, "Amazon EBS
+    snapshot lock concepts"): nobody deletes the set before the lock expires, retention included."""
+
+    mode: Literal["governance", "compliance"] = Field(
+        description="governance: a principal allowed ec2:UnlockSnapshot can unlock it; compliance: "
+        "nobody can, once its cooling-off period is over (not even the account's root user)",
+    )
+    days: StrictInt = Field(ge=1, le=36_500, description="how long each set stays locked, in days")
+    cool_off_hours: StrictInt | None = Field(
+        default=None,
+        alias="coolOffHours",
+        ge=1,
+        le=72,
+        description="compliance only: the hours after locking during which it can still be unlocked",
+    )
+
+    @model_validator(mode="after")
+    def _cool_off_for_compliance(self) -> "BackupLock":
+        if self.cool_off_hours is not None and self.mode != "compliance":
+            raise ValueError("coolOffHours applies to mode compliance only: remove it, or use compliance")
+        return self
+
+
 class BackupPolicy(_Strict):
     schedule: str = Field(
         description="an EventBridge Scheduler expression, in UTC: rate(value unit) (rate(1 day), "
@@ -292,6 +316,11 @@ class BackupPolicy(_Strict):
         ge=1,
         le=60,
         description="application mode: a host thaws by itself after this many seconds, whatever happens",
+    )
+    lock: BackupLock | None = Field(
+        default=None,
+        description="lock each completed set's snapshots (EBS snapshot lock); retention never deletes "
+        "a set before its lock expires (default: no lock)",
     )
 
     @field_validator("schedule")

@@ -12,6 +12,8 @@ from vsa_core.backups.aws_context import BackupContext, code, utc_now
 from vsa_core.backups.reports import error_message, host_freezes
 from vsa_core.backups.sets import (
     CONSISTENCY_TAG,
+    BackupSet,
+    SetLock,
     consistency,
     parse_progress,
     set_state,
@@ -100,6 +102,8 @@ def finish(ctx: BackupContext, array_id: str, backup_id: str) -> dict[str, Any]:
         Resources=[s.snapshot_id for s in backup.snapshots],
         Tags=[{"Key": CONSISTENCY_TAG, "Value": label}],
     )
+    lock = _lock(ctx, array_id, backup)
+    locked = f", locked ({lock.mode}) until {lock.until.isoformat()}" if lock else ""
     backup = ctx.backups.save(
         backup.model_copy(
             update={
@@ -107,12 +111,32 @@ def finish(ctx: BackupContext, array_id: str, backup_id: str) -> dict[str, Any]:
                 "consistency": label,
                 "consistency_reason": reason,
                 "completed_at": utc_now(),
-                "message": f"{len(backup.snapshots)} snapshot(s) completed",
+                "lock": lock,
+                "message": f"{len(backup.snapshots)} snapshot(s) completed{locked}",
             }
         ),
         ("snapshotting",),
     )
-    return {"state": backup.state, "consistency": label, "reason": reason}
+    return {"state": backup.state, "consistency": label, "reason": reason, "locked": bool(lock)}
+
+
+def _lock(ctx: BackupContext, array_id: str, backup: BackupSet) -> SetLock | None:
+    """The policy's EBS snapshot lock on every snapshot of the set (None without one); the set
+    can be deleted once the last of them expires. A lock that cannot be set fails the step (the
+    workflow's retry, then its failure path): a policy that asks for locked sets gets no
+    unlocked one labelled good."""
+    policy = ctx.registry.get(array_id).spec.backup
+    wanted = policy.lock if policy is not None else None
+    if wanted is None:
+        return None
+    cool_off = {"CoolOffPeriod": wanted.cool_off_hours} if wanted.cool_off_hours is not None else {}
+    expiries = [
+        ctx.ec2.lock_snapshot(
+            SnapshotId=s.snapshot_id, LockMode=wanted.mode, LockDuration=wanted.days, **cool_off
+        )["LockExpiresOn"]
+        for s in backup.snapshots
+    ]
+    return SetLock(mode=wanted.mode, until=max(expiries), cool_off_hours=wanted.cool_off_hours)
 
 
 def fail(

@@ -20,7 +20,9 @@ from vsa_core.backups import aws_sets
 from vsa_core.backups.aws_context import BackupContext, dump, utc_now
 from vsa_core.backups.reports import error_message
 from vsa_core.backups.sets import (
+    BackupSet,
     RetentionPlan,
+    SetLock,
     retention_plan,
 )
 from vsa_core.clients import client
@@ -31,6 +33,9 @@ from vsa_core.errors import (
     RetentionFailedError,
 )
 from vsa_core.naming import backup_schedule_name
+
+LOCK_PAGE = 100
+"""Snapshot ids per DescribeLockedSnapshots call."""
 
 RETENTION_NAMESPACE = "VSA/Backups"
 RETENTION_FAILURES_METRIC = "RetentionFailures"
@@ -47,7 +52,31 @@ def retention(
         raise InvalidBackupError(
             f"array {array_id!r} has no backup policy: give keep (how many completed sets to keep)"
         )
-    return keep, retention_plan(aws_sets.sets(ctx, array_id), keep, max_deletions, utc_now())
+    found = _with_live_locks(ctx, aws_sets.sets(ctx, array_id))
+    return keep, retention_plan(found, keep, max_deletions, utc_now())
+
+
+def _with_live_locks(ctx: BackupContext, found: list[BackupSet]) -> list[BackupSet]:
+    """Each set with its snapshots' locks as EC2 has them now (DescribeLockedSnapshots), not as
+    its record says: a lock extended, added or removed by hand since counts, an expired one does
+    not."""
+    ids = [s.snapshot_id for backup in found for s in backup.snapshots]
+    live: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(ids), LOCK_PAGE):
+        answer = ctx.ec2.describe_locked_snapshots(SnapshotIds=ids[start : start + LOCK_PAGE])
+        live.update(
+            {str(s["SnapshotId"]): s for s in answer.get("Snapshots", []) if s.get("LockState") != "expired"}
+        )
+    out = []
+    for backup in found:
+        held = [live[s.snapshot_id] for s in backup.snapshots if s.snapshot_id in live]
+        lock = None
+        if held:
+            last = max(held, key=lambda h: h["LockExpiresOn"])
+            mode = "governance" if last["LockState"] == "governance" else "compliance"
+            lock = SetLock(mode=mode, until=last["LockExpiresOn"], cool_off_hours=last.get("CoolOffPeriod"))
+        out.append(backup.model_copy(update={"lock": lock}))
+    return out
 
 
 def apply_retention(

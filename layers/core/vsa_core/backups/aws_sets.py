@@ -198,6 +198,7 @@ def delete(
             f"backup set {backup_id} is in progress ({backup.state}): delete it once it has "
             "completed or failed"
         )
+    _refuse_locked(ctx, backup)
     ctx.registry.history.record(
         array_id,
         ChangeRecord(
@@ -213,6 +214,28 @@ def delete(
     deleted = _delete_snapshots(ctx, backup)
     ctx.backups.delete(array_id, backup_id)
     return {"backupId": backup_id, "deletedSnapshots": deleted}
+
+
+def _refuse_locked(ctx: BackupContext, backup: BackupSet) -> None:
+    """A set any of whose snapshots EC2 holds locked (EBS snapshot lock) is not deleted, nor
+    marked deleting: the refusal says until when, and how a governance lock can be lifted."""
+    ids = [s.snapshot_id for s in backup.snapshots]
+    if not ids:
+        return
+    found = ctx.ec2.describe_locked_snapshots(SnapshotIds=ids).get("Snapshots", [])
+    held = [lock for lock in found if lock.get("LockState") != "expired"]
+    if not held:
+        return
+    last = max(held, key=lambda lock: lock["LockExpiresOn"])
+    how = (
+        "a principal allowed ec2:UnlockSnapshot can unlock its snapshots first"
+        if all(lock["LockState"] == "governance" for lock in held)
+        else "a compliance lock cannot be lifted"
+    )
+    raise ConflictError(
+        f"backup set {backup.backup_id} is locked ({last['LockState']}) until "
+        f"{last['LockExpiresOn'].isoformat()}: it can be deleted after that; {how}"
+    )
 
 
 def _delete_snapshots(ctx: BackupContext, backup: BackupSet) -> list[str]:

@@ -208,6 +208,14 @@ class SnapshotTiming(_Strict):
     returned_at: float = Field(alias="returnedAt")
 
 
+class SetLock(_Strict):
+    """The EBS snapshot lock on a set's snapshots: its mode and when the last of them expires."""
+
+    mode: Literal["governance", "compliance"]
+    until: AwareDatetime
+    cool_off_hours: int | None = Field(default=None, alias="coolOffHours")
+
+
 class BackupSet(_Strict):
     """One backup of an array: every volume snapshotted by one ``CreateSnapshots`` call."""
 
@@ -235,6 +243,9 @@ class BackupSet(_Strict):
     )
     message: str | None = Field(default=None, description="what the workflow waits for, or did last")
     completed_at: AwareDatetime | None = Field(default=None, alias="completedAt")
+    lock: SetLock | None = Field(
+        default=None, description="the EBS snapshot lock on its snapshots (the policy's lock), if any"
+    )
     retention_failure: str | None = Field(
         default=None,
         alias="retentionFailure",
@@ -369,6 +380,7 @@ def retention_plan(
     * the ``keep`` newest completed sets stay;
     * failed sets never count towards ``keep``; each goes once older than ``failed_grace``;
     * a set already ``deleting`` (an interrupted run) is taken up again;
+    * a set whose snapshots are locked stays until its lock expires, and says until when;
     * at most ``max_deletions_per_run`` sets, the oldest candidates first; the rest are deferred.
     """
     if keep < 1:
@@ -409,6 +421,14 @@ def retention_plan(
     deleted = 0
     for backup in sorted(sets, key=_age_order):
         action, reason = verdicts[backup.backup_id]
+        if action == "delete" and backup.lock is not None and backup.lock.until > now:
+            action, reason = (
+                "keep",
+                (
+                    f"{reason}, but locked ({backup.lock.mode}) until {backup.lock.until.isoformat()}: "
+                    "deleted by the first run after that"
+                ),
+            )
         final: Literal["delete", "keep", "defer"] = action
         if action == "delete":
             if deleted < max_deletions_per_run:
