@@ -52,7 +52,7 @@ def registrants(root: Path, volume: str) -> dict[str, Any]:
 
 
 def wait_for_owners(
-    stack_outputs: dict[str, str], array_id: str, slots: set[int], timeout: float = 240
+    stack_outputs: dict[str, str], array_id: str, slots: set[int], timeout: float = 600
 ) -> dict:
     """Until the registry records every volume owned by ``slots`` (each owning at least one) and
     no handover under way: ReconcileArray's export phase has handed them over."""
@@ -65,7 +65,7 @@ def wait_for_owners(
         time.sleep(1)
 
 
-def scale_out(stack_outputs: dict[str, str], array_id: str, timeout: float = 180) -> None:
+def scale_out(stack_outputs: dict[str, str], array_id: str, timeout: float = 300) -> None:
     """The high alarm at 40,000 IOPS until a ScaleArray run scales out: a run that finds the
     scaling lock held (the health check's look-ahead run, say) skips, and the alarm fires again
     once the lock is free, as CloudWatch's re-armed alarm would."""
@@ -126,7 +126,7 @@ def test_each_volume_has_one_owner_and_a_lost_owner_is_fenced_before_a_survivor_
     lost_key = {v: h["keys"][lost] for v, h in held.items()}
     boto3.client("ec2").terminate_instances(InstanceIds=[lost])
     drains = [
-        what for how, what in lost_events(stack_outputs, lost, timeout=180).values() if how == "execution"
+        what for how, what in lost_events(stack_outputs, lost, timeout=300).values() if how == "execution"
     ]
     assert drains, "no DrainController ran"
     assert {d["status"] for d in drains} == {"SUCCEEDED"}, drains
@@ -176,7 +176,7 @@ def test_a_new_controller_takes_its_share_after_the_givers_release_it_and_a_drai
     before = wait_for_owners(stack_outputs, array_id, {0, 1})
     # When a third controller joins (the high alarm at 40,000 IOPS: ScaleArray wants 3)
     scale_out(stack_outputs, array_id)
-    settle(array_id, timeout=180)
+    settle(array_id, timeout=300)
     slots = serving(array_id, stack_outputs)
     assert sorted(slots) == [0, 1, 2]
     newcomer = node_root(world.endpoint, slots[2]["instanceId"])
@@ -201,7 +201,7 @@ def test_a_new_controller_takes_its_share_after_the_givers_release_it_and_a_drai
     boto3.client("autoscaling").terminate_instance_in_auto_scaling_group(
         InstanceId=slots[2]["instanceId"], ShouldDecrementDesiredCapacity=True
     )
-    settle(array_id, timeout=180)
+    settle(array_id, timeout=300)
     # Then its volume went back to a survivor before it left, released by it rather than fenced
     # (it is still registered: a planned drain that could release fences no one)
     back = wait_for_owners(stack_outputs, array_id, {0, 1})
