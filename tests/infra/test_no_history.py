@@ -3,14 +3,14 @@
 Comments, docstrings and documents say what is true now and why; how the code got there is in
 git log and CHANGELOG.md, and figures go to docs/measurements.md with the command that
 reproduces them and the date (the house style, "Words"). What this refuses, in every tracked
-text file but CHANGELOG.md: CI runs named by number or name, CI at a commit, CI's observations
-given as provenance, work sessions, commit hashes given as where a figure or a fact comes from,
-and changes told as history (the samples below show each shape). This file is scanned too: its
-patterns are written, and its samples assembled, so that no line of it matches one. The words
-have other meanings here that stay allowed: an IAM role session, a boto3 ``Session``, a session
-token, a process's own session (``setsid``), ``CI=true`` and "under CI" (the test command's
-mode), the previous run of a workflow. Each pattern is checked both ways below, so a pattern
-that matches nothing cannot pass unnoticed.
+text file but CHANGELOG.md, is history given as provenance: a test-command run named by number
+or name or by the commit it ran, what such a run showed, a period of work named as one, a commit
+hash as where a figure or a fact comes from, and changes told as history (the samples below
+show each shape). This file is scanned too: its patterns are written, and its samples assembled
+from placeholders, so that no line of it matches one. The same words keep their product
+meanings: an IAM role's or boto3's sessions and tokens, a process's own (``setsid``),
+``CI=true`` and "under CI" (the test command's mode), a workflow's earlier runs. Each pattern
+is checked both ways below, so a pattern that matches nothing cannot pass unnoticed.
 """
 
 import re
@@ -74,7 +74,7 @@ DOMAIN = [
     "session = boto3.session.Session(region_name=REGION)",
     "a detached process (setsid + nohup, its own session, so it survives the group)",
     "an inactive access key, or session credentials without their session token",
-    "this session's credentials expire now; this session token is refused",
+    "this {session}'s credentials expire now; this {session} token is refused".format(**_WORDS),
     'export CI="${CI:-true}"  # under CI a missing tool fails, never skips',
     "report-paths of the last run, or a later one; an earlier run still holds the lock",
     "the previous run of the workflow left its alarm in ALARM",

@@ -83,10 +83,13 @@ def scale_out(stack_outputs: dict[str, str], array_id: str, timeout: float = 300
             time.sleep(1)
 
 
-def test_each_volume_has_one_owner_and_a_lost_owner_is_fenced_before_a_survivor_serves_it(
-    stack_outputs, api, world, arrays, scripted_alarms
-):
-    # Given an array with fencing, three volumes and two controllers
+def fenced_array(
+    stack_outputs: dict[str, str], api: Any, world: Any, arrays: Any, scripted_alarms: Any, most: int
+) -> tuple[str, list[str], dict[str, int]]:
+    """An array with fencing, three volumes and two serving controllers (at most ``most``), the
+    tests playing its alarms, once the volumes have owners: the health check counts the split
+    missing as drift on two runs and starts ReconcileArray, whose export phase hands them over.
+    Its id, its volumes and their owners."""
     array_id = arrays()
     scripted_alarms(array_id)
     volumes = [world.volume(), world.volume(), world.volume()]
@@ -95,16 +98,22 @@ def test_each_volume_has_one_owner_and_a_lost_owner_is_fenced_before_a_survivor_
         world,
         volumes=[{"volumeId": v} for v in volumes],
         minControllers=2,
-        maxControllers=2,
+        maxControllers=most,
         fencing="reservations",
     )
     create_array(api, array_id, spec)
     settle(array_id)
-    # When the health check sees the controllers serve without an even split of owners (drift on
-    # two runs) it starts ReconcileArray, whose export phase hands the volumes over
     for _ in range(2):
         check(stack_outputs, array_id)
-    owners = wait_for_owners(stack_outputs, array_id, {0, 1})
+    return array_id, volumes, wait_for_owners(stack_outputs, array_id, {0, 1})
+
+
+def test_each_volume_has_one_owner_and_a_lost_owner_is_fenced_before_a_survivor_serves_it(
+    stack_outputs, api, world, arrays, scripted_alarms
+):
+    # Given an array with fencing, three volumes and two controllers; when the health check sees
+    # them serve without an even split of owners, ReconcileArray hands the volumes over
+    array_id, volumes, owners = fenced_array(stack_outputs, api, world, arrays, scripted_alarms, 2)
     # Then every volume has one owner, the split is even, and on every controller each volume's
     # namespace is in its owner's group, optimized on the owner only
     assert sorted(Counter(owners.values()).values()) == [1, 2]
@@ -158,22 +167,7 @@ def test_a_new_controller_takes_its_share_after_the_givers_release_it_and_a_drai
     stack_outputs, api, world, arrays, scripted_alarms
 ):
     # Given an array with fencing whose two controllers own its three volumes
-    array_id = arrays()
-    scripted_alarms(array_id)
-    volumes = [world.volume(), world.volume(), world.volume()]
-    spec = spec_for(
-        array_id,
-        world,
-        volumes=[{"volumeId": v} for v in volumes],
-        minControllers=2,
-        maxControllers=3,
-        fencing="reservations",
-    )
-    create_array(api, array_id, spec)
-    settle(array_id)
-    for _ in range(2):
-        check(stack_outputs, array_id)
-    before = wait_for_owners(stack_outputs, array_id, {0, 1})
+    array_id, volumes, before = fenced_array(stack_outputs, api, world, arrays, scripted_alarms, 3)
     # When a third controller joins (the high alarm at 40,000 IOPS: ScaleArray wants 3)
     scale_out(stack_outputs, array_id)
     settle(array_id, timeout=300)

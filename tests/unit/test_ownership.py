@@ -10,10 +10,13 @@ controllers, and a taker serves a lost owner's volume only after that owner's ke
 
 from collections import Counter
 
+import boto3
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vsa_core.arrays.aws_registry import array_key
+from vsa_core.controllers import aws_ownership
 from vsa_core.controllers.ownership import Handover, handover, moves, owners, owners_parameter
 from vsa_core.errors import FencingError
 
@@ -158,3 +161,24 @@ def test_no_scaling_nor_failover_serves_a_volume_twice_or_before_the_fence(volum
         return
     lost = {gone: f"0x{gone + 1:x}"}
     _replay(before, after, handover(before, after, slots - {gone}, lost), slots - {gone}, lost)
+
+
+# --- the registry's record of the owners (moto DynamoDB) -----------------------------------
+def test_a_handover_is_recorded_only_while_it_is_still_the_one_begun(registry_table: str) -> None:
+    dynamodb = boto3.client("dynamodb")
+    dynamodb.put_item(TableName=registry_table, Item={**array_key("demo"), "version": {"N": "1"}})
+    mine = {"after": {"vol-a": 0, "vol-b": 1}, "wave": 1}
+    # Given a drain began its handover, and another (a second drain) began one since
+    aws_ownership.begin(dynamodb, registry_table, "demo", mine)
+    theirs = {"after": {"vol-a": 0, "vol-b": 0}, "wave": 1}
+    aws_ownership.begin(dynamodb, registry_table, "demo", theirs)
+    # When the first one's runs are done, it does not overwrite what the second one is doing
+    assert not aws_ownership.commit(dynamodb, registry_table, "demo", mine, {0: "i-1", 1: "i-2"})
+    item = dynamodb.get_item(TableName=registry_table, Key=array_key("demo"))["Item"]
+    assert "owners" not in item
+    # and the second records its owners and ends the handover
+    assert aws_ownership.commit(dynamodb, registry_table, "demo", theirs, {0: "i-1"})
+    item = dynamodb.get_item(TableName=registry_table, Key=array_key("demo"))["Item"]
+    assert item["owners"]["S"] == '{"vol-a": 0, "vol-b": 0}'
+    assert "ownersHandover" not in item
+    assert aws_ownership.stored_instances(dynamodb, registry_table, "demo") == {0: "i-1"}

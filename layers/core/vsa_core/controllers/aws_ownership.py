@@ -13,6 +13,8 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from vsa_core.arrays import aws_reports
 from vsa_core.arrays.aws_registry import array_key
 
@@ -35,21 +37,33 @@ def commit(
     dynamodb: "DynamoDBClient",
     table: str,
     array_id: str,
-    owners: Mapping[str, int],
+    under_way: Mapping[str, Any],
     instances: Mapping[int, str],
-) -> None:
-    """Every run of the handover succeeded: ``owners`` are what the serving controllers hold."""
-    dynamodb.update_item(
-        TableName=table,
-        Key=array_key(array_id),
-        UpdateExpression="SET #o = :o, ownerInstances = :i REMOVE ownersHandover",
-        ConditionExpression="attribute_exists(pk)",
-        ExpressionAttributeNames={"#o": "owners"},
-        ExpressionAttributeValues={
-            ":o": {"S": json.dumps(dict(owners), sort_keys=True)},
-            ":i": {"S": json.dumps({str(k): v for k, v in instances.items()}, sort_keys=True)},
-        },
-    )
+) -> bool:
+    """Every run of the handover ``under_way`` (its owners and wave, as ``begin`` recorded it)
+    succeeded: its owners are what the serving controllers hold. Only while it is still the
+    recorded one: another handover begun since (a second drain, a reconcile) answers for itself,
+    and the health check's drift finds any split left uneven. Whether recorded."""
+    try:
+        dynamodb.update_item(
+            TableName=table,
+            Key=array_key(array_id),
+            UpdateExpression="SET #o = :o, ownerInstances = :i REMOVE ownersHandover",
+            ConditionExpression=(
+                "attribute_exists(pk) AND (attribute_not_exists(ownersHandover) OR ownersHandover = :h)"
+            ),
+            ExpressionAttributeNames={"#o": "owners"},
+            ExpressionAttributeValues={
+                ":o": {"S": json.dumps(dict(under_way["after"]), sort_keys=True)},
+                ":i": {"S": json.dumps({str(k): v for k, v in instances.items()}, sort_keys=True)},
+                ":h": {"S": json.dumps(dict(under_way), sort_keys=True)},
+            },
+        )
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            raise
+        return False
+    return True
 
 
 def owner_instances(item_value: str | None) -> dict[int, str]:

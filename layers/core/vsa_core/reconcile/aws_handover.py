@@ -87,7 +87,7 @@ def poll(ctx: ReconcileContext, request: HandOverPoll) -> dict[str, Any]:
     moving = dict(started["owners"])
     if not moving["last"]:
         return {**answer, "done": False, "again": True, "wave": 2}
-    after = {str(v): int(s) for v, s in dict(moving["after"]).items()}
+    under_way = {"after": {str(v): int(s) for v, s in dict(moving["after"]).items()}, "wave": moving["wave"]}
     survivors = {int(s): str(i) for s, i in dict(started["survivors"]).items()}
-    aws_ownership.commit(ctx.dynamodb, ctx.table, request.array_id, after, survivors)
-    return {**answer, "at": datetime.now(UTC).isoformat(timespec="seconds")}
+    recorded = aws_ownership.commit(ctx.dynamodb, ctx.table, request.array_id, under_way, survivors)
+    return {**answer, "recorded": recorded, "at": datetime.now(UTC).isoformat(timespec="seconds")}

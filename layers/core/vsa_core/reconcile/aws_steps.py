@@ -172,8 +172,8 @@ def _handed_over(ctx: ReconcileContext, array_id: str, moving: dict[str, Any]) -
         aws_ownership.begin(ctx.dynamodb, ctx.table, array_id, {"after": moving["after"], "wave": 2})
         return True
     instances = {c.slot: c.instance_id for c in plan.controllers_of(ctx.registry.slots(array_id))}
-    after = {str(v): int(s) for v, s in dict(moving["after"]).items()}
-    aws_ownership.commit(ctx.dynamodb, ctx.table, array_id, after, instances)
+    under_way = {"after": {str(v): int(s) for v, s in dict(moving["after"]).items()}, "wave": moving["wave"]}
+    aws_ownership.commit(ctx.dynamodb, ctx.table, array_id, under_way, instances)
     return False
 
 
