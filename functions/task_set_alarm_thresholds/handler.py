@@ -37,7 +37,11 @@ class ThresholdRequest(BaseModel):
 @event_parser(model=ThresholdRequest)
 def lambda_handler(event: ThresholdRequest, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(array_id=event.array_id)
-    spec = ArrayRegistry(settings().table_name).get(event.array_id).spec
+    array = ArrayRegistry(settings().table_name).get(event.array_id)
+    if array.deleting is not None:  # DeleteArray removes the alarms: putting them back would outlive it
+        logger.info("array being deleted: alarms left alone")
+        return {"arrayId": event.array_id, "changes": []}
+    spec = array.spec
     # no role: thresholds are the alarms' only, no schedule is created
     service = ArrayService(scheduler_role_arn="")
     changes = service.set_alarm_thresholds(spec, event.desired_controllers)

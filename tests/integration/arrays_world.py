@@ -357,10 +357,10 @@ def owned_volumes(array_id: str) -> list[dict[str, Any]]:
 
 
 def no_trace(array_id: str) -> None:
-    assert group_of(array_id) is None
-    assert alarms_of(array_id) == {}
-    assert schedule_of(array_id) is None
-    assert owned_volumes(array_id) == []
+    assert group_of(array_id) is None, f"array {array_id}: its group outlived it"
+    assert alarms_of(array_id) == {}, f"array {array_id}: alarms outlived it: {sorted(alarms_of(array_id))}"
+    assert schedule_of(array_id) is None, f"array {array_id}: its backup schedule outlived it"
+    assert owned_volumes(array_id) == [], f"array {array_id}: owned volumes outlived it"
 
 
 # --- the nodes the lifecycle workflows configure -------------------------------------------------

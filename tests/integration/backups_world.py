@@ -56,7 +56,16 @@ def backup_spec(
         "minControllers": 1,
         "maxControllers": 2,
         "hosts": [{"instanceId": i, "mountpoints": [str(m) for m in ms]} for i, ms in host_mounts.items()],
-        "backup": {"schedule": "cron(0 3 1 1 ? 2099)", "mode": mode, "retention": retention},
+        # the watchdog's deadline at the policy's maximum, not the default 10 s: the freeze lasts
+        # from the hosts' freeze to the thaw's delivery, several Lambda steps and Run Commands,
+        # each seconds long when the local cloud shares two busy cores (the watchdog tests set
+        # their own short deadline)
+        "backup": {
+            "schedule": "cron(0 3 1 1 ? 2099)",
+            "mode": mode,
+            "retention": retention,
+            "freezeTimeoutSeconds": 60,
+        },
     }
 
 

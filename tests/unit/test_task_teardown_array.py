@@ -5,6 +5,7 @@ from typing import Any
 
 import boto3
 import pytest
+from task_set_alarm_thresholds import handler as thresholds
 from task_teardown_array import handler
 
 from tests.specs import BASE
@@ -79,6 +80,30 @@ def test_release_finish_forget_remove_what_was_created_and_keep_the_rest(applied
 def test_finish_while_the_group_exists_is_pending_for_the_workflow_to_retry(applied: dict[str, Any]) -> None:
     with pytest.raises(TeardownPendingError, match="still being deleted"):
         step("finish")
+
+
+def test_finish_removes_alarms_a_stopped_runs_last_step_put_back_after_release(
+    applied: dict[str, Any],
+) -> None:
+    # Given a release, then the create step of a ReconcileArray run that DELETE stopped, which
+    # had been invoked before the stop and so still ran (StopExecution ends the run, not a Lambda
+    # invocation already made): it puts the alarms back
+    step("release")
+    array = applied["registry"].get("gone")
+    ArrayService(scheduler_role_arn=ROLE).create_volumes(array.spec, array.desired_controllers)
+    assert len(boto3.client("cloudwatch", region_name=REGION).describe_alarms()["MetricAlarms"]) == 2
+    # When the teardown finishes, then they go with the rest
+    finished = {c["resource"] for c in step("finish")["changes"]}
+    assert {"alarm/vsa-gone-iops-high", "alarm/vsa-gone-iops-low"} <= finished
+    assert boto3.client("cloudwatch", region_name=REGION).describe_alarms()["MetricAlarms"] == []
+
+
+def test_a_scale_runs_threshold_step_after_delete_puts_no_alarm_back(applied: dict[str, Any]) -> None:
+    # ScaleArray runs are not stopped by DELETE: one that reaches SetAlarmThresholds after release
+    step("release")
+    reply = thresholds.lambda_handler({"arrayId": "gone", "desiredControllers": 2}, FakeLambdaContext())
+    assert reply["changes"] == []
+    assert boto3.client("cloudwatch", region_name=REGION).describe_alarms()["MetricAlarms"] == []
 
 
 def test_steps_are_idempotent(applied: dict[str, Any]) -> None:

@@ -18,18 +18,8 @@ from vsa_core.naming import (
 def release(clients: ArrayClients, spec: ArraySpec) -> list[Change]:
     """First teardown step, nothing waited for: delete the backup schedule and the alarms, and
     force-delete the group (its controllers go without a drain: the array is being deleted)."""
-    array_id = spec.array_id
-    changes: list[Change] = []
-    schedule = backup_schedule_name(array_id)
-    if aws_observe.observe_schedule(clients, schedule) is not None:
-        clients.scheduler.delete_schedule(Name=schedule)
-        changes.append(Change(f"schedule/{schedule}", "delete"))
-    alarms = [iops_alarm_name(array_id, "high"), iops_alarm_name(array_id, "low")]
-    present = [a["AlarmName"] for a in clients.cloudwatch.describe_alarms(AlarmNames=alarms)["MetricAlarms"]]
-    if present:
-        clients.cloudwatch.delete_alarms(AlarmNames=present)
-        changes += [Change(f"alarm/{name}", "delete") for name in present]
-    name = group_name(array_id)
+    changes = _schedule_and_alarms(clients, spec.array_id)
+    name = group_name(spec.array_id)
     if aws_observe.describe_group(clients, name) is not None:
         clients.autoscaling.delete_auto_scaling_group(AutoScalingGroupName=name, ForceDelete=True)
         changes.append(Change(f"group/{name}", "delete"))
@@ -37,13 +27,18 @@ def release(clients: ArrayClients, spec: ArraySpec) -> list[Change]:
 
 
 def finish(clients: ArrayClients, spec: ArraySpec, *, delete_volumes: bool) -> list[Change]:
-    """Last teardown step, once the group is gone: the launch template the control plane
-    created, and (only with ``delete_volumes``) the volumes it created. Raises
+    """Last teardown step, once the group is gone: the schedule and alarms again (whatever a
+    stopped run's last step put back), the launch template the control plane created, and
+    (only with ``delete_volumes``) the volumes it created. Raises
     ``TeardownPendingError`` while the group exists or an owned volume is still attached."""
     name = group_name(spec.array_id)
     if aws_observe.describe_group(clients, name) is not None:
         raise TeardownPendingError(f"group {name} is still being deleted")
-    changes = _teardown_launch_template(clients, spec.array_id)
+    # Again, now that the group is gone: StopExecution ends a ReconcileArray run at once, but a
+    # Lambda step it had already invoked runs to its end, and ReconcileArray's create step
+    # re-puts the alarms; one that ended after release would otherwise outlive the array
+    changes = _schedule_and_alarms(clients, spec.array_id)
+    changes += _teardown_launch_template(clients, spec.array_id)
     deleted = aws_keys.delete_all(aws_keys.of(clients), spec.array_id)
     changes += [Change(f"secret/{name}", "delete") for name in deleted]
     if delete_volumes:
@@ -56,6 +51,21 @@ def finish(clients: ArrayClients, spec: ArraySpec, *, delete_volumes: bool) -> l
             changes.append(
                 Change(f"volume/{volume_name}", "delete", (("VolumeId", volume["VolumeId"], None),))
             )
+    return changes
+
+
+def _schedule_and_alarms(clients: ArrayClients, array_id: str) -> list[Change]:
+    """Delete the array's backup schedule and its IOPS alarms, those present."""
+    changes: list[Change] = []
+    schedule = backup_schedule_name(array_id)
+    if aws_observe.observe_schedule(clients, schedule) is not None:
+        clients.scheduler.delete_schedule(Name=schedule)
+        changes.append(Change(f"schedule/{schedule}", "delete"))
+    alarms = [iops_alarm_name(array_id, "high"), iops_alarm_name(array_id, "low")]
+    present = [a["AlarmName"] for a in clients.cloudwatch.describe_alarms(AlarmNames=alarms)["MetricAlarms"]]
+    if present:
+        clients.cloudwatch.delete_alarms(AlarmNames=present)
+        changes += [Change(f"alarm/{name}", "delete") for name in present]
     return changes
 
 
