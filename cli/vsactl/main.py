@@ -449,6 +449,15 @@ def _follow_deletion(ctx: typer.Context, array_id: str, timeout: float) -> None:
         time.sleep(POLL_SECONDS)
 
 
+class SimulationModel(StrEnum):
+    """``vsactl simulate --model`` (``vsa_core.scaling.simulator.MODELS``)."""
+
+    deployed = "deployed"
+    alarms_rearmed = "alarms-rearmed"
+    alarms = "alarms"
+    every_minute = "every-minute"
+
+
 @app.command()
 def simulate(
     trace: Annotated[Path, typer.Option("--trace", help="IOPS per minute: CSV with the header minute,iops.")],
@@ -469,16 +478,16 @@ def simulate(
     price_per_hour: Annotated[
         float, typer.Option("--price-per-hour", min=0.0, help="USD per controller-hour.")
     ] = 1.512,
-    every_minute: Annotated[
-        bool,
-        typer.Option("--every-minute", help="Plan every minute instead of when an alarm changes to ALARM."),
-    ] = False,
-    rearmed: Annotated[
-        bool,
+    model: Annotated[
+        SimulationModel,
         typer.Option(
-            "--rearmed", help="ScaleArray re-arms the alarms after each run: one still in breach fires again."
+            "--model",
+            help="What to replay. deployed (the default): what the stack runs, the alarms re-armed after "
+            "every run and the forecast floor from the trace's own history. For comparison: "
+            "alarms-rearmed (no forecast floor), alarms (never re-armed), every-minute (ScaleArray "
+            "every minute).",
         ),
-    ] = False,
+    ] = SimulationModel.deployed,
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Write a PNG of demand against serving capacity.")
     ] = None,
@@ -487,12 +496,15 @@ def simulate(
     """Replay TRACE through the scaling planner, an oracle and static-for-peak; print the figures.
 
     Offline: nothing is sent to the API. The planner is the deployed one (vsa_core, installed
-    with vsactl).
+    with vsactl), replayed by default as the stack runs it (--model says which model ran).
     """
     from pydantic import ValidationError
 
     from vsa_core.arrays.spec import ArraySpec
-    from vsa_core.scaling.simulator import compare, default_spec, read_trace
+    from vsa_core.scaling.simulator import MODELS, compare, default_spec, read_trace
+
+    # the enum's values are MODELS' keys (a unit test checks)
+    chosen = next(m for m in MODELS if m == model.value)
 
     try:
         try:
@@ -518,7 +530,7 @@ def simulate(
         boot_minutes=boot_minutes,
         drain_minutes=drain_minutes,
         price_per_hour=price_per_hour,
-        trigger="every-minute" if every_minute else ("alarms-rearmed" if rearmed else "alarms"),
+        model=chosen,
     )
     oracle_hours = comparison.oracle.controller_hours
     figures = [
@@ -538,7 +550,7 @@ def simulate(
     title = (
         f"{trace.name}: {len(demand)} min, array {spec.array_id} ({spec.min_controllers}-"
         f"{spec.max_controllers} x {spec.per_controller_iops:,} IOPS at {spec.target_utilisation:.0%}), "
-        f"boot {boot_minutes} min, drain {drain_minutes} min"
+        f"boot {boot_minutes} min, drain {drain_minutes} min, model {chosen}"
     )
     if plot is not None:
         try:
@@ -549,9 +561,17 @@ def simulate(
             raise _fail(
                 CliError(f"--plot needs {e.name}: install vsactl with its plot extra ([plot])", 2)
             ) from e
-    if not emit(out, {"trace": str(trace), "minutes": len(demand), "results": figures}, output):
+    summary = {
+        "trace": str(trace),
+        "minutes": len(demand),
+        "model": chosen,
+        "modelDescription": MODELS[chosen].description,
+        "results": figures,
+    }
+    if not emit(out, summary, output):
         wide = Console(soft_wrap=False, width=max(out.width, 110))  # nine columns of figures
         wide.print(render.simulation_table(title, figures))
+        out.print(f"model {chosen}: {MODELS[chosen].description}", highlight=False)
     if plot is not None:
         err.print(f"plot written to {plot}", highlight=False)
 

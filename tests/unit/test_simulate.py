@@ -7,11 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
-from vsactl.main import app
+from vsactl.main import SimulationModel, app
 
 from vsa_core.alarm_tuning import SCALE_IN_HYSTERESIS
 from vsa_core.scaling.planner import controllers_needed
 from vsa_core.scaling.simulator import (
+    MODELS,
     compare,
     default_spec,
     read_trace,
@@ -153,9 +154,11 @@ def test_vsactl_simulate_prints_the_figures_and_writes_a_png(tmp_path: Path):
             str(plot),
         ],
     )
-    # Then the three policies' figures are printed and the plot is a PNG
+    # Then the three policies' figures are printed, the planner's as deployed (the default model,
+    # named in the output), and the plot is a PNG
     assert result.exit_code == 0, result.output
-    for text in ("planner (alarms)", "oracle", "static for peak", "Ctrl-hours", "x oracle", "Under min"):
+    assert "model deployed: as deployed" in result.output
+    for text in ("planner (deployed)", "oracle", "static for peak", "Ctrl-hours", "x oracle", "Under min"):
         assert text in result.output
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -170,15 +173,35 @@ def test_vsactl_simulate_json_and_a_spec_file(tmp_path: Path):
         "minControllers: 4\nmaxControllers: 6\n",
         encoding="utf-8",
     )
-    result = CliRunner().invoke(
-        app, ["simulate", "--trace", str(trace), "--spec", str(spec_file), "--every-minute", "-o", "json"]
-    )
+    asked = ["simulate", "--trace", str(trace), "--spec", str(spec_file), "--model", "every-minute"]
+    result = CliRunner().invoke(app, [*asked, "-o", "json"])
     assert result.exit_code == 0, result.output
     answer = json.loads(result.output)
     planner = answer["results"][0]
+    assert answer["model"] == "every-minute"
     assert planner["policy"] == "planner (every-minute)"
     assert planner["controller_hours"] == pytest.approx(4.0)  # the floor of 4 for an hour
     assert planner["under_provisioned_minutes"] == 0
+
+
+def test_vsactl_simulates_the_deployed_path_by_default(tmp_path: Path):
+    # Given four days of a recurring afternoon surge: a history the forecast floor learns from
+    day = [200_000.0] * 840 + [1_400_000.0] * 120 + [200_000.0] * 480
+    trace = tmp_path / "daily.csv"
+    trace.write_text(write_trace(day * 4), encoding="utf-8")
+    # When simulated with no model named, and with each model named
+    default = json.loads(CliRunner().invoke(app, ["simulate", "--trace", str(trace), "-o", "json"]).output)
+    asked = ["simulate", "--trace", str(trace), "-o", "json", "--model"]
+    named = {model: json.loads(CliRunner().invoke(app, [*asked, model]).output) for model in MODELS}
+    # Then the default is the deployed path: the same figures as the simulator run with the deployed
+    # trigger and the forecast floor, and not those of the same trigger without the floor
+    assert set(MODELS) == {m.value for m in SimulationModel}
+    assert default["model"] == "deployed"
+    assert default["results"] == named["deployed"]["results"]
+    deployed = simulate_planner(default_spec(), day * 4, trigger="alarms-rearmed", forecast=True)
+    assert default["results"][0]["controller_hours"] == pytest.approx(deployed.controller_hours)
+    without_floor = named["alarms-rearmed"]["results"][0]["controller_hours"]
+    assert without_floor != pytest.approx(deployed.controller_hours)
 
 
 def test_vsactl_simulate_refuses_a_bad_trace(tmp_path: Path):

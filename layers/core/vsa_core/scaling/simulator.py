@@ -9,10 +9,12 @@ What is modelled, minute by minute (one trace sample = one minute of demand, in 
   after a run changed the count (PutMetricAlarm moved both thresholds), at once on the datapoints
   already held. Only a change of state is an event: an alarm that stays in ALARM (its run held,
   or the low alarm is still breached under the next count's threshold) starts nothing more.
-  ``trigger="alarms-rearmed"`` (as deployed): the same, with ScaleArray re-arming the alarm
-  that started each run (SetAlarmState OK) after the pause ``rules.rearm_after`` gives that run's
-  decision (the very function ScaleArray's PlanScale answers with), so an alarm still in breach
-  fires again at its next evaluation after it. ``trigger="every-minute"`` runs ScaleArray
+  ``trigger="alarms-rearmed"`` (the deployed trigger; with ``forecast`` the deployed path,
+  ``MODELS["deployed"]``, which ``compare`` and ``vsactl simulate`` replay by default): the
+  same, with ScaleArray re-arming the alarm that started each run (SetAlarmState OK) after the
+  pause ``rules.rearm_after`` gives that run's decision (the very function ScaleArray's
+  PlanScale answers with), so an alarm still in breach fires again at its next evaluation
+  after it. ``trigger="every-minute"`` runs ScaleArray
   every minute. Each run plans with the clock, the last scale-out and scale-in, the controllers
   in flight, the last ``RECENT_MINUTES`` of demand (``sustained_minutes`` = the low alarm's
   window), a trend lead of boot + the longer of boot and the scale-out cooldown, and
@@ -66,6 +68,38 @@ from vsa_core.scaling.rules import rearm_after
 from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES, planner_inputs
 
 Trigger = Literal["alarms", "alarms-rearmed", "every-minute"]
+Model = Literal["deployed", "alarms-rearmed", "alarms", "every-minute"]
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """What the replay models: how ScaleArray is started, and whether it plans with the
+    forecast floor."""
+
+    trigger: Trigger
+    forecast: bool
+    description: str
+
+
+MODELS: dict[Model, ModelChoice] = {
+    "deployed": ModelChoice(
+        "alarms-rearmed",
+        True,
+        "as deployed: ScaleArray started by the alarms, re-armed after every run, planning with "
+        "the forecast floor the health check builds (from the trace's own history) and its "
+        "scheduled look-ahead",
+    ),
+    "alarms-rearmed": ModelChoice(
+        "alarms-rearmed", False, "the alarms re-armed after every run, without the forecast floor"
+    ),
+    "alarms": ModelChoice(
+        "alarms", False, "the alarms never re-armed (events only on a change of state), no forecast floor"
+    ),
+    "every-minute": ModelChoice(
+        "every-minute", False, "ScaleArray every minute, whatever the alarms say, no forecast floor"
+    ),
+}
+"""The models ``vsactl simulate --model`` replays; ``deployed`` is the default."""
 
 RECENT_MINUTES = 15
 """How many one-minute demand samples before the current one ScaleArray reads (GetMetricData)
@@ -329,7 +363,7 @@ def simulate_planner(  # noqa: C901, PLR0913, PLR0915
         serving_log.append(serving)
         billed_log.append(serving + len(booting) + len(draining))
     return Result(
-        policy=f"planner ({trigger})",
+        policy="planner (deployed)" if forecast and trigger == "alarms-rearmed" else f"planner ({trigger})",
         demand=tuple(demand),
         serving=tuple(serving_log),
         billed=tuple(billed_log),
@@ -486,12 +520,14 @@ def compare(  # noqa: PLR0913
     boot_minutes: int = DEFAULT_BOOT_MINUTES,
     drain_minutes: int = DEFAULT_DRAIN_MINUTES,
     price_per_hour: float = DEFAULT_PRICE_PER_HOUR,
-    trigger: Trigger = "alarms",
+    model: Model = "deployed",
     volume_iops: int | None = None,
 ) -> Comparison:
-    """The planner, the oracle and static-for-peak on one trace, with the same delays and price."""
+    """The planner (as ``model`` says, by default as deployed), the oracle and static-for-peak
+    on one trace, with the same delays and price."""
     if not demand:
         raise ValueError("the trace has no minutes")
+    chosen = MODELS[model]
     return Comparison(
         planner=simulate_planner(
             spec,
@@ -499,8 +535,9 @@ def compare(  # noqa: PLR0913
             boot_minutes=boot_minutes,
             drain_minutes=drain_minutes,
             price_per_hour=price_per_hour,
-            trigger=trigger,
+            trigger=chosen.trigger,
             volume_iops=volume_iops,
+            forecast=chosen.forecast,
         ),
         oracle=simulate_oracle(
             spec,
