@@ -427,6 +427,79 @@ def test_the_products_alarm_math_counts_a_volume_without_datapoints_as_no_io(aws
     assert result["Values"] == [100.0, 200.0]
 
 
+# "Using metric math", FILL: "FILL(m1, REPEAT)" fills each missing value with "the most recent
+# actual value before" it; "LINEAR" interpolates between the values at the beginning and end of the
+# gap (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/using-metric-math.html).
+
+
+def test_fill_repeat_and_linear_as_the_metric_math_reference_defines_them(aws, control) -> None:
+    # Given reads of 60 then 180 a minute, a minute apart with a minute missing between, a minute
+    # missing before them and two after
+    vol1, vol2 = _volumes()
+    start = _this_minute() - timedelta(minutes=8)
+    _publish_ops(control, vol1, start + timedelta(minutes=1), reads=60, writes=0)
+    _publish_ops(control, vol1, start + timedelta(minutes=3), reads=180, writes=0)
+    queries = [
+        *_volume_queries(vol1, vol2),
+        {"Id": "repeat", "Expression": "FILL(r1, REPEAT)", "Label": "Repeat"},
+        {"Id": "linear", "Expression": "FILL(r1, linear)", "Label": "Linear"},
+        {"Id": "arrays", "Expression": "FILL(FILL(METRICS(), REPEAT), 0)", "Label": "Arrays"},
+    ]
+    # When filled over six minutes
+    reply = aws("cloudwatch").get_metric_data(
+        MetricDataQueries=queries,
+        StartTime=start,
+        EndTime=start + timedelta(minutes=6),
+        ScanBy="TimestampAscending",
+    )
+    results = reply["MetricDataResults"]
+    by_id = {r["Id"]: r for r in results if r["Id"] != "arrays"}
+    at = [start + timedelta(minutes=m) for m in range(6)]
+    # Then REPEAT carries the last value to the end of the range, LINEAR fills only the gap, and
+    # neither invents a value before the first one
+    assert (by_id["repeat"]["Timestamps"], by_id["repeat"]["Values"]) == (
+        at[1:],
+        [60.0, 60.0, 180.0, 180.0, 180.0],
+    )
+    assert (by_id["linear"]["Timestamps"], by_id["linear"]["Values"]) == (at[1:4], [60.0, 120.0, 180.0])
+    # And over an array each series is filled, then 0 where none came before (r1's first minute;
+    # the other three series have no datapoint at all)
+    arrays = [r for r in results if r["Id"] == "arrays"]
+    assert len(arrays) == 4
+    assert sorted(r["Values"] for r in arrays)[-1] == [0.0, 60.0, 60.0, 180.0, 180.0, 180.0]
+    assert sorted(r["Values"] for r in arrays)[0] == [0.0] * 6
+
+
+def test_the_products_high_alarm_fires_while_the_newest_minute_has_not_landed(aws, control, alarms) -> None:
+    # Given an array of two volumes at 400 IOPS for the last three minutes, and nothing yet for the
+    # minute under way (EBS's datapoint for it lands later), the product's high alarm over them
+    from vsa_core.arrays.demand import ebs_iops_queries  # the queries the product's alarms use
+
+    vol1, vol2 = _volumes()
+    now = _this_minute()
+    for ago in (3, 2, 1):
+        for volume in (vol1, vol2):
+            _publish_ops(control, volume, now - timedelta(minutes=ago), reads=6000, writes=6000)
+    name = _name("iops-high")
+    alarms.append(name)
+    aws("cloudwatch").put_metric_alarm(
+        AlarmName=name,
+        Metrics=ebs_iops_queries([vol1, vol2]),
+        EvaluationPeriods=2,
+        DatapointsToAlarm=2,
+        Threshold=300.0,
+        ComparisonOperator="GreaterThanThreshold",
+        TreatMissingData="notBreaching",
+    )
+    # When evaluated early in the minute under way
+    state = control("cloudwatch", "evaluate", AlarmName=name, At=(now + timedelta(seconds=5)).isoformat())
+    # Then it is in ALARM: the minute not landed yet counts as the last one seen, not as no IO
+    # (with FILL(METRICS(), 0) alone it read 0 there, and 1 of 2 breaching kept it OK)
+    assert state["States"] == {name: "ALARM"}
+    reason = aws("cloudwatch").describe_alarms(AlarmNames=[name])["MetricAlarms"][0]["StateReasonData"]
+    assert json.loads(reason)["recentDatapoints"] == [400.0, 400.0]
+
+
 def test_ebs_publishes_nothing_for_a_volume_attached_to_no_instance(aws, control) -> None:
     """ "Amazon EBS sends data points to CloudWatch … only when the volume is attached to an
     instance" (Amazon EBS metrics): the control action that stands in for EBS drops an available

@@ -52,9 +52,11 @@ def test_a_small_array_alarms_on_its_volumes_metric_math() -> None:
     assert len(stats) == 10  # read + write ops of each of the 5 volumes
     assert {q["MetricStat"]["Metric"]["Namespace"] for q in stats} == {"AWS/EBS"}
     (expression,) = [q for q in queries if "Expression" in q]
-    # every volume filled with 0 where it has no datapoint (EBS sends nothing for a volume that is
-    # not attached): a series missing a timestamp would drop it from the whole sum
-    assert expression["Expression"] == "SUM(FILL(METRICS(), 0)) / PERIOD(r0)"
+    # every volume's newest minutes not landed yet take its last value, and before its first
+    # datapoint (EBS sends nothing for a volume that is not attached) it counts as 0: a series
+    # missing a timestamp would drop it from the whole sum (tests/localcloud/test_cloudwatch.py
+    # evaluates it)
+    assert expression["Expression"] == "SUM(FILL(FILL(METRICS(), REPEAT), 0)) / PERIOD(r0)"
     assert [q["ReturnData"] for q in stats] == [False] * 10
 
 

@@ -85,7 +85,7 @@ def test_alarm_metric_math_sums_read_and_write_ops_of_every_volume() -> None:
     assert [m["Id"] for m in alarm["Metrics"]] == ["r0", "w0", "r1", "w1", "iops"]
     expression = alarm["Metrics"][-1]
     # a volume without datapoints (not attached: EBS publishes none) counts as zero, not a blank sum
-    assert expression["Expression"] == "SUM(FILL(METRICS(), 0)) / PERIOD(r0)"
+    assert expression["Expression"] == "SUM(FILL(FILL(METRICS(), REPEAT), 0)) / PERIOD(r0)"
     assert expression["Label"] == "ArrayIops"
     assert [m["ReturnData"] for m in alarm["Metrics"]] == [False, False, False, False, True]
     stat = alarm["Metrics"][1]["MetricStat"]

@@ -11,13 +11,15 @@ evaluated on those series, as CloudWatch does:
 * ``PERIOD(m)`` (a scalar: the metric's period, datapoints or not), ``METRICS()``/
   ``METRICS("prefix")``, arrays ``[m1, m2]``, ``SUM``/``AVG``/``MIN``/``MAX`` (of an array: a
   series, datapoint by datapoint; of one series: a scalar), ``ABS``, ``FILL(m, value)`` (a series
-  for a series, an array for an array; the filler a scalar or a series) over the whole range.
+  for a series, an array for an array; the filler a scalar or a series) over the whole range,
+  and ``FILL(m, REPEAT)`` / ``FILL(m, LINEAR)``.
 
 The expression is parsed with Python's ``ast`` (its grammar covers this subset once ``^`` becomes
 ``**``) and walked by a whitelist: nothing is ever ``eval``-ed.
 """
 
 import ast
+import itertools
 import math
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
@@ -198,6 +200,39 @@ _OPS: dict[type, Callable[[float, float], float]] = {
 }
 
 
+def _repeat(series: Series, grid: Sequence[int]) -> Series:
+    """``FILL(m, REPEAT)``: each missing value takes the most recent actual value before it, to
+    the end of the range; those before the first actual value stay missing."""
+    points: dict[int, float] = {}
+    last: float | None = None
+    for t in sorted(set(grid) | set(series.points)):
+        if t in series.points:
+            last = series.points[t]
+        if last is not None:
+            points[t] = last
+    return Series(points, series.period, series.label)
+
+
+def _linear(series: Series, grid: Sequence[int]) -> Series:
+    """``FILL(m, LINEAR)``: a gap between two actual values is interpolated linearly between
+    them; missing values before the first and after the last stay missing."""
+    known = sorted(series.points)
+    points = dict(series.points)
+    for before, after in itertools.pairwise(known):
+        low, high = series.points[before], series.points[after]
+        for t in grid:
+            if before < t < after:
+                points[t] = low + (high - low) * (t - before) / (after - before)
+    return Series(dict(sorted(points.items())), series.period, series.label)
+
+
+# "Metric math syntax and functions", FILL: "FILL(m1, REPEAT)" fills each missing value with the
+# most recent actual value before it; "FILL(m1, LINEAR)" with a linear interpolation between the
+# values at the beginning and the end of the gap.
+# https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/using-metric-math.html
+FILL_KEYWORDS: dict[str, Callable[[Series, Sequence[int]], Series]] = {"REPEAT": _repeat, "LINEAR": _linear}
+
+
 class _Evaluator:
     def __init__(
         self, resolve: Callable[[str], Value], metrics: dict[str, Series], grid: Sequence[int], period: int
@@ -260,6 +295,15 @@ class _Evaluator:
             # METRICS("x"): the metrics whose Id starts with "x"
             prefix = str(args[0].value) if args and isinstance(args[0], ast.Constant) else ""
             return [m for id_, m in self.metrics.items() if id_.startswith(prefix)]
+        keyword = args[1].id.upper() if len(args) == 2 and isinstance(args[1], ast.Name) else ""
+        if name == "FILL" and keyword in FILL_KEYWORDS:
+            filled = self.eval(args[0])
+            if isinstance(filled, float):
+                raise MetricMathError("FILL takes a time series or an array of time series.")
+            method = FILL_KEYWORDS[keyword]
+            if isinstance(filled, Series):
+                return method(filled, self.grid)
+            return [method(s, self.grid) for s in filled]
         values = [self.eval(a) for a in args]
         if name == "PERIOD" and len(values) == 1 and isinstance(values[0], Series):
             # TS -> S: the metric's period, a scalar (with or without datapoints)

@@ -64,15 +64,26 @@ def ebs_volume_queries(volume_ids: Sequence[str], *, returned: bool = False) -> 
     return queries
 
 
-EBS_IOPS_EXPRESSION = "SUM(FILL(METRICS(), 0)) / PERIOD(r0)"
-"""The volumes' IOPS in an alarm. ``FILL(…, 0)``: a volume without a datapoint in a minute (EBS
-sends no metrics for a volume that is not attached, e.g. one just created) counts as no IO; in
-CloudWatch metric math a series missing a timestamp drops that timestamp from a binary
-operation, so ``r0 + w0 + r1 …`` went blank whenever one volume had no datapoint. ``METRICS()``
+EBS_IOPS_EXPRESSION = "SUM(FILL(FILL(METRICS(), REPEAT), 0)) / PERIOD(r0)"
+"""The volumes' IOPS in an alarm: every volume's series complete over the alarm's range, then
+summed. In CloudWatch metric math a series missing a timestamp drops that timestamp from a binary
+operation, so ``r0 + w0 + r1 …`` went blank whenever one volume had no datapoint; ``METRICS()``
 (every metric of the alarm, all of them the volumes') keeps the expression's length independent
-of the volume count. A minute with no datapoint at all becomes 0 too, which is what the alarms'
-``TreatMissingData`` already said of it (no IO: the high alarm not breaching, the low one
-breaching). https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/using-metric-math.html"""
+of the volume count.
+
+- ``FILL(…, REPEAT)`` first: a minute whose datapoint has not landed yet takes the volume's most
+  recent value. ``FILL(…, 0)`` alone filled the newest minute with 0 until EBS's datapoint arrived,
+  so an alarm evaluated before it saw "no IO" there: the high alarm (2 of its 2 newest minutes)
+  then never fired while its evaluation fell before the datapoints each minute, as it did after a
+  PutMetricAlarm moved the evaluation's second within the minute (EBS's datapoints land a minute
+  or more late on AWS too).
+- ``FILL(…, 0)`` then: before a volume's first datapoint in the range (a volume just created and
+  not attached: EBS sends no metrics for it) it counts as no IO. A range with no datapoint at all
+  becomes 0, which is what the alarms' ``TreatMissingData`` already said of it (no IO: the high
+  alarm not breaching, the low one breaching).
+
+https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/using-metric-math.html (FILL:
+"REPEAT" fills a missing value with the most recent actual value before it)."""
 
 
 def ebs_iops_queries(volume_ids: Sequence[str]) -> list[dict[str, Any]]:
