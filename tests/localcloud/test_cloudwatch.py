@@ -500,6 +500,39 @@ def test_the_products_high_alarm_fires_while_the_newest_minute_has_not_landed(aw
     assert json.loads(reason)["recentDatapoints"] == [400.0, 400.0]
 
 
+def test_an_alarm_put_again_every_few_seconds_is_still_evaluated_every_minute(aws, control, alarms) -> None:
+    # "Evaluating an alarm": CloudWatch evaluates a metric alarm every period (a minute here),
+    # whoever updated it last. Given an alarm whose data breaches, put again every 10 s as
+    # ScaleArray and ReconcileArray may update it
+    vol1, vol2 = _volumes()
+    now = _this_minute()
+    for ago in range(-1, 4):  # the last 3 minutes, this one and the next: whenever it is evaluated
+        _publish_ops(control, vol1, now - timedelta(minutes=ago), reads=30_000, writes=30_000)
+    name = _name("iops-high")
+    alarms.append(name)
+    from vsa_core.arrays.demand import ebs_iops_queries  # the queries the product's alarms use
+
+    params = {
+        "AlarmName": name,
+        "Metrics": ebs_iops_queries([vol1, vol2]),
+        "EvaluationPeriods": 1,
+        "Threshold": 300.0,
+        "ComparisonOperator": "GreaterThanThreshold",
+        "TreatMissingData": "notBreaching",
+    }
+    cloudwatch = aws("cloudwatch")
+    cloudwatch.put_metric_alarm(**params)
+    # When nothing evaluates it by hand, then the periodic evaluation puts it in ALARM within its
+    # first interval and a margin, the puts notwithstanding (each restarted the wait for a minute)
+    deadline = time.monotonic() + 150
+    while (
+        state := cloudwatch.describe_alarms(AlarmNames=[name])["MetricAlarms"][0]["StateValue"]
+    ) != "ALARM":
+        assert time.monotonic() < deadline, f"alarm {name} still {state} after 150 s of puts every 10 s"
+        time.sleep(10)
+        cloudwatch.put_metric_alarm(**params)
+
+
 def test_ebs_publishes_nothing_for_a_volume_attached_to_no_instance(aws, control) -> None:
     """ "Amazon EBS sends data points to CloudWatch … only when the volume is attached to an
     instance" (Amazon EBS metrics): the control action that stands in for EBS drops an available

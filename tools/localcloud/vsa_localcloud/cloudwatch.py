@@ -184,15 +184,22 @@ class VsaCloudwatchProvider(CloudwatchProvider):
     def schedule(self, arn: str) -> None:
         """Evaluate every minute (every 10 s for high-resolution periods), as CloudWatch does.
         Replaces LocalStack's task, which runs only every EvaluationPeriods x Period and not at all
-        for metric-math alarms."""
-        self.alarm_scheduler.delete_scheduler_for_alarm(arn)
+        for metric-math alarms. An alarm updated by PutMetricAlarm keeps its cadence: LocalStack
+        starts the task again a full interval later at each put, so an alarm put more often than
+        every minute was never evaluated; CloudWatch evaluates an alarm every period whoever
+        updated it last ("Evaluating an alarm")."""
         parts = arns.parse_arn(arn)
         account_id, region = parts["account"], parts["region"]
         alarm = self.get_store(account_id, region).alarms.get(arn)
         if not isinstance(alarm, LocalStackMetricAlarm):
+            self.alarm_scheduler.delete_scheduler_for_alarm(arn)
             return
         period = int(alarm.alarm.get("Period") or query_period(alarm.alarm.get("Metrics") or []))
         interval = 10 if period < 60 else 60
+        running = self.alarm_scheduler.scheduled_alarms.get(arn)
+        if running is not None and not running.is_cancelled and running.period == interval:
+            return  # the task reads the alarm by name at each run: it evaluates the new definition
+        self.alarm_scheduler.delete_scheduler_for_alarm(arn)
 
         def on_error(exc: Exception) -> None:
             LOG.warning("evaluating alarm %s failed: %s", arn, exc)
