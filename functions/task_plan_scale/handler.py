@@ -16,7 +16,7 @@ from vsa_core.settings import Deployment, Loader, Registry
 __all__ = ["lambda_handler", "plan_scale", "settings"]
 
 
-class Settings(Deployment, Registry, PlanSettings):
+class Settings(Deployment, PlanSettings, Registry):
     """The registry, the planner's settings (``PlanSettings``), the deployment's name."""
 
 

@@ -79,11 +79,13 @@ def test_history_items_expire_by_the_attribute_the_workflow_writes() -> None:
     assert item[EXPIRES_AT] == {"N.$": "States.Format('{}', $outcome.expiresAt)"}
 
 
-def test_the_retention_is_a_parameter_given_to_plan_scale() -> None:
+def test_the_retention_is_a_parameter_given_to_every_function() -> None:
+    # every function that records a change (the APIs, the backup steps) or a decision (PlanScale)
+    # writes its expiry: the variable is a Globals one
     template = load_template()
     parameter = template["Parameters"]["HistoryRetentionDays"]
     assert (parameter["Type"], parameter["Default"], parameter["MinValue"]) == ("Number", 90, 1)
-    variables = template["Resources"]["TaskPlanScaleFunction"]["Properties"]["Environment"]["Variables"]
+    variables = template["Globals"]["Function"]["Environment"]["Variables"]
     assert variables["VSA_HISTORY_RETENTION_DAYS"] == {"Ref": "HistoryRetentionDays"}
 
 

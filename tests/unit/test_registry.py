@@ -333,3 +333,27 @@ def test_a_scale_decision_bumping_the_version_does_not_hide_an_apply_that_stoppe
     # Then the array is at version 2 and its apply of version 1 still shows as unfinished
     array = registry.get("demo")
     assert (array.version, array.unfinished_apply()) == (2, 1)
+
+
+def test_a_recorded_change_expires_after_the_deployments_history_retention(
+    registry: ArrayRegistry, dynamodb, registry_table: str, monkeypatch: pytest.MonkeyPatch
+):
+    # Given a function of a deployment whose HistoryRetentionDays is 7 (its Globals variable)
+    from vsa_core.arrays.callers import Caller, ChangeRecord
+
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "vsa-api")
+    monkeypatch.setenv("VSA_HISTORY_RETENTION_DAYS", "7")
+    at = datetime(2026, 11, 1, tzinfo=UTC)
+    change = ChangeRecord(
+        at=at, kind="apply", what="spec v1 stored", by=Caller(arn="arn:aws:iam::123456789012:user/ops")
+    )
+    # When an API records a change
+    registry.history.record("demo", change)
+    # Then it expires 7 days after it, not after the template's default 90
+    items = dynamodb.scan(TableName=registry_table)["Items"]
+    (item,) = [i for i in items if i["sk"]["S"].startswith("CHANGE#")]
+    assert int(item[EXPIRES_AT]["N"]) == expires_at(at, 7)
+    # And inside a function that lost the variable, recording fails rather than keep it 90 days
+    monkeypatch.delenv("VSA_HISTORY_RETENTION_DAYS")
+    with pytest.raises(ValueError, match="VSA_HISTORY_RETENTION_DAYS"):
+        registry.history.record("demo", change)

@@ -97,7 +97,19 @@ class Loader[S: Variables]:
 # names its resources after it), so every function's settings start from Deployment.
 
 
-class Deployment(Variables):
+class HistoryRetention(Variables):
+    history_retention_days: int = Field(
+        alias="VSA_HISTORY_RETENTION_DAYS",
+        ge=1,
+        le=3650,
+        description="how long the array's history (changes, scale decisions) is kept",
+    )
+
+
+class Deployment(HistoryRetention):
+    """What every function of the deployment reads (the template's Globals variables): the
+    deployment's name, and its history's retention (any function may record a change)."""
+
     deployment_name: str = Field(
         alias=DEPLOYMENT_ENV,
         pattern=DEPLOYMENT_PATTERN.pattern,
@@ -160,12 +172,6 @@ class HealthPeriod(Variables):
         ge=1,
         le=60,
         description="the health check's period (how old a host report or a forecast may be)",
-    )
-
-
-class HistoryRetention(Variables):
-    history_retention_days: int = Field(
-        alias="VSA_HISTORY_RETENTION_DAYS", ge=1, le=3650, description="how long scale decisions are kept"
     )
 
 

@@ -23,6 +23,7 @@ ScaleArray workflow bumps the version too when it sets the desired count.
 
 import contextlib
 import json
+import os
 import secrets
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -45,11 +46,23 @@ def array_key(array_id: str) -> dict[str, Any]:
 
 
 EXPIRES_AT = "expiresAt"
-CHANGE_RETENTION_DAYS = 90
-"""How long a stored change is kept when its recorder names no retention: the template's
-``HistoryRetentionDays`` default (the functions that record changes, the APIs and the backup
-steps, are not given that parameter)."""
 """The registry table's TTL attribute (template.yaml ``TimeToLiveSpecification``)."""
+HISTORY_RETENTION_ENV = "VSA_HISTORY_RETENTION_DAYS"
+DEFAULT_HISTORY_RETENTION_DAYS = 90
+"""The template's ``HistoryRetentionDays`` default."""
+
+
+def history_retention_days() -> int:
+    """How long an array's history is kept: the template's ``HistoryRetentionDays``, given to
+    every function as ``VSA_HISTORY_RETENTION_DAYS`` (a Globals variable). Inside a Lambda
+    function an unset or invalid value is an error (the history would outlive, or undercut, what
+    the operator set); outside one (the CLI, tools, tests) it is the default."""
+    value = os.environ.get(HISTORY_RETENTION_ENV, "")
+    if not value and not os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
+        return DEFAULT_HISTORY_RETENTION_DAYS
+    if not value.isdigit() or not 1 <= int(value) <= 3650:
+        raise ValueError(f"{HISTORY_RETENTION_ENV}={value!r}: the history's retention, 1 to 3650 days")
+    return int(value)
 
 
 def expires_at(now: datetime, retention_days: int) -> int:
@@ -351,8 +364,8 @@ class ArrayHistory:
     def record(self, array_id: str, change: ChangeRecord, retention_days: int | None = None) -> None:
         """Keep a stored change and who asked for it in the array's history
         (``sk = CHANGE#<time>#<kind>#<nonce>``), gone after the history's retention like the
-        decisions (``retention_days``; default: ``CHANGE_RETENTION_DAYS``)."""
-        days = retention_days or CHANGE_RETENTION_DAYS
+        decisions (``retention_days``; default: ``history_retention_days()``)."""
+        days = retention_days or history_retention_days()
         at = change.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         self._dynamodb.put_item(
             TableName=self._table,

@@ -78,7 +78,7 @@ def _describe(ec2: Any, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [dict(v) for page in pages for v in page["Volumes"]]
 
 
-class PlanSettings(HealthPeriod, HistoryRetention, StackMetrics):
+class PlanSettings(HistoryRetention, HealthPeriod, StackMetrics):
     """What a scale decision reads besides its request: how old a stored forecast may be, how
     long a decision is kept, the dimension of the stale-data count."""
 
