@@ -34,7 +34,9 @@ from tests.integration.arrays_world import (
 )
 from tests.integration.test_controller_lifecycle import PathWatch
 from vsa_core.alarm_tuning import HIGH_DATAPOINTS_TO_ALARM, LOW_DATAPOINTS_TO_ALARM
+from vsa_core.arrays.spec import ArraySpec
 from vsa_core.nvme import subsystem_nqn
+from vsa_core.scaling.simulator import simulate_planner
 
 pytestmark = [pytest.mark.usefixtures("realistic_timings"), pytest.mark.minutes]
 
@@ -123,8 +125,9 @@ def ebs(local_env: dict[str, str]) -> Iterator[Any]:
 
 
 def _runs(stack_outputs: dict[str, str], array_id: str) -> list[dict[str, Any]]:
-    """Every ScaleArray run of the array, oldest first: its start, the alarm transition that
-    started it (from its input, the alarm's state-change event) and its answer once it ended."""
+    """Every ScaleArray run of the array, oldest first: the alarm transition that started it
+    (its input: the rule's transformation of the alarm's state-change event) and its answer once
+    it ended."""
     sfn = boto3.client("stepfunctions")
     pages = sfn.get_paginator("list_executions").paginate(
         stateMachineArn=stack_outputs["ScaleArrayStateMachineArn"]
@@ -133,12 +136,11 @@ def _runs(stack_outputs: dict[str, str], array_id: str) -> list[dict[str, Any]]:
     runs = []
     for execution in sorted(found, key=lambda e: e["startDate"]):
         described = sfn.describe_execution(executionArn=execution["executionArn"])
-        event = json.loads(described["input"])
-        detail = event.get("detail", {})
+        started = json.loads(described["input"])
         runs.append(
             {
-                "alarm": detail.get("alarmName", ""),
-                "transitionedAt": _epoch(detail.get("state", {}).get("timestamp", "")),
+                "alarm": started.get("alarmName", ""),
+                "transitionedAt": _epoch(started.get("stateTimestamp", "")),
                 "status": described["status"],
                 "answer": json.loads(described["output"]) if described.get("output") else None,
             }
@@ -241,7 +243,26 @@ def test_every_breach_is_answered_and_the_array_returns_to_min(
     assert paths.fewest[0] >= 1, paths.fewest
     # And after the second scale-out the runs only scaled in, each straight to what every minute
     # of its window needed, down to 2; every run re-armed its alarm (a hold too: issue #18)
-    # (a run ends after its re-arm wait, WaitBeforeRearm: the last one may still be waiting)
+    changes, runs = _changes_down_to_min(stack_outputs, array_id)
+    # And the simulator, replaying the demand EBS published minute by minute as the deployed path
+    # runs it (vsactl simulate's default model, with the local cloud's boot of about 2 minutes),
+    # makes the same changes in the same order
+    trace = [publisher.levels[m] for m in sorted(publisher.levels)]
+    replayed = simulate_planner(
+        ArraySpec.model_validate(spec), trace, boot_minutes=2, trigger="alarms-rearmed", forecast=True
+    )
+    simulated = [(d.action, d.desired_controllers) for d in replayed.decisions]
+    assert simulated == changes, (simulated, changes)
+    print(
+        f"breaches answered after {', '.join(f'{k}: {v:.0f} s' for k, v in delays.items())}; "
+        f"back at minControllers {settled_in:.0f} s after the fall; runs: {runs}; changes: {changes}"
+    )
+
+
+def _changes_down_to_min(stack_outputs: dict[str, str], array_id: str) -> tuple[list[tuple[str, int]], int]:
+    """The runs' changes of the count, checked: two scale-outs or more, then only scale-ins, each
+    to fewer, the last to 2; every run re-armed. (A run ends after its re-arm wait,
+    WaitBeforeRearm: the last one may still be waiting.) The changes and how many runs."""
     deadline = time.monotonic() + 240
     while True:
         runs = _runs(stack_outputs, array_id)
@@ -258,10 +279,7 @@ def test_every_breach_is_answered_and_the_array_returns_to_min(
     assert all(action == "scale-in" for action, _ in after), shown
     assert all(a[1] > b[1] for a, b in itertools.pairwise(after)), shown
     assert all(d["rearmSeconds"] > 0 for d in decisions)
-    print(
-        f"breaches answered after {', '.join(f'{k}: {v:.0f} s' for k, v in delays.items())}; "
-        f"back at minControllers {settled_in:.0f} s after the fall; runs: {len(runs)}"
-    )
+    return changes, len(runs)
 
 
 def _instances(array_id: str) -> list[dict[str, Any]]:
