@@ -29,10 +29,14 @@ DEFAULT_STAGE = "v1"
 SIGNING_SERVICE = "execute-api"
 TIMEOUT_SECONDS = 60.0
 READ_ATTEMPTS = 3
-"""A GET answered 429, 502, 503 or 504 is asked again, up to this many times in all, after
-``RETRY_DELAYS``: a read changes nothing, so repeating it is safe, and API Gateway's 504 (a status
-read past its 29 s, say) or a throttle is often gone on the next try. Writes are never repeated
-here: after a 504 on PUT docs/operations.md says what to do (apply the same spec again)."""
+"""A GET, or an array's DELETE, answered 429, 502, 503 or 504 is asked again, up to this many
+times in all, after ``RETRY_DELAYS``: a read changes nothing and a second DELETE of an array
+answers the deletion under way, so repeating them is safe, and API Gateway's 504 (a cold function
+past its 29 s on a busy account, say) or a throttle is often gone on the next try. Other writes
+are never repeated here: after a 504 on PUT docs/operations.md says what to do (apply the same
+spec again); a backup set's DELETE is done when it answers, so a repeat after a lost answer would
+say 404; POSTs carry an Idempotency-Key the caller may repeat."""
+_ARRAY_PATH = re.compile(r"^/arrays/[^/]+$")
 RETRY_DELAYS = (1.0, 2.0)
 RETRIED = frozenset({429, 502, 503, 504})
 # One quick retry: an unreachable endpoint should be reported in seconds, not after backoffs.
@@ -89,6 +93,11 @@ class ApiError(CliError):
         self.body = body
         self.method = method
         self.attempts = attempts
+
+
+def _repeatable(method: str, path: str) -> bool:
+    """Whether a request answered 429/5xx may be sent again as is (``READ_ATTEMPTS``)."""
+    return method == "GET" or (method == "DELETE" and _ARRAY_PATH.match(path) is not None)
 
 
 def is_local(url: str) -> bool:
@@ -219,7 +228,7 @@ class ApiClient:
         request_headers = {"Accept": "application/json", **(headers or {})}
         if data is not None:
             request_headers["Content-Type"] = "application/json"
-        attempts = READ_ATTEMPTS if method == "GET" else 1
+        attempts = READ_ATTEMPTS if _repeatable(method, path) else 1
         for attempt in range(1, attempts + 1):
             status, payload = self._send(method, url, data, request_headers)
             if status not in RETRIED or attempt == attempts:

@@ -283,7 +283,13 @@ def _changes_down_to_min(
     deadline = time.monotonic() + 240
     while True:
         runs = _runs(stack_outputs, array_id)
-        decisions = [r["answer"] for r in runs if r["status"] == "SUCCEEDED" and r["answer"]]
+        # A run that found another holding the scaling lock answers "skipped" (ScaleArray's
+        # LockBusy): it planned nothing, so it has no count
+        decisions = [
+            r["answer"]
+            for r in runs
+            if r["status"] == "SUCCEEDED" and r["answer"] and r["answer"]["action"] != "skipped"
+        ]
         changes = [
             (d["action"], d["desired_controllers"], d["now"]) for d in decisions if d["action"] != "hold"
         ]

@@ -958,6 +958,28 @@ def test_a_write_answered_504_is_never_repeated(run, api, tmp_path, monkeypatch)
     assert "asked" not in result.output
 
 
+def test_an_array_delete_answered_504_is_asked_again_and_shows_the_deletion_under_way(run, api, monkeypatch):
+    monkeypatch.setattr("vsactl.client.RETRY_DELAYS", (0.01, 0.01))
+    # Given a DELETE whose first answer API Gateway lost (504); the second answers the deletion
+    # the first started (the API's DELETE answers the run under way)
+    workflow = "arn:aws:states:us-east-1:123456789012:execution:vsa-control-plane-delete-array:delete-demo-v3"
+    under_way = {"deleting": "demo", "deleteVolumes": False, "executionArn": workflow, "requestedAt": "t"}
+    api.answer_in_turn("DELETE", "/v1/arrays/demo?deleteVolumes=false", TIMED_OUT, (202, under_way))
+    result = run("delete", "demo", "--yes")
+    assert result.exit_code == 0, result.output
+    assert [r.method for r in api.requests] == ["DELETE", "DELETE"]
+    assert "delete-demo-v3" in result.output
+
+
+def test_a_backup_set_delete_answered_504_is_not_repeated(run, api, monkeypatch):
+    monkeypatch.setattr("vsactl.client.RETRY_DELAYS", (0.01, 0.01))
+    # A backup set's DELETE is done when it answers: a repeat after a lost answer would say 404
+    api.answer_in_turn("DELETE", "/v1/arrays/demo/backups/bk-1", TIMED_OUT, (200, {"deleted": "bk-1"}))
+    result = run("backup", "delete", "demo", "bk-1", "--yes")
+    assert result.exit_code == 5, result.output
+    assert [r.method for r in api.requests] == ["DELETE"]
+
+
 OPERATOR_ARN = "arn:aws:iam::123456789012:user/vsa-operator"
 ATTRIBUTED_ANSWER = {
     **EVENTS_ANSWER,
