@@ -154,7 +154,8 @@ def _spec_summary(array_id: str, answer: dict[str, Any]) -> Table:
         rows.append(("Deleting", f"workflow {deleting.get('executionName')} since {since}"))
     applying = answer.get("applying")
     if isinstance(applying, dict):
-        rows.append(("Apply unfinished", str(applying.get("message"))))
+        label = "Awaiting apply" if applying.get("reason") == "restored" else "Apply unfinished"
+        rows.append((label, str(applying.get("message"))))
     if answer.get("deleteFailure"):
         rows.append(("Delete failed", f"{answer['deleteFailure']} (delete again to retry)"))
     reconcile = answer.get("reconcile")

@@ -79,6 +79,10 @@ def test_a_restore_as_documented_serves_a_new_array_and_delete_waits_until_it_is
     volumes = [v["volumeId"] for v in restored["volumes"]]
     ec2 = boto3.client("ec2")
     assert {v["State"] for v in ec2.describe_volumes(VolumeIds=volumes)["Volumes"]} == {"available"}
+    # registered, nothing made yet: shown as waiting for its first apply, not as one that stopped
+    shown = ok(vsactl("get", new))
+    assert "Awaiting apply" in shown, shown
+    assert "Apply unfinished" not in shown, shown
     spec = ok(vsactl("get", new, "-o", "yaml"))
     applied = ok(vsactl("apply", "-f", "-", "--wait", stdin=spec))
 
@@ -87,6 +91,7 @@ def test_a_restore_as_documented_serves_a_new_array_and_delete_waits_until_it_is
     answer = json.loads(ok(vsactl("get", new, "-o", "json")))
     assert [v["volumeId"] for v in answer["spec"]["volumes"]] == volumes
     assert answer["reconcile"]["state"] == "converged", answer["reconcile"]
+    assert answer.get("applying") is None, answer["applying"]
 
     # And delete --wait returns once the array is gone (the restored volumes stay: not owned)
     gone = ok(vsactl("delete", new, "--yes", "--wait"))

@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 from botocore.stub import ANY, Stubber
 
 from tests.unit.conftest import ACCOUNT, REGION
+from vsa_core.api.aws_operations import applying_status
 from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.arrays.callers import Caller
@@ -489,8 +490,16 @@ def test_restore_makes_io2_multi_attach_volumes_and_registers_a_new_array(world:
     )["Volumes"]
     assert {v["SnapshotId"] for v in made} == {s.snapshot_id for s in backup.snapshots}
     assert all(v["VolumeType"] == "io2" and v["MultiAttachEnabled"] for v in made)
-    new = ArrayRegistry(world["table"]).get("demo-copy").spec
-    assert new.existing_volume_ids == tuple(v["volumeId"] for v in answer["volumes"])
+    registered = ArrayRegistry(world["table"]).get("demo-copy")
+    assert registered.spec.existing_volume_ids == tuple(v["volumeId"] for v in answer["volumes"])
+    # registered, nothing made: waiting for its first apply, which no one would call stopped part way
+    assert registered.restored_from == backup.backup_id
+    assert registered.awaiting_first_apply()
+    status = applying_status(registered)
+    assert status is not None
+    assert status["reason"] == "restored"
+    assert backup.backup_id in status["message"]
+    assert "stopped part way" not in status["message"]
     with pytest.raises(ConflictError, match="exists"):
         svc.restore("demo", backup.backup_id, "demo-copy", OPERATOR)
 

@@ -13,6 +13,7 @@ from tests.unit.conftest import REGION
 from vsa_core.arrays.aws_registry import EXPIRES_AT, ArrayRegistry, array_key, expires_at
 from vsa_core.arrays.spec import ArraySpec, Deletion
 from vsa_core.errors import ArrayNotFoundError, ConflictError
+from vsa_core.health import aws_check
 
 
 def make_spec(array_id: str = "demo", **overrides: object) -> ArraySpec:
@@ -323,6 +324,29 @@ def test_a_stored_version_is_marked_applying_until_its_apply_says_it_finished(re
     assert registry.get("demo").applying is None
 
 
+def test_an_array_a_restore_registered_waits_for_its_first_apply_and_is_an_array_like_any_once_applied(
+    registry: ArrayRegistry,
+):
+    # Given an array a restore registered from a backup set
+    registry.create(make_spec(), restored_from="bk-20261129-1")
+    array = registry.get("demo")
+    # Then it carries the apply mark (applying it as it is makes everything) and says why
+    assert (array.unfinished_apply(), array.restored_from, array.awaiting_first_apply()) == (
+        1,
+        "bk-20261129-1",
+        True,
+    )
+    # When its first apply ends, Then it is an array like any other: an apply stopping later is unfinished
+    registry.applied("demo", 1)
+    array = registry.get("demo")
+    assert (array.restored_from, array.awaiting_first_apply()) == (None, False)
+    registry.put(make_spec(maxControllers=6), expected_version=1)
+    assert (registry.get("demo").unfinished_apply(), registry.get("demo").awaiting_first_apply()) == (
+        2,
+        False,
+    )
+
+
 def test_a_scale_decision_bumping_the_version_does_not_hide_an_apply_that_stopped(
     registry: ArrayRegistry, dynamodb, registry_table: str
 ):
@@ -357,3 +381,19 @@ def test_a_recorded_change_expires_after_the_deployments_history_retention(
     monkeypatch.delenv("VSA_HISTORY_RETENTION_DAYS")
     with pytest.raises(ValueError, match="VSA_HISTORY_RETENTION_DAYS"):
         registry.history.record("demo", change)
+
+
+def test_the_health_check_leaves_out_arrays_being_deleted_and_those_waiting_for_their_first_apply(
+    registry: ArrayRegistry,
+):
+    # Given an applied array, one being deleted, one a restore registered, one whose apply stopped
+    for array_id in ("live", "going", "restored", "stopped"):
+        registry.create(make_spec(array_id), restored_from="bk-1" if array_id == "restored" else None)
+    for array_id in ("live", "going"):
+        registry.applied(array_id, 1)
+    registry.mark_deleting(
+        "going", 1, Deletion(execution_name="delete-going-v1", delete_volumes=False, requested_at="t")
+    )
+    # Then the check covers the live array and the one whose apply stopped (its alarm says so)
+    checked = aws_check.to_check(registry.get(a) for a in ("live", "going", "restored", "stopped"))
+    assert [a.spec.array_id for a in checked] == ["live", "stopped"]

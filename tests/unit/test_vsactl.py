@@ -918,6 +918,16 @@ def test_get_shows_an_apply_that_stopped_part_way_and_what_to_do(run, api):
     assert "apply the same spec" in " ".join(result.output.split())
 
 
+def test_get_shows_a_restored_array_waiting_for_its_first_apply_as_such(run, api):
+    message = "registered by the restore of backup set bk-1: nothing is made yet. Apply it"
+    applying = {"version": 1, "reason": "restored", "message": message}
+    api.answer("GET", "/v1/arrays/demo", 200, {**GET_ANSWER, "applying": applying})
+    result = run("get", "demo")
+    assert result.exit_code == 0, result.output
+    assert "Awaiting apply" in result.output
+    assert "Apply unfinished" not in result.output
+
+
 TIMED_OUT = (504, {"message": "Endpoint request timed out"})
 
 

@@ -57,8 +57,19 @@ def applying_status(array: RegisteredArray) -> dict[str, Any] | None:
     version = array.unfinished_apply()
     if version is None:
         return None
+    if array.awaiting_first_apply():
+        return {
+            "version": version,
+            "reason": "restored",
+            "message": (
+                f"registered by the restore of backup set {array.restored_from}: nothing is made yet. "
+                "Apply it (edit its hosts first if they should differ) to launch its controllers "
+                "and export the restored volumes"
+            ),
+        }
     return {
         "version": version,
+        "reason": "unfinished",
         "message": (
             f"version {version} is stored but its apply has not finished: under way, or stopped part "
             "way (API Gateway answered 504 after its 29 s and the function ended at its timeout). "

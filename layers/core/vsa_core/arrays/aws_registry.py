@@ -99,6 +99,7 @@ def registered_array(item: dict[str, Any]) -> RegisteredArray:
         owners=json.loads(item.get("owners", {}).get("S", "{}")),
         owners_handover=json.loads(moving) if (moving := item.get("ownersHandover", {}).get("S")) else None,
         applying=int(applying["N"]) if (applying := item.get("applying")) else None,
+        restored_from=item.get("restoredFrom", {}).get("S"),
         scaling_lock_until=int(item["scalingLockUntil"]["N"])
         if "scalingLock" in item and "scalingLockUntil" in item
         else None,
@@ -273,11 +274,18 @@ class ArrayRegistry:
             for item in page.get("Items", []):
                 self._dynamodb.delete_item(TableName=self._table, Key={"pk": item["pk"], "sk": item["sk"]})
 
-    def create(self, spec: ArraySpec, by: Caller | None = None) -> RegisteredArray:
+    def create(
+        self, spec: ArraySpec, by: Caller | None = None, restored_from: str | None = None
+    ) -> RegisteredArray:
         """Register a new array at its minimum size; refuses to overwrite an existing one.
-        ``by``: who asked (``appliedBy``)."""
+        ``by``: who asked (``appliedBy``); ``restored_from``: the backup set a restore registered
+        it from (nothing made until it is applied)."""
         registered = RegisteredArray(
-            spec=spec, desired_controllers=spec.min_controllers, version=1, applying=1
+            spec=spec,
+            desired_controllers=spec.min_controllers,
+            version=1,
+            applying=1,
+            restored_from=restored_from,
         )
         self._dynamodb.put_item(
             TableName=self._table,
@@ -288,6 +296,7 @@ class ArrayRegistry:
                 "version": {"N": "1"},
                 "applying": {"N": "1"},
                 **({"appliedBy": {"S": by.model_dump_json(by_alias=True)}} if by else {}),
+                **({"restoredFrom": {"S": restored_from}} if restored_from else {}),
             },
             ConditionExpression="attribute_not_exists(pk)",
         )
@@ -299,7 +308,7 @@ class ArrayRegistry:
             self._dynamodb.update_item(
                 TableName=self._table,
                 Key=array_key(array_id),
-                UpdateExpression="REMOVE applying",
+                UpdateExpression="REMOVE applying, restoredFrom",
                 ConditionExpression="applying = :v",
                 ExpressionAttributeValues={":v": {"N": str(version)}},
             )

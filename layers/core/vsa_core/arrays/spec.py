@@ -621,6 +621,16 @@ class RegisteredArray(BaseModel):
     there later, that apply stopped part way (API Gateway's 29 s past and the
     Lambda ended at its timeout, a crash): the next apply of the same spec finishes it."""
 
+    restored_from: str | None = None
+    """The backup set a restore registered this array from (``restoredFrom``), until its first
+    apply ends: it carries ``applying`` (so that applying the registered spec as it is makes
+    everything, whatever the diff), and nothing of it is made yet. That is waiting for the
+    operator's apply, not an apply that stopped part way."""
+
+    def awaiting_first_apply(self) -> bool:
+        """Registered by a restore and not applied yet (``restored_from``)."""
+        return self.restored_from is not None and self.unfinished_apply() is not None
+
     def unfinished_apply(self) -> int | None:
         """The version whose apply has not finished (under way, or stopped part way), if any;
         None while the array is being deleted (nothing to finish). Any mark left counts, not only

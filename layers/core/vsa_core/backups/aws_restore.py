@@ -154,5 +154,5 @@ def _restore_volumes(
     data["arrayId"] = new_array_id
     data["volumes"] = [ExistingVolume(volume_id=v["volumeId"]).model_dump(by_alias=True) for v in created]
     spec = ArraySpec.model_validate(data)
-    ctx.registry.create(spec, by)
+    ctx.registry.create(spec, by, restored_from=backup_id)
     return spec

@@ -21,7 +21,7 @@ with dimension ``Deployment`` (the stack's alarms watch these): ``HostsShortOfPa
 check).
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -420,17 +420,20 @@ def _request_reports(
     return sent
 
 
+def to_check(arrays: Iterable[RegisteredArray]) -> list[RegisteredArray]:
+    """The arrays a check covers: not those being deleted, nor those a restore registered that
+    wait for their first apply (nothing of them is made: no controller to judge, no report to ask
+    its hosts for, no drift to reconcile, no apply stopped part way)."""
+    return [a for a in arrays if a.deleting is None and not a.awaiting_first_apply()]
+
+
 def run(ctx: HealthContext, now: datetime, only: Sequence[str] | None = None) -> dict[str, Any]:
     """Every array once (``only``: just those, e.g. an operator's "check this array now");
     one array's failure does not stop the others (it is counted in ``HealthCheckFailures`` and
     the run raises at the end, so Lambda counts an error)."""
     checked: list[ArrayHealth] = []
     failed: dict[str, str] = {}
-    arrays = [
-        a
-        for a in (ctx.registry.all() if only is None else [ctx.registry.get(a) for a in only])
-        if a.deleting is None
-    ]
+    arrays = to_check(ctx.registry.all() if only is None else [ctx.registry.get(a) for a in only])
     # every array's floor from a few batched reads (fails soft: an unread floor is off)
     floors = (
         aws_forecast.read_floors(
