@@ -1,13 +1,16 @@
 # freeze-io: pause writes on the listed filesystems for an application-consistent snapshot (host).
 #
 # Parameters (shell variables from the rendered document's prologue): MOUNTPOINTS TIMEOUT_SECONDS
-# BACKUP_ID STATE_DIR FSFREEZE_COMMAND DRY_RUN.
+# BACKUP_ID STATE_DIR FSFREEZE_COMMAND DRY_RUN THAW_SIGNAL FROZEN_SIGNAL.
 #
 # Guarantees, in the order of the steps below: every check passes before anything is frozen (1);
 # each filesystem is synced (2), then a detached watchdog armed that thaws every mountpoint
 # TIMEOUT_SECONDS later whatever else happens (3), then each mountpoint frozen; a failed freeze
 # thaws what froze and cancels the watchdog (4); the last stdout line is the JSON report (5).
 # DRY_RUN=true stops after the checks and reports "ready": the backup workflow's preflight.
+# Signals (optional, presigned URLs): the report is PUT to FROZEN_SIGNAL the moment the host froze
+# or failed to, and the watchdog polls THAW_SIGNAL from then on and thaws as soon as it answers
+# (the snapshots' point in time is fixed); either unusable, thaw-io and the deadline work alone.
 # docs/backups.md, "The watchdog guarantee".
 # The SSM agent runs the script with sh (dash on Debian and Ubuntu): run it again under bash.
 if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
@@ -25,6 +28,9 @@ watchdog_main() {
   trap 'watchdog_cancelled' TERM INT
   printf '%s %s\n' "$$" "$(proc_start $$)" >"$PID_FILE.tmp" && mv -f "$PID_FILE.tmp" "$PID_FILE"
   log "armed: thaws $MOUNTPOINTS at $(secs "$deadline_ms") unless cancelled"
+  if [[ -n $THAW_URL ]] && await_thaw_signal "$deadline_ms" && thaw_on_signal; then
+    exit 0
+  fi
   now_ms
   rem=$((deadline_ms - NOW_MS))
   if ((rem > 0)); then
@@ -51,6 +57,57 @@ watchdog_main() {
   exit 0
 }
 
+# await_thaw_signal DEADLINE_MS: poll THAW_URL every SIGNAL_POLL_SECONDS until it answers 200 with
+# this backup's marker (true) or the deadline passes (false). 256 hosts polling one key stay
+# under S3's 5,500 GETs a second per prefix; a throttled or failed poll is just the next one.
+await_thaw_signal() {
+  local deadline_ms=$1 body
+  while now_ms && ((NOW_MS + 100 < deadline_ms)); do
+    if body=$(curl -fsS --connect-timeout 0.5 --max-time 1 "$THAW_URL" 2>/dev/null) &&
+      [[ $body =~ \"thaw\"[[:space:]]*:[[:space:]]*true ]]; then
+      return 0
+    fi
+    sleep "$SIGNAL_POLL_SECONDS" &
+    SLEEPER=$!
+    wait "$SLEEPER"
+  done
+  return 1
+}
+
+# thaw_on_signal: under the lock, if this is still the armed watchdog (thaw-io has not cancelled
+# it), thaw every mountpoint and record each result in SIGNALED_FILE for thaw-io's report; the
+# PID file goes, so thaw-io finds nothing armed. False (and still armed) if any thaw failed: the
+# deadline tries again.
+thaw_on_signal() {
+  local i mp started ok=0 lines=''
+  exec 9>>"$LOCK_FILE"
+  flock -w 5 9 || log "lock busy for 5 s; going on without it"
+  if ! watchdog_alive || [[ $WD_PID != "$$" ]]; then
+    log "cancelled before the thaw signal was acted on"
+    exit 0
+  fi
+  now_ms
+  started=$NOW_MS
+  for i in "${!MPS[@]}"; do
+    mp=${MPS[$i]}
+    recorded_mount "$mp"
+    thaw_one "$mp" "$REC_DEV" "$REC_FSTYPE"
+    [[ $RESULT == failed ]] && ok=1
+    lines+="$i"$'\t'"$RESULT"$'\t'"$THAWED_AT_MS"$'\t'"$DETAIL"$'\n'
+    log "signal: $mp: $RESULT${DETAIL:+ ($DETAIL)}"
+  done
+  now_ms
+  printf '%s %s\n%s' "$started" "$NOW_MS" "$lines" >"$SIGNALED_FILE.tmp" && mv -f "$SIGNALED_FILE.tmp" "$SIGNALED_FILE"
+  if ((ok != 0)); then
+    log "a thaw on the signal failed: armed until the deadline"
+    exec 9>&-
+    return 1
+  fi
+  rm -f "$PID_FILE"
+  log "thawed on the snapshot's signal in $((NOW_MS - started)) ms"
+  return 0
+}
+
 watchdog_cancelled() {
   [[ -n ${SLEEPER:-} ]] && kill "$SLEEPER" 2>/dev/null
   log "cancelled"
@@ -67,7 +124,7 @@ arm_watchdog() {
   ARMED_MS=$NOW_MS
   DEADLINE_MS=$((ARMED_MS + TIMEOUT_SECONDS * 1000))
   export MOUNTPOINTS TIMEOUT_SECONDS BACKUP_ID STATE_DIR FSFREEZE_COMMAND LOG_FILE PID_FILE FIRED_FILE \
-    MOUNTS_FILE LOCK_FILE
+    MOUNTS_FILE LOCK_FILE SIGNALED_FILE THAW_URL SIGNAL_POLL_SECONDS
   setsid nohup bash -c "$src" vsa-freeze-watchdog "$BACKUP_ID" "$DEADLINE_MS" \
   </dev/null >>"$LOG_FILE" 2>&1 &
   for ((i = 0; i < 200; i++)); do
@@ -82,6 +139,7 @@ STAGE=preflight
 FROZEN=() # indexes into MPS, in the order frozen
 declare -A FROZE_AT DEVICE FSTYPE
 ARMED_MS='' DEADLINE_MS='' FREEZE_STARTED_MS='' FROZE_MS='' WD_PID=''
+THAW_URL='' FROZEN_URL='' THAW_SIGNAL_STATE=none SIGNAL_POLL_SECONDS=0.05
 
 report() { # STATUS [REASON]
   local i mp sep='' items=''
@@ -94,7 +152,7 @@ report() { # STATUS [REASON]
   done
   printf '{"document":"freeze-io","backupId":%s,"status":%s,' "$(json_str "$BACKUP_ID")" "$(json_str "$1")"
   if [[ -n ${2:-} ]]; then printf '"stage":%s,"reason":%s,' "$(json_str "$STAGE")" "$(json_str "$2")"; fi
-  printf '"timeoutSeconds":%s,' "${TIMEOUT_SECONDS:-null}"
+  printf '"timeoutSeconds":%s,"thawSignal":%s,' "${TIMEOUT_SECONDS:-null}" "$(json_str "$THAW_SIGNAL_STATE")"
   printf '"armedAt":%s,"watchdogDeadline":%s,"watchdogPid":%s,' \
     "$(secs_or_null "$ARMED_MS")" "$(secs_or_null "$DEADLINE_MS")" "${WD_PID:-null}"
   printf '"freezeStartedAt":%s,"frozeAt":%s,"mountpoints":[%s]}\n' \
@@ -115,8 +173,31 @@ fail() { # REASON: undo what was frozen, report, exit 1
     log "watchdog left armed: a rollback thaw failed"
   fi
   FROZE_AT=() FROZE_MS=''
-  report failed "$1"
+  say failed "$1"
   exit 1
+}
+
+# say STATUS [REASON]: the report, PUT to FROZEN_URL first (the workflow's quickest way to learn
+# it), then printed as the last stdout line (the command's output, read when it ends)
+say() {
+  local line
+  line=$(report "$@")
+  if [[ -n $FROZEN_URL ]] &&
+    ! curl -fsS --connect-timeout 0.5 --max-time 2 -X PUT --data-binary "$line" "$FROZEN_URL" >/dev/null 2>&1; then
+    log "could not PUT the report to the frozen signal: the command's status tells the workflow"
+  fi
+  printf '%s\n' "$line"
+}
+
+# decode_signal VALUE: the URL a base64url parameter holds (SSM's pattern allows no '&' or '?'),
+# or nothing when it is not an http(s) URL
+decode_signal() {
+  local v=${1//-/+} url
+  v=${v//_//}
+  while ((${#v} % 4)); do v+='='; done
+  url=$(printf '%s' "$v" | base64 -d 2>/dev/null | tr -d '\n') || return 1
+  [[ $url =~ ^https?://[^[:space:]\']+$ ]] || return 1
+  printf '%s' "$url"
 }
 
 LOG_FILE=/dev/null
@@ -127,6 +208,19 @@ if ! check_params; then
   fail "$PROBLEM"
 fi
 mkdir -p "$STATE_DIR" && chmod 0700 "$STATE_DIR" || fail "cannot create StateDir $STATE_DIR"
+# the signals: optional, so a problem with them is reported, never a reason to refuse
+if [[ -n ${THAW_SIGNAL:-} || -n ${FROZEN_SIGNAL:-} ]]; then
+  if ! command -v curl >/dev/null 2>&1 || ! command -v base64 >/dev/null 2>&1; then
+    THAW_SIGNAL_STATE="unusable: curl or base64 is not installed (thaw-io thaws)"
+  else
+    [[ -n ${FROZEN_SIGNAL:-} ]] && FROZEN_URL=$(decode_signal "$FROZEN_SIGNAL")
+    if [[ -n ${THAW_SIGNAL:-} ]]; then
+      THAW_URL=$(decode_signal "$THAW_SIGNAL") || THAW_URL=''
+      THAW_SIGNAL_STATE=polled
+      [[ -n $THAW_URL ]] || THAW_SIGNAL_STATE="unusable: ThawSignal is not a base64url http(s) URL (thaw-io thaws)"
+    fi
+  fi
+fi
 
 # 1. preflight: every problem, for every mountpoint, before anything is frozen
 problems=()
@@ -211,4 +305,4 @@ FROZE_MS=$NOW_MS
 exec 8>&-
 trap - TERM INT HUP
 log "froze ${MOUNTPOINTS} at $(secs "$FROZE_MS") ($((FROZE_MS - FREEZE_STARTED_MS)) ms); the watchdog thaws at $(secs "$DEADLINE_MS")"
-report frozen
+say frozen

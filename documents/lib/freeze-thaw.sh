@@ -67,6 +67,7 @@ check_params() {
   FIRED_FILE="$STATE_DIR/$BACKUP_ID.fired"
   MOUNTS_FILE="$STATE_DIR/$BACKUP_ID.mounts"
   LOCK_FILE="$STATE_DIR/$BACKUP_ID.lock"
+  SIGNALED_FILE="$STATE_DIR/$BACKUP_ID.signaled"
   return 0
 }
 

@@ -24,7 +24,7 @@ settings = Loader(Settings)
 
 
 def _service() -> BackupService:
-    return from_settings(settings())
+    return from_settings(settings(), settings().signals_bucket)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -11,8 +11,9 @@ from tests.prerequisites import require
 
 HOST_DOCUMENTS = ["freeze-io", "thaw-io"]
 PARAMETERS = ["Mountpoints", "TimeoutSeconds", "BackupId", "StateDir", "FsfreezeCommand"]
-# freeze-io alone also takes DryRun (the backup workflow's preflight: the checks, nothing frozen)
-OWN_PARAMETERS = {"freeze-io": ["DryRun"], "thaw-io": []}
+# freeze-io alone also takes DryRun (the backup workflow's preflight: the checks, nothing frozen) and
+# the signals (presigned URLs, base64url: the frozen report PUT, the thaw marker polled)
+OWN_PARAMETERS = {"freeze-io": ["DryRun", "ThawSignal", "FrozenSignal"], "thaw-io": []}
 HOSTILE = ["a'b", "/x'; reboot; '", "$(reboot)", "`reboot`", "/a;b", "/a b", "/a|b", "/a&b", "/a>b", "/a\nb",
            '/a"b', "/a\\b", "/a{{b}}", "/a*", "/a?b", "/a$HOME"]  # fmt: skip
 
@@ -72,7 +73,8 @@ def test_prologue_names_and_quoting() -> None:
     assert script.startswith(
         "#!/bin/bash\n# freeze-io: rendered from documents/freeze-io.sh by tools/documents.py\n"
         "MOUNTPOINTS='/data,/logs'\nTIMEOUT_SECONDS='10'\nBACKUP_ID='bk-1'\n"
-        "STATE_DIR='/run/vsa-freeze'\nFSFREEZE_COMMAND='fsfreeze'\nDRY_RUN='false'\n# freeze-io:"
+        "STATE_DIR='/run/vsa-freeze'\nFSFREEZE_COMMAND='fsfreeze'\nDRY_RUN='false'\nTHAW_SIGNAL=''\n"
+        "FROZEN_SIGNAL=''\n# freeze-io:"
     )
     with pytest.raises(ValueError, match="does not match"):
         render_script("freeze-io", {"Mountpoints": "/x'; reboot; '"})

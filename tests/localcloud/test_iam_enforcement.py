@@ -780,3 +780,35 @@ def test_reading_a_secret_under_a_customer_managed_key_also_needs_kms_decrypt(ro
     finally:
         kms.delete_alias(AliasName=alias)
         kms.schedule_key_deletion(KeyId=key["KeyId"], PendingWindowInDays=7)
+
+
+def test_s3_is_authorized_on_the_bucket_and_object_arns_with_the_list_prefix(role_session, aws):
+    # S3's resources are arn:aws:s3:::bucket and arn:aws:s3:::bucket/key (Service Authorization
+    # Reference, "Resource types defined by Amazon S3"); ListBucket's s3:prefix is the request's
+    # Prefix (S3 user guide, "Example: Allow a user to list only the objects in a specific folder")
+    bucket = f"iam-s3-{uuid.uuid4().hex[:8]}"
+    aws("s3").create_bucket(Bucket=bucket)
+    s3 = role_session(
+        {
+            "Effect": "Allow",
+            "Action": ["s3:PutObject", "s3:GetObject"],
+            "Resource": f"arn:aws:s3:::{bucket}/signals/*",
+        },
+        {
+            "Effect": "Allow",
+            "Action": "s3:ListBucket",
+            "Resource": f"arn:aws:s3:::{bucket}",
+            "Condition": {"StringLike": {"s3:prefix": "signals/*"}},
+        },
+    )("s3")
+    s3.put_object(Bucket=bucket, Key="signals/a", Body=b"x")
+    assert s3.get_object(Bucket=bucket, Key="signals/a")["Body"].read() == b"x"
+    assert s3.list_objects_v2(Bucket=bucket, Prefix="signals/")["KeyCount"] == 1
+    for denied in (
+        lambda: s3.put_object(Bucket=bucket, Key="other/a", Body=b"x"),
+        lambda: s3.list_objects_v2(Bucket=bucket, Prefix="other/"),
+        lambda: s3.list_objects_v2(Bucket=bucket),
+    ):
+        with pytest.raises(ClientError) as refused:
+            denied()
+        assert _code(refused.value) == "AccessDenied", refused.value.response

@@ -63,6 +63,7 @@ UNIT_ENVIRONMENT = {
     "VSA_REPORT_EXPORTS_DOCUMENT": "vsa-unit-ReportExports",
     "VSA_FREEZE_IO_DOCUMENT": "vsa-unit-FreezeIo",
     "VSA_THAW_IO_DOCUMENT": "vsa-unit-ThawIo",
+    "VSA_SIGNALS_BUCKET": "vsa-unit-signals",
     "VSA_NODE_CONFIGFS_ROOT": "/sys/kernel/config",
     "VSA_NODE_NVME_COMMAND": "nvme",
     "VSA_NODE_SYSFS_ROOT": "/sys",

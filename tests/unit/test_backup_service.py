@@ -571,13 +571,18 @@ def test_snapshot_waits_while_a_host_is_freezing_then_goes_on_without_a_late_one
         answers.add_response(
             "get_command_invocation", {"Status": status, "StandardOutputContent": '{"status":"frozen"}'}
         )
-    clock = iter([100.0])
-    svc = service(world["table"], ssm=ssm, clock=lambda: next(clock))
+    svc = service(world["table"], ssm=ssm, clock=lambda: 100.0)
     with answers:
         waiting = svc.snapshot(
             "demo", backup.backup_id, world["controller"], [], [], {"hosts": hosts, "sentAt": 95.0}
         )
-    assert waiting == {"taken": False, "waiting": ["i-0000000000000000b"]}
+    # without signals, only Run Command's status can say: a second before the next look
+    assert waiting == {
+        "taken": False,
+        "waiting": ["i-0000000000000000b"],
+        "waitSeconds": 1,
+        "ssmCheckedAt": 100.0,
+    }
     late, _ = aws_snapshot._freeze_results(
         service(world["table"], ssm=ssm, clock=lambda: 200.0).ctx,
         {"hosts": [{**hosts[1], "freezeCommandId": ""}], "sentAt": 95.0},

@@ -174,6 +174,19 @@ def test_application_consistent_when_every_host_froze_around_the_snapshot():
     assert "all 2 host(s)" in reason
 
 
+def test_a_thaw_on_the_snapshot_signal_is_application_consistent_and_an_early_one_is_not():
+    signalled = host("i-0123456789abcdef1", thawedBy="signal", watchdog="thawed-on-signal")
+    assert signalled.thawed_by == "signal"
+    label, reason = consistency("application", [host(), signalled], 10, SNAPSHOT)
+    assert label == "application-consistent"
+    assert "1 on the snapshot's signal, 1 by thaw-io" in reason
+    # a marker written before CreateSnapshots returned (never by the product; forged, say) is caught
+    early = host(thawedBy="signal", thawStartedAt=T0 + 0.9, thawedAt=T0 + 0.95)
+    label, reason = consistency("application", [early], 10, SNAPSHOT)
+    assert label == "crash-consistent"
+    assert "began to thaw" in reason
+
+
 @pytest.mark.parametrize(
     ("hosts", "snapshot", "why"),
     [

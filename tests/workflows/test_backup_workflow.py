@@ -32,9 +32,12 @@ def test_application_consistent_path(sfn: Any, workflow: Callable[[str, str], st
         states.index("HostsReady") < states.index("Freeze") < states.index("Snapshot") < states.index("Thaw")
     )
     assert states.count("CheckSend") == 2
-    # the Snapshot step waits a second while a host is still freezing, then takes the one snapshot
+    # while a host is still freezing the Snapshot step looks again after the wait it answered (0:
+    # at once, its frozen marker is what it waits on), given its last answer; then one snapshot
     assert states.count("Snapshot") == 2
     assert states.count("WaitFrozen") == 1
+    looks = [i for i in scheduled(run, '"step": "snapshot"') if i.get("step") == "snapshot"]
+    assert [look["previous"].get("ssmCheckedAt") for look in looks] == [0, 1795309200.5]
     # the Snapshot step sent thaw-io to one host; Thaw waits for that one and sends the other's
     assert states.count("ThawAlready") == 1
     assert states.count("ThawSend") == 1

@@ -217,6 +217,13 @@ class BackupDocumentNames(Variables):
     thaw_io_document: str = Field(alias="VSA_THAW_IO_DOCUMENT", description="the hosts' thaw-io document")
 
 
+class BackupSignals(Variables):
+    signals_bucket: str = Field(
+        alias="VSA_SIGNALS_BUCKET",
+        description="the bucket of the freeze window's signals (the hosts' frozen reports, the thaw marker)",
+    )
+
+
 class NodeCommands(Variables):
     """Where the node-side checks find their commands and kernel files (the local cloud's nodes
     are processes with their own)."""

@@ -549,6 +549,15 @@ def _special_arns(
             if secret is not None:
                 return {"Secret": [str(secret.arn)]}
         return {}
+    if prefix == "s3" and isinstance(request.get("Bucket"), str):
+        # S3's ARNs carry no region or account: arn:${Partition}:s3:::${BucketName} and
+        # .../${ObjectName} (Service Authorization Reference, "Resource types defined by Amazon
+        # S3"). A request names a bucket (and a key), never an access point, unless it goes
+        # through one, which the local cloud does not model.
+        bucket = f"arn:{base['Partition']}:s3:::{request['Bucket']}"
+        if isinstance(request.get("Key"), str):
+            return {"object": [f"{bucket}/{request['Key']}"], "accesspointobject": []}
+        return {"bucket": [bucket], "accesspoint": []}
     if prefix == "dynamodb" and request.get("IndexName"):
         # A Query or Scan of a secondary index is authorized against the index's ARN
         # (table/<name>/index/<index>) alone: AWS's policy examples grant Query on index/* apart
@@ -691,6 +700,10 @@ def build_checks(
         request_level["cloudwatch:namespace"] = [request["Namespace"]]
     if prefix == "iam" and request.get("AWSServiceName"):
         request_level["iam:awsservicename"] = [request["AWSServiceName"]]
+    if prefix == "s3" and operation in ("ListObjectsV2", "ListObjects"):
+        # ListBucket's s3:prefix: the request's Prefix, empty when it names none (S3 user guide,
+        # "Example: Allow a user to list only the objects in a specific folder")
+        request_level["s3:prefix"] = [str(request.get("Prefix") or "")]
 
     check = Check(action)
     action_keys: list[str] = entry.get("conditionKeys", [])
@@ -886,6 +899,8 @@ def _error_code(service: str, protocol: str) -> str:
     if service == "sns":
         return "AuthorizationError"
     if protocol == "query" or service in QUERY_SERVICES:
+        return "AccessDenied"
+    if service == "s3":  # 403 AccessDenied (S3 API reference, "Error responses")
         return "AccessDenied"
     return "AccessDeniedException"
 

@@ -277,16 +277,12 @@ class ArrayRegistry:
     def create(
         self, spec: ArraySpec, by: Caller | None = None, restored_from: str | None = None
     ) -> RegisteredArray:
-        """Register a new array at its minimum size; refuses to overwrite an existing one.
-        ``by``: who asked (``appliedBy``); ``restored_from``: the backup set a restore registered
-        it from (nothing made until it is applied)."""
+        """Register a new array at its minimum size, never over an existing one. ``by``: who asked
+        (``appliedBy``); ``restored_from``: the set a restore registered it from (nothing made)."""
         registered = RegisteredArray(
-            spec=spec,
-            desired_controllers=spec.min_controllers,
-            version=1,
-            applying=1,
-            restored_from=restored_from,
+            spec=spec, desired_controllers=spec.min_controllers, version=1, applying=1
         )
+        registered = registered.model_copy(update={"restored_from": restored_from})
         self._dynamodb.put_item(
             TableName=self._table,
             Item={

@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.backups.aws_registry import BackupRegistry
+from vsa_core.backups.aws_signals import Signals
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class BackupContext:
     sfn: Any = None
     cloudwatch: Any = None
     state_machine_arn: str = ""
+    signals: Signals | None = None
     clock: Callable[[], float] = field(default=time.time)
 
 

@@ -30,7 +30,10 @@ def record_hosts(
     freezes: Sequence[Mapping[str, Any]],
     thaws: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
-    """Keep what each host reported of its freeze and thaw (freeze-io / thaw-io reports)."""
+    """Keep what each host reported of its freeze and thaw (freeze-io / thaw-io reports); the
+    freeze window's signals have served (every host thawed): cleared."""
+    if ctx.signals is not None:
+        ctx.signals.clear(array_id, backup_id)
     backup = ctx.backups.get(array_id, backup_id)
     hosts = host_freezes(freezes, thaws)
     if hosts:
@@ -147,7 +150,10 @@ def fail(
     freezes: Sequence[Mapping[str, Any]] = (),
     thaws: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The workflow caught an error: record the hosts' reports, fail the set, delete its snapshots."""
+    """The workflow caught an error: record the hosts' reports, fail the set, delete its
+    snapshots, clear its signals (every host has been thawed by then)."""
+    if ctx.signals is not None:
+        ctx.signals.clear(array_id, backup_id)
     backup = ctx.backups.get(array_id, backup_id)
     hosts = host_freezes(freezes, thaws)
     if hosts:

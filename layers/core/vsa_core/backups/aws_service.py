@@ -33,6 +33,7 @@ from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.backups import aws_finish, aws_preflight, aws_restore, aws_retention, aws_sets, aws_snapshot
 from vsa_core.backups.aws_context import BackupContext
 from vsa_core.backups.aws_registry import BackupRegistry
+from vsa_core.backups.aws_signals import Signals, signals_of
 from vsa_core.clients import client
 from vsa_core.settings import BackupWorkflow, Registry
 from vsa_core.steps import on_context
@@ -50,6 +51,7 @@ class BackupService:
         ssm: Any = None,
         sfn: Any = None,
         cloudwatch: Any = None,
+        signals: Signals | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.ctx = BackupContext(
@@ -61,6 +63,7 @@ class BackupService:
             sfn=sfn,
             cloudwatch=cloudwatch,
             state_machine_arn=state_machine_arn,
+            signals=signals,
             clock=clock,
         )
 
@@ -90,9 +93,11 @@ class BackupSettings(Registry, BackupWorkflow):
     """What the service reads: the registry table and the ConsistentBackup workflow."""
 
 
-def from_settings(settings: BackupSettings) -> BackupService:
-    """The service as the Lambdas use it: the registry table and workflow from the settings."""
+def from_settings(settings: BackupSettings, signals_bucket: str = "") -> BackupService:
+    """The service as the Lambdas use it: the registry table and workflow from the settings;
+    the workflow's steps also name the signals' bucket."""
     return BackupService(
+        signals=signals_of(signals_bucket),
         registry=ArrayRegistry(settings.table_name),
         backups_registry=BackupRegistry(settings.table_name),
         # no role: a backup reads its array and never creates a schedule

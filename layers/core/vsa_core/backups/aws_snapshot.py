@@ -1,14 +1,18 @@
 """ConsistentBackup's point in time: freeze-io sent to every host at once, then ONE
-CreateSnapshots across every array volume once they have frozen, and thaw-io sent to every host
-the moment it returns."""
+CreateSnapshots across every array volume as soon as the last has frozen (its marker, or Run
+Command's status), then the thaw marker the hosts poll and thaw-io sent to every host
+(``vsa_core.backups.signals``)."""
 
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
+from vsa_core.backups import signals
 from vsa_core.backups.aws_context import BackupContext, code
+from vsa_core.backups.reports import parse_report
 from vsa_core.backups.sets import (
     SnapshotTiming,
     VolumeSnapshot,
@@ -25,16 +29,23 @@ SEND_WORKERS = 8
 
 
 def freeze(
-    ctx: BackupContext, backup_id: str, hosts: Sequence[Mapping[str, Any]], document: str
+    ctx: BackupContext, backup_id: str, hosts: Sequence[Mapping[str, Any]], document: str, array_id: str = ""
 ) -> dict[str, Any]:
     """Send freeze-io to every host at once (each arms its watchdog before freezing), not
-    waiting: the Snapshot step checks them. A host SSM refuses is recorded as undelivered."""
+    waiting: the Snapshot step checks them. With the deployment's signals, each host gets its
+    URLs (its frozen report's PUT, the thaw marker's GET). A host SSM refuses is recorded as
+    undelivered."""
+    urls: dict[str, dict[str, str]] = {}
+    if ctx.signals is not None and array_id:
+        timeout = max((int(h["timeoutSeconds"]) for h in hosts), default=10)
+        urls = ctx.signals.parameters(array_id, backup_id, [h["instanceId"] for h in hosts], timeout)
 
     def send(host: Mapping[str, Any]) -> dict[str, Any]:
         parameters = {
             "Mountpoints": [host["mountpoints"]],
             "TimeoutSeconds": [host["timeoutSeconds"]],
             "BackupId": [host["freezeKey"]],
+            **{name: [value] for name, value in urls.get(host["instanceId"], {}).items()},
         }
         command_id, error = _send(ctx, document, host["instanceId"], f"vsa {backup_id} freeze", parameters)
         return {**host, "freezeCommandId": command_id, "freezeError": error}
@@ -42,7 +53,7 @@ def freeze(
     # side by side: the first host's freeze does not wait on the sends to all the others
     with ThreadPoolExecutor(max_workers=max(1, min(SEND_WORKERS, len(hosts)))) as pool:
         sent = list(pool.map(send, hosts))
-    return {"hosts": sent, "sentAt": ctx.clock()}
+    return {"hosts": sent, "sentAt": ctx.clock(), "signals": bool(urls)}
 
 
 def _send(
@@ -104,6 +115,41 @@ def _freeze_results(
     return results, waiting
 
 
+@dataclass(frozen=True)
+class _Look:
+    """One look at the freezing hosts: Run Command's results (hosts done without a marker), the
+    hosts whose marker arrived, those still freezing, when to look again, when SSM was read."""
+
+    results: list[dict[str, Any]]
+    signaled: set[str]
+    waiting: list[str]
+    wait_seconds: int
+    ssm_checked_at: float
+
+
+def _look(
+    ctx: BackupContext,
+    array_id: str,
+    backup_id: str,
+    freezing: Mapping[str, Any],
+    timeout: float,
+    previous: Mapping[str, Any],
+) -> _Look:
+    """The markers every time (one listing); Run Command's status for the hosts without one at
+    most once a second (``signals.SSM_CHECK_SECONDS``), and always once they are late."""
+    on = ctx.signals is not None and bool(freezing.get("signals"))
+    signaled = ctx.signals.reported(array_id, backup_id) if ctx.signals is not None and on else set()
+    rest = [h for h in freezing.get("hosts", []) if h["instanceId"] not in signaled]
+    now, last = ctx.clock(), float(previous.get("ssmCheckedAt") or 0)
+    if not rest:
+        return _Look([], signaled, [], 0, last)
+    late = now - float(freezing.get("sentAt") or 0) > timeout
+    if on and not late and now - last < signals.SSM_CHECK_SECONDS:
+        return _Look([], signaled, [h["instanceId"] for h in rest], 0, last)
+    results, waiting = _freeze_results(ctx, {**freezing, "hosts": rest}, timeout)
+    return _Look(results, signaled, waiting, signals.next_look(on, bool(results)), now)
+
+
 def snapshot(
     ctx: BackupContext,
     array_id: str,
@@ -114,15 +160,24 @@ def snapshot(
     freezing: Mapping[str, Any] | None = None,
     thaw_document: str = "",
     freeze_timeout: float = 10,
+    previous: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Once every host has frozen (or failed to, or is late): ONE CreateSnapshots call, every
-    array volume at one point in time; then, at once, thaw-io sent to every host
-    (``thawHosts``: each host with the command id, ``""`` when sending failed — the
-    workflow's Thaw sends those again and waits for every one). While a host is still
-    freezing it answers ``taken: false`` and the workflow asks again a second later."""
-    freezes, waiting = _freeze_results(ctx, freezing or {}, freeze_timeout)
-    if waiting:
-        return {"taken": False, "waiting": waiting}
+    """As soon as every host has frozen (or failed to, or is late): ONE CreateSnapshots call,
+    every array volume at one point in time; then the thaw marker (the hosts' watchdogs thaw on
+    it) and thaw-io sent to every host (``thawHosts``: each host with the command id, ``""``
+    when sending failed — the workflow's Thaw sends those again and waits for every one).
+    While a host is still freezing it answers ``taken: false`` with ``waitSeconds`` (0 while
+    the markers are what it waits on) and ``ssmCheckedAt``, which the workflow gives back as
+    ``previous``."""
+    freezing = freezing or {}
+    look = _look(ctx, array_id, backup_id, freezing, freeze_timeout, previous or {})
+    if look.waiting:
+        return {
+            "taken": False,
+            "waiting": look.waiting,
+            "waitSeconds": look.wait_seconds,
+            "ssmCheckedAt": look.ssm_checked_at,
+        }
     backup = ctx.backups.get(array_id, backup_id)
     tags = snapshot_tags(array_id, backup_id, backup.label)
     requested_at = ctx.clock()
@@ -143,7 +198,12 @@ def snapshot(
             raise SnapshotLimitError(f"EBS refused CreateSnapshots: {error}") from None
         raise
     returned_at = ctx.clock()
-    thaw_hosts = _send_thaws(ctx, backup_id, (freezing or {}).get("hosts", []), thaw_document)
+    if ctx.signals is not None and freezing.get("signals"):
+        ctx.signals.thaw(array_id, backup_id, requested_at, returned_at)
+    thaw_hosts = _send_thaws(ctx, backup_id, freezing.get("hosts", []), thaw_document)
+    freezes = _in_order(
+        freezing, look.results + _signaled_results(ctx, array_id, backup_id, freezing, look.signaled)
+    )
     known = {v["volumeId"]: v for v in volumes}
     taken = {s["VolumeId"]: s for s in answer["Snapshots"]}
     snapshots = tuple(
@@ -184,6 +244,44 @@ def snapshot(
         "returnedAt": returned_at,
         "thawHosts": thaw_hosts,
     }
+
+
+def _signaled_results(
+    ctx: BackupContext, array_id: str, backup_id: str, freezing: Mapping[str, Any], signaled: set[str]
+) -> list[dict[str, Any]]:
+    """The hosts that signalled, as Run Command's results would show them: the report they PUT
+    is the line freeze-io printed. One that cannot be read is recorded as unknown (its label
+    then says why), never assumed frozen."""
+    if not signaled or ctx.signals is None:
+        return []
+    commands = {h["instanceId"]: h.get("freezeCommandId", "") for h in freezing.get("hosts", [])}
+    why = "its frozen report was signalled but not read back"
+    try:
+        bodies = ctx.signals.reports(array_id, backup_id, sorted(signaled & set(commands)))
+    except (ClientError, BotoCoreError) as error:
+        bodies, why = {}, f"its frozen report was signalled but could not be read back: {error}"
+    results = []
+    for instance in sorted(signaled & set(commands)):
+        body = bodies.get(instance)
+        report = parse_report(body)
+        status = (
+            "Success" if report and report.get("status") == "frozen" else ("Failed" if report else "Unknown")
+        )
+        results.append(
+            {
+                "instanceId": instance,
+                "commandId": commands[instance],
+                "status": status,
+                "stdout": body or "",
+                "stderr": "" if body is not None else why,
+            }
+        )
+    return results
+
+
+def _in_order(freezing: Mapping[str, Any], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    order = {h["instanceId"]: i for i, h in enumerate(freezing.get("hosts", []))}
+    return sorted(results, key=lambda r: order.get(r["instanceId"], len(order)))
 
 
 def _send_thaws(

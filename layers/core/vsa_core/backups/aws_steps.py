@@ -36,11 +36,12 @@ from vsa_core.backups.steps import (
     RetentionFailed,
     Snapshot,
 )
-from vsa_core.settings import BackupDocumentNames, BackupRetention, StackMetrics
+from vsa_core.settings import BackupDocumentNames, BackupRetention, BackupSignals, StackMetrics
 
 
-class StepSettings(BackupDocumentNames, BackupRetention, StackMetrics):
-    """What the steps read: the freeze and thaw documents, retention's bound, the metrics' stack."""
+class StepSettings(BackupDocumentNames, BackupRetention, BackupSignals, StackMetrics):
+    """What the steps read: the freeze and thaw documents, the signals' bucket, retention's
+    bound, the metrics' stack."""
 
 
 def run(request: Any, service: BackupService, settings: StepSettings) -> dict[str, Any]:
@@ -52,7 +53,7 @@ def run(request: Any, service: BackupService, settings: StepSettings) -> dict[st
         case HostsReady():
             return service.hosts_ready(request.checks)
         case Freeze():
-            return service.freeze(b, request.hosts, settings.freeze_io_document)
+            return service.freeze(b, request.hosts, settings.freeze_io_document, a)
         case Snapshot():
             return service.snapshot(
                 a,
@@ -63,6 +64,7 @@ def run(request: Any, service: BackupService, settings: StepSettings) -> dict[st
                 request.freezing,
                 settings.thaw_io_document,
                 request.freeze_timeout,
+                request.previous,
             )
         case RecordHosts():
             return service.record_hosts(a, b, request.freezes, request.thaws)

@@ -8,7 +8,8 @@ The rules, in one place:
 
 * **Consistency** (:func:`consistency`): a set is ``application-consistent`` only if it was asked
   for, every host froze, the snapshot was taken after the last freeze and before the first thaw,
-  and every host was thawed by thaw-io (not by its watchdog) within the window. Anything less is
+  and every host was thawed after it (on the snapshot's signal or by thaw-io, not by its watchdog's
+  deadline) within the window. Anything less is
   ``crash-consistent`` (one ``CreateSnapshots`` call: one point in time across every volume),
   with the reason.
 * **State** (:func:`set_state`): any snapshot in error fails the whole set; a set completes only
@@ -155,6 +156,11 @@ class HostFreeze(_Strict):
     watchdog_deadline: float | None = Field(default=None, alias="watchdogDeadline")
     thaw_started_at: float | None = Field(default=None, alias="thawStartedAt")
     thawed_at: float | None = Field(default=None, alias="thawedAt", description="the last mountpoint thawed")
+    thawed_by: Literal["signal", "thaw-io"] | None = Field(
+        default=None,
+        alias="thawedBy",
+        description="signal: its watchdog thawed on the snapshot's thaw marker; thaw-io: the thaw-io command",
+    )
     watchdog_fired: bool = Field(default=False, alias="watchdogFired")
     watchdog_fired_at: float | None = Field(default=None, alias="watchdogFiredAt")
     error: str | None = Field(default=None, description="why freezing or thawing failed")
@@ -193,6 +199,8 @@ def host_freeze(
         fields["watchdogFiredAt"] = thaw_report.get("watchdogFiredAt")
         if thaw_report.get("status") == "thawed":
             fields |= {key: thaw_report.get(key) for key in ("thawStartedAt", "thawedAt")}
+            if thaw_report.get("thawedBy") in ("signal", "thaw-io"):
+                fields["thawedBy"] = thaw_report["thawedBy"]
         else:
             errors.append(f"thaw-io: {thaw_report.get('reason') or 'failed'}")
     if errors:
@@ -276,7 +284,8 @@ def consistency(
     """The honest label of a set, and why.
 
     ``application-consistent`` needs all of: mode ``application``; at least one host; every host
-    froze (no error) and was thawed by thaw-io, not by its watchdog; each host's writes paused
+    froze (no error) and was thawed on the snapshot's signal or by thaw-io, not by its watchdog's
+    deadline; each host's writes paused
     no longer than ``window_seconds`` (first freeze started to last thaw); and the snapshot taken
     between every freeze and every thaw (after the last host froze, returned before the first
     began to thaw). Otherwise ``crash-consistent``: the volumes still share one point in time.
@@ -294,7 +303,7 @@ def consistency(
         elif host.froze_at is None or host.freeze_started_at is None:
             problems.append(f"{who} did not report freezing")
         elif host.watchdog_fired:
-            problems.append(f"{who} was thawed by its watchdog, not by thaw-io")
+            problems.append(f"{who} was thawed by its watchdog's deadline, not after the snapshot")
         elif host.thawed_at is None or host.thaw_started_at is None:
             problems.append(f"{who} did not report thawing")
         elif (window := host.window_seconds) is not None and window > window_seconds:
@@ -320,10 +329,20 @@ def consistency(
     longest = max(hosts, key=lambda h: h.window_seconds or 0.0)
     return (
         "application-consistent",
-        f"all {len(hosts)} host(s) froze before the snapshot and were thawed after it by thaw-io; "
+        f"all {len(hosts)} host(s) froze before the snapshot and were thawed after it "
+        f"({_thawed_by(hosts)}); "
         f"longest pause {longest.window_seconds or 0.0:.3f} s ({longest.instance_id}), "
         f"window {window_seconds:g} s",
     )
+
+
+def _thawed_by(hosts: Sequence[HostFreeze]) -> str:
+    signaled = sum(h.thawed_by == "signal" for h in hosts)
+    if signaled == len(hosts):
+        return "on the snapshot's signal"
+    if signaled == 0:
+        return "by thaw-io"
+    return f"{signaled} on the snapshot's signal, {len(hosts) - signaled} by thaw-io"
 
 
 def set_state(snapshots: Iterable[VolumeSnapshot]) -> Progress:

@@ -37,6 +37,9 @@ class Snapshot(_Step):
     volumes: list[dict[str, Any]] = Field(default_factory=list)
     freezing: dict[str, Any] = Field(default_factory=dict)
     freeze_timeout: int = Field(default=10, alias="freezeTimeout", ge=1, le=60)
+    previous: dict[str, Any] = Field(
+        default_factory=dict, description="the last look's answer (ssmCheckedAt)"
+    )
 
 
 class RecordHosts(_Step):

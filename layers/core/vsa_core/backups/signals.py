@@ -1,0 +1,75 @@
+"""The freeze window's signals (pure): where a backup's markers live, what the thaw marker says,
+how long the hosts' presigned URLs must last, and how soon the Snapshot step looks again.
+
+Each host PUTs its freeze-io report to ``hosts/<instance>`` the moment it froze (or failed to),
+and its watchdog polls ``thaw`` from then on, thawing the moment the Snapshot step writes it (just
+after ``CreateSnapshots`` returned: the snapshots' point in time is fixed). The Snapshot step
+lists the hosts' markers, so it snapshots as soon as the last host has frozen, without a fixed
+interval between looks. Run Command's own status stays the fallback for a host whose signals do
+not reach S3, as thaw-io and the watchdog's deadline stay the thaw's.
+"""
+
+import base64
+import json
+from collections.abc import Iterable
+
+PREFIX = "signals"
+SSM_CHECK_SECONDS = 1.0
+"""While markers are missing, Run Command's status is read at most once a second (its
+GetCommandInvocation is the fallback, and it has a rate limit); the markers, every look."""
+DELIVERY_SECONDS = 60
+"""freeze-io's SendCommand timeout: the latest a host may start it, arming its watchdog."""
+URL_MARGIN_SECONDS = 60
+
+
+def backup_prefix(array_id: str, backup_id: str) -> str:
+    return f"{PREFIX}/{array_id}/{backup_id}/"
+
+
+def thaw_key(array_id: str, backup_id: str) -> str:
+    return backup_prefix(array_id, backup_id) + "thaw"
+
+
+def host_key(array_id: str, backup_id: str, instance_id: str) -> str:
+    return backup_prefix(array_id, backup_id) + f"hosts/{instance_id}"
+
+
+def reported_hosts(keys: Iterable[str], array_id: str, backup_id: str) -> set[str]:
+    """The instances whose frozen report is among ``keys`` (a listing of the backup's prefix)."""
+    hosts = backup_prefix(array_id, backup_id) + "hosts/"
+    return {
+        key.removeprefix(hosts)
+        for key in keys
+        if key.startswith(hosts) and "/" not in key.removeprefix(hosts)
+    }
+
+
+def thaw_marker(backup_id: str, requested_at: float, returned_at: float) -> bytes:
+    """The thaw marker: freeze-io's watchdog thaws when a body has ``"thaw": true``."""
+    body = {
+        "thaw": True,
+        "backupId": backup_id,
+        "snapshotRequestedAt": requested_at,
+        "snapshotReturnedAt": returned_at,
+    }
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def url_seconds(freeze_timeout: int) -> int:
+    """How long the hosts' URLs must stay valid: the latest a host can start freeze-io, its
+    watchdog's window, and a margin. (Signed with a Lambda's temporary credentials, a URL also
+    ends with them: a host whose URL expired early falls back on thaw-io.)"""
+    return DELIVERY_SECONDS + freeze_timeout + URL_MARGIN_SECONDS
+
+
+def as_parameter(url: str) -> str:
+    """A URL as freeze-io takes it: base64url without padding (SSM's allowedPattern admits no
+    '&', '?' or '=', which every presigned URL has)."""
+    return base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+
+
+def next_look(signals_on: bool, finished_without_signal: bool) -> int:
+    """Seconds before the Snapshot step looks again while a host is still freezing: at once
+    while the hosts' markers are what it waits on, a second when it has only Run Command's
+    status to go by (no signals, or a host finished without its marker arriving)."""
+    return 0 if signals_on and not finished_without_signal else 1

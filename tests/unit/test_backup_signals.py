@@ -1,0 +1,207 @@
+"""The freeze window's signals: the rules (pure) and the steps that use them, against moto's S3
+(the markers), botocore's Stubber for SSM and EC2 (the calls' order and shape)."""
+
+import base64
+import json
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.stub import Stubber
+
+from tests.unit import test_backup_service as backup_world
+from tests.unit.conftest import REGION
+from tests.unit.test_backup_service import _frozen_hosts, record, service
+from vsa_core.backups import signals
+from vsa_core.backups.aws_signals import Signals
+
+BUCKET = "vsa-signals-test"
+world = backup_world.world  # the backup service tests' array: 2 io2 volumes, a host, a controller
+
+
+@pytest.fixture
+def bucket(aws: None) -> Signals:
+    s3 = boto3.client("s3", region_name=REGION, config=Config(signature_version="s3v4"))
+    s3.create_bucket(Bucket=BUCKET)
+    return Signals(BUCKET, s3)
+
+
+def decoded(parameter: str) -> str:
+    return base64.urlsafe_b64decode(parameter + "=" * (-len(parameter) % 4)).decode()
+
+
+def test_the_keys_the_marker_and_the_parameter_form() -> None:
+    assert signals.thaw_key("a", "bk-1") == "signals/a/bk-1/thaw"
+    assert signals.host_key("a", "bk-1", "i-1") == "signals/a/bk-1/hosts/i-1"
+    listing = [
+        "signals/a/bk-1/thaw",
+        "signals/a/bk-1/hosts/i-1",
+        "signals/a/bk-1/hosts/i-2",
+        "signals/a/bk-2/hosts/i-3",
+    ]
+    assert signals.reported_hosts(listing, "a", "bk-1") == {"i-1", "i-2"}
+    marker = json.loads(signals.thaw_marker("bk-1", 10.5, 10.6))
+    assert marker == {
+        "thaw": True,
+        "backupId": "bk-1",
+        "snapshotRequestedAt": 10.5,
+        "snapshotReturnedAt": 10.6,
+    }
+    url = "https://b.s3.us-east-1.amazonaws.com/signals/a/bk-1/thaw?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=130"
+    form = signals.as_parameter(url)
+    assert set(form) <= set(
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    )  # freeze-io's pattern
+    assert decoded(form) == url
+    # a URL outlives the latest delivery of freeze-io plus its watchdog's window
+    assert signals.url_seconds(10) > signals.DELIVERY_SECONDS + 10
+    assert (
+        signals.next_look(True, False),
+        signals.next_look(True, True),
+        signals.next_look(False, False),
+    ) == (0, 1, 1)
+
+
+def test_with_signals_each_host_gets_its_urls_presigned_with_signature_version_4(
+    world: dict[str, Any], bucket: Signals
+) -> None:
+    backup = record(world["table"], state="freezing")
+    hosts = [{**h, "timeoutSeconds": "10"} for h in _frozen_hosts(backup.backup_id)]
+    for h in hosts:
+        h.pop("freezeCommandId")
+    ssm = boto3.client("ssm", region_name=REGION)
+    sent: list[dict[str, Any]] = []
+    ssm.meta.events.register("provide-client-params.ssm.SendCommand", lambda params, **_: sent.append(params))
+    stub = Stubber(ssm)
+    for _ in hosts:
+        stub.add_response("send_command", {"Command": {"CommandId": "11111111-2222-3333-4444-555555555555"}})
+    with stub, pytest.MonkeyPatch.context() as patch:
+        patch.setattr("vsa_core.backups.aws_snapshot.SEND_WORKERS", 1)
+        answer = service(world["table"], ssm=ssm, signals=bucket).freeze(
+            backup.backup_id, hosts, "vsa-freeze-io", "demo"
+        )
+    assert answer["signals"] is True
+    thaws = set()
+    for params, host in zip(sent, hosts, strict=True):
+        thaw, frozen = (
+            decoded(params["Parameters"]["ThawSignal"][0]),
+            decoded(params["Parameters"]["FrozenSignal"][0]),
+        )
+        thaws.add(urlsplit(thaw).path)
+        assert urlsplit(frozen).path.endswith(f"/signals/demo/{backup.backup_id}/hosts/{host['instanceId']}")
+        for url in (thaw, frozen):
+            query = parse_qs(urlsplit(url).query)
+            assert query["X-Amz-Algorithm"] == ["AWS4-HMAC-SHA256"]
+            assert query["X-Amz-Expires"] == [str(signals.url_seconds(10))]
+    assert len(thaws) == 1
+    assert thaws.pop().endswith(f"/signals/demo/{backup.backup_id}/thaw")
+
+
+def _marker(bucket: Signals, backup_id: str, instance: str, status: str = "frozen") -> None:
+    report = {"document": "freeze-io", "status": status, "freezeStartedAt": 1.0, "frozeAt": 1.1}
+    bucket.s3.put_object(
+        Bucket=BUCKET, Key=signals.host_key("demo", backup_id, instance), Body=json.dumps(report)
+    )
+
+
+def test_a_look_within_a_second_reads_only_the_markers_then_run_command_for_the_hosts_without_one(
+    world: dict[str, Any], bucket: Signals
+) -> None:
+    backup = record(world["table"], state="freezing")
+    hosts = _frozen_hosts(backup.backup_id)
+    _marker(bucket, backup.backup_id, hosts[0]["instanceId"])
+    freezing = {"hosts": hosts, "sentAt": 99.0, "signals": True}
+    ssm = boto3.client("ssm", region_name=REGION)
+    stub = Stubber(ssm)  # no answer queued: any SSM call fails the test
+    with stub:
+        soon = service(world["table"], ssm=ssm, signals=bucket, clock=lambda: 100.0).snapshot(
+            "demo", backup.backup_id, world["controller"], [], [], freezing, "", 10, {"ssmCheckedAt": 99.5}
+        )
+    assert soon == {
+        "taken": False,
+        "waiting": [hosts[1]["instanceId"]],
+        "waitSeconds": 0,
+        "ssmCheckedAt": 99.5,
+    }
+    # a second on, Run Command's status is read for the host without a marker (only it)
+    stub.add_response(
+        "get_command_invocation",
+        {"Status": "InProgress"},
+        {"CommandId": hosts[1]["freezeCommandId"], "InstanceId": hosts[1]["instanceId"]},
+    )
+    with stub:
+        later = service(world["table"], ssm=ssm, signals=bucket, clock=lambda: 100.6).snapshot(
+            "demo", backup.backup_id, world["controller"], [], [], freezing, "", 10, {"ssmCheckedAt": 99.5}
+        )
+    assert later == {
+        "taken": False,
+        "waiting": [hosts[1]["instanceId"]],
+        "waitSeconds": 0,
+        "ssmCheckedAt": 100.6,
+    }
+
+
+def test_the_last_marker_starts_the_snapshot_then_the_thaw_marker_is_written_before_thaw_io_is_sent(
+    world: dict[str, Any], bucket: Signals
+) -> None:
+    backup = record(world["table"], state="freezing")
+    hosts = _frozen_hosts(backup.backup_id)
+    _marker(bucket, backup.backup_id, hosts[0]["instanceId"])
+    _marker(bucket, backup.backup_id, hosts[1]["instanceId"], status="failed")
+    ec2, ssm = boto3.client("ec2", region_name=REGION), boto3.client("ssm", region_name=REGION)
+    snapshots, commands = Stubber(ec2), Stubber(ssm)
+    snapshots.add_response(
+        "create_snapshots",
+        {
+            "Snapshots": [
+                {"SnapshotId": f"snap-0000000{i}", "VolumeId": v} for i, v in enumerate(world["volumes"])
+            ]
+        },
+    )
+    marked: list[bool] = []
+
+    def thaw_sent(**_: Any) -> None:  # when thaw-io goes out, the marker is already there
+        listing = bucket.s3.list_objects_v2(Bucket=BUCKET, Prefix=signals.thaw_key("demo", backup.backup_id))
+        marked.append(listing["KeyCount"] == 1)
+
+    ssm.meta.events.register("provide-client-params.ssm.SendCommand", thaw_sent)
+    for _ in hosts:  # thaw-io only: no GetCommandInvocation, the markers said it all
+        commands.add_response(
+            "send_command", {"Command": {"CommandId": "11111111-2222-3333-4444-555555555555"}}
+        )
+    volumes = [{"volumeId": v} for v in world["volumes"]]
+    clock = iter([100.0, 100.0, 100.2])
+    with snapshots, commands:
+        answer = service(
+            world["table"], ec2=ec2, ssm=ssm, signals=bucket, clock=lambda: next(clock)
+        ).snapshot(
+            "demo",
+            backup.backup_id,
+            world["controller"],
+            [],
+            volumes,
+            {"hosts": hosts, "sentAt": 99.0, "signals": True},
+            "vsa-thaw-io",
+        )
+    assert answer["taken"] is True
+    assert marked == [True, True]
+    marker = bucket.s3.get_object(Bucket=BUCKET, Key=signals.thaw_key("demo", backup.backup_id))[
+        "Body"
+    ].read()
+    assert json.loads(marker)["thaw"] is True
+    # each host's result is what it PUT, as Run Command would have shown it
+    assert [(f["instanceId"], f["status"]) for f in answer["freezes"]] == [
+        (hosts[0]["instanceId"], "Success"),
+        (hosts[1]["instanceId"], "Failed"),
+    ]
+    assert json.loads(answer["freezes"][0]["stdout"])["frozeAt"] == 1.1
+    # and once the hosts are recorded, the backup's markers are gone
+    service(world["table"], signals=bucket).record_hosts("demo", backup.backup_id, answer["freezes"], [])
+    assert (
+        bucket.s3.list_objects_v2(Bucket=BUCKET, Prefix=signals.backup_prefix("demo", backup.backup_id))[
+            "KeyCount"
+        ]
+        == 0
+    )
