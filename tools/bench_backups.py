@@ -13,7 +13,9 @@ for real by the local cloud's Run Command), and from each set's record:
 * **host window**: each host's freeze-io ``freezeStartedAt`` → thaw-io ``thawedAt`` (the host's
   own clock): how long its writes were paused;
 * **array window**: the first host's freeze started → the last host thawed;
-* **CreateSnapshots**: how long the one call took (the Lambda's clock).
+* **CreateSnapshots**: how long the one call took (the Lambda's clock);
+* **thawed by**: how many host windows ended on the set's thaw marker (``signal``) and how many
+  by the thaw-io command.
 
 Percentiles are nearest-rank over all samples. Figures, not a test: nothing is asserted. The
 EBS per-volume rate (one snapshot every 15 s) paces the runs; snapshots complete after 1 s
@@ -44,6 +46,7 @@ INTEGRATION_API = Api
 from tests.documents.xfs_lab import Lab, _missing  # noqa: E402
 from tests.integration.arrays_world import World, control  # noqa: E402
 from tests.integration.backups_world import BackupArray, backup_spec, serving_controller  # noqa: E402
+from tests.node_profile import ensure_node_profile  # noqa: E402
 from vsa_core.waiters import execution_arn, execution_finished  # noqa: E402
 
 
@@ -58,7 +61,7 @@ def run(
     array_id = f"bench-{uuid.uuid4().hex[:8]}"
     volume_ids = [world.volume() for _ in range(volumes)]
     host_mounts = {world.host(): [lab.xfs(f"v{volumes}h{h}").mountpoint] for h in range(hosts)}
-    spec = backup_spec(array_id, volume_ids, host_mounts, "application", runs + 1)
+    spec = backup_spec(array_id, volume_ids, host_mounts, "application", runs + 1, world.controller_profile())
     status, reply = api.call("PUT", f"/arrays/{array_id}", spec)
     if status != 201:
         raise SystemExit(f"PUT /arrays/{array_id}: {status} {reply}")
@@ -68,6 +71,7 @@ def run(
     array_windows: list[float] = []
     calls: list[float] = []
     labels: dict[str, int] = {}
+    thawed_by: dict[str, int] = {}
     made: list[str] = []
     try:
         for i in range(runs):
@@ -82,6 +86,8 @@ def run(
                 labels.get(f"{backup['state']}/{backup['consistency']}", 0) + 1
             )
             windows = [h["windowSeconds"] for h in backup["hosts"] if h.get("windowSeconds") is not None]
+            for h in backup["hosts"]:
+                thawed_by[str(h.get("thawedBy"))] = thawed_by.get(str(h.get("thawedBy")), 0) + 1
             host_windows.extend(windows)
             if len(windows) == hosts:
                 array_windows.append(
@@ -116,6 +122,7 @@ def run(
         "hosts": hosts,
         "runs": runs,
         "labels": labels,
+        "thawedBy": thawed_by,
         "hostWindowSeconds": stats(host_windows),
         "arrayWindowSeconds": stats(array_windows),
         "createSnapshotsSeconds": stats(calls),
@@ -147,7 +154,8 @@ def main() -> int:
     control(endpoint, "ebs", "configure", snapshot_seconds=1)
     results = []
     for volumes in args.volumes:
-        world = World(endpoint)
+        # the controllers' instance profile: a controller reads its own keys with it
+        world = World(endpoint, ensure_node_profile(boto3.client("iam"), outputs["NodeKeysPolicyArn"]))
         lab_root = Path(f"/tmp/vsa-bench-backups-{uuid.uuid4().hex[:6]}")  # noqa: S108
         lab_root.mkdir()
         lab = Lab(root=lab_root, state_dir=Path("/run/vsa-freeze"))

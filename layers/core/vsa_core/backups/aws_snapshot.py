@@ -140,13 +140,20 @@ def _look(
     on = ctx.signals is not None and bool(freezing.get("signals"))
     signaled = ctx.signals.reported(array_id, backup_id) if ctx.signals is not None and on else set()
     rest = [h for h in freezing.get("hosts", []) if h["instanceId"] not in signaled]
-    now, last = ctx.clock(), float(previous.get("ssmCheckedAt") or 0)
+    # Run Command's status is first read a second after the sends (nothing has ended sooner)
+    now, last = ctx.clock(), float(previous.get("ssmCheckedAt") or freezing.get("sentAt") or 0)
     if not rest:
         return _Look([], signaled, [], 0, last)
     late = now - float(freezing.get("sentAt") or 0) > timeout
     if on and not late and now - last < signals.SSM_CHECK_SECONDS:
         return _Look([], signaled, [h["instanceId"] for h in rest], 0, last)
     results, waiting = _freeze_results(ctx, {**freezing, "hosts": rest}, timeout)
+    if on and ctx.signals is not None:
+        # listed again: a host whose command ended since the first listing PUT its report before
+        # it ended, so Run Command's word stands only for the hosts whose report never came
+        signaled = ctx.signals.reported(array_id, backup_id)
+        results = [r for r in results if r["instanceId"] not in signaled]
+        waiting = [w for w in waiting if w not in signaled]
     return _Look(results, signaled, waiting, signals.next_look(on, bool(results)), now)
 
 
@@ -198,9 +205,11 @@ def snapshot(
             raise SnapshotLimitError(f"EBS refused CreateSnapshots: {error}") from None
         raise
     returned_at = ctx.clock()
-    if ctx.signals is not None and freezing.get("signals"):
-        ctx.signals.thaw(array_id, backup_id, requested_at, returned_at)
-    thaw_hosts = _send_thaws(ctx, backup_id, freezing.get("hosts", []), thaw_document)
+    # the thaw marker and thaw-io side by side: whichever reaches a host first thaws it
+    with ThreadPoolExecutor(max_workers=1) as marker:
+        if ctx.signals is not None and freezing.get("signals"):
+            marker.submit(ctx.signals.thaw, array_id, backup_id, requested_at, returned_at)
+        thaw_hosts = _send_thaws(ctx, backup_id, freezing.get("hosts", []), thaw_document)
     freezes = _in_order(
         freezing, look.results + _signaled_results(ctx, array_id, backup_id, freezing, look.signaled)
     )
