@@ -547,6 +547,11 @@ def test_a_failed_restore_names_each_volume_its_undo_could_not_delete(world: dic
     assert "NOT deleted" in str(failed.value)
 
 
+def snapshots_taken(volumes: list[str]) -> dict[str, Any]:
+    """CreateSnapshots' answer: one pending snapshot per volume."""
+    return {"Snapshots": [{"SnapshotId": f"snap-0000000{i}", "VolumeId": v} for i, v in enumerate(volumes)]}
+
+
 def _frozen_hosts(backup_id: str) -> list[dict[str, Any]]:
     return [
         {
@@ -596,14 +601,7 @@ def test_snapshot_sends_thaw_io_to_every_host_the_moment_it_returns(world: dict[
     hosts = _frozen_hosts(backup.backup_id)
     ec2, ssm = boto3.client("ec2", region_name=REGION), boto3.client("ssm", region_name=REGION)
     snapshots, commands = Stubber(ec2), Stubber(ssm)
-    snapshots.add_response(
-        "create_snapshots",
-        {
-            "Snapshots": [
-                {"SnapshotId": f"snap-0000000{i}", "VolumeId": v} for i, v in enumerate(world["volumes"])
-            ]
-        },
-    )
+    snapshots.add_response("create_snapshots", snapshots_taken(world["volumes"]))
     for _ in hosts:
         commands.add_response("get_command_invocation", {"Status": "Success", "StandardOutputContent": "{}"})
     commands.add_response(

@@ -13,7 +13,7 @@ from botocore.stub import Stubber
 
 from tests.unit import test_backup_service as backup_world
 from tests.unit.conftest import REGION
-from tests.unit.test_backup_service import _frozen_hosts, record, service
+from tests.unit.test_backup_service import _frozen_hosts, record, service, snapshots_taken
 from vsa_core.backups import signals
 from vsa_core.backups.aws_signals import Signals
 
@@ -152,14 +152,7 @@ def test_the_last_marker_starts_the_snapshot_then_the_thaw_marker_and_thaw_io_go
     _marker(bucket, backup.backup_id, hosts[1]["instanceId"], status="failed")
     ec2, ssm = boto3.client("ec2", region_name=REGION), boto3.client("ssm", region_name=REGION)
     snapshots, commands = Stubber(ec2), Stubber(ssm)
-    snapshots.add_response(
-        "create_snapshots",
-        {
-            "Snapshots": [
-                {"SnapshotId": f"snap-0000000{i}", "VolumeId": v} for i, v in enumerate(world["volumes"])
-            ]
-        },
-    )
+    snapshots.add_response("create_snapshots", snapshots_taken(world["volumes"]))
     for _ in hosts:  # thaw-io only: no GetCommandInvocation, the markers said it all
         commands.add_response(
             "send_command", {"Command": {"CommandId": "11111111-2222-3333-4444-555555555555"}}
@@ -217,14 +210,7 @@ def test_a_host_that_ends_between_the_listing_and_run_commands_answer_is_counted
     freezing = {"hosts": hosts, "sentAt": 98.0, "signals": True}
     ec2 = boto3.client("ec2", region_name=REGION)
     snapshots = Stubber(ec2)
-    snapshots.add_response(
-        "create_snapshots",
-        {
-            "Snapshots": [
-                {"SnapshotId": f"snap-0000000{i}", "VolumeId": v} for i, v in enumerate(world["volumes"])
-            ]
-        },
-    )
+    snapshots.add_response("create_snapshots", snapshots_taken(world["volumes"]))
     volumes = [{"volumeId": v} for v in world["volumes"]]
     # When the step looks a second after the sends
     with stub, snapshots:
@@ -235,3 +221,31 @@ def test_a_host_that_ends_between_the_listing_and_run_commands_answer_is_counted
     assert answer["taken"] is True
     assert [f["status"] for f in answer["freezes"]] == ["Success", "Success"]
     assert all("frozeAt" in f["stdout"] for f in answer["freezes"]), answer["freezes"]
+
+
+def test_an_unreadable_bucket_leaves_the_look_to_run_command_and_the_backup_goes_on(
+    world: dict[str, Any],
+) -> None:
+    # Given the signals' bucket gone (or S3 refusing): a host frozen as Run Command says
+    backup = record(world["table"], state="freezing")
+    hosts = _frozen_hosts(backup.backup_id)[:1]
+    missing = Signals("vsa-signals-missing", boto3.client("s3", region_name=REGION))
+    ssm = boto3.client("ssm", region_name=REGION)
+    stub = Stubber(ssm)
+    stub.add_response("get_command_invocation", {"Status": "InProgress"})
+    with stub:
+        answer = service(world["table"], ssm=ssm, signals=missing, clock=lambda: 100.0).snapshot(
+            "demo",
+            backup.backup_id,
+            world["controller"],
+            [],
+            [],
+            {"hosts": hosts, "sentAt": 98.0, "signals": True},
+        )
+    # Then the look is Run Command's, the next a second later, as without signals: no failed step
+    assert answer == {
+        "taken": False,
+        "waiting": [hosts[0]["instanceId"]],
+        "waitSeconds": 1,
+        "ssmCheckedAt": 100.0,
+    }

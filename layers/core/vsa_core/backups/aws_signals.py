@@ -55,14 +55,22 @@ class Signals:
             )
         )
 
-    def reported(self, array_id: str, backup_id: str) -> set[str]:
-        """The hosts whose frozen report has arrived (one listing: every host of the backup)."""
+    def reported(self, array_id: str, backup_id: str) -> set[str] | None:
+        """The hosts whose frozen report has arrived (one listing: every host of the backup).
+        None when S3 cannot be read (logged): Run Command's status decides, as without signals;
+        a backup never fails for want of its signals."""
         keys: list[str] = []
         pages = self.s3.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=signals.backup_prefix(array_id, backup_id)
         )
-        for page in pages:
-            keys += [item["Key"] for item in page.get("Contents", [])]
+        try:
+            for page in pages:
+                keys += [item["Key"] for item in page.get("Contents", [])]
+        except (ClientError, BotoCoreError):
+            logger.warning(
+                "frozen reports not listed: Run Command's status decides", extra={"backup_id": backup_id}
+            )
+            return None
         return signals.reported_hosts(keys, array_id, backup_id)
 
     def reports(self, array_id: str, backup_id: str, instance_ids: Iterable[str]) -> Mapping[str, str]:

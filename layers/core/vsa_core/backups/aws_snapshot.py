@@ -137,8 +137,8 @@ def _look(
 ) -> _Look:
     """The markers every time (one listing); Run Command's status for the hosts without one at
     most once a second (``signals.SSM_CHECK_SECONDS``), and always once they are late."""
-    on = ctx.signals is not None and bool(freezing.get("signals"))
-    signaled = ctx.signals.reported(array_id, backup_id) if ctx.signals is not None and on else set()
+    listed = ctx.signals.reported(array_id, backup_id) if ctx.signals and freezing.get("signals") else None
+    on, signaled = listed is not None, listed or set()
     rest = [h for h in freezing.get("hosts", []) if h["instanceId"] not in signaled]
     # Run Command's status is first read a second after the sends (nothing has ended sooner)
     now, last = ctx.clock(), float(previous.get("ssmCheckedAt") or freezing.get("sentAt") or 0)
@@ -151,7 +151,7 @@ def _look(
     if on and ctx.signals is not None:
         # listed again: a host whose command ended since the first listing PUT its report before
         # it ended, so Run Command's word stands only for the hosts whose report never came
-        signaled = ctx.signals.reported(array_id, backup_id)
+        signaled = ctx.signals.reported(array_id, backup_id) or signaled
         results = [r for r in results if r["instanceId"] not in signaled]
         waiting = [w for w in waiting if w not in signaled]
     return _Look(results, signaled, waiting, signals.next_look(on, bool(results)), now)
