@@ -107,11 +107,39 @@ def world(local_env: dict[str, str], node_profile: str) -> Iterator[World]:
     w.close()
 
 
+SETTLE_CAP = 900
+"""How long ``settle`` waits at most while the lifecycle workflows run: it only catches a hang
+(each workflow is bounded by its own timeouts and its hook's heartbeat timeout)."""
+
+
+def _lifecycle_running(instance_ids: list[str]) -> bool:
+    """Whether a BootstrapController or DrainController execution of one of these instances
+    runs (each execution's name carries its instance's id)."""
+    outputs = boto3.client("cloudformation").describe_stacks(StackName=STACK)["Stacks"][0]["Outputs"]
+    arns = [
+        o["OutputValue"]
+        for o in outputs
+        if o["OutputKey"] in ("BootstrapControllerStateMachineArn", "DrainControllerStateMachineArn")
+    ]
+    sfn = boto3.client("stepfunctions")
+    for arn in arns:
+        for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=arn, statusFilter="RUNNING"):
+            if any(i in e["name"] for e in page["executions"] for i in instance_ids):
+                return True
+    return False
+
+
 def settle(array_id: str, timeout: float = 120) -> None:
     """Wait until the array's controllers have settled: the BootstrapController workflows let
     every launching controller in (or abandoned it) and the DrainController workflows let every
-    leaving one go, so the group has ``DesiredCapacity`` controllers, all InService."""
-    deadline = time.monotonic() + timeout
+    leaving one go, so the group has ``DesiredCapacity`` controllers, all InService.
+
+    It waits on that condition, not on the clock: ``timeout`` bounds only a stretch in which the
+    group is unsettled, its states do not change and no lifecycle workflow of its instances runs
+    (an event's delivery, a workflow's start, the group's next launch). While one runs the wait
+    goes on, however long a busy machine makes it, up to ``SETTLE_CAP``."""
+    started = time.monotonic()
+    quiet_since, last = started, None
     while True:
         group = group_of(array_id)
         if group is None:
@@ -119,7 +147,13 @@ def settle(array_id: str, timeout: float = 120) -> None:
         states = [i["LifecycleState"] for i in group["Instances"]]
         if states.count("InService") == len(states) == group["DesiredCapacity"]:
             return
-        assert time.monotonic() < deadline, f"array {array_id}: controllers still {states} after {timeout} s"
+        now = time.monotonic()
+        if states != last or _lifecycle_running([i["InstanceId"] for i in group["Instances"]]):
+            quiet_since, last = now, states
+        assert now - quiet_since < timeout, (
+            f"array {array_id}: controllers still {states}, no lifecycle workflow running for {timeout} s"
+        )
+        assert now - started < SETTLE_CAP, f"array {array_id}: controllers still {states} after {SETTLE_CAP} s"
         time.sleep(1)
 
 
