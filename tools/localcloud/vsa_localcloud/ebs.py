@@ -5,6 +5,9 @@
   TerminateInstances respect every attachment.
 * Snapshots stay ``pending`` with a growing ``Progress`` before ``completed``, with AWS's
   per-volume limits and the EventBridge events EBS emits; CreateSnapshots honours its options.
+* Volumes hold data: one sparse file each, shown on every instance it is attached to; a
+  snapshot copies it during the call, a volume created from a snapshot starts with it
+  (``ebs_data``).
 * ModifyVolume goes modifying → optimizing → completed, one at a time, at most four per volume
   in a rolling 24 hours (``ebs_modify``).
 * Every instance state change is an ``EC2 Instance State-change Notification`` (``ec2_instances``).
@@ -26,7 +29,7 @@ from localstack.services.moto import MotoFallbackDispatcher, call_moto
 from localstack.services.plugins import Service
 from moto.core.exceptions import RESTError
 
-from vsa_localcloud import ebs_ami, ebs_lock, ebs_model, ebs_modify, ec2_instances
+from vsa_localcloud import ebs_ami, ebs_data, ebs_lock, ebs_model, ebs_modify, ec2_instances
 
 
 @contextmanager
@@ -120,7 +123,7 @@ def _snapshot_info(snapshot: Any) -> dict[str, Any]:
     return {
         "SnapshotId": snapshot.id,
         "VolumeId": snapshot.volume.id,
-        "VolumeSize": snapshot.volume.size,
+        "VolumeSize": snapshot.volume_size,  # the volume's size when the snapshot was taken
         "State": snapshot.status,
         "Progress": snapshot.progress,
         "StartTime": datetime.fromisoformat(snapshot.start_time.replace("Z", "+00:00")),
@@ -145,4 +148,7 @@ CONTROL: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "configure": ebs_model.configure,
     # {"SnapshotId": "snap-..."}: a pending snapshot goes to ``error`` (and its event is emitted)
     "fail_snapshot": lambda body: ebs_model.fail_snapshot(body["SnapshotId"]),
+    # {"VolumeId": "vol-..."} or {"SnapshotId": "snap-..."}: where its data lives in the run
+    # directory, its length and the bytes it takes ({"Path", "Exists", "Bytes", "AllocatedBytes"})
+    "data_file": lambda body: ebs_data.describe(body.get("VolumeId"), body.get("SnapshotId")),
 }

@@ -26,9 +26,17 @@ moto quirks worked around here (each also commented where it is handled):
   ``__init__`` assigns, so it becomes a property with a setter.
 * The default root volume is always /dev/sda1 whatever the AMI's root device name.
 * An attach, detach or terminate also updates the instance's SSM node sandbox: each attached
-  volume is a ``dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol…`` file there, as on a
-  Nitro instance (``ssm_nodes.sync_devices``), so a document looking for a volume's device
-  finds it only while the volume is attached.
+  volume is a ``dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol…`` link there to the volume's
+  data file, as on a Nitro instance (``ssm_nodes.sync_devices``), so a document looking for a
+  volume's device finds it only while the volume is attached.
+* moto's volumes and snapshots hold no data. Here each volume has its blocks in a sparse file of
+  the run directory, a snapshot copies them during the call that creates it, a volume created
+  from a snapshot starts with the snapshot's, and DeleteVolume / DeleteSnapshot free them
+  (``ebs_data``).
+* A snapshot's ``VolumeSize`` was its volume's size now (moto renders ``snapshot.volume.size``),
+  and CreateVolume from a snapshot without a ``Size`` took that too: a volume grown after the
+  snapshot gave a larger snapshot. Now the size the volume had when the snapshot was taken.
+  A ``Size`` smaller than the snapshot's was accepted: refused, as EC2 does.
 * The patches apply when the EC2 provider loads (LocalStack loads it at first EC2 call): a
   moto EC2 use before that (e.g. Auto Scaling) sees stock moto.
 """
@@ -42,12 +50,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from moto.ec2.exceptions import EC2ClientError, InvalidSnapshotIdError, InvalidVolumeAttachmentError
+from moto.ec2.models import ec2_backends
 from moto.ec2.models.elastic_block_store import EBSBackend, Snapshot, Volume, VolumeAttachment
 from moto.ec2.models.instances import Instance
 from moto.ec2.responses import elastic_block_store as templates
 from moto.packages.boto.ec2.blockdevicemapping import BlockDeviceType
 
-from vsa_localcloud import ssm_nodes, timings
+from vsa_localcloud import ebs_data, ssm_nodes, timings
 from vsa_localcloud.eventbus import emit
 
 LOCK = threading.RLock()
@@ -137,14 +146,48 @@ def _launching(original: Callable[..., None]) -> Callable[..., None]:
     return wrapped
 
 
-def create_volume(self: EBSBackend, *args: Any, **kwargs: Any) -> Volume:
+def create_volume(
+    self: EBSBackend, size: int | None, zone_name: str, snapshot_id: str | None = None, **options: Any
+) -> Volume:
     """CreateVolume answers the volume ``creating``; it is ``available`` ``volume_creating``
-    seconds later (latency profile). Volumes RunInstances creates are attached at launch."""
-    volume: Volume = _moto_create_volume(self, *args, **kwargs)
+    seconds later (latency profile). Volumes RunInstances creates are attached at launch. A volume
+    from a snapshot gets the snapshot's blocks at once (a fresh one its file when first used)."""
+    if snapshot_id:
+        size = _size_from_snapshot(self, snapshot_id, size)
+    volume: Volume = _moto_create_volume(self, size, zone_name, snapshot_id, **options)
+    if snapshot_id:
+        ebs_data.restore_volume(volume.id, int(volume.size), snapshot_id)
     delay = 0.0 if getattr(_LAUNCH, "active", False) else timings.current().volume_creating
     if delay > 0:
         volume.__dict__["vsa_creating"] = True
         timings.after(delay, lambda: volume.__dict__.pop("vsa_creating", None), f"create {volume.id}")
+    return volume
+
+
+def _size_from_snapshot(backend: EBSBackend, snapshot_id: str, size: int | None) -> int:
+    """CreateVolume's ``Size`` with a ``SnapshotId`` (API reference, CreateVolume: "If you specify
+    a snapshot, the default is the snapshot size, and you can specify a volume size that is equal
+    to or larger than the snapshot size")."""
+    smallest = int(backend.get_snapshot(snapshot_id).volume_size)
+    if size is None:
+        return smallest
+    if int(size) < smallest:
+        # the message EC2 answers (as operators have logged it)
+        raise refuse(
+            "InvalidParameterValue",
+            f"Volume of size {int(size)}GB is smaller than snapshot '{snapshot_id}', "
+            f"expect size >= {smallest}GB",
+        )
+    return int(size)
+
+
+_moto_delete_volume = EBSBackend.delete_volume
+
+
+def delete_volume(self: EBSBackend, volume_id: str) -> Volume:
+    """DeleteVolume (moto's checks) frees the volume's data."""
+    volume: Volume = _moto_delete_volume(self, volume_id)
+    ebs_data.delete_volume(volume_id)
     return volume
 
 
@@ -322,6 +365,7 @@ def teardown_defaults(self: Instance) -> None:
             attached[:] = [a for a in attached if a.instance is not self]
             if mapping.delete_on_termination and not attached:
                 backend.volumes.pop(volume.id, None)
+                ebs_data.delete_volume(volume.id)
     _devices_changed(self)
 
 
@@ -432,14 +476,37 @@ def create_snapshot(
     owner_id: str | None = None,
     from_ami: str | None = None,
 ) -> Snapshot:
-    """CreateSnapshot with AWS's per-volume limits and a pending phase (AMI snapshots: as moto)."""
+    """CreateSnapshot with AWS's per-volume limits and a pending phase; the volume's blocks are
+    copied before it answers. AMI snapshots as moto makes them: without data (those of moto's
+    built-in AMIs, well over a thousand per region, are of volumes nothing wrote)."""
     if from_ami:
         return _moto_create_snapshot(self, volume_id, description, owner_id, from_ami)
     with LOCK:
         _check_limits(self, [self.get_volume(volume_id)])
         snapshot = _moto_create_snapshot(self, volume_id, description, owner_id)
+        _take_data(self, [snapshot])
         _start(snapshot)
         return snapshot
+
+
+def _take_data(backend: EBSBackend, snapshots: list[Snapshot]) -> None:
+    """(Caller holds LOCK.) Copy the volumes' blocks into the new snapshots, all at one instant
+    (``ebs_data.take_snapshots``), and record each volume's size then; a copy that fails takes
+    the snapshots back, so the call fails with nothing created."""
+    try:
+        ebs_data.take_snapshots((s.volume.id, int(s.volume.size), s.id) for s in snapshots)
+    except OSError:
+        for snapshot in snapshots:
+            backend.snapshots.pop(snapshot.id, None)
+            ebs_data.delete_snapshot(snapshot.id)
+        raise
+    for snapshot in snapshots:
+        snapshot.__dict__["vsa_volume_size"] = int(snapshot.volume.size)
+
+
+def _volume_size(snapshot: Snapshot) -> int:
+    """The size of the snapshot's volume when the snapshot was taken (moto: the volume's now)."""
+    return int(snapshot.__dict__.get("vsa_volume_size", snapshot.volume.size))
 
 
 def create_snapshots(
@@ -468,8 +535,10 @@ def create_snapshots(
             if copy_volume_tags:
                 snapshot.add_tags({t["key"]: t["value"] for t in volume.get_tags()})
             snapshot.add_tags(tags)
-            _start(snapshot)
             snapshots.append(snapshot)
+        _take_data(backend, snapshots)  # crash-consistent across the instance: one instant
+        for snapshot in snapshots:
+            _start(snapshot)
         group = SnapshotSet(snapshots, start_time=_now())
         for snapshot in snapshots:
             STATE.sets[snapshot.id] = group
@@ -600,6 +669,7 @@ def _patch_templates() -> None:
             "<status>pending</status>", "<status>{{ snapshot.status }}</status>"
         )
         text = re.sub(r"<progress>\d+%</progress>", "<progress>{{ snapshot.progress }}</progress>", text)
+        text = text.replace("{{ snapshot.volume.size }}", "{{ snapshot.volume_size }}")
         setattr(templates, name, text)
 
 
@@ -628,6 +698,31 @@ def _snapshot_not_found_names_the_snapshot(original: Any, ids_of: Any) -> Any:
     return wrapped
 
 
+def _freeing_data(original: Any) -> Any:
+    """DeleteSnapshot (once every check let it through) frees the snapshot's data."""
+
+    def delete_snapshot(self: EBSBackend, snapshot_id: str) -> Any:
+        deleted = original(self, snapshot_id)
+        ebs_data.delete_snapshot(snapshot_id)
+        return deleted
+
+    return delete_snapshot
+
+
+_moto_copy_snapshot = EBSBackend.copy_snapshot
+
+
+def copy_snapshot(
+    self: EBSBackend, source_snapshot_id: str, source_region: str, *args: Any, **kwargs: Any
+) -> Snapshot:
+    """CopySnapshot: the copy has the source's blocks and its volume size (moto: neither)."""
+    source = ec2_backends[self.account_id][source_region].get_snapshot(source_snapshot_id)  # type: ignore[attr-defined]
+    copied: Snapshot = _moto_copy_snapshot(self, source_snapshot_id, source_region, *args, **kwargs)
+    ebs_data.copy_snapshot(source_snapshot_id, copied.id)
+    copied.__dict__["vsa_volume_size"] = _volume_size(source)
+    return copied
+
+
 def apply_patches() -> None:
     """Patch moto's EBS model once (idempotent)."""
     global _applied
@@ -637,15 +732,19 @@ def apply_patches() -> None:
         Volume.attachments = property(_attachments)  # type: ignore[attr-defined]
         Volume.status = property(_volume_status)  # type: ignore[assignment,method-assign]
         EBSBackend.create_volume = create_volume  # type: ignore[method-assign]
+        EBSBackend.delete_volume = delete_volume  # type: ignore[method-assign]
         Instance.add_block_device = _launching(Instance.add_block_device)  # type: ignore[method-assign]
         Instance.setup_defaults = _launching(Instance.setup_defaults)  # type: ignore[method-assign]
         Volume.attachment = property(_first_attachment, _set_attachment)  # type: ignore[assignment,method-assign]
         Volume.get_filter_value = volume_filter_value  # type: ignore[method-assign]
         Snapshot.status = property(_get_status, _set_status)  # type: ignore[assignment,method-assign]
         Snapshot.progress = property(_progress)  # type: ignore[attr-defined]
+        Snapshot.volume_size = property(_volume_size)  # type: ignore[assignment,method-assign]
         EBSBackend.attach_volume = attach_volume  # type: ignore[assignment,method-assign]
         EBSBackend.detach_volume = detach_volume  # type: ignore[assignment,method-assign]
         EBSBackend.create_snapshot = create_snapshot  # type: ignore[method-assign]
+        EBSBackend.copy_snapshot = copy_snapshot  # type: ignore[method-assign]
+        EBSBackend.delete_snapshot = _freeing_data(EBSBackend.delete_snapshot)  # type: ignore[method-assign]
         EBSBackend.describe_snapshots = _snapshot_not_found_names_the_snapshot(  # type: ignore[method-assign]
             EBSBackend.describe_snapshots, lambda snapshot_ids=None, filters=None: snapshot_ids or []
         )

@@ -26,10 +26,11 @@ volume. AWS instead:
   modification is ``modifying`` for the latency profile's ``volume_modifying`` seconds, then
   ``optimizing`` (the volume now has its new size, IOPS and type) for ``volume_optimizing``
   seconds, then ``completed`` with its end time. The fast profile (both 0) completes within the
-  call, as before. On ``optimizing`` the volume's device grows on every instance it is attached
-  to (a managed node's sparse device file: ``ssm_nodes.sync_devices``), as an NVMe EBS device's
-  capacity changes on a Nitro instance without a detach ("Extend the file system after resizing
-  an EBS volume": the OS sees the new size; the file system is the user's to extend).
+  call, as before. On ``optimizing`` the volume's data file grows in place (``ebs_data``) and so
+  its device on every instance it is attached to (a managed node's link to that file:
+  ``ssm_nodes.sync_devices``), as an NVMe EBS device's capacity changes on a Nitro instance
+  without a detach ("Extend the file system after resizing an EBS volume": the OS sees the new
+  size; the file system is the user's to extend).
 * **DescribeVolumesModifications** answers the most recent modification of each volume only
   (API reference: "If a volume has been modified more than once, the output includes only the
   most recent modification request"), with its real state and progress; ``modification-state``
@@ -50,7 +51,7 @@ from typing import Any, TypedDict
 from moto.ec2.models.elastic_block_store import EBSBackend, Volume, VolumeModification
 from moto.ec2.responses import elastic_block_store as templates
 
-from vsa_localcloud import ebs_model, timings
+from vsa_localcloud import ebs_data, ebs_model, timings
 from vsa_localcloud.ebs_model import LOCK, refuse
 
 MAX_MODIFICATIONS = 4  # per volume, "within a rolling 24-hour period" (API_ModifyVolume)
@@ -189,6 +190,7 @@ def _optimizing(modification: VolumeModification, duration: float) -> None:
             volume.multi_attach_enabled = modification.target_multi_attach_enabled
         modification.__dict__["vsa_state"] = "optimizing"
         modification.__dict__["vsa_optimizing"] = (time.monotonic(), duration)
+        ebs_data.ensure_volume(volume.id, int(volume.size))  # its data file grows in place
         instances = []
         for attachment in ebs_model.attachments_of(volume):
             mapping = attachment.instance.block_device_mapping.get(attachment.device)

@@ -45,8 +45,9 @@ from typing import Any
 from localstack import config
 
 from vsa_localcloud import eventbus, instance_roles, timings
+from vsa_localcloud.run_dir import data_dir
 from vsa_localcloud.ssm_documents import RUN_SHELL_SCRIPT, Step
-from vsa_localcloud.ssm_nodes import CHANGED, LOCK, data_dir, instance_gone, node, now
+from vsa_localcloud.ssm_nodes import CHANGED, LOCK, instance_gone, node, now
 
 LOG = logging.getLogger(__name__)
 

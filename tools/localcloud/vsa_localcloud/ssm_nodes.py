@@ -11,16 +11,17 @@ takes a node offline (``ConnectionLost``) or back ``Online``, as an agent losing
 its connection would.
 
 The sandbox is the node's root file system: every EBS volume attached to its instance appears as
-``<sandbox>/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol<hex>`` (a sparse file holding the
-volume id, as long as the volume: grown in place when a modification of the volume reaches
-``optimizing``), as udev names an EBS NVMe device on a Nitro instance, and disappears when the
-volume is detached or the instance terminates (``sync_devices``, called by the EBS model on
-every attach, detach and growth, and when a node registers).
+``<sandbox>/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol<hex>``, as udev names an EBS NVMe
+device on a Nitro instance, and disappears when the volume is detached or the instance terminates
+(``sync_devices``, called by the EBS model on every attach, detach and growth, and when a node
+registers). The device is a symbolic link to the volume's one data file in the run directory
+(``ebs_data``: sparse, as long as the volume, grown in place when a modification of the volume
+reaches ``optimizing``; a fresh volume's first line is its id), so what one node writes through
+its device every node the volume is attached to reads through its own, and a snapshot copies it.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -28,10 +29,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from localstack import config
 from moto.ec2.models import ec2_backends
 
-from vsa_localcloud import timings
+from vsa_localcloud import ebs_data, timings
+from vsa_localcloud.run_dir import data_dir
 
 DEFAULT_ACCOUNT = "000000000000"
 DEFAULT_REGION = "us-east-1"
@@ -43,7 +44,6 @@ BOOT_ID_FILE = "proc/sys/kernel/random/boot_id"
 """Inside a node's sandbox (the stack's NodeBootIdFile on the local cloud)."""
 
 DEVICE_DIR = "dev/disk/by-id"
-EBS_DEVICE_PREFIX = "nvme-Amazon_Elastic_Block_Store_"
 
 
 @dataclass
@@ -59,13 +59,6 @@ SETTINGS = Settings()
 # threads wait on it for a node to come back online, for a cancel, or for their deadline.
 LOCK = threading.RLock()
 CHANGED = threading.Condition(LOCK)
-
-
-def data_dir() -> Path:
-    """The local cloud's run directory (``.localcloud/run-<port>/data``): the parent of
-    FILESYSTEM_ROOT that ``tools/localcloud.sh`` sets; LocalStack's own state dir otherwise."""
-    root = os.environ.get("FILESYSTEM_ROOT")
-    return Path(root).resolve().parent if root else Path(config.dirs.data)
 
 
 def now() -> datetime:
@@ -232,21 +225,29 @@ def _sync_devices(managed: Node, instance: Any | None) -> None:
         if instance is not None
         else {}
     )
-    wanted = {EBS_DEVICE_PREFIX + v.replace("-", "", 1): v for v in attached}
+    wanted = {ebs_data.device_name(v): v for v in attached}
     directory = managed.root / DEVICE_DIR
     directory.mkdir(parents=True, exist_ok=True)
-    for existing in directory.glob(EBS_DEVICE_PREFIX + "*"):
+    for existing in directory.glob(ebs_data.EBS_DEVICE_PREFIX + "*"):
         if existing.name not in wanted:
             existing.unlink(missing_ok=True)
     for name, volume_id in wanted.items():
+        # the volume's one file, as long as the volume: a block device's size is what the
+        # controllers export and the hosts see (GiB, EBS's unit)
+        data = ebs_data.ensure_volume(volume_id, sizes.get(volume_id, 0))
         device = directory / name
-        if not device.exists():
-            device.write_text(volume_id + "\n")
-        # as long as the volume (sparse): a block device's size is what the controllers export
-        # and the hosts see (GiB, EBS's unit); a volume modified to a larger size grows in place
-        # (its data kept), never shrinks (EBS refuses to)
-        if device.stat().st_size < sizes.get(volume_id, 0) * 2**30:
-            os.truncate(device, sizes.get(volume_id, 0) * 2**30)
+        # A symbolic link, not a hard link, to the one file every node shares (a write through
+        # one node's device is read through another's either way). udev's by-id names are links
+        # too, and what the documents do with the path follows a link (-e, -f, stat -L, readlink
+        # -f, nvme-cli's open). The choice is configure-target's attachment identity (fencing.sh:
+        # ``stat -L -c %i:%z``, the device's inode and change time): through a link it is the
+        # volume file's, which changes only when the volume's data or size does; a hard link's
+        # change time would also change whenever another node attaches or detaches the volume
+        # (a link count change), so a fenced controller would take a replacement's attachment for
+        # a new attachment of its own and register again instead of fencing itself.
+        if not device.is_symlink() or device.readlink() != data:
+            device.unlink(missing_ok=True)
+            device.symlink_to(data)
 
 
 def sync_devices(account_id: str, region: str, instance_id: str) -> None:
