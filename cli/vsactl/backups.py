@@ -21,7 +21,10 @@ from rich.table import Table
 from .client import ApiClient, CliError, ExitCode
 from .output import Output, OutputOption, YesOption, confirm, emit
 
-backup_app = typer.Typer(help="Back an array up, list, show and delete its backup sets, apply retention.")
+backup_app = typer.Typer(
+    help="Back an array up, list, show and delete its backup sets, apply retention, prove a set "
+    "restores (restore drills)."
+)
 
 FINAL = ("completed", "failed")
 VOLUME_POLL_SECONDS = 5

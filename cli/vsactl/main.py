@@ -21,7 +21,7 @@ import typer
 import yaml
 from rich.console import Console
 
-from . import __version__, render
+from . import __version__, drills, render
 from .backups import backup_app, restore
 from .client import STACK_NAME, ApiClient, ApiError, CliError, ExitCode, Settings
 from .output import Output, OutputOption, YesOption, confirm, emit
@@ -42,6 +42,9 @@ err = Console(stderr=True, soft_wrap=True)
 
 app.add_typer(backup_app, name="backup")
 app.command("restore")(restore)
+backup_app.command("drill")(drills.start)
+backup_app.command("drills")(drills.list_drills)
+backup_app.command("drill-show")(drills.show)
 
 
 def _print_version(value: bool) -> None:

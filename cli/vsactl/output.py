@@ -1,7 +1,8 @@
 """What every command shares: ``-o table|json|yaml`` and the question a destructive command asks.
 
 ``-o json`` and ``-o yaml`` print the API's answer whole (``vsactl get ID -o yaml`` is a document
-``vsactl apply -f`` takes back); ``table`` is for people and may change.
+``vsactl apply -f`` takes back); ``table`` is for people and may change. A list whose rows have
+more to say than a terminal holds also takes ``-o wide``, as kubectl's lists do.
 """
 
 from __future__ import annotations
@@ -27,15 +28,33 @@ OutputOption = Annotated[
     Output,
     typer.Option("--output", "-o", help="table (default, for people), json or yaml (the API's answer)"),
 ]
+
+
+class ListOutput(StrEnum):
+    table = "table"
+    wide = "wide"
+    json = "json"
+    yaml = "yaml"
+
+
+ListOutputOption = Annotated[
+    ListOutput,
+    typer.Option(
+        "--output",
+        "-o",
+        help="table (default, for people), wide (more columns), json or yaml (the API's answer)",
+    ),
+]
 YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 
 
-def emit(console: Console, payload: Any, output: Output) -> bool:
-    """Print ``payload`` as JSON or YAML when asked; False for ``table`` (the caller draws it)."""
-    if output is Output.json:
+def emit(console: Console, payload: Any, output: str) -> bool:
+    """Print ``payload`` as JSON or YAML when asked (``output`` an ``Output`` or ``ListOutput``);
+    False for ``table`` and ``wide`` (the caller draws them)."""
+    if output == Output.json:
         console.print_json(json.dumps(payload, default=str))
         return True
-    if output is Output.yaml:
+    if output == Output.yaml:
         text = yaml.safe_dump(payload, sort_keys=False, default_flow_style=False, allow_unicode=True)
         console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
         return True
