@@ -1,5 +1,6 @@
 """The host documents' format and parameter safety: no root, no kernel objects."""
 
+import base64
 import re
 import shutil
 import subprocess
@@ -145,3 +146,103 @@ def test_rendered_scripts_are_shellcheck_clean(name: str) -> None:
         [shellcheck, "--shell=bash", "--severity=warning", "-"], input=script, text=True, capture_output=True
     )
     assert lint.returncode == 0, lint.stdout
+
+
+# drill-check: the restore drill's document, on an instance of its own (its parameters are not
+# the freeze documents')
+DRILL_PARAMETERS = [
+    "Volumes",
+    "DeviceDir",
+    "MountDir",
+    "Command",
+    "CommandTimeoutSeconds",
+    "DeviceWaitSeconds",
+]
+
+
+def test_drill_check_shape() -> None:
+    document = load_document("drill-check")
+    assert set(document) <= {"description", "parameters", "timeoutSeconds", "examples"}
+    assert document["timeoutSeconds"] == "3600"
+    assert document["description"].startswith("VSA drill-check:")
+    assert list(document["parameters"]) == DRILL_PARAMETERS
+    for parameter, spec in document["parameters"].items():
+        assert spec["type"] == "String", parameter
+        required = parameter == "Volumes"
+        assert set(spec) == {"type", "description", "allowedPattern"} | (set() if required else {"default"})
+        if not required:
+            assert re.fullmatch(spec["allowedPattern"], spec["default"]), parameter
+        example = document["examples"].get(parameter) or spec.get("default")
+        assert example, parameter
+        assert re.fullmatch(spec["allowedPattern"], example), parameter
+
+
+@pytest.mark.parametrize("parameter", DRILL_PARAMETERS)
+def test_drill_check_patterns_refuse_quotes_and_shell_metacharacters(parameter: str) -> None:
+    pattern = load_document("drill-check")["parameters"][parameter]["allowedPattern"]
+    for value in [*HOSTILE, "vol-0123abcd'", "vol-0123abcd;reboot", "vol-0123abcd,$(reboot)"]:
+        assert not re.fullmatch(pattern, value), f"drill-check {parameter} accepts {value!r}"
+
+
+VOLUMES_64 = ",".join(f"vol-{n:08x}" for n in range(64))
+DRILL_VALUES = [
+    (
+        "Volumes",
+        ["vol-0123abcd", "vol-0123456789abcdef0", VOLUMES_64],
+        [
+            "",
+            "vol-0123abc",
+            "vol-0123abcde",
+            "vol-0123456789ABCDEF0",
+            "vol-0123abcd,",
+            "vol-0123abcd,,vol-0123abce",
+            f"{VOLUMES_64},vol-ffffffff",
+        ],
+    ),
+    # relative: from the working directory (a local-cloud node's sandbox)
+    ("DeviceDir", ["/dev/disk/by-id", "/tmp/x.y_z-1", "dev/disk/by-id"], ["", "/", "/x y", "dev/$(x)"]),
+    ("MountDir", ["/run/vsa-drill", "run/vsa-drill"], ["", "/", "/run vsa", "run;x"]),
+    ("Command", ["", "ZXhpdCAw", "a" * 8000], ["abc", "ZXhpdCAw==", "ab+/", "a" * 8001]),
+    ("CommandTimeoutSeconds", ["1", "300", "999", "1000", "3599", "3600"], ["", "0", "01", "3601", "-1"]),
+    ("DeviceWaitSeconds", ["0", "9", "30", "299", "300"], ["", "00", "301", "1000", "-1"]),
+]
+
+
+@pytest.mark.parametrize(("parameter", "good", "bad"), DRILL_VALUES, ids=[v[0] for v in DRILL_VALUES])
+def test_drill_check_patterns_take_exactly_their_values(
+    parameter: str, good: list[str], bad: list[str]
+) -> None:
+    pattern = load_document("drill-check")["parameters"][parameter]["allowedPattern"]
+    assert [v for v in good if not re.fullmatch(pattern, v)] == []
+    assert [v for v in bad if re.fullmatch(pattern, v)] == []
+
+
+def test_drill_check_takes_only_volume_ids_the_spec_takes() -> None:
+    # an EBS volume id is vol- and 8 (older) or 17 hex digits; the spec's pattern is looser
+    from vsa_core.arrays.ids import VOLUME_ID
+
+    pattern = load_document("drill-check")["parameters"]["Volumes"]["allowedPattern"]
+    for digits in range(1, 20):
+        volume = "vol-" + "a" * digits
+        if re.fullmatch(pattern, volume):
+            assert digits in (8, 17)
+            assert re.fullmatch(VOLUME_ID, volume)
+
+
+def test_drill_check_s_example_command_is_base64url_of_a_shell_command() -> None:
+    example = load_document("drill-check")["examples"]["Command"]
+    decoded = base64.urlsafe_b64decode(example + "=" * (-len(example) % 4)).decode()
+    assert "$VSA_DRILL_MOUNTS" in decoded
+    assert subprocess.run(["bash", "-n", "-c", decoded], check=False).returncode == 0
+
+
+def test_drill_check_s_first_command_moves_to_bash() -> None:
+    # as the freeze documents: the agent may run the file with sh
+    commands = [
+        line
+        for line in render_script("drill-check", {"Volumes": "vol-0123abcd"}).splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    prologue = len(DRILL_PARAMETERS)
+    assert all(re.fullmatch(r"[A-Z_]+='[^']*'", line) for line in commands[:prologue])
+    assert commands[prologue] == 'if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi'

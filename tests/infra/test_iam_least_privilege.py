@@ -87,7 +87,12 @@ def test_pass_role_names_only_the_operators_node_roles_or_the_stacks_own_schedul
         assert resource not in ("*", ["*"]), where
         assert "iam:PassedToService" in str(statement.get("Condition", {})), where
         text = str(resource)
-        assert "NodeRolePath" in text or "BackupSchedulerRole" in text, (where, text)
+        # the operator's node roles (a path), the scheduler's and the drill instances' (the
+        # stack's own roles, SSM's agent only)
+        assert any(r in text for r in ("NodeRolePath", "BackupSchedulerRole", "DrillInstanceRole")), (
+            where,
+            text,
+        )
 
 
 def test_ec2_tags_are_allowed_only_at_creation_or_as_the_consistency_label() -> None:
@@ -114,20 +119,32 @@ def test_every_role_that_tags_ec2_resources_carries_the_explicit_deny_on_existin
 
 def test_every_volume_delete_requires_a_volume_the_product_created() -> None:
     # an operator's data volume may carry vsa:array (it is in the array); only what the control
-    # plane created itself (vsa:owned=true) or a restore made (vsa:restored-from) may be deleted
+    # plane created itself (vsa:owned=true), a restore made (vsa:restored-from) or a drill made
+    # (vsa:drill, tagged at creation: the tag can never be added later) may be deleted
     grants = _role_statements("ec2:DeleteVolume")
     assert grants
     for where, statement in grants:
         condition = statement.get("Condition", {})
         owned = condition.get("StringEquals", {}).get("aws:ResourceTag/vsa:owned") == "true"
         restored = "aws:ResourceTag/vsa:restored-from" in condition.get("StringLike", {})
-        assert owned or restored, (where, condition)
+        drilled = "aws:ResourceTag/vsa:drill" in condition.get("StringLike", {})
+        assert owned or restored or drilled, (where, condition)
+        assert condition.get("StringEquals", {}).get("aws:ResourceTag/vsa:deployment"), (where, condition)
 
 
 def test_run_instances_only_through_a_launch_template_and_group_tags_only_on_the_products_groups() -> None:
     for where, statement in _role_statements("ec2:RunInstances"):
         condition = statement.get("Condition", {})
         assert "ec2:LaunchTemplate" in condition.get("ArnLike", {}), where
+        if where.startswith("TaskDrillRole"):
+            # a drill instance overrides its template's instance profile (the drill role's only)
+            # and placement, so its resources are not all the template's: instead the instance
+            # and its volumes must be created with the drill's and the deployment's tags
+            resources = str(statement["Resource"])
+            if "instance/" in resources or "volume/" in resources:
+                assert "aws:RequestTag/vsa:drill" in condition.get("StringLike", {}), where
+                assert condition.get("StringEquals", {}).get("aws:RequestTag/vsa:deployment"), where
+            continue
         assert condition.get("Bool", {}).get("ec2:IsLaunchTemplateResource") == "true", where
     for where, statement in _role_statements("autoscaling:CreateOrUpdateTags"):
         assert statement["Resource"] not in ("*", ["*"]), where

@@ -123,7 +123,9 @@ def _lifecycle_running(instance_ids: list[str]) -> bool:
     ]
     sfn = boto3.client("stepfunctions")
     for arn in arns:
-        for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=arn, statusFilter="RUNNING"):
+        for page in sfn.get_paginator("list_executions").paginate(
+            stateMachineArn=arn, statusFilter="RUNNING"
+        ):
             if any(i in e["name"] for e in page["executions"] for i in instance_ids):
                 return True
     return False
@@ -153,7 +155,9 @@ def settle(array_id: str, timeout: float = 120) -> None:
         assert now - quiet_since < timeout, (
             f"array {array_id}: controllers still {states}, no lifecycle workflow running for {timeout} s"
         )
-        assert now - started < SETTLE_CAP, f"array {array_id}: controllers still {states} after {SETTLE_CAP} s"
+        assert now - started < SETTLE_CAP, (
+            f"array {array_id}: controllers still {states} after {SETTLE_CAP} s"
+        )
         time.sleep(1)
 
 

@@ -9,6 +9,15 @@ Written from AWS's documentation:
   (aws:RequestTag only on the snapshot); CreateVolume: the volume and its source snapshot.
 - Tag on create needs ec2:CreateTags with ec2:CreateAction:
   https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/supported-iam-actions-tagging.html
+- RunInstances (the section "RunInstances: the drill instance" below): the Service Authorization
+  Reference's RunInstances row; the EC2 User Guide, "Launch an instance from a launch template"
+  (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/launch-instances-from-launch-template.html)
+  and "Example policies to control access to the Amazon EC2 API", Launch templates
+  (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ExamplePolicies_EC2.html#iam-example-runinstances-launch-templates);
+  the IAM User Guide, "Use an IAM role to grant permissions to applications running on Amazon EC2
+  instances" (https://docs.aws.amazon.com/IAM/latest/UserGuide/id_roles_use_switch-role-ec2.html).
+- Run Command by tags: the Systems Manager User Guide, "Restricting Run Command access based on
+  tags" (https://docs.aws.amazon.com/systems-manager/latest/userguide/sysman-rc-setting-up-cmdsec.html).
 - Errors: EC2 UnauthorizedOperation (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html),
   JSON services AccessDeniedException, Auto Scaling AccessDenied, HTTP 403.
 Each test fails on stock LocalStack, which evaluates no identity policy.
@@ -19,6 +28,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -27,6 +37,9 @@ from botocore.exceptions import ClientError
 
 from tests.infra.test_statemachine_definitions import load_template
 from tests.localcloud.conftest import run_execution
+from vsa_core.arrays import plan
+from vsa_core.arrays.spec import ArraySpec
+from vsa_core.backups import drills, sets
 from vsa_core.naming import INSTANCE_INDEX
 
 ZONE = "us-east-1a"
@@ -345,13 +358,13 @@ STACK_ARNS = {"RegistryTable.Arn": "arn:aws:dynamodb:us-east-1:000000000000:tabl
 the name: the ARN keeps its form, so ``${RegistryTable.Arn}/index/…`` stays an index ARN)."""
 
 
-def _render(value: Any) -> Any:
+def _render(value: Any, stack: dict[str, str]) -> Any:
     """A policy value of template.yaml as deployed here (``!Sub`` with the local account and the
-    default DeploymentName; other intrinsics, which name the stack's own resources, become
-    wildcards)."""
+    default DeploymentName; ``!GetAtt`` of an attribute in ``stack`` as given there; other
+    intrinsics, which name the stack's own resources, become wildcards)."""
     if isinstance(value, dict) and "Sub" in value:
         text = value["Sub"] if isinstance(value["Sub"], str) else value["Sub"][0]
-        for attribute, arn in STACK_ARNS.items():
+        for attribute, arn in stack.items():
             text = text.replace(f"${{{attribute}}}", arn)
         text = text.replace("${AWS::Partition}", "aws").replace("${AWS::Region}", "us-east-1")
         text = text.replace("${AWS::AccountId}", "000000000000")
@@ -359,21 +372,27 @@ def _render(value: Any) -> Any:
         return re.sub(r"\$\{[^}]+\}", "*", text)
     if value == {"Ref": "DeploymentName"}:
         return DEPLOYMENT
+    if isinstance(value, dict) and isinstance(value.get("GetAtt"), str) and value["GetAtt"] in stack:
+        return stack[value["GetAtt"]]
     if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in ("Ref", "GetAtt"):
         return "*"  # the stack's own resources
     if isinstance(value, dict):
-        return {k: _render(v) for k, v in value.items()}
+        return {k: _render(v, stack) for k, v in value.items()}
     if isinstance(value, list):
-        return [_render(v) for v in value]
+        return [_render(v, stack) for v in value]
     return value
 
 
-def template_statements(role: str) -> list[dict[str, Any]]:
+def template_statements(role: str, stack: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The statements of a role's inline policies in template.yaml, as deployed here; ``stack``
+    names attributes of the stack's resources (``{"DrillInstanceRole.Arn": arn}``) that would
+    otherwise be wildcards."""
     resource = load_template()["Resources"][role]
+    attributes = {**STACK_ARNS, **(stack or {})}
     out = []
     for policy in resource["Properties"].get("Policies", []):
         for statement in policy["PolicyDocument"]["Statement"]:
-            out.append({k: _render(v) for k, v in statement.items()})
+            out.append({k: _render(v, attributes) for k, v in statement.items()})
     return out
 
 
@@ -812,3 +831,398 @@ def test_s3_is_authorized_on_the_bucket_and_object_arns_with_the_list_prefix(rol
         with pytest.raises(ClientError) as refused:
             denied()
         assert _code(refused.value) == "AccessDenied", refused.value.response
+
+
+# --- RunInstances: the drill instance -------------------------------------------------------------
+# Service Authorization Reference, Amazon EC2, RunInstances: authorized against the instance and
+# the volumes being created (instance/*, volume/*: aws:RequestTag and aws:TagKeys from their own
+# tag specification), the network interface, the subnet, each security group, the image
+# (arn:aws:ec2:<region>::image/<ami>), the launch template and the key pair, each with
+# ec2:LaunchTemplate and ec2:IsLaunchTemplateResource. EC2 User Guide, "Launch an instance from a
+# launch template": the request's parameters override the template's, and its tags are added to
+# the template's ("If the launch template has an existing tag with a key of Owner, the value is
+# replaced"). EC2 User Guide, example policies, Launch templates: ec2:IsLaunchTemplateResource
+# keeps a launch to the template's resources; "Tags in a launch template": tag-on-create needs
+# ec2:CreateTags for the template's tags too. IAM User Guide, "Use an IAM role to grant
+# permissions to applications running on Amazon EC2 instances": "To launch an instance with a
+# role, the developer must have permission to launch EC2 instances and permission to pass IAM
+# roles" (iam:PassRole on the profile's role, iam:PassedToService ec2.amazonaws.com).
+
+REGION_ARN = f"arn:aws:ec2:us-east-1:{ACCOUNT}"
+LAUNCH = {"MinCount": 1, "MaxCount": 1}
+DRILL_TAGS = [{"Key": drills.DRILL_TAG, "Value": "dr-1"}, {"Key": "vsa:deployment", "Value": DEPLOYMENT}]
+
+
+@pytest.fixture
+def instance_profile(aws: Callable[[str], Any]) -> Iterator[Callable[[str], tuple[str, str]]]:
+    """``instance_profile(path)``: a role EC2 may assume, in an instance profile of its own, both
+    under ``path``: (instance profile ARN, role ARN). Removed after."""
+    iam = aws("iam")
+    made: list[str] = []
+
+    def make(path: str) -> tuple[str, str]:
+        name = f"iamtest-{uuid.uuid4().hex[:8]}"
+        trust = json.dumps(_trust("ec2.amazonaws.com"))
+        role = iam.create_role(RoleName=name, Path=path, AssumeRolePolicyDocument=trust)["Role"]
+        profile = iam.create_instance_profile(InstanceProfileName=name, Path=path)["InstanceProfile"]
+        iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
+        made.append(name)
+        return str(profile["Arn"]), str(role["Arn"])
+
+    yield make
+    for name in made:
+        iam.remove_role_from_instance_profile(InstanceProfileName=name, RoleName=name)
+        iam.delete_instance_profile(InstanceProfileName=name)
+        iam.delete_role(RoleName=name)
+
+
+@pytest.fixture
+def launch_template(aws: Callable[[str], Any]) -> Iterator[Callable[..., str]]:
+    """``launch_template(data, name=None)``: a launch template with that LaunchTemplateData; its id.
+    Deleted after."""
+    made: list[str] = []
+
+    def make(data: dict[str, Any], name: str | None = None) -> str:
+        name = name or f"iamtest-{uuid.uuid4().hex[:8]}"
+        created = aws("ec2").create_launch_template(LaunchTemplateName=name, LaunchTemplateData=data)
+        made.append(str(created["LaunchTemplate"]["LaunchTemplateId"]))
+        return made[-1]
+
+    yield make
+    for template in made:
+        aws("ec2").delete_launch_template(LaunchTemplateId=template)
+
+
+@pytest.fixture
+def launched(aws: Callable[[str], Any]) -> Iterator[Callable[[dict[str, Any]], str]]:
+    """``launched(run_instances answer)``: the instance's id, terminated after the test."""
+    ids: list[str] = []
+
+    def note(reply: dict[str, Any]) -> str:
+        ids.append(str(reply["Instances"][0]["InstanceId"]))
+        return ids[-1]
+
+    yield note
+    if ids:
+        aws("ec2").terminate_instances(InstanceIds=ids)
+
+
+def _refusal(call: Callable[[], Any]) -> tuple[str, str]:
+    """The error code and message of a call that must fail."""
+    with pytest.raises(ClientError) as refused:
+        call()
+    return _code(refused.value), str(refused.value.response["Error"]["Message"])
+
+
+def _default_subnet(aws: Callable[[str], Any]) -> str:
+    subnets = aws("ec2").describe_subnets(
+        Filters=[
+            {"Name": "availability-zone", "Values": [ZONE]},
+            {"Name": "default-for-az", "Values": ["true"]},
+        ]
+    )["Subnets"]
+    return str(subnets[0]["SubnetId"])
+
+
+def _drill_spec(array_id: str, controllers_profile: str) -> ArraySpec:
+    """An array whose controllers are declared by instanceType and imageId, with their own
+    instance profile (the control plane then keeps their launch template)."""
+    return ArraySpec.model_validate(
+        {
+            "arrayId": array_id,
+            "availabilityZone": ZONE,
+            "volumes": [{"volumeId": "vol-0123456789abcdef0"}],
+            "controllers": {
+                "instanceType": "r5b.2xlarge",
+                "imageId": AMI,
+                "instanceProfile": controllers_profile,
+            },
+            "minControllers": 1,
+            "maxControllers": 2,
+            "backup": {"schedule": "rate(1 day)", "drill": {}},
+        }
+    )
+
+
+def test_the_drill_role_launches_the_drill_instance_from_the_arrays_launch_template(
+    role_session, aws, instance_profile, launch_template, launched
+):
+    # Given an array's controllers with their own instance profile, and the launch template the
+    # control plane keeps for them (plan.launch_template_params: its tags, its profile)
+    drill_profile, drill_role = instance_profile("/vsa-drill/")
+    controllers_profile, controllers_role = instance_profile("/")
+    spec = _drill_spec(f"iamtest-{uuid.uuid4().hex[:6]}", controllers_profile.rsplit("/", 1)[-1])
+    created = plan.launch_template_params(spec)
+    assert created is not None
+    launch_template(created["LaunchTemplateData"], name=created["LaunchTemplateName"])
+    # and TaskDrillRole exactly as template.yaml declares it, with this test's drill instance role
+    ec2 = role_session(*template_statements("TaskDrillRole", {"DrillInstanceRole.Arn": drill_role}))("ec2")
+    now = datetime.now(UTC)
+    drill = drills.Drill(
+        drill_id=drills.new_drill_id(now),
+        array_id=spec.array_id,
+        backup_id=sets.new_backup_id(now),
+        started_at=now,
+        set_created_at=now,
+    )
+    params = drills.launch_params(spec, drill, drill_profile)
+    # When the drill step launches the drill instance as the product does (from the template,
+    # the drill's instance profile over the template's, tagged as the drill's, in the array's AZ)
+    instance = launched(ec2.run_instances(**params))
+    # Then EC2 launches it with the drill's profile
+    described = aws("ec2").describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]
+    assert described["IamInstanceProfile"]["Arn"] == drill_profile
+    # and refuses, as AWS does, a launch without the drill's tags, with the controllers' profile
+    # (the request's, or the template's when the request names none), or not from a template
+    refusals = {
+        case: _refusal(lambda changed=changed: ec2.run_instances(**_changed(params, changed)))
+        for case, changed in {
+            "untagged": {"TagSpecifications": None},
+            "controllers' profile": {"IamInstanceProfile": {"Arn": controllers_profile}},
+            "template's profile": {"IamInstanceProfile": None},
+            "no template": {"LaunchTemplate": None, "ImageId": AMI},
+        }.items()
+    }
+    assert {code for code, _ in refusals.values()} == {"UnauthorizedOperation"}
+    assert f"ec2:RunInstances on resource: {REGION_ARN}:instance/*" in refusals["untagged"][1]
+    for case in ("controllers' profile", "template's profile"):
+        assert f"iam:PassRole on resource: {controllers_role} " in refusals[case][1]
+    assert "ec2:RunInstances" in refusals["no template"][1]
+    # and the drill role terminates its instance (it carries the drill's tags)
+    ec2.terminate_instances(InstanceIds=[instance])
+
+
+def _changed(params: dict[str, Any], changed: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with ``changed`` laid over them (None: left out)."""
+    return {k: v for k, v in {**params, **changed}.items() if v is not None}
+
+
+def test_run_instances_passes_the_role_of_its_instance_profile_or_its_templates(
+    role_session, instance_profile, launch_template, launched
+):
+    # Given a role that may launch anything but pass only the roles under /vsa-drill/ to EC2
+    ours, ours_role = instance_profile("/vsa-drill/")
+    other, other_role = instance_profile("/")
+    ec2 = role_session(
+        {"Effect": "Allow", "Action": "ec2:RunInstances", "Resource": "*"},
+        {
+            "Effect": "Allow",
+            "Action": "iam:PassRole",
+            "Resource": f"arn:aws:iam::{ACCOUNT}:role/vsa-drill/*",
+            "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+        },
+    )("ec2")
+    with_ours = {
+        "LaunchTemplate": {"LaunchTemplateId": launch_template({"IamInstanceProfile": {"Arn": ours}})}
+    }
+    with_other = {
+        "LaunchTemplate": {
+            "LaunchTemplateId": launch_template({"IamInstanceProfile": {"Name": other.split("/")[-1]}})
+        }
+    }
+    image = {"ImageId": AMI, **LAUNCH}
+    # Then it launches with its profile, by ARN (path and all) or by name, from the request or the
+    # template, the request's over the template's
+    for allowed in (
+        {**image, "IamInstanceProfile": {"Arn": ours}},
+        {**image, "IamInstanceProfile": {"Name": ours.split("/")[-1]}},
+        {**image, **with_ours},
+        {**image, **with_other, "IamInstanceProfile": {"Arn": ours}},
+    ):
+        launched(ec2.run_instances(**allowed))
+    # and is refused with another role's, naming that role
+    for refused in (
+        {**image, "IamInstanceProfile": {"Arn": other}},
+        {**image, **with_other},
+        {**image, **with_ours, "IamInstanceProfile": {"Name": other.split("/")[-1]}},
+    ):
+        code, message = _refusal(lambda refused=refused: ec2.run_instances(**refused))
+        assert code == "UnauthorizedOperation"
+        assert f"iam:PassRole on resource: {other_role} " in message
+    assert ours_role.startswith(f"arn:aws:iam::{ACCOUNT}:role/vsa-drill/")
+
+
+def test_is_launch_template_resource_keeps_a_launch_to_its_templates_resources(
+    role_session, aws, launch_template, launched
+):
+    # Given AWS's example policy: launch only from that launch template, overriding none of its
+    # resources, and tag on create (needed for the tags the template gives the instance)
+    group = aws("ec2").create_security_group(GroupName=f"iamtest-{uuid.uuid4().hex[:8]}", Description="t")
+    template = launch_template(
+        {
+            "ImageId": AMI,
+            "SecurityGroupIds": [group["GroupId"]],
+            "TagSpecifications": [{"ResourceType": "instance", "Tags": [{"Key": "team", "Value": "a"}]}],
+        }
+    )
+    run = {
+        "Effect": "Allow",
+        "Action": "ec2:RunInstances",
+        "Resource": "*",
+        "Condition": {
+            "ArnLike": {"ec2:LaunchTemplate": f"{REGION_ARN}:launch-template/{template}"},
+            "Bool": {"ec2:IsLaunchTemplateResource": "true"},
+        },
+    }
+    tag = {
+        "Effect": "Allow",
+        "Action": "ec2:CreateTags",
+        "Resource": f"{REGION_ARN}:instance/*",
+        "Condition": {"StringEquals": {"ec2:CreateAction": "RunInstances"}},
+    }
+    ec2 = role_session(run, tag)("ec2")
+    default_group = aws("ec2").describe_security_groups(GroupNames=["default"])["SecurityGroups"][0][
+        "GroupId"
+    ]
+    subnet = _default_subnet(aws)
+    from_template = {"LaunchTemplate": {"LaunchTemplateId": template}, **LAUNCH}
+    try:
+        # Then a launch from the template alone is allowed: its image and group, the default
+        # subnet, the new instance, volume and interface are all the template's
+        launched(ec2.run_instances(**from_template))
+        # and one that supplies a resource itself is refused, naming it (the template's own image too)
+        for override, resource in (
+            ({"ImageId": AMI}, f"arn:aws:ec2:us-east-1::image/{AMI}"),
+            ({"SecurityGroupIds": [default_group]}, f"{REGION_ARN}:security-group/{default_group}"),
+            ({"SubnetId": subnet}, f"{REGION_ARN}:subnet/{subnet}"),
+        ):
+            code, message = _refusal(lambda o=override: ec2.run_instances(**from_template, **o))
+            assert code == "UnauthorizedOperation"
+            assert f"on resource: {resource} " in message
+        # as is a launch from no template, and one whose template tags without ec2:CreateTags
+        assert _refusal(lambda: ec2.run_instances(ImageId=AMI, **LAUNCH))[0] == "UnauthorizedOperation"
+        untagging = role_session(run)("ec2")
+        assert "ec2:CreateTags" in _refusal(lambda: untagging.run_instances(**from_template))[1]
+    finally:
+        aws("ec2").delete_security_group(GroupId=group["GroupId"])
+
+
+def test_a_launch_templates_tags_are_the_launchs_with_the_requests_over_them(
+    role_session, launch_template, launched
+):
+    # Given a role that launches only instances created with owner=me, and templates that tag
+    # their instances owner=me and owner=you
+    ec2 = role_session(
+        {"Effect": "Allow", "Action": "ec2:RunInstances", "NotResource": "arn:aws:ec2:*:*:instance/*"},
+        {
+            "Effect": "Allow",
+            "Action": "ec2:RunInstances",
+            "Resource": "arn:aws:ec2:*:*:instance/*",
+            "Condition": {"StringEquals": {"aws:RequestTag/owner": "me"}},
+        },
+        {
+            "Effect": "Allow",
+            "Action": "ec2:CreateTags",
+            "Resource": "*",
+            "Condition": {"StringEquals": {"ec2:CreateAction": "RunInstances"}},
+        },
+    )("ec2")
+
+    def template(owner: str) -> dict[str, Any]:
+        tags = [{"ResourceType": "instance", "Tags": [{"Key": "owner", "Value": owner}]}]
+        return {
+            "LaunchTemplate": {
+                "LaunchTemplateId": launch_template({"ImageId": AMI, "TagSpecifications": tags})
+            }
+        }
+
+    def request(owner: str) -> dict[str, Any]:
+        return {
+            "TagSpecifications": [{"ResourceType": "instance", "Tags": [{"Key": "owner", "Value": owner}]}]
+        }
+
+    mine, theirs = template("me"), template("you")
+    # Then the template's tags are the launch's when the request gives none, and the request's
+    # value wins for a key in both
+    launched(ec2.run_instances(**mine, **LAUNCH))
+    launched(ec2.run_instances(**theirs, **request("me"), **LAUNCH))
+    for refused in ({**theirs}, {**mine, **request("you")}):
+        code, message = _refusal(lambda refused=refused: ec2.run_instances(**refused, **LAUNCH))
+        assert code == "UnauthorizedOperation"
+        assert f"ec2:RunInstances on resource: {REGION_ARN}:instance/*" in message
+
+
+def test_send_command_on_an_instance_is_conditioned_on_its_tags_as_ssm_resource_tag(
+    role_session, aws, ec2_world, launched
+):
+    # Given TaskDrillRole's SendCommand statements as template.yaml declares them (the document;
+    # an instance where ssm:resourceTag/vsa:drill exists), a drill instance and one of the array's
+    statements = [s for s in template_statements("TaskDrillRole") if "ssm:SendCommand" in s["Action"]]
+    ssm = role_session(*statements)("ssm")
+    drill = launched(
+        aws("ec2").run_instances(
+            ImageId=AMI,
+            Placement={"AvailabilityZone": ZONE},
+            TagSpecifications=[{"ResourceType": "instance", "Tags": DRILL_TAGS}],
+            **LAUNCH,
+        )
+    )
+    params = {"DocumentName": "AWS-RunShellScript", "Parameters": {"commands": ["true"]}}
+    # Then Run Command on the array's instance is refused, naming it
+    code, message = _refusal(lambda: ssm.send_command(InstanceIds=[ec2_world["instance"]], **params))
+    assert code == "AccessDeniedException"
+    assert f"instance/{ec2_world['instance']} " in message
+    # and on the drill instance it is not (the local cloud may refuse a node it does not manage)
+    refusal = ""
+    try:
+        ssm.send_command(InstanceIds=[drill], **params)
+    except ClientError as exc:
+        refusal = _code(exc)
+    assert refusal not in ("AccessDeniedException", "AccessDenied")
+
+
+def test_the_drill_role_attaches_terminates_and_deletes_only_what_carries_the_drill_tag(
+    role_session, aws, ec2_world, launched
+):
+    # Given a drill instance and two drill volumes (the drill's tags), beside the array's tagged
+    # instance and the operator's untagged volume
+    plain = aws("ec2")
+    instance = launched(
+        plain.run_instances(
+            ImageId=AMI,
+            Placement={"AvailabilityZone": ZONE},
+            TagSpecifications=[{"ResourceType": "instance", "Tags": DRILL_TAGS}],
+            **LAUNCH,
+        )
+    )
+    volumes = [
+        plain.create_volume(
+            AvailabilityZone=ZONE, Size=1, TagSpecifications=[{"ResourceType": "volume", "Tags": DRILL_TAGS}]
+        )["VolumeId"]
+        for _ in range(2)
+    ]
+    ec2 = role_session(*template_statements("TaskDrillRole"))("ec2")
+    try:
+        # Then the drill role attaches a drill volume to the drill instance and deletes a drill volume
+        ec2.attach_volume(VolumeId=volumes[0], InstanceId=instance, Device="/dev/sdf")
+        ec2.delete_volume(VolumeId=volumes[1])
+        # but nothing that lacks the drill's tag, instance or volume
+        for refused in (
+            lambda: ec2.attach_volume(VolumeId=ec2_world["operator"], InstanceId=instance, Device="/dev/sdg"),
+            lambda: ec2.attach_volume(
+                VolumeId=volumes[0], InstanceId=ec2_world["instance"], Device="/dev/sdg"
+            ),
+            lambda: ec2.delete_volume(VolumeId=ec2_world["operator"]),
+            lambda: ec2.terminate_instances(InstanceIds=[ec2_world["instance"]]),
+        ):
+            assert _refusal(refused)[0] == "UnauthorizedOperation"
+        # and it terminates the drill instance
+        ec2.terminate_instances(InstanceIds=[instance])
+    finally:
+        _delete_volumes(plain, volumes)
+
+
+def _delete_volumes(ec2: Any, volumes: list[str]) -> None:
+    """Detach (forced) and delete those of the volumes still there."""
+    left = ec2.describe_volumes(Filters=[{"Name": "volume-id", "Values": volumes}])["Volumes"]
+    for volume in [v["VolumeId"] for v in left]:
+        for attachment in ec2.describe_volumes(VolumeIds=[volume])["Volumes"][0]["Attachments"]:
+            ec2.detach_volume(VolumeId=volume, InstanceId=attachment["InstanceId"], Force=True)
+        for _ in range(50):
+            try:
+                ec2.delete_volume(VolumeId=volume)
+                break
+            except ClientError as exc:
+                if _code(exc) != "VolumeInUse":
+                    raise
+                time.sleep(0.1)

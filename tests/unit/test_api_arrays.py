@@ -208,9 +208,10 @@ def test_aws_refusing_a_step_is_502_and_the_spec_is_kept_for_a_retry(api_env: di
     # stands in for Scheduler only; everything else is moto)
     scheduler = client("scheduler")
     with Stubber(scheduler) as stub:
-        stub.add_client_error(
-            "get_schedule", service_error_code="ResourceNotFoundException", http_status_code=404
-        )
+        for _ in ("backup", "drill"):  # neither schedule exists yet
+            stub.add_client_error(
+                "get_schedule", service_error_code="ResourceNotFoundException", http_status_code=404
+            )
         stub.add_client_error(
             "create_schedule", service_error_code="ThrottlingException", service_message="Rate exceeded"
         )

@@ -11,6 +11,7 @@ import pytest
 from api_arrays import handler as arrays_handler
 from api_backups import handler
 from on_backup_requested import handler as scheduled
+from on_drill_ended import handler as drill_ended
 from task_backup import handler as task
 
 from tests.unit.conftest import ACCOUNT, REGION, FakeLambdaContext, load_event
@@ -18,7 +19,7 @@ from vsa_core.api import aws_backups
 from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.backups import sets
-from vsa_core.backups.aws_registry import BackupRegistry
+from vsa_core.backups.aws_registry import BackupRegistry, DrillRegistry
 from vsa_core.settings import Loader
 
 AMI = "ami-12c6146b"
@@ -294,3 +295,87 @@ def test_a_change_without_a_verified_caller_is_refused_and_nothing_is_stored(env
     assert status == 403, reply
     assert "no IAM caller" in reply["message"]
     assert BackupRegistry(env["table"]).sets("demo") == []
+
+
+def test_a_drill_is_started_listed_and_shown_with_its_rpo_and_bad_requests_say_what_to_fix(
+    env: dict[str, Any],
+) -> None:
+    # Given no completed set: a drill is refused, saying why
+    status, reply = call(request("POST", "/arrays/demo/drills", {}))
+    assert status == 409, reply
+    assert "take a backup first" in reply["message"]
+    older, newest = completed_set(env["table"], 120), completed_set(env["table"], 60)
+    # When a drill is asked for (the newest set by default), twice with one Idempotency-Key
+    key = {"Idempotency-Key": "drill-1"}
+    status, started = call(signed_by(request("POST", "/arrays/demo/drills", {}, key), AUDITOR))
+    again = call(signed_by(request("POST", "/arrays/demo/drills", {}, key), AUDITOR))
+    assert status == 202, started
+    assert again == (202, started)
+    assert started["backupId"] == newest.backup_id
+    assert started["state"] == "running"
+    assert started["by"]["arn"] == AUDITOR
+    assert 3500 < started["rpoSeconds"] < 3700  # the set's age at the start
+    runs = boto3.client("stepfunctions", region_name=REGION).list_executions(
+        stateMachineArn=f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:vsa-unit-restore-drill"
+    )["executions"]
+    assert [r["name"] for r in runs] == [started["drillId"]]
+    # Then a second drill while it runs is refused, a named older set too
+    status, reply = call(request("POST", "/arrays/demo/drills", {"backupId": older.backup_id}))
+    assert status == 409
+    assert "still running" in reply["message"]
+    listed = call(request("GET", "/arrays/demo/drills"))[1]
+    assert [d["drillId"] for d in listed["drills"]] == [started["drillId"]]
+    assert "checks" not in listed["drills"][0]
+    shown = call(request("GET", f"/arrays/demo/drills/{started['drillId']}"))
+    assert shown[0] == 200
+    assert shown[1]["volumes"] == []
+    # And bad input is a 4xx naming what to fix, never a 5xx
+    assert call(request("POST", "/arrays/demo/drills", {"backupId": "yesterday"}))[0] == 422
+    assert call(request("POST", "/arrays/demo/drills", {"set": "x"}))[0] == 422
+    assert call(request("GET", "/arrays/demo/drills/dr-nope"))[0] == 422
+    missing = call(request("GET", "/arrays/demo/drills/dr-20200101T000000000Z-00000000"))
+    assert missing[0] == 404
+    assert call(request("GET", "/arrays/nope/drills"))[0] == 404
+
+
+def test_a_scheduled_drill_starts_once_per_event_and_is_skipped_without_a_set(env: dict[str, Any]) -> None:
+    event = load_event("scheduler/drill_requested.json")
+    skipped = scheduled.lambda_handler(event, FakeLambdaContext())
+    assert skipped["started"] is False
+    assert "take a backup first" in skipped["reason"]
+    completed_set(env["table"], 30)
+    event = load_event("scheduler/drill_requested.json")
+    event["id"] = "another-delivery-of-another-schedule-firing"
+    first = scheduled.lambda_handler(event, FakeLambdaContext())
+    again = scheduled.lambda_handler(event, FakeLambdaContext())
+    assert first["started"] is True
+    assert again == {**first, "started": False}
+    drills = DrillRegistry(env["table"]).drills("demo")
+    assert [(d.drill_id, d.trigger) for d in drills] == [(first["drillId"], "schedule")]
+    assert drills[0].by is not None
+    assert drills[0].by.principal == "schedule:vsa-demo-drill"
+
+
+def test_a_stopped_drill_run_fails_its_drill_and_starts_its_cleanup(env: dict[str, Any]) -> None:
+    completed_set(env["table"], 30)
+    status, started = call(request("POST", "/arrays/demo/drills", {}))
+    assert status == 202
+    event = load_event("states/restore_drill_aborted.json")
+    event["detail"]["name"] = started["drillId"]
+    event["detail"]["input"] = json.dumps(
+        {"arrayId": "demo", "drillId": started["drillId"], "cleanupOnly": False}
+    )
+    answer = drill_ended.lambda_handler(event, FakeLambdaContext())
+    assert answer == {"state": "failed", "cleanupStarted": True}
+    drill = DrillRegistry(env["table"]).get("demo", started["drillId"])
+    assert drill.state == "failed"
+    assert "stopped" in (drill.message or "")
+    runs = boto3.client("stepfunctions", region_name=REGION).list_executions(
+        stateMachineArn=f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:vsa-unit-restore-drill"
+    )["executions"]
+    assert sorted(r["name"] for r in runs) == sorted([started["drillId"], f"{started['drillId']}-cleanup"])
+    # a cleanup-only run that ended early starts nothing more
+    event["detail"]["input"] = json.dumps(
+        {"arrayId": "demo", "drillId": started["drillId"], "cleanupOnly": True}
+    )
+    assert drill_ended.lambda_handler(event, FakeLambdaContext())["cleanupStarted"] is False

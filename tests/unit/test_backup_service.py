@@ -41,6 +41,10 @@ AMI = "ami-12c6146b"
 
 @pytest.fixture
 def world(registry_table: str) -> dict[str, Any]:
+    return demo_world(registry_table)
+
+
+def demo_world(registry_table: str) -> dict[str, Any]:
     """An array of 2 io2 volumes, a host, a serving controller with both attached plus a stray volume."""
     ec2 = boto3.client("ec2", region_name=REGION)
     volumes = [

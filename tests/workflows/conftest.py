@@ -47,6 +47,7 @@ SUBSTITUTIONS = {
     "TaskBackupFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-backup",
     "FreezeIoDocument": "vsa-wf-freeze-io",
     "ThawIoDocument": "vsa-wf-thaw-io",
+    "TaskDrillFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-drill",
 }
 
 

@@ -62,6 +62,16 @@ class BackupNotFoundError(VsaError):
     """The backup set id is not recorded for the array."""
 
 
+class DrillNotFoundError(VsaError):
+    """The drill id is not recorded for the array."""
+
+
+class DrillStepError(VsaError):
+    """A RestoreDrill step found the drill cannot go on (a restored volume in error, the drill
+    instance gone or never reaching Systems Manager): the drill fails with the reason and is
+    cleaned up."""
+
+
 class InvalidBackupError(VsaError):
     """A backup or restore request that cannot be done as asked; the message says what to fix."""
 

@@ -127,6 +127,11 @@ def backup_schedule_name(array_id: str) -> str:
     return f"{deployment()}-{array_id}-backup"
 
 
+def drill_schedule_name(array_id: str) -> str:
+    """The EventBridge Scheduler schedule of the array's restore drills."""
+    return f"{deployment()}-{array_id}-drill"
+
+
 def owned_volume_name(array_id: str, name: str) -> str:
     """The ``Name`` tag of a volume the control plane created for the array."""
     return f"{deployment()}-{array_id}-{name}"

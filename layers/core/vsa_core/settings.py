@@ -160,6 +160,30 @@ class BackupWorkflow(Variables):
     )
 
 
+class DrillWorkflow(Variables):
+    drill_state_machine_arn: str = Field(
+        alias="VSA_DRILL_STATE_MACHINE_ARN", description="starting the RestoreDrill workflow"
+    )
+
+
+class DrillSteps(Variables):
+    """What the RestoreDrill steps act with: the document, the drill instances' profile, where
+    the drill instance finds its volumes and mounts them."""
+
+    drill_check_document: str = Field(
+        alias="VSA_DRILL_CHECK_DOCUMENT", description="the drill-check document"
+    )
+    drill_instance_profile_arn: str = Field(
+        alias="VSA_DRILL_INSTANCE_PROFILE_ARN", description="the instance profile every drill instance gets"
+    )
+    node_device_dir: str = Field(
+        alias="VSA_NODE_DEVICE_DIR", description="where a node finds its EBS devices"
+    )
+    node_drill_mount_dir: str = Field(
+        alias="VSA_NODE_DRILL_MOUNT_DIR", description="where drill-check mounts the restored filesystems"
+    )
+
+
 class AlarmRearm(Variables):
     alarm_rearm_seconds: int = Field(
         alias="VSA_ALARM_REARM_SECONDS", ge=1, le=3600, description="when a scale run re-arms its alarm"

@@ -22,13 +22,19 @@ request is parsed and before the provider runs; see ``patches.py``):
    requirements/localcloud.txt): **every** resource of a multi-resource action is authorized
    (AttachVolume: the instance and the volume; CreateSnapshots: the instance, each volume it would
    snapshot and the new snapshots; CreateVolume from a snapshot: the volume and the snapshot;
-   SendCommand: the document and each instance). A resource being created is ``…/*``.
+   SendCommand: the document and each instance; RunInstances: the instance, its volumes and
+   network interface, the subnet, each security group, the image, the launch template, the key
+   pair and the snapshots it launches from, the request laid over its launch template as
+   ``ec2_launch`` says). A resource being created is ``…/*``.
 3. **The context.** ``aws:ResourceTag/*`` from the resource's real tags in the local cloud,
    ``aws:RequestTag/*`` and ``aws:TagKeys`` from the request's tags (for EC2, the tag
    specification of that resource type only), ``ec2:CreateAction`` (tag-on-create also needs
    ``ec2:CreateTags``, and ``autoscaling:CreateOrUpdateTags`` for a group created with tags, as AWS
    documents), ``iam:PassedToService`` (a role passed to a schedule, a lifecycle hook or through a
-   launch template's instance profile needs ``iam:PassRole``), the principal's keys and tags.
+   launch template's instance profile needs ``iam:PassRole``, and so does a RunInstances with an
+   instance profile, its own or its template's), ``ec2:LaunchTemplate`` and
+   ``ec2:IsLaunchTemplateResource`` for a launch (a launch template's tags are the launch's too,
+   under the request's), the principal's keys and tags.
    A key the Service Authorization Reference does not list for that resource type is absent, as on
    AWS (``aws:RequestTag`` on the instance of a CreateSnapshots call).
 4. **The decision** is ``iam_policy.evaluate`` (explicit deny, allow, implicit deny; every
@@ -78,7 +84,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from vsa_localcloud import iam_policy
+from vsa_localcloud import ec2_launch, iam_policy
 
 LOG = logging.getLogger(__name__)
 
@@ -694,7 +700,8 @@ def build_checks(
     action = f"{prefix}:{entry['name']}"
     base = {"Partition": "aws", "Region": region, "Account": account}
     principal = _principal_context(caller, region)
-    special = _special_arns(prefix, operation, request, base)
+    launch = _launch(prefix, operation, request, base)
+    special = _launch_arns(launch, base) if launch else _special_arns(prefix, operation, request, base)
     request_level: dict[str, list[str]] = {}
     if prefix == "cloudwatch" and request.get("Namespace"):
         request_level["cloudwatch:namespace"] = [request["Namespace"]]
@@ -725,7 +732,7 @@ def build_checks(
                 continue
             arns = [_fill(template, base)]
         keys = rtype.get("conditionKeys", []) + action_keys
-        request_tags = _request_tags(prefix, operation, request, name)
+        request_tags = launch.tags.get(name) if launch else _request_tags(prefix, operation, request, name)
         for arn in arns:
             tags = resource_tags(arn, account, region)
             if tags is None:
@@ -733,6 +740,8 @@ def build_checks(
             context = dict(principal)
             context.update(request_level)
             context.update(ec2_attributes(arn, account, region))
+            if launch is not None:
+                context.update(_launch_context(launch, base, arn))
             for key, value in tags.items():
                 context[f"aws:resourcetag/{key.lower()}"] = [value]
                 context[f"{prefix}:resourcetag/{key.lower()}"] = [value]
@@ -756,7 +765,86 @@ def build_checks(
         check.resources.append((arn, {k: v for k, v in context.items() if _applicable(k, action_keys)}))
     checks = [check] if check.resources else []
     checks += _implied_checks(caller, prefix, operation, request, base, principal)
+    if launch is not None:
+        checks += _launch_checks(launch, base, principal)
     return checks
+
+
+def _launch(
+    prefix: str, operation: str, request: dict[str, Any], base: dict[str, str]
+) -> ec2_launch.Launch | None:
+    """What a RunInstances request launches (the request over its launch template)."""
+    if (prefix, operation) != ("ec2", "RunInstances"):
+        return None
+    return ec2_launch.resolve(request, _ec2_backend(base["Account"], base["Region"]))
+
+
+def _launch_arns(launch: ec2_launch.Launch, base: dict[str, str]) -> dict[str, list[str]]:
+    arns: dict[str, list[str]] = collections.defaultdict(list)
+    for part in launch.parts:
+        arns[part.kind].append(_ec2_arn(base, part.kind, part.resource_id))
+    return dict(arns)
+
+
+def _launch_context(launch: ec2_launch.Launch, base: dict[str, str], arn: str) -> dict[str, list[str]]:
+    """``ec2:LaunchTemplate`` (the template's ARN, when launched from one) and
+    ``ec2:IsLaunchTemplateResource`` of one resource of a launch."""
+    from_template = any(
+        p.from_template and _ec2_arn(base, p.kind, p.resource_id) == arn for p in launch.parts
+    )
+    context = {"ec2:islaunchtemplateresource": [str(from_template).lower()]}
+    if launch.template_id:
+        context["ec2:launchtemplate"] = [_ec2_arn(base, "launch-template", launch.template_id)]
+    return context
+
+
+def _launch_checks(
+    launch: ec2_launch.Launch, base: dict[str, str], principal: dict[str, list[str]]
+) -> list[Check]:
+    """What a launch also needs: ec2:CreateTags for each resource type it tags on creation, the
+    launch template's tags included ("necessary if tags are specified for the instance in the
+    launch template": EC2 User Guide, example policies, Tags in a launch template), and
+    iam:PassRole for the role of its instance profile (IAM User Guide, "Use an IAM role to grant
+    permissions to applications running on Amazon EC2 instances": "To launch an instance with a
+    role, the developer must have permission to launch EC2 instances and permission to pass IAM
+    roles"), passed to ec2.amazonaws.com."""
+    checks = [
+        _create_tags_check(base, kind, tags, "RunInstances", principal)
+        for kind, tags in launch.tags.items()
+        if tags
+    ]
+    role = _profile_role(base, launch.instance_profile)
+    return checks + _pass_role_checks([(role, "ec2.amazonaws.com")] if role else [], principal)
+
+
+def _create_tags_check(
+    base: dict[str, str], kind: str, tags: dict[str, str], operation: str, principal: dict[str, list[str]]
+) -> Check:
+    context = dict(principal)
+    context["ec2:createaction"] = [operation]
+    for key, value in tags.items():
+        context[f"aws:requesttag/{key.lower()}"] = [value]
+    context["aws:tagkeys"] = list(tags)
+    return Check("ec2:CreateTags", [(_ec2_arn(base, kind, "*"), context)])
+
+
+def _pass_role_checks(passed: list[tuple[str, str]], principal: dict[str, list[str]]) -> list[Check]:
+    """iam:PassRole for each (role ARN, service it is passed to)."""
+    checks = []
+    for role, service in passed:
+        context = dict(principal)
+        context["iam:passedtoservice"] = [service]
+        checks.append(Check("iam:PassRole", [(role, context)]))
+    return checks
+
+
+def _profile_role(base: dict[str, str], profile: str | None) -> str | None:
+    """The ARN of the role in an instance profile (named or by its ARN, path included), with
+    the role's own path: PassRole is authorized against it, so a policy may grant only the roles
+    under a path. None when there is no such profile or it has no role (the provider says so)."""
+    from vsa_localcloud import instance_roles
+
+    return instance_roles.role_of(base["Account"], profile) if profile else None
 
 
 def _implied_checks(
@@ -795,19 +883,14 @@ def _implied_checks(
             context["kms:encryptioncontextkeys"] = encryption_keys
             checks.append(Check("kms:Decrypt", [(key_arn, context)]))
     # "Grant permission to tag Amazon EC2 resources during creation": ec2:CreateTags with
-    # ec2:CreateAction = the creating operation, on each resource type tagged.
-    if prefix == "ec2" and operation != "CreateTags":
+    # ec2:CreateAction = the creating operation, on each resource type tagged (RunInstances'
+    # tags, its launch template's too: _launch_checks).
+    if prefix == "ec2" and operation not in ("CreateTags", "RunInstances"):
         for spec in request.get("TagSpecifications") or []:
             kind = spec.get("ResourceType")
             tags = _tag_pairs(spec.get("Tags"))
-            if not kind or not tags:
-                continue
-            context = dict(principal)
-            context["ec2:createaction"] = [operation]
-            for key, value in tags.items():
-                context[f"aws:requesttag/{key.lower()}"] = [value]
-            context["aws:tagkeys"] = list(tags)
-            checks.append(Check("ec2:CreateTags", [(_ec2_arn(base, kind, "*"), context)]))
+            if kind and tags:
+                checks.append(_create_tags_check(base, kind, tags, operation, principal))
     # "Tag Auto Scaling groups": CreateAutoScalingGroup with Tags needs autoscaling:CreateOrUpdateTags.
     if prefix == "autoscaling" and operation == "CreateAutoScalingGroup" and request.get("Tags"):
         tags = _tag_pairs(request["Tags"])
@@ -835,11 +918,7 @@ def _implied_checks(
         role = _launch_template_role(request, base)
         if role:
             passed.append((role, "ec2.amazonaws.com"))
-    for role, service in passed:
-        context = dict(principal)
-        context["iam:passedtoservice"] = [service]
-        checks.append(Check("iam:PassRole", [(role, context)]))
-    return checks
+    return checks + _pass_role_checks(passed, principal)
 
 
 def _launch_template_role(request: dict[str, Any], base: dict[str, str]) -> str | None:
@@ -851,43 +930,9 @@ def _launch_template_role(request: dict[str, Any], base: dict[str, str]) -> str 
     ).get("LaunchTemplateSpecification")
     if not spec:
         return None
-    backend = _ec2_backend(base["Account"], base["Region"])
-    template = None
-    if spec.get("LaunchTemplateId"):
-        template = backend.launch_templates.get(spec["LaunchTemplateId"])
-    elif spec.get("LaunchTemplateName"):
-        template = next(
-            (t for t in backend.launch_templates.values() if t.name == spec["LaunchTemplateName"]), None
-        )
-    if template is None:
-        return None
-    wanted = str(spec.get("Version") or "$Default")
-    try:
-        if wanted == "$Latest":
-            version = template.latest_version()
-        elif wanted == "$Default":
-            version = template.default_version()
-        else:
-            version = template.get_version(int(wanted))
-    except (KeyError, ValueError, IndexError):
-        return None
-    profile = (getattr(version, "data", {}) or {}).get("IamInstanceProfile") or {}
-    profile_ref = profile.get("Arn") or profile.get("Name")
-    if not profile_ref:
-        return None
-    from localstack.services.iam.models import iam_stores
-
-    name = profile_ref.rsplit("/", 1)[-1]
-    store = iam_stores[base["Account"]]["us-east-1"]
-    entity = store.INSTANCE_PROFILES.get(name)
-    role_name = getattr(entity, "role_name", None) if entity is not None else None
-    if not role_name:
-        return None
-    # the role's own ARN, path included (arn:aws:iam::<account>:role/<path>/<name>): PassRole is
-    # authorized against it, so a policy may grant only the roles under a path
-    role = store.ROLES.get(role_name)
-    arn = role.role.get("Arn") if role is not None else None
-    return str(arn) if arn else f"arn:aws:iam::{base['Account']}:role/{role_name}"
+    version = ec2_launch.template_version(_ec2_backend(base["Account"], base["Region"]), spec)
+    data = getattr(version, "data", None) or {}
+    return _profile_role(base, ec2_launch.instance_profile(data))
 
 
 # --- deciding and refusing -----------------------------------------------------------------------

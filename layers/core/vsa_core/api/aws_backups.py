@@ -12,6 +12,9 @@ domain errors map to 400/404/409 here.
     GET    /arrays/{arrayId}/retention?keep=       dry run: what retention would delete, and why
     POST   /arrays/{arrayId}/retention             apply it now
     POST   /arrays/{arrayId}/restores              201: io2 Multi-Attach volumes from a set
+    POST   /arrays/{arrayId}/drills                202: a restore drill of a set + its RestoreDrill workflow
+    GET    /arrays/{arrayId}/drills                every drill, newest first, with RPO and RTO
+    GET    /arrays/{arrayId}/drills/{drillId}      one drill: its volumes, instance, checks, verdict
 
 A POST with an ``Idempotency-Key`` header is done once: the same key with the same body answers
 what the first answered (powertools idempotency, DynamoDB, 24 h); the same key with another body
@@ -42,13 +45,15 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from vsa_core.api import replies
 from vsa_core.arrays.callers import Caller, CallerUnknownError, caller_of
 from vsa_core.arrays.spec import ArrayId
-from vsa_core.backups import sets
+from vsa_core.backups import drills, sets
+from vsa_core.backups.aws_drill_service import DrillService, DrillStarterSettings, starter_from_settings
 from vsa_core.backups.aws_service import BackupService, BackupSettings, from_settings
 from vsa_core.clients import client
 from vsa_core.errors import (
     ArrayNotFoundError,
     BackupNotFoundError,
     ConflictError,
+    DrillNotFoundError,
     InvalidBackupError,
     RestoreError,
     RetentionFailedError,
@@ -61,6 +66,7 @@ from vsa_core.settings import BackupRetention, IdempotencyTable
 app = APIGatewayRestResolver(enable_validation=True)
 ArrayIdPath = Annotated[str, Path(pattern=ARRAY_ID_PATTERN, description="the array id")]
 BackupIdPath = Annotated[str, Path(pattern=sets.BACKUP_ID_PATTERN, description="the backup set id")]
+DrillIdPath = Annotated[str, Path(pattern=drills.DRILL_ID_PATTERN, description="the drill id")]
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -101,8 +107,14 @@ class RestoreRequest(_Strict):
     target: NewArrayTarget | VolumesOnlyTarget
 
 
-class BackupsApiSettings(BackupSettings, IdempotencyTable, BackupRetention):
-    """What the routes read: the service's table and workflow, the idempotency table of the
+class DrillRequest(_Strict):
+    backup_id: sets.BackupId | None = Field(
+        default=None, alias="backupId", description="the set to drill (default: the newest completed one)"
+    )
+
+
+class BackupsApiSettings(BackupSettings, DrillStarterSettings, IdempotencyTable, BackupRetention):
+    """What the routes read: the service's table and workflows, the idempotency table of the
     POSTs, retention's bound."""
 
     # like this module's other models: the handler's own Settings is the one built and loaded
@@ -121,6 +133,10 @@ def _service() -> BackupService:
     return from_settings(_settings())
 
 
+def _drills() -> DrillService:
+    return starter_from_settings(_settings())
+
+
 def _json(status: int, body: Any) -> Response[Any]:
     return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
 
@@ -132,6 +148,7 @@ replies.install(
         (CallerUnknownError, 403),
         (ArrayNotFoundError, 404),
         (BackupNotFoundError, 404),
+        (DrillNotFoundError, 404),
         (ConflictError, 409),
         (SnapshotLimitError, 409),
         (IdempotencyAlreadyInProgressError, 409),
@@ -170,6 +187,9 @@ def _perform(request: dict[str, Any]) -> dict[str, Any]:
         mode = body.get("mode") or _policy_mode(service, array_id)
         created, backup = service.start(array_id, mode=mode, label=body.get("label"), by=by)
         return {"created": created, "backup": backup.model_dump(by_alias=True, mode="json")}
+    if request["kind"] == "drill":
+        _, drill = _drills().start(array_id, body.get("backupId"), trigger="api", by=by)
+        return drill.reply()
     target = body["target"]
     return service.restore(array_id, body["backupId"], target.get("arrayId"), by)
 
@@ -335,3 +355,40 @@ def create_restore(
 ) -> Response[Any]:
     logger.append_keys(array_id=array_id, backup_id=request.backup_id)
     return _json(201, _post("restore", array_id, idempotency_key, request))
+
+
+@app.post(
+    "/arrays/<array_id>/drills",
+    summary="Start a restore drill",
+    tags=["drills"],
+    responses=replies.responses(400, 404, 409, ok=(202,)),
+)
+def create_drill(
+    array_id: ArrayIdPath,
+    request: Annotated[DrillRequest, Body(description="the set (default: the newest completed one)")],
+    idempotency_key: IdempotencyKey = None,
+) -> Response[Any]:
+    logger.append_keys(array_id=array_id)
+    reply = _post("drill", array_id, idempotency_key, request)
+    logger.info("drill requested", extra={"drill_id": reply["drillId"], "backup_id": reply["backupId"]})
+    return _json(202, reply)
+
+
+@app.get(
+    "/arrays/<array_id>/drills",
+    summary="The array's restore drills, newest first",
+    tags=["drills"],
+    responses=replies.responses(404),
+)
+def list_drills(array_id: ArrayIdPath) -> dict[str, Any]:
+    return {"arrayId": array_id, "drills": [d.summary() for d in _drills().drills(array_id)]}
+
+
+@app.get(
+    "/arrays/<array_id>/drills/<drill_id>",
+    summary="One restore drill",
+    tags=["drills"],
+    responses=replies.responses(404),
+)
+def get_drill(array_id: ArrayIdPath, drill_id: DrillIdPath) -> dict[str, Any]:
+    return _drills().get(array_id, drill_id).reply()

@@ -250,10 +250,12 @@ def _apply_alarm(clients: ArrayClients, change: Change, desired: Resources, name
 def _apply_schedule(clients: ArrayClients, change: Change, desired: Resources, name: str) -> None:
     if change.action == "delete":
         clients.scheduler.delete_schedule(Name=name)
-    elif change.action == "create":
-        clients.scheduler.create_schedule(**(desired.schedule or {}))
+        return
+    params = next(p for p in (desired.schedule, desired.drill_schedule) if p and p["Name"] == name)
+    if change.action == "create":
+        clients.scheduler.create_schedule(**params)
     else:
-        clients.scheduler.update_schedule(**(desired.schedule or {}))
+        clients.scheduler.update_schedule(**params)
 
 
 def set_alarm_thresholds(clients: ArrayClients, spec: ArraySpec, desired_controllers: int) -> list[Change]:

@@ -18,6 +18,7 @@ from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, OWNED_TAG, ArraySpec
 from vsa_core.naming import (
     backup_schedule_name,
     deployment,
+    drill_schedule_name,
     group_name,
     iops_alarm_name,
     launch_template_name,
@@ -120,6 +121,7 @@ def observe(clients: ArrayClients, spec: ArraySpec, desired: Resources) -> Resou
         alarm_high=observe_alarm(clients, iops_alarm_name(spec.array_id, "high")),
         alarm_low=observe_alarm(clients, iops_alarm_name(spec.array_id, "low")),
         schedule=observe_schedule(clients, backup_schedule_name(spec.array_id)),
+        drill_schedule=observe_schedule(clients, drill_schedule_name(spec.array_id)),
     )
 
 

@@ -17,7 +17,7 @@ from vsa_core.arrays.aws_reports import NodeDocuments
 from vsa_core.arrays.capacity import deliverable_iops, volume_bound_reason, volume_controllers
 from vsa_core.arrays.dataplane import Report
 from vsa_core.arrays.spec import ArraySpec
-from vsa_core.naming import backup_schedule_name, group_name, iops_alarm_name
+from vsa_core.naming import backup_schedule_name, drill_schedule_name, group_name, iops_alarm_name
 from vsa_core.nvme import host_nqn
 
 CONFIGURE_TARGET = "configure-target"
@@ -57,7 +57,8 @@ def status(
         "volumes": volumes,
         "capacity": capacity_status(spec, None if group is None else int(group["DesiredCapacity"]), volumes),
         "alarms": _alarms_status(clients, spec.array_id),
-        "backupSchedule": _schedule_status(clients, spec.array_id),
+        "backupSchedule": _schedule_status(clients, backup_schedule_name(spec.array_id)),
+        "drillSchedule": _schedule_status(clients, drill_schedule_name(spec.array_id)),
         "hosts": hosts,
         "dataPlane": data_plane,
     }
@@ -267,8 +268,8 @@ def _alarms_status(clients: ArrayClients, array_id: str) -> list[dict[str, Any]]
     return [{"name": a["AlarmName"], "state": a["StateValue"], "threshold": a["Threshold"]} for a in alarms]
 
 
-def _schedule_status(clients: ArrayClients, array_id: str) -> dict[str, Any] | None:
-    schedule = aws_observe.observe_schedule(clients, backup_schedule_name(array_id))
+def _schedule_status(clients: ArrayClients, name: str) -> dict[str, Any] | None:
+    schedule = aws_observe.observe_schedule(clients, name)
     if schedule is None:
         return None
     return {

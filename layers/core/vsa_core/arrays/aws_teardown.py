@@ -9,6 +9,7 @@ from vsa_core.errors import TeardownPendingError
 from vsa_core.naming import (
     backup_schedule_name,
     deployment,
+    drill_schedule_name,
     group_name,
     iops_alarm_name,
     launch_template_name,
@@ -55,12 +56,12 @@ def finish(clients: ArrayClients, spec: ArraySpec, *, delete_volumes: bool) -> l
 
 
 def _schedule_and_alarms(clients: ArrayClients, array_id: str) -> list[Change]:
-    """Delete the array's backup schedule and its IOPS alarms, those present."""
+    """Delete the array's backup and drill schedules and its IOPS alarms, those present."""
     changes: list[Change] = []
-    schedule = backup_schedule_name(array_id)
-    if aws_observe.observe_schedule(clients, schedule) is not None:
-        clients.scheduler.delete_schedule(Name=schedule)
-        changes.append(Change(f"schedule/{schedule}", "delete"))
+    for schedule in (backup_schedule_name(array_id), drill_schedule_name(array_id)):
+        if aws_observe.observe_schedule(clients, schedule) is not None:
+            clients.scheduler.delete_schedule(Name=schedule)
+            changes.append(Change(f"schedule/{schedule}", "delete"))
     alarms = [iops_alarm_name(array_id, "high"), iops_alarm_name(array_id, "low")]
     present = [a["AlarmName"] for a in clients.cloudwatch.describe_alarms(AlarmNames=alarms)["MetricAlarms"]]
     if present:

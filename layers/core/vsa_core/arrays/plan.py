@@ -32,6 +32,7 @@ from vsa_core.arrays.spec import (
 from vsa_core.naming import (
     backup_schedule_name,
     deployment,
+    drill_schedule_name,
     group_name,
     iops_alarm_name,
     launch_hook_name,
@@ -49,6 +50,7 @@ HEARTBEAT_MAX_SECONDS = 7200
 
 BACKUP_EVENT_SOURCE = "vsa.control-plane"
 BACKUP_EVENT_DETAIL_TYPE = "Backup Requested"
+DRILL_EVENT_DETAIL_TYPE = "Drill Requested"
 PUT_EVENTS_TARGET = "arn:aws:scheduler:::aws-sdk:eventbridge:putEvents"
 
 
@@ -137,6 +139,7 @@ class Resources:
     alarm_high: Params | None = None
     alarm_low: Params | None = None
     schedule: Params | None = None
+    drill_schedule: Params | None = None
 
 
 DesiredResources = Resources
@@ -339,20 +342,52 @@ def schedule_params(spec: ArraySpec, *, scheduler_role_arn: str, event_bus: str)
         "freezeTimeoutSeconds": policy.freeze_timeout_seconds,
         "trigger": "schedule",
     }
+    return _put_event_schedule(
+        backup_schedule_name(spec.array_id),
+        policy.schedule,
+        BACKUP_EVENT_DETAIL_TYPE,
+        detail,
+        scheduler_role_arn,
+        event_bus,
+    )
+
+
+def drill_schedule_params(
+    spec: ArraySpec, *, scheduler_role_arn: str, event_bus: str
+) -> dict[str, Any] | None:
+    """CreateSchedule parameters of the drill policy's schedule (``None`` without one): a
+    ``Drill Requested`` event on the deployment's own bus, which starts a restore drill."""
+    drill = spec.backup.drill if spec.backup else None
+    if drill is None or drill.schedule is None:
+        return None
+    detail = {"arrayId": spec.array_id, "trigger": "schedule"}
+    return _put_event_schedule(
+        drill_schedule_name(spec.array_id),
+        drill.schedule,
+        DRILL_EVENT_DETAIL_TYPE,
+        detail,
+        scheduler_role_arn,
+        event_bus,
+    )
+
+
+def _put_event_schedule(
+    name: str, expression: str, detail_type: str, detail: dict[str, Any], role_arn: str, event_bus: str
+) -> dict[str, Any]:
     entry = {
         "Source": BACKUP_EVENT_SOURCE,
-        "DetailType": BACKUP_EVENT_DETAIL_TYPE,
+        "DetailType": detail_type,
         "Detail": json.dumps(detail, sort_keys=True),
         "EventBusName": event_bus,
     }
     return {
-        "Name": backup_schedule_name(spec.array_id),
-        "ScheduleExpression": policy.schedule,
+        "Name": name,
+        "ScheduleExpression": expression,
         "FlexibleTimeWindow": {"Mode": "OFF"},
         "State": "ENABLED",
         "Target": {
             "Arn": PUT_EVENTS_TARGET,
-            "RoleArn": scheduler_role_arn,
+            "RoleArn": role_arn,
             "Input": json.dumps({"Entries": [entry]}, sort_keys=True),
         },
     }
@@ -394,6 +429,9 @@ def desired_resources(
         alarm_high=alarm_params(spec, desired_controllers, volume_ids, "high") if alarms else None,
         alarm_low=alarm_params(spec, desired_controllers, volume_ids, "low") if alarms else None,
         schedule=schedule_params(spec, scheduler_role_arn=scheduler_role_arn, event_bus=event_bus),
+        drill_schedule=drill_schedule_params(
+            spec, scheduler_role_arn=scheduler_role_arn, event_bus=event_bus
+        ),
     )
 
 
@@ -454,6 +492,7 @@ _SINGLE = (
     ("alarm", "alarm_high"),
     ("alarm", "alarm_low"),
     ("schedule", "schedule"),
+    ("schedule", "drill_schedule"),
 )
 
 

@@ -297,6 +297,97 @@ class BackupLock(_Strict):
         return self
 
 
+DRILL_COMMAND_MAX_BYTES = 4000
+"""An operator's drill command, in UTF-8 bytes: its base64url (drill-check's Command parameter
+takes at most 8,000 characters) stays well inside the document's bound."""
+
+
+def _recurring(value: str, what: str, one_off: str) -> str:
+    """``value`` as EventBridge Scheduler's CreateSchedule takes it (``limits.schedule_problem``),
+    and recurring: ``at(…)`` fires once and then does nothing more."""
+    problem = limits.schedule_problem(value)
+    if problem is None and limits.schedule_kind(value) == "at":
+        problem = f"at(…) fires once, and {what} recurs: use rate(…) or cron(…), or {one_off}"
+    if problem is not None:
+        raise ValueError(f"schedule {value!r}: {problem}; e.g. {limits.SCHEDULE_EXAMPLES}")
+    return value
+
+
+class DrillPolicy(_Strict):
+    """Restore drills: a backup set restored to new volumes, attached to a short-lived instance
+    in the array's AZ, checked (each filesystem mounted read-only and checked read-only, then the
+    operator's command), the outcome recorded with its RPO and RTO, everything cleaned up."""
+
+    schedule: str | None = Field(
+        default=None,
+        description="an EventBridge Scheduler expression, in UTC, like the backup schedule's (rate(7 days), "
+        "cron(0 5 ? * SUN *)); default: drills on demand only (POST /arrays/{arrayId}/drills)",
+        max_length=limits.SCHEDULE_EXPRESSION_MAX,
+    )
+    launch_template: LaunchTemplateRef | None = Field(
+        default=None,
+        alias="launchTemplate",
+        description="the launch template the drill instance launches from (default: the controllers' "
+        "launch template, or the one the control plane keeps for their instanceType and imageId); it "
+        "always gets the deployment's drill instance profile, whatever the template names",
+    )
+    instance_type: str | None = Field(
+        default=None,
+        alias="instanceType",
+        pattern=r"^[a-z0-9-]+\.[a-z0-9]+$",
+        description="the drill instance's type (default: the template's, or the controllers')",
+    )
+    subnet_id: str | None = Field(
+        default=None,
+        alias="subnetId",
+        pattern=r"^subnet-[0-9a-f]{8,17}$",
+        description="a subnet in availabilityZone (default: the launch template's, else the Availability "
+        "Zone's default subnet)",
+    )
+    security_group_ids: tuple[Annotated[str, Field(pattern=SECURITY_GROUP_ID)], ...] = Field(
+        default=(),
+        alias="securityGroupIds",
+        max_length=MAX_SECURITY_GROUPS,
+        description="the drill instance's security groups (default: the template's); it needs only "
+        "outbound HTTPS to Systems Manager",
+    )
+    command: str | None = Field(
+        default=None,
+        min_length=1,
+        description="an operator's shell command (bash) run on the drill instance once every filesystem "
+        "is mounted read-only, their mountpoints in $VSA_DRILL_MOUNTS (e.g. an application's own "
+        f"verify); it must exit 0 within commandTimeoutSeconds. At most {DRILL_COMMAND_MAX_BYTES} bytes",
+    )
+    command_timeout_seconds: StrictInt = Field(
+        default=300, alias="commandTimeoutSeconds", ge=1, le=3600, description="the command's time limit"
+    )
+    max_rpo_hours: StrictInt | None = Field(
+        default=None,
+        alias="maxRpoHours",
+        ge=1,
+        le=8760,
+        description="a drill fails when the set it restores is older than this many hours (its RPO), and "
+        "the drill RPO alarm fires (default: no bound)",
+    )
+
+    @field_validator("schedule")
+    @classmethod
+    def _expression(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None or _stored(info):
+            return value
+        return _recurring(value, "a drill schedule", "POST /arrays/{arrayId}/drills for a one-off drill")
+
+    @field_validator("command")
+    @classmethod
+    def _command_size(cls, value: str | None) -> str | None:
+        if value is not None and len(value.encode()) > DRILL_COMMAND_MAX_BYTES:
+            raise ValueError(
+                f"drill command: {len(value.encode())} bytes, at most {DRILL_COMMAND_MAX_BYTES}: put a "
+                "longer check in a script on the drill instance's image and call it"
+            )
+        return value
+
+
 class BackupPolicy(_Strict):
     schedule: str = Field(
         description="an EventBridge Scheduler expression, in UTC: rate(value unit) (rate(1 day), "
@@ -322,25 +413,20 @@ class BackupPolicy(_Strict):
         description="lock each completed set's snapshots (EBS snapshot lock); retention never deletes "
         "a set before its lock expires (default: no lock)",
     )
+    drill: DrillPolicy | None = Field(
+        default=None,
+        description="restore drills: prove the sets restore, with their RPO and RTO (default: none)",
+    )
 
     @field_validator("schedule")
     @classmethod
     def _expression(cls, value: str, info: ValidationInfo) -> str:
-        """What EventBridge Scheduler's CreateSchedule takes (``limits.schedule_problem``), and
-        recurring: ``at(…)`` is a one-time schedule, which fires once and then does nothing
-        more (a policy's next backups would silently never come); POST /arrays/{id}/backups
-        takes a one-off backup."""
+        """What EventBridge Scheduler's CreateSchedule takes, and recurring (``_recurring``): a
+        policy's next backups would silently never come after an ``at(…)``; POST
+        /arrays/{id}/backups takes a one-off backup."""
         if _stored(info):
             return value
-        problem = limits.schedule_problem(value)
-        if problem is None and limits.schedule_kind(value) == "at":
-            problem = (
-                "at(…) fires once, and a backup policy recurs: use rate(…) or cron(…), or POST "
-                "/arrays/{arrayId}/backups for a one-off backup"
-            )
-        if problem is not None:
-            raise ValueError(f"schedule {value!r}: {problem}; e.g. {limits.SCHEDULE_EXAMPLES}")
-        return value
+        return _recurring(value, "a backup policy", "POST /arrays/{arrayId}/backups for a one-off backup")
 
 
 class DemandMetric(_Strict):

@@ -5,14 +5,16 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from vsa_core.backups.drills import Drill
 from vsa_core.backups.sets import BackupSet
 from vsa_core.clients import client
-from vsa_core.errors import BackupNotFoundError, ConflictError
+from vsa_core.errors import BackupNotFoundError, ConflictError, DrillNotFoundError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 BACKUP_PREFIX = "BACKUP#"
+DRILL_PREFIX = "DRILL#"
 
 
 def backup_key(array_id: str, backup_id: str) -> dict[str, Any]:
@@ -110,4 +112,79 @@ class BackupRegistry:
             **backup_key(backup.array_id, backup.backup_id),
             "backup": {"S": backup.model_dump_json(by_alias=True)},
             "state": {"S": backup.state},
+        }
+
+
+def drill_key(array_id: str, drill_id: str) -> dict[str, Any]:
+    return {"pk": {"S": f"ARRAY#{array_id}"}, "sk": {"S": f"{DRILL_PREFIX}{drill_id}"}}
+
+
+class DrillRegistry:
+    """Restore drills under their array: ``pk = ARRAY#<id>, sk = DRILL#<drill id>`` with the
+    drill (JSON) and its ``state``; a write that ends a drill is conditional on it running, so a
+    drill never changes its verdict once given."""
+
+    def __init__(self, table_name: str, dynamodb: "DynamoDBClient | None" = None) -> None:
+        self._table = table_name
+        self._dynamodb: DynamoDBClient = dynamodb or client("dynamodb")
+
+    def create(self, drill: Drill) -> tuple[bool, Drill]:
+        """Record a new drill; ``(False, the recorded one)`` when that id exists already."""
+        try:
+            self._dynamodb.put_item(
+                TableName=self._table, Item=self._item(drill), ConditionExpression="attribute_not_exists(sk)"
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            return False, self.get(drill.array_id, drill.drill_id)
+        return True, drill
+
+    def get(self, array_id: str, drill_id: str) -> Drill:
+        item = self._dynamodb.get_item(
+            TableName=self._table, Key=drill_key(array_id, drill_id), ConsistentRead=True
+        ).get("Item")
+        if item is None:
+            raise DrillNotFoundError(f"array {array_id!r} has no drill {drill_id!r}")
+        return Drill.model_validate_json(item["drill"]["S"])
+
+    def drills(self, array_id: str) -> list[Drill]:
+        """Every drill of the array, newest first."""
+        found: list[Drill] = []
+        for page in self._dynamodb.get_paginator("query").paginate(
+            TableName=self._table,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :drill)",
+            ExpressionAttributeValues={":pk": {"S": f"ARRAY#{array_id}"}, ":drill": {"S": DRILL_PREFIX}},
+            ScanIndexForward=False,
+            ConsistentRead=True,
+        ):
+            found.extend(Drill.model_validate_json(item["drill"]["S"]) for item in page.get("Items", []))
+        return found
+
+    def save(self, drill: Drill, *, ending: bool = False) -> Drill:
+        """Write ``drill``. While it runs any step may; the write that gives its verdict
+        (``ending``) only if the recorded one still runs, else ``ConflictError``. A write
+        after the verdict (cleanup's) keeps the recorded state."""
+        condition = "#state = :running" if ending else "attribute_exists(sk) AND #state = :state"
+        values = {":running": {"S": "running"}} if ending else {":state": {"S": drill.state}}
+        try:
+            self._dynamodb.put_item(
+                TableName=self._table,
+                Item=self._item(drill),
+                ConditionExpression=condition,
+                ExpressionAttributeNames={"#state": "state"},
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            raise ConflictError(f"drill {drill.drill_id} has ended or is gone: read it again") from None
+        return drill
+
+    @staticmethod
+    def _item(drill: Drill) -> dict[str, Any]:
+        return {
+            **drill_key(drill.array_id, drill.drill_id),
+            "drill": {"S": drill.model_dump_json(by_alias=True)},
+            "state": {"S": drill.state},
         }
