@@ -35,5 +35,14 @@ parameters=(
 # e.g. VSA_DEPLOY_PARAMETERS="DeploymentName=stage ApiGatewayAccountRole=AlreadySet"
 read -ra extra <<<"${VSA_DEPLOY_PARAMETERS:-}"
 parameters+=("${extra[@]}")
-sam deploy --config-env local --parameter-overrides "${parameters[*]}" "$@"
+# The Region: REGION, else AWS_REGION or AWS_DEFAULT_REGION, else us-east-1. samconfig.toml's
+# `local` names us-east-1, which wins over the environment, so it is passed explicitly. A second
+# stack of the product in another Region of the same local cloud (disaster recovery):
+# `REGION=us-west-2 bash tools/deploy-local.sh` (the same stack name, its own outputs and its own
+# deployment-name claim there). Extra arguments go to sam deploy, e.g. the --template-file of a
+# build made elsewhere with sam build --build-dir (the config file is named: sam looks for it
+# beside the template otherwise).
+region="${REGION:-${AWS_REGION:-${AWS_DEFAULT_REGION:-us-east-1}}}"
+sam deploy --config-file "$ROOT/samconfig.toml" --config-env local --region "$region" \
+  --parameter-overrides "${parameters[*]}" "$@"
 curl -fsS -X POST "$VSA_LOCALCLOUD_URL/_localcloud/ssm/configure" -d '{"auto_register": true}' >/dev/null

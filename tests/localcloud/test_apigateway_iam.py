@@ -429,6 +429,22 @@ def test_a_user_allowed_get_only_can_get_but_not_put(api_url: str, make_user: Ca
     assert json.loads(put.data) == denied(user.arn, api_url, "PUT", "iam")
 
 
+def test_the_requested_region_is_the_apis_region(api_url: str, make_user: Callable[..., User]) -> None:
+    # aws:RequestedRegion ("AWS global condition context keys"): "the AWS Region that was called
+    # in the request", in every request's context; an API's is its Region.
+    # Given a user allowed only in the API's Region and one allowed only in another
+    resource = f"arn:aws:execute-api:{REGION}:{ACCOUNT}:{api_id_of(api_url)}/v1/GET/*"
+    here, elsewhere = (
+        make_user(dict(allow(resource), Condition={"StringEquals": {"aws:RequestedRegion": region}}))
+        for region in (REGION, "us-west-2")
+    )
+    # When each calls the API / Then the first is let through, the second refused
+    assert call_as(here.credentials, "GET", f"{api_url}/iam").status == 200
+    refused = call_as(elsewhere.credentials, "GET", f"{api_url}/iam")
+    assert refused.status == 403
+    assert json.loads(refused.data) == denied(elsewhere.arn, api_url, "GET", "iam")
+
+
 def test_the_resource_is_the_path_as_sent_so_a_path_parameter_is_its_value(
     api_url: str, make_user: Callable[..., User]
 ) -> None:

@@ -289,10 +289,12 @@ def masked(arn: str) -> str:
     return ":".join(parts)
 
 
-def request_context(caller: ApiCaller, request: Any) -> dict[str, list[str]]:
-    """The global condition keys of the request ("AWS global condition context keys")."""
+def request_context(caller: ApiCaller, request: Any, region: str) -> dict[str, list[str]]:
+    """The global condition keys of the request ("AWS global condition context keys"; the
+    Region requested is the API's)."""
     now = datetime.datetime.now(datetime.UTC)
     context = {
+        "aws:requestedregion": [region],
         "aws:principalarn": [caller.role_arn or caller.arn],
         "aws:principalaccount": [caller.account],
         "aws:principaltype": [caller.kind],
@@ -460,7 +462,10 @@ class IamAuthorizationHandler:
             return
         arn = invoke_arn(context)
         policy = ResourcePolicy.of(context.deployment.rest_api.rest_api, caller, arn.split("/", 1)[0])
-        decision = decide(caller, arn, request_context(caller, context.request), policy, context.account_id)
+        region = arn.split(":")[3]
+        decision = decide(
+            caller, arn, request_context(caller, context.request, region), policy, context.account_id
+        )
         if decision.allowed:
             LOG.info("IAM allow %s %s on %s: %s", caller.arn, ACTION, arn, decision.decided_by)
             return

@@ -8,6 +8,9 @@
 * Volumes hold data: one sparse file each, shown on every instance it is attached to; a
   snapshot copies it during the call, a volume created from a snapshot starts with it
   (``ebs_data``).
+* CopySnapshot copies the source's data (across Regions, and from another account that shares
+  it), ``pending`` then ``completed``, refused for a source not ``completed``; sharing through
+  ModifySnapshotAttribute, refused for the default EBS key (``ebs_copy``).
 * ModifyVolume goes modifying → optimizing → completed, one at a time, at most four per volume
   in a rolling 24 hours (``ebs_modify``).
 * Every instance state change is an ``EC2 Instance State-change Notification`` (``ec2_instances``).
@@ -29,7 +32,7 @@ from localstack.services.moto import MotoFallbackDispatcher, call_moto
 from localstack.services.plugins import Service
 from moto.core.exceptions import RESTError
 
-from vsa_localcloud import ebs_ami, ebs_data, ebs_lock, ebs_model, ebs_modify, ec2_instances
+from vsa_localcloud import ebs_ami, ebs_copy, ebs_data, ebs_lock, ebs_model, ebs_modify, ec2_instances
 
 
 @contextmanager
@@ -102,6 +105,34 @@ class VsaEc2Provider(Ec2Provider):
         )
         return {"Snapshots": found}
 
+    @handler("CopySnapshot", expand=False)
+    def copy_snapshot(self, context: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+        _dry_run(request)
+        with _as_service_errors():
+            snapshot = ebs_copy.copy_snapshot(get_moto_backend(context), ebs_copy.CopyRequest.of(request))
+        return {"SnapshotId": snapshot.id, "Tags": _tags(snapshot)}
+
+    @handler("ModifySnapshotAttribute", expand=False)
+    def modify_snapshot_attribute(self, context: RequestContext, request: dict[str, Any]) -> None:
+        if request.get("Attribute", "createVolumePermission") != "createVolumePermission":
+            call_moto(context)
+            return
+        _dry_run(request)
+        with _as_service_errors():
+            events = ebs_copy.modify_sharing(get_moto_backend(context), ebs_copy.SharingChange.of(request))
+        ebs_copy.announce(events)
+
+    @handler("DescribeSnapshotAttribute", expand=False)
+    def describe_snapshot_attribute(self, context: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+        snapshot = self._snapshot(context, request["SnapshotId"])
+        if request["Attribute"] == "createVolumePermission":
+            permissions = ebs_copy.create_volume_permissions(snapshot)
+            return {"SnapshotId": snapshot.id, "CreateVolumePermissions": permissions}
+        if request["Attribute"] == "productCodes":
+            return {"SnapshotId": snapshot.id, "ProductCodes": []}
+        answer: dict[str, Any] = call_moto(context)
+        return answer
+
     @handler("DeleteSnapshot", expand=False)
     def delete_snapshot(self, context: RequestContext, request: dict[str, Any]) -> None:
         key = self._key(context, request["SnapshotId"])
@@ -119,6 +150,19 @@ class VsaEc2Provider(Ec2Provider):
             return get_moto_backend(context).get_snapshot(snapshot_id)
 
 
+def _dry_run(request: dict[str, Any]) -> None:
+    """DryRun: "If you have the required permissions, the error response is DryRunOperation"
+    (the IAM enforcement refuses the others before the provider runs)."""
+    if request.get("DryRun"):
+        raise CommonServiceException(
+            "DryRunOperation", "Request would have succeeded, but DryRun flag is set.", status_code=412
+        )
+
+
+def _tags(snapshot: Any) -> list[dict[str, str]]:
+    return [{"Key": t["key"], "Value": t["value"]} for t in snapshot.get_tags()]
+
+
 def _snapshot_info(snapshot: Any) -> dict[str, Any]:
     return {
         "SnapshotId": snapshot.id,
@@ -130,7 +174,7 @@ def _snapshot_info(snapshot: Any) -> dict[str, Any]:
         "OwnerId": snapshot.owner_id,
         "Description": snapshot.description,
         "Encrypted": bool(snapshot.encrypted),
-        "Tags": [{"Key": t["key"], "Value": t["value"]} for t in snapshot.get_tags()],
+        "Tags": _tags(snapshot),
     }
 
 

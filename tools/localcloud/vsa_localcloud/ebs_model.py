@@ -32,7 +32,8 @@ moto quirks worked around here (each also commented where it is handled):
 * moto's volumes and snapshots hold no data. Here each volume has its blocks in a sparse file of
   the run directory, a snapshot copies them during the call that creates it, a volume created
   from a snapshot starts with the snapshot's, and DeleteVolume / DeleteSnapshot free them
-  (``ebs_data``).
+  (``ebs_data``). CopySnapshot and sharing are ``ebs_copy``'s (a copy goes through the same
+  ``pending`` phase, ``start_pending``, and ends with a ``copySnapshot`` event).
 * A snapshot's ``VolumeSize`` was its volume's size now (moto renders ``snapshot.volume.size``),
   and CreateVolume from a snapshot without a ``Size`` took that too: a volume grown after the
   snapshot gave a larger snapshot. Now the size the volume had when the snapshot was taken.
@@ -50,7 +51,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from moto.ec2.exceptions import EC2ClientError, InvalidSnapshotIdError, InvalidVolumeAttachmentError
-from moto.ec2.models import ec2_backends
 from moto.ec2.models.elastic_block_store import EBSBackend, Snapshot, Volume, VolumeAttachment
 from moto.ec2.models.instances import Instance
 from moto.ec2.responses import elastic_block_store as templates
@@ -427,6 +427,12 @@ def _progress(snapshot: Snapshot) -> str:
     return f"{min(99, int(fraction * 100))}%"
 
 
+def _state_message(snapshot: Snapshot) -> str | None:
+    """DescribeSnapshots' StateMessage: why a copy ended in ``error`` (none otherwise)."""
+    message = snapshot.__dict__.get("vsa_state_message") if _get_status(snapshot) == "error" else None
+    return str(message) if message else None
+
+
 def _check_limits(backend: EBSBackend, volumes: Iterable[Volume]) -> None:
     now = time.monotonic()
     for volume in volumes:
@@ -452,16 +458,19 @@ def _check_limits(backend: EBSBackend, volumes: Iterable[Volume]) -> None:
             )
 
 
-def _start(snapshot: Snapshot) -> None:
-    """Put a new snapshot into ``pending`` and schedule its completion (caller holds LOCK)."""
+def start_pending(snapshot: Snapshot, *, of_volume: bool = True, outcome: str = "completed") -> None:
+    """Put a new snapshot into ``pending`` and schedule its end, ``outcome`` (caller holds LOCK).
+    A snapshot of a volume counts toward that volume's creation rate; a copy (``of_volume``
+    False) does not. Copies take as long as snapshots: the same setting and profile entry."""
     duration = SETTINGS.snapshot_seconds
     if duration is None:
         duration = timings.current().snapshot_pending
     snapshot.status = "pending"
     snapshot.__dict__["vsa_timing"] = (time.monotonic(), duration)
     STATE.snapshots[snapshot.id] = snapshot
-    STATE.last_snapshot_at[snapshot.volume.id] = time.monotonic()
-    timer = threading.Timer(duration, _finish, (snapshot.id, "completed"))
+    if of_volume:
+        STATE.last_snapshot_at[snapshot.volume.id] = time.monotonic()
+    timer = threading.Timer(duration, _finish, (snapshot.id, outcome))
     timer.daemon = True
     timer.start()
 
@@ -485,7 +494,7 @@ def create_snapshot(
         _check_limits(self, [self.get_volume(volume_id)])
         snapshot = _moto_create_snapshot(self, volume_id, description, owner_id)
         _take_data(self, [snapshot])
-        _start(snapshot)
+        start_pending(snapshot)
         return snapshot
 
 
@@ -538,7 +547,7 @@ def create_snapshots(
             snapshots.append(snapshot)
         _take_data(backend, snapshots)  # crash-consistent across the instance: one instant
         for snapshot in snapshots:
-            _start(snapshot)
+            start_pending(snapshot)
         group = SnapshotSet(snapshots, start_time=_now())
         for snapshot in snapshots:
             STATE.sets[snapshot.id] = group
@@ -555,7 +564,7 @@ def fail_snapshot(snapshot_id: str) -> dict[str, Any]:
     with LOCK:
         snapshot = STATE.snapshots.get(snapshot_id)
         if snapshot is None:
-            raise KeyError(f"no snapshot {snapshot_id!r} created through CreateSnapshot(s)")
+            raise KeyError(f"no snapshot {snapshot_id!r} created through CreateSnapshot(s) or CopySnapshot")
         if snapshot.status != "pending":
             raise ValueError(f"snapshot {snapshot_id} is {snapshot.status}, not pending")
     _finish(snapshot_id, "error")
@@ -577,10 +586,16 @@ def _finish(snapshot_id: str, status: str) -> None:
         snapshot.__dict__["vsa_progress"] = _progress(snapshot)
         snapshot.status = status
         snapshot.__dict__["vsa_end_time"] = _now()
+        if status == "error" and "vsa_copy_of" in snapshot.__dict__:
+            # DescribeSnapshots' StateMessage: "If a snapshot copy operation fails ... this field
+            # displays error state details" (EC2 API Reference, Snapshot)
+            snapshot.__dict__.setdefault("vsa_state_message", "Snapshot copy failed")
         if snapshot.id not in snapshot.ec2_backend.snapshots:
             return  # deleted while pending: nobody to notify
         group = STATE.sets.get(snapshot_id)
-        if group is None:
+        if "vsa_copy_of" in snapshot.__dict__:
+            events.append(_copy_event(snapshot))
+        elif group is None:
             events.append(_snapshot_event(snapshot))
         elif not group.emitted and all(s.status != "pending" for s in group.snapshots):
             group.emitted = True
@@ -607,6 +622,35 @@ def _snapshot_event(snapshot: Snapshot) -> dict[str, Any]:
             "startTime": snapshot.start_time,
             "endTime": snapshot.__dict__["vsa_end_time"],
         },
+    }
+
+
+def _copy_event(snapshot: Snapshot) -> dict[str, Any]:
+    """``copySnapshot`` ("Amazon EventBridge events for Amazon EBS", Copy snapshot): in the
+    destination Region, ``source`` the source snapshot's ARN; a failed copy's cause is its state
+    message ("Source snapshot ID is not valid" for a source the copy could not read)."""
+    failed = snapshot.status == "error"
+    arn = _arn(snapshot, "snapshot", snapshot.id)
+    detail: dict[str, Any] = {
+        "event": "copySnapshot",
+        "result": "failed" if failed else "succeeded",
+        "cause": snapshot.__dict__.get("vsa_state_message", "") if failed else "",
+        "request-id": "",
+        "snapshot_id": arn,
+        "source": snapshot.__dict__["vsa_copy_of"],
+        "startTime": snapshot.start_time,
+        "endTime": snapshot.__dict__["vsa_end_time"],
+    }
+    if not failed:
+        detail["incremental"] = str(bool(snapshot.__dict__.get("vsa_incremental"))).lower()
+        detail["transferType"] = "standard"
+    return {
+        "account_id": snapshot.ec2_backend.account_id,
+        "region": snapshot.ec2_backend.region_name,
+        "source": "aws.ec2",
+        "detail_type": "EBS Snapshot Notification",
+        "resources": [arn],
+        "detail": detail,
     }
 
 
@@ -670,6 +714,12 @@ def _patch_templates() -> None:
         )
         text = re.sub(r"<progress>\d+%</progress>", "<progress>{{ snapshot.progress }}</progress>", text)
         text = text.replace("{{ snapshot.volume.size }}", "{{ snapshot.volume_size }}")
+        if name == "DESCRIBE_SNAPSHOTS_RESPONSE":  # StateMessage, whose XML name is statusMessage
+            text = text.replace(
+                "<status>{{ snapshot.status }}</status>",
+                "<status>{{ snapshot.status }}</status>{% if snapshot.state_message %}"
+                "<statusMessage>{{ snapshot.state_message }}</statusMessage>{% endif %}",
+            )
         setattr(templates, name, text)
 
 
@@ -709,20 +759,6 @@ def _freeing_data(original: Any) -> Any:
     return delete_snapshot
 
 
-_moto_copy_snapshot = EBSBackend.copy_snapshot
-
-
-def copy_snapshot(
-    self: EBSBackend, source_snapshot_id: str, source_region: str, *args: Any, **kwargs: Any
-) -> Snapshot:
-    """CopySnapshot: the copy has the source's blocks and its volume size (moto: neither)."""
-    source = ec2_backends[self.account_id][source_region].get_snapshot(source_snapshot_id)  # type: ignore[attr-defined]
-    copied: Snapshot = _moto_copy_snapshot(self, source_snapshot_id, source_region, *args, **kwargs)
-    ebs_data.copy_snapshot(source_snapshot_id, copied.id)
-    copied.__dict__["vsa_volume_size"] = _volume_size(source)
-    return copied
-
-
 def apply_patches() -> None:
     """Patch moto's EBS model once (idempotent)."""
     global _applied
@@ -740,10 +776,10 @@ def apply_patches() -> None:
         Snapshot.status = property(_get_status, _set_status)  # type: ignore[assignment,method-assign]
         Snapshot.progress = property(_progress)  # type: ignore[attr-defined]
         Snapshot.volume_size = property(_volume_size)  # type: ignore[assignment,method-assign]
+        Snapshot.state_message = property(_state_message)  # type: ignore[attr-defined]
         EBSBackend.attach_volume = attach_volume  # type: ignore[assignment,method-assign]
         EBSBackend.detach_volume = detach_volume  # type: ignore[assignment,method-assign]
         EBSBackend.create_snapshot = create_snapshot  # type: ignore[method-assign]
-        EBSBackend.copy_snapshot = copy_snapshot  # type: ignore[method-assign]
         EBSBackend.delete_snapshot = _freeing_data(EBSBackend.delete_snapshot)  # type: ignore[method-assign]
         EBSBackend.describe_snapshots = _snapshot_not_found_names_the_snapshot(  # type: ignore[method-assign]
             EBSBackend.describe_snapshots, lambda snapshot_ids=None, filters=None: snapshot_ids or []

@@ -25,7 +25,8 @@ request is parsed and before the provider runs; see ``patches.py``):
    SendCommand: the document and each instance; RunInstances: the instance, its volumes and
    network interface, the subnet, each security group, the image, the launch template, the key
    pair and the snapshots it launches from, the request laid over its launch template as
-   ``ec2_launch`` says). A resource being created is ``…/*``.
+   ``ec2_launch`` says; CopySnapshot: the copy, ``snapshot/*`` in the Region called, and the
+   source, in ``SourceRegion``). A resource being created is ``…/*``.
 3. **The context.** ``aws:ResourceTag/*`` from the resource's real tags in the local cloud,
    ``aws:RequestTag/*`` and ``aws:TagKeys`` from the request's tags (for EC2, the tag
    specification of that resource type only), ``ec2:CreateAction`` (tag-on-create also needs
@@ -35,8 +36,13 @@ request is parsed and before the provider runs; see ``patches.py``):
    instance profile, its own or its template's), ``ec2:LaunchTemplate`` and
    ``ec2:IsLaunchTemplateResource`` for a launch (a launch template's tags are the launch's too,
    under the request's), the principal's keys and tags.
+   ``aws:RequestedRegion`` (and an EC2 action's ``ec2:Region``) is the Region the request is made
+   in; a snapshot's ``ec2:`` keys (``ec2:Owner``, ``ec2:Encrypted``, ``ec2:SnapshotID`` …) are read
+   from it, in the account that owns it (a snapshot shared with the caller too), and
+   ModifySnapshotAttribute has ``ec2:Add/userId``, ``ec2:Remove/userId`` (and ``…/group``).
    A key the Service Authorization Reference does not list for that resource type is absent, as on
-   AWS (``aws:RequestTag`` on the instance of a CreateSnapshots call).
+   AWS (``aws:RequestTag`` on the instance of a CreateSnapshots call; ``aws:ResourceTag`` on the
+   source of a CopySnapshot, whose request tags are the copy's only: ``_copy_source``).
 4. **The decision** is ``iam_policy.evaluate`` (explicit deny, allow, implicit deny; every
    operator, ``IfExists``, ``Null``, set operators, ``NotAction``/``NotResource``, variables).
    Refusals answer as each protocol does: EC2 ``UnauthorizedOperation``, SNS
@@ -58,13 +64,19 @@ needs ``kms:Decrypt`` on that key (``kms:ViaService``, the ``SecretARN`` encrypt
 credentials a managed node's scripts get from its instance profile carry ``ec2:SourceInstanceARN``
 (``instance_roles``), so ``${ec2:SourceInstanceARN}`` works as a policy variable.
 
-Known limits (said where they matter): resource-based policies (Lambda permissions, SNS topic
-policies, KMS key policies, secrets' resource policies), SCPs, permission boundaries and session
-policies are not evaluated; tags are read for EC2 resources, Auto Scaling groups and Secrets
-Manager secrets (the resources the product's policies condition on); a resource that does not
-exist is not authorized here, so the provider answers its ``NotFound`` error as before (unless
-it is all the request names: then its resource type's ARN with ``*`` for the missing id is; a
-secret that does not exist is authorized by the ARN the request names, with no tags).
+A role of another account: AssumeRole needs ``sts:AssumeRole`` on the role's ARN in the caller's
+own policies (a role session's; plain keys are unrestricted); the session's access key encodes
+the role's account (LocalStack's ``LSIA…`` keys), so its requests act in that account and are
+authorized against that role's policies there.
+
+Known limits (said where they matter): resource-based policies (roles' trust policies, Lambda
+permissions, SNS topic policies, KMS key policies, secrets' resource policies), SCPs, permission
+boundaries and session policies are not evaluated; tags are read for EC2 resources, Auto Scaling
+groups and Secrets Manager secrets (the resources the product's policies condition on); a
+resource that does not exist is not authorized here, so the provider answers its ``NotFound``
+error as before (unless it is all the request names: then its resource type's ARN with ``*``
+for the missing id is; a secret that does not exist is authorized by the ARN the request names,
+with no tags).
 """
 
 from __future__ import annotations
@@ -313,6 +325,10 @@ def resource_tags(arn: str, account: str, region: str) -> dict[str, str] | None:
         # tag is refused, since there is none to see.
         secret = secret_named(arn, account, region)
         return {_tag_key(t): _tag_value(t) for t in secret.tags or []} if secret is not None else {}
+    if service == "ec2" and resource.startswith("snapshot/"):
+        # a snapshot's ARN names no account: the caller's own, or one shared with it (CopySnapshot)
+        snapshot = _snapshot(account, parts[3] or region, resource.split("/", 1)[1])
+        return None if snapshot is None else dict(snapshot.ec2_backend.tags.get(snapshot.id, {}))
     if service == "ec2" and "/" in resource:
         kind, resource_id = resource.split("/", 1)
         backend = _ec2_backend(account, parts[3] or region)
@@ -397,13 +413,39 @@ def secret_key_arn(secret: Any) -> str | None:
     return f"arn:aws:kms:{region}:{account}:key/{key_id}"
 
 
+def _snapshot(account: str, region: str, snapshot_id: str) -> Any | None:
+    """A snapshot the account sees in the Region: its own or one shared with it."""
+    from vsa_localcloud import ebs_copy
+
+    return ebs_copy.visible_snapshot(account, region, snapshot_id)
+
+
+def _snapshot_attributes(snapshot: Any) -> dict[str, list[str]]:
+    """A snapshot's ``ec2:`` keys (Service Authorization Reference, Amazon EC2, condition keys):
+    ``ec2:Owner`` its owner's account id, ``ec2:ParentVolume`` its volume's ARN (a copy's is
+    the arbitrary ``vol-ffffffff``), ``ec2:SnapshotTime`` when it was started."""
+    owner, region = snapshot.ec2_backend.account_id, snapshot.ec2_backend.region_name
+    return {
+        "ec2:snapshotid": [snapshot.id],
+        "ec2:encrypted": [str(bool(snapshot.encrypted)).lower()],
+        "ec2:volumesize": [str(snapshot.volume_size)],
+        "ec2:owner": [str(snapshot.owner_id)],
+        "ec2:parentvolume": [f"arn:aws:ec2:{region}:{owner}:volume/{snapshot.volume.id}"],
+        "ec2:snapshottime": [str(snapshot.start_time)],
+    }
+
+
 def ec2_attributes(arn: str, account: str, region: str) -> dict[str, list[str]]:
-    """The EC2 resource-type condition keys of a volume or an instance (``ec2:VolumeType`` …),
-    from the local cloud's state, as the Service Authorization Reference names them."""
+    """The EC2 resource-type condition keys of a volume, an instance or a snapshot
+    (``ec2:VolumeType`` …), from the local cloud's state, as the Service Authorization Reference
+    names them."""
     parts = arn.split(":", 5)
     if len(parts) < 6 or parts[2] != "ec2" or "/" not in parts[5] or "*" in parts[5]:
         return {}
     kind, resource_id = parts[5].split("/", 1)
+    if kind == "snapshot":
+        snapshot = _snapshot(account, parts[3] or region, resource_id)
+        return _snapshot_attributes(snapshot) if snapshot is not None else {}
     backend = _ec2_backend(account, parts[3] or region)
     if kind == "volume" and resource_id in backend.volumes:
         volume = backend.volumes[resource_id]
@@ -604,6 +646,17 @@ def _special_arns(
             "volume": [_ec2_arn(base, "volume", v) for v in volumes],
             "snapshot": [_ec2_arn(base, "snapshot", "*")],
         }
+    if prefix == "ec2" and operation == "CopySnapshot":
+        # "Resource-level permissions specified for this action apply to both the snapshot copy
+        # and the source snapshot" (Service Authorization Reference, CopySnapshot): the copy is
+        # made in this Region, the source is read in SourceRegion.
+        source_base = dict(base, Region=str(request.get("SourceRegion") or region))
+        return {
+            "snapshot": [
+                _ec2_arn(base, "snapshot", "*"),
+                _ec2_arn(source_base, "snapshot", str(request.get("SourceSnapshotId") or "*")),
+            ]
+        }
     if prefix == "ec2" and operation == "DetachVolume" and not request.get("InstanceId"):
         backend = _ec2_backend(account, region)
         volume = backend.volumes.get(request.get("VolumeId", ""))
@@ -707,6 +760,11 @@ def build_checks(
         request_level["cloudwatch:namespace"] = [request["Namespace"]]
     if prefix == "iam" and request.get("AWSServiceName"):
         request_level["iam:awsservicename"] = [request["AWSServiceName"]]
+    if prefix == "ec2":
+        # every EC2 action's ec2:Region: the Region the request is made in
+        request_level["ec2:region"] = [region]
+    if prefix == "ec2" and operation == "ModifySnapshotAttribute":
+        request_level.update(_sharing_keys(request))
     if prefix == "s3" and operation in ("ListObjectsV2", "ListObjects"):
         # ListBucket's s3:prefix: the request's Prefix, empty when it names none (S3 user guide,
         # "Example: Allow a user to list only the objects in a specific folder")
@@ -745,7 +803,7 @@ def build_checks(
             for key, value in tags.items():
                 context[f"aws:resourcetag/{key.lower()}"] = [value]
                 context[f"{prefix}:resourcetag/{key.lower()}"] = [value]
-            if request_tags is not None:
+            if request_tags is not None and not _copy_source(prefix, operation, arn):
                 for key, value in request_tags.items():
                     context[f"aws:requesttag/{key.lower()}"] = [value]
                 context["aws:tagkeys"] = list(request_tags)
@@ -768,6 +826,32 @@ def build_checks(
     if launch is not None:
         checks += _launch_checks(launch, base, principal)
     return checks
+
+
+def _copy_source(prefix: str, operation: str, arn: str) -> bool:
+    """Whether ``arn`` is the source snapshot of a CopySnapshot. Its context has no request tags:
+    they are the copy's (CopySnapshot, TagSpecification.N: "The tags to apply to the new
+    snapshot"), and no resource tags (the Service Authorization Reference lists no
+    aws:ResourceTag for CopySnapshot). Where AWS's documents leave the source's context open,
+    this is the reading under which a policy the local cloud allows is allowed whichever way AWS
+    reads it: the source is granted by its ARN or its ec2: keys (ec2:Owner …)."""
+    return (prefix, operation) == ("ec2", "CopySnapshot") and not arn.endswith("/*")
+
+
+def _sharing_keys(request: dict[str, Any]) -> dict[str, list[str]]:
+    """ModifySnapshotAttribute's ``ec2:Add/userId``, ``ec2:Remove/userId``, ``ec2:Add/group``,
+    ``ec2:Remove/group``: the account ids and groups the request adds or removes (either form of
+    the request, as ``ebs_copy.SharingChange`` reads it)."""
+    from vsa_localcloud import ebs_copy
+
+    change = ebs_copy.SharingChange.of(request)
+    keys = {
+        "ec2:add/userid": list(change.add_users),
+        "ec2:remove/userid": list(change.remove_users),
+        "ec2:add/group": list(change.add_groups),
+        "ec2:remove/group": list(change.remove_groups),
+    }
+    return {key: values for key, values in keys.items() if values}
 
 
 def _launch(
