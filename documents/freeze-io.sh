@@ -61,9 +61,12 @@ watchdog_main() {
 # this backup's marker (true) or the deadline passes (false). 256 hosts polling one key stay
 # under S3's 5,500 GETs a second per prefix; a throttled or failed poll is just the next one.
 await_thaw_signal() {
-  local deadline_ms=$1 body
+  local deadline_ms=$1 body wait_ms
   while now_ms && ((NOW_MS + 100 < deadline_ms)); do
-    if body=$(curl -fsS --connect-timeout 0.5 --max-time 1 "$THAW_URL" 2>/dev/null) &&
+    # a look never outlasts the deadline (a slow or hanging GET would delay the watchdog's thaw)
+    wait_ms=$((deadline_ms - NOW_MS - 50))
+    ((wait_ms > 1000)) && wait_ms=1000
+    if body=$(curl -fsS --connect-timeout "$(secs $((wait_ms / 2)))" --max-time "$(secs "$wait_ms")" "$THAW_URL" 2>/dev/null) &&
       [[ $body =~ \"thaw\"[[:space:]]*:[[:space:]]*true ]]; then
       return 0
     fi

@@ -14,21 +14,25 @@ from typing import Annotated, Any
 
 import botocore.exceptions
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .client import ApiClient, CliError, ExitCode
-from .output import Output, OutputOption, YesOption, confirm, emit
+from .output import ListOutput, ListOutputOption, Output, OutputOption, YesOption, confirm, emit
 
 backup_app = typer.Typer(
     help="Back an array up, list, show and delete its backup sets, apply retention, prove a set "
-    "restores (restore drills)."
+    "restores (restore drills), restore a set copied into this Region (disaster recovery)."
 )
 
 FINAL = ("completed", "failed")
 VOLUME_POLL_SECONDS = 5
 """restore --wait: EC2's volume_available waiter's own delay."""
+DRAW_WIDTH = 200
+"""Tables are drawn this wide at least: ids stay whole (they are copied into other commands) and
+a row is as long as it needs, as kubectl's are (the terminal wraps it), never squeezed into 80
+columns; only a cell longer than the room left (a message) wraps."""
 
 
 class Mode(StrEnum):
@@ -51,26 +55,15 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def backups_table(array_id: str, backups: list[dict[str, Any]]) -> Table:
-    table = _table(
-        f"backup sets of {array_id}",
-        [
-            "backup",
-            "created",
-            "mode",
-            "state",
-            "consistency",
-            "snapshots",
-            "freeze s",
-            "locked until",
-            "label",
-            "message",
-        ],
-    )
+def backups_table(array_id: str, backups: list[dict[str, Any]], *, wide: bool = False) -> Table:
+    """The array's sets, as the API lists them; wide: where each is copied, and the copy's state."""
+    columns = ["backup", "created", "mode", "state", "consistency", "snapshots", "freeze s"]
+    columns += ["locked until", "label", "message"] + (["copies"] if wide else [])
+    table = _table(f"backup sets of {array_id}", columns)
     table.columns[0].no_wrap = True  # ids are copied into vsactl restore / backup show: always whole
     table.columns[0].min_width = max((len(b["backupId"]) for b in backups), default=6)
     for b in backups:
-        table.add_row(
+        row = [
             b["backupId"],
             _cell(b.get("createdAt")),
             _cell(b.get("mode")),
@@ -81,6 +74,43 @@ def backups_table(array_id: str, backups: list[dict[str, Any]]) -> Table:
             _locked(b.get("lock")),
             _cell(b.get("label")),
             _cell(b.get("message")),
+        ]
+        if wide:
+            row.append(_copy_states(b.get("copies")))
+        table.add_row(*row)
+    return table
+
+
+def _copy_states(copies: Any) -> str:
+    """A listed set's copies (``{place: state}``) as ``eu-west-1: completed, ...``, or -."""
+    if not isinstance(copies, dict) or not copies:
+        return "-"
+    return ", ".join(f"{place}: {state}" for place, state in copies.items())
+
+
+def _place(copy: dict[str, Any]) -> str:
+    """Where a copy went: its Region, or ``region/account`` when another account holds it."""
+    region, account = _cell(copy.get("region")), copy.get("accountId")
+    return f"{region}/{account}" if account else region
+
+
+def copies_of_set(backup: dict[str, Any]) -> Table:
+    """A set's copies in other Regions (accounts): each one's state, snapshots copied, failure."""
+    table = _table("copies", ["destination", "state", "snapshots", "started", "completed", "failure"])
+    for column in table.columns[:5]:
+        column.no_wrap = True  # places and instants whole; the failure wraps
+    for c in backup.get("copies") or []:
+        snapshots = c.get("snapshots") or []
+        done = sum(1 for s in snapshots if s.get("state") == "completed")
+        # a copy that failed before any snapshot copy began lists none: count the set's
+        total = len(snapshots) or len(backup.get("snapshots") or [])
+        table.add_row(
+            _place(c),
+            _cell(c.get("state")),
+            f"{done}/{total} copied",
+            _cell(c.get("startedAt")),
+            _cell(c.get("completedAt")),
+            _cell(c.get("failure")),
         )
     return table
 
@@ -99,8 +129,8 @@ def _instant(epoch: Any) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%H:%M:%S.%f")[:-3] + "Z"
 
 
-def backup_view(backup: dict[str, Any]) -> list[Any]:
-    """A set: its summary, its snapshots, its hosts' freeze and thaw."""
+def backup_view(backup: dict[str, Any]) -> list[RenderableType]:
+    """A set: its summary, its snapshots, its hosts' freeze and thaw, and its copies (if any)."""
     head = _table(f"backup {backup['backupId']}", ["field", "value"])
     for key in (
         "arrayId",
@@ -136,7 +166,10 @@ def backup_view(backup: dict[str, Any]) -> list[Any]:
             "fired" if h.get("watchdogFired") else "-",
             _cell(h.get("error")),
         )
-    return [head, snapshots, hosts]
+    parts: list[RenderableType] = [head, snapshots, hosts]
+    if backup.get("copies"):
+        parts.append(copies_of_set(backup))
+    return parts
 
 
 def follow(
@@ -180,6 +213,16 @@ def follow(
 
 out = Console(soft_wrap=False)
 progress = Console(stderr=True)  # a live bar on stderr: stdout stays the answer (-o json|yaml)
+
+
+def _print(parts: list[RenderableType]) -> None:
+    """Tables at least ``DRAW_WIDTH`` wide, any text as is."""
+    draw = Console(soft_wrap=False, width=max(out.width, DRAW_WIDTH))
+    for part in parts:
+        if isinstance(part, Table):
+            draw.print(part, highlight=False)
+        else:
+            out.print(part, highlight=False, soft_wrap=True)
 
 
 def _client(ctx: typer.Context) -> ApiClient:
@@ -227,8 +270,7 @@ def create(
     except CliError as e:
         raise _fail(e) from e
     if not emit(out, backup, output):
-        for part in backup_view(backup):
-            out.print(part)
+        _print(backup_view(backup))
     if wait and backup.get("state") == "failed":
         raise typer.Exit(1)
 
@@ -237,9 +279,9 @@ def create(
 def list_backups(
     ctx: typer.Context,
     array_id: Annotated[str, typer.Argument(metavar="ID", help="The array's id.")],
-    output: OutputOption = Output.table,
+    output: ListOutputOption = ListOutput.table,
 ) -> None:
-    """The array's backup sets, newest first."""
+    """The array's backup sets, newest first; -o wide adds where each is copied and how far."""
     try:
         answer = _client(ctx).request("GET", f"/arrays/{array_id}/backups") or {}
     except CliError as e:
@@ -248,6 +290,8 @@ def list_backups(
         pass
     elif not answer.get("backups"):
         out.print(f"no backup sets (make one with: vsactl backup create {array_id})", highlight=False)
+    elif output is ListOutput.wide:
+        _print([backups_table(array_id, answer["backups"], wide=True)])
     else:
         out.print(backups_table(array_id, answer["backups"]))
 
@@ -266,8 +310,7 @@ def show(
         raise _fail(e) from e
     if emit(out, backup, output):
         return
-    for part in backup_view(backup):
-        out.print(part)
+    _print(backup_view(backup))
 
 
 @backup_app.command("delete")
@@ -366,13 +409,17 @@ def restore(
         raise _fail(e) from e
     if emit(out, answer, output):
         return
-    table = _table(
-        f"restored {backup_id} in {answer.get('availabilityZone')}", ["source", "snapshot", "volume"]
-    )
+    print_restored(answer, f"restored {backup_id}", waited=wait, new_array=new_array)
+
+
+def print_restored(answer: dict[str, Any], what: str, *, waited: bool, new_array: str | None) -> None:
+    """A restore's answer for people: each volume and the snapshot it came from, that they are
+    available (after --wait), and how to give the new array its controllers."""
+    table = _table(f"{what} in {answer.get('availabilityZone')}", ["source", "snapshot", "volume"])
     for v in answer.get("volumes", []):
         table.add_row(v["sourceVolumeId"], v["snapshotId"], v["volumeId"])
     out.print(table)
-    if wait:
+    if waited:
         out.print(f"{len(answer.get('volumes', []))} volume(s) available", highlight=False)
     if new_array:
         out.print(

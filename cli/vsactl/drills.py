@@ -13,21 +13,17 @@ import uuid
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console, RenderableType
+from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from .backups import _cell, _client, _fail, _table, out, progress
+from .backups import _cell, _client, _fail, _print, _table, out, progress
 from .client import ApiClient, CliError, ExitCode
 from .output import ListOutput, ListOutputOption, Output, OutputOption, emit
 
 POLL_SECONDS = 5.0
 """drill --wait: a drill takes minutes (volumes from snapshots, an instance booting), so a read
 every few seconds is prompt enough (restore --wait polls EC2 as often)."""
-DRAW_WIDTH = 200
-"""Tables are drawn this wide at least: ids stay whole (they are copied into other commands) and
-a row is as long as it needs, as kubectl's are (the terminal wraps it), never squeezed into 80
-columns; only a cell longer than the room left (a message) wraps."""
 TAG = "vsa:drill"
 """The tag every volume and instance a drill makes carries, its value the drill's id."""
 
@@ -216,15 +212,6 @@ def drill_view(drill: dict[str, Any]) -> list[RenderableType]:
     lines = cleanup_lines(drill)
     tail: list[RenderableType] = [Text("\n".join(lines))] if lines else []
     return [_head(drill), *_checks(drill), *tail]
-
-
-def _print(parts: list[RenderableType]) -> None:
-    draw = Console(soft_wrap=False, width=max(out.width, DRAW_WIDTH))
-    for part in parts:
-        if isinstance(part, Table):
-            draw.print(part, highlight=False)
-        else:
-            out.print(part, highlight=False, soft_wrap=True)
 
 
 def _goes_on(array_id: str, drill_id: str) -> str:

@@ -21,7 +21,7 @@ import typer
 import yaml
 from rich.console import Console
 
-from . import __version__, drills, render
+from . import __version__, copies, drills, render
 from .backups import backup_app, restore
 from .client import STACK_NAME, ApiClient, ApiError, CliError, ExitCode, Settings
 from .output import Output, OutputOption, YesOption, confirm, emit
@@ -45,6 +45,8 @@ app.command("restore")(restore)
 backup_app.command("drill")(drills.start)
 backup_app.command("drills")(drills.list_drills)
 backup_app.command("drill-show")(drills.show)
+backup_app.command("copies")(copies.list_copies)
+backup_app.command("restore-copy")(copies.restore_copy)
 
 
 def _print_version(value: bool) -> None:

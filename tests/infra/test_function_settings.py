@@ -79,7 +79,14 @@ def mismatches(template: dict[str, Any], function: str) -> list[str]:
 
 TEMPLATE = load_template()
 FUNCTIONS = sorted(functions(TEMPLATE))
-REQUIRED = [(f, v) for f in FUNCTIONS for v in sorted(loader(TEMPLATE, f).model.variables())]
+REQUIRED = [
+    (f, str(field.alias))
+    for f in FUNCTIONS
+    for field in sorted(loader(TEMPLATE, f).model.model_fields.values(), key=lambda x: str(x.alias))
+    if field.is_required()
+]
+"""Every variable a function cannot do without (an optional one, e.g. VSA_BACKUP_COPY_REGIONS,
+has its default: the stack's own)."""
 
 
 @pytest.fixture

@@ -45,6 +45,7 @@ from botocore.config import Config
 from tests.infra.test_alarms import ALARMS
 from tests.integration.arrays_world import control
 from tests.integration.conftest import STACK
+from vsa_core.backups.aws_drills import DRILLS_NAMESPACE
 from vsa_core.backups.aws_retention import RETENTION_FAILURES_METRIC, RETENTION_NAMESPACE
 from vsa_core.health.aws_check import DEPLOYMENT_NAMESPACE
 from vsa_core.scaling.rules import STALE_METRIC, STALE_NAMESPACE
@@ -248,6 +249,23 @@ FAILURES: dict[str, Failure] = {
     "BackupOverdueAlarm": product_metric(DEPLOYMENT_NAMESPACE, "BackupsOverdue"),
     "ControllerReplacedAlarm": product_metric(DEPLOYMENT_NAMESPACE, "ControllersReplaced"),
     "DemandPublisherFailedAlarm": function_errors_per_minute("TaskPublishDemandFunctionName", 5),
+    "DrillFailedAlarm": workflow_fails(
+        "RestoreDrillStateMachineArn",
+        lambda: {
+            "arrayId": unknown_array(),
+            "drillId": "dr-20200101T000000000Z-00000000",
+            "cleanupOnly": False,
+        },
+    ),
+    "DrillRpoAlarm": product_metric(DRILLS_NAMESPACE, "DrillRpoOverBound"),
+    "CopyFailedAlarm": workflow_fails(
+        "CopyBackupSetStateMachineArn",
+        lambda: {
+            "arrayId": unknown_array(),
+            "backupId": "bk-20200101T000000000Z-00000000",
+            "destinations": [{"region": "us-west-2", "accountId": None}],
+        },
+    ),
 }
 
 

@@ -17,7 +17,7 @@ from moto import mock_aws
 from moto.ec2.responses import EC2Response
 
 from tests.infra.test_registry_table import create_table_arguments, time_to_live
-from vsa_core.clients import client
+from vsa_core.clients import client, regional_client
 from vsa_core.observability import metrics
 from vsa_core.settings import Loader
 
@@ -131,6 +131,7 @@ class FakeLambdaContext:
 
 def _clear_caches() -> None:
     client.cache_clear()
+    regional_client.cache_clear()
     Loader.clear_all()
 
 

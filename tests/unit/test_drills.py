@@ -469,3 +469,29 @@ def test_cleanup_never_touches_what_is_not_this_drill_s(world: dict[str, Any], m
     running = _snapshotted(world, state="snapshotting")
     with pytest.raises(ConflictError):
         svc.start("demo", running.backup_id, by=OPERATOR)
+
+
+def test_a_run_for_a_drill_never_recorded_fails_nothing_and_still_cleans_up_by_tag(
+    world: dict[str, Any],
+    machine: str,
+) -> None:
+    svc = _service(world)
+    unknown = drills.new_drill_id(NOW)
+    ec2 = boto3.client("ec2", region_name=REGION)
+    tagged = ec2.create_volume(
+        AvailabilityZone="us-east-1a",
+        Size=1,
+        TagSpecifications=[
+            {
+                "ResourceType": "volume",
+                "Tags": [
+                    {"Key": drills.DRILL_TAG, "Value": unknown},
+                    {"Key": "vsa:deployment", "Value": "vsa"},
+                ],
+            }
+        ],
+    )["VolumeId"]
+    assert svc.fail("demo", unknown, {"Error": "X"}) == {"state": "unknown"}
+    assert svc.on_ended("demo", unknown, "FAILED") == {"state": "unknown", "cleanupStarted": False}
+    assert svc.cleanup("demo", unknown) == {"done": True, "left": [], "state": "failed"}
+    assert ec2.describe_volumes(Filters=[{"Name": "volume-id", "Values": [tagged]}])["Volumes"] == []

@@ -48,6 +48,8 @@ SUBSTITUTIONS = {
     "FreezeIoDocument": "vsa-wf-freeze-io",
     "ThawIoDocument": "vsa-wf-thaw-io",
     "TaskDrillFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-drill",
+    "TaskCopyFunctionArn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:vsa-wf-copy",
+    "CopyBackupSetStateMachineArn": f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:vsa-wf-copy",
 }
 
 

@@ -45,7 +45,7 @@ def test_application_consistent_path(sfn: Any, workflow: Callable[[str, str], st
     dry_runs = scheduled(run, '"DryRun"')
     assert len(dry_runs) == 2
     assert all(p["Parameters"]["DryRun"] == ["true"] for p in dry_runs)
-    assert states[-5:] == ["Completed?", "Finish", "Failed?", "Retention", "Done"]
+    assert states[-6:] == ["Completed?", "Finish", "Failed?", "Copies?", "Retention", "Done"]
 
 
 def test_a_refused_snapshot_still_thaws_every_host_then_fails_the_set(
@@ -101,7 +101,7 @@ def test_a_retention_failure_is_recorded_and_the_completed_set_still_succeeds(
     # Then the execution succeeds (no backup-failed alarm for a good backup) ...
     assert run["status"] == "SUCCEEDED", run.get("cause")
     states = entered(run)
-    assert states[-4:] == ["Failed?", "Retention", "RecordRetentionFailure", "Done"]
+    assert states[-5:] == ["Failed?", "Copies?", "Retention", "RecordRetentionFailure", "Done"]
     assert "RecordFailure" not in states
     assert "NotifyRetentionFailure" not in states
     # ... the retention failure is handed to its own step with AWS's refusal
@@ -127,3 +127,25 @@ def test_a_retention_failure_that_cannot_be_recorded_goes_to_the_alerts_topic(
     assert published["TopicArn"].endswith(":vsa-wf-alerts")
     assert REQUEST["backupId"] in published["Message"]
     assert "RetentionFailedError" in published["Message"]
+
+
+def test_a_completed_set_with_copies_starts_its_copy_workflow_named_after_it(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(sfn, workflow(NAME, "consistent_backup.asl.json"), "CopiesStarted", REQUEST)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    assert entered(run)[-6:] == ["Failed?", "Copies?", "CopyInput", "StartCopies", "Retention", "Done"]
+    [started] = scheduled(run, "destinations")
+    assert started["Name"] == REQUEST["backupId"]
+    assert json.loads(started["Input"])["destinations"] == [{"region": "us-west-2", "accountId": None}]
+
+
+def test_copies_that_cannot_start_are_told_to_the_alerts_topic_and_the_backup_stays_good(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    run = run_case(sfn, workflow(NAME, "consistent_backup.asl.json"), "CopiesNotStarted", REQUEST)
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    states = entered(run)
+    assert states.index("StartCopies") < states.index("NotifyCopiesNotStarted") < states.index("Retention")
+    [alert] = scheduled(run, "copies not started")
+    assert REQUEST["backupId"] in alert["Message"]

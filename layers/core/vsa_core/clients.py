@@ -16,3 +16,9 @@ RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_t
 def client(service: str) -> Any:
     """A cached client for ``service`` (typed at the call site with mypy-boto3 stubs)."""
     return boto3.client(service, config=RETRY_CONFIG)  # type: ignore[call-overload]
+
+
+@cache
+def regional_client(service: str, region: str) -> Any:
+    """A cached client for ``service`` in another Region (a backup copy's destination)."""
+    return boto3.client(service, region_name=region, config=RETRY_CONFIG)  # type: ignore[call-overload]

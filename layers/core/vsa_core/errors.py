@@ -72,6 +72,12 @@ class DrillStepError(VsaError):
     cleaned up."""
 
 
+class CopyError(VsaError):
+    """A backup set cannot be copied to a destination as the policy asks (a Region the stack may
+    not copy into, a destination the policy no longer names): the copy fails with the reason; the
+    set itself is good."""
+
+
 class InvalidBackupError(VsaError):
     """A backup or restore request that cannot be done as asked; the message says what to fix."""
 

@@ -40,15 +40,16 @@ class Variables(BaseModel):
         """These settings from ``environ`` (default: the process's); a SettingsError naming
         every variable that is missing, empty or out of bounds."""
         env = os.environ if environ is None else environ
+        required = {str(f.alias) for f in cls.model_fields.values() if f.is_required()}
         problems = [
             f"{name} is missing or empty: the function needs it for {purpose}"
             for name, purpose in cls.variables().items()
-            if not env.get(name)
+            if name in required and not env.get(name)
         ]
         if problems:
             raise SettingsError("; ".join(problems))
         try:
-            return cls.model_validate({name: env[name] for name in cls.variables()})
+            return cls.model_validate({name: env[name] for name in cls.variables() if env.get(name)})
         except ValidationError as error:
             raise SettingsError(
                 "; ".join(
@@ -182,6 +183,35 @@ class DrillSteps(Variables):
     node_drill_mount_dir: str = Field(
         alias="VSA_NODE_DRILL_MOUNT_DIR", description="where drill-check mounts the restored filesystems"
     )
+
+
+class CopyWorkflow(Variables):
+    copy_state_machine_arn: str = Field(
+        alias="VSA_COPY_STATE_MACHINE_ARN", description="the CopyBackupSet workflow"
+    )
+
+
+class CopyRegions(Variables):
+    backup_copy_regions: str = Field(
+        default="",  # the stack's default: no Region, no copies
+        alias="VSA_BACKUP_COPY_REGIONS",
+        description="the Regions the copy steps may copy into (the stack's BackupCopyRegions, "
+        "comma-separated)",
+    )
+
+    backup_copy_accounts: str = Field(
+        default="",  # the stack's default: copies stay in this account
+        alias="VSA_BACKUP_COPY_ACCOUNTS",
+        description="the other accounts copies may go to (the stack's BackupCopyAccounts, comma-separated)",
+    )
+
+    @property
+    def copy_regions(self) -> tuple[str, ...]:
+        return tuple(r.strip() for r in self.backup_copy_regions.split(",") if r.strip())
+
+    @property
+    def copy_accounts(self) -> tuple[str, ...]:
+        return tuple(a.strip() for a in self.backup_copy_accounts.split(",") if a.strip())
 
 
 class AlarmRearm(Variables):

@@ -15,6 +15,8 @@ domain errors map to 400/404/409 here.
     POST   /arrays/{arrayId}/drills                202: a restore drill of a set + its RestoreDrill workflow
     GET    /arrays/{arrayId}/drills                every drill, newest first, with RPO and RTO
     GET    /arrays/{arrayId}/drills/{drillId}      one drill: its volumes, instance, checks, verdict
+    GET    /copies?arrayId=                        sets copied into this Region (disaster recovery)
+    POST   /copies/{backupId}/restores             201: a copied set restored into a new array here
 
 A POST with an ``Idempotency-Key`` header is done once: the same key with the same body answers
 what the first answered (powertools idempotency, DynamoDB, 24 h); the same key with another body
@@ -113,6 +115,13 @@ class DrillRequest(_Strict):
     )
 
 
+class CopyRestoreRequest(_Strict):
+    spec: dict[str, Any] = Field(
+        description="the new array's spec in this Region (its volumes are the restored ones: any "
+        "given are replaced)"
+    )
+
+
 class BackupsApiSettings(BackupSettings, DrillStarterSettings, IdempotencyTable, BackupRetention):
     """What the routes read: the service's table and workflows, the idempotency table of the
     POSTs, retention's bound."""
@@ -187,6 +196,8 @@ def _perform(request: dict[str, Any]) -> dict[str, Any]:
         mode = body.get("mode") or _policy_mode(service, array_id)
         created, backup = service.start(array_id, mode=mode, label=body.get("label"), by=by)
         return {"created": created, "backup": backup.model_dump(by_alias=True, mode="json")}
+    if request["kind"] == "copy-restore":
+        return service.restore_copy(request["backupId"], body["spec"], by)
     if request["kind"] == "drill":
         _, drill = _drills().start(array_id, body.get("backupId"), trigger="api", by=by)
         return drill.reply()
@@ -219,10 +230,11 @@ def _once() -> Any:
     )(_perform)
 
 
-def _post(kind: str, array_id: str, key: str | None, body: BaseModel) -> dict[str, Any]:
+def _post(kind: str, array_id: str, key: str | None, body: BaseModel, **more: str) -> dict[str, Any]:
     request = {
         "kind": kind,
         "arrayId": array_id,
+        **more,
         "key": key,
         "body": json.loads(body.model_dump_json(by_alias=True, exclude_none=True)),
         "by": _caller().model_dump(by_alias=True, mode="json"),
@@ -278,6 +290,8 @@ def _summary(backup: sets.BackupSet) -> dict[str, Any]:
         # when it was locked (EBS snapshot lock): mode and expiry, or None
         "lock": backup.lock.model_dump(by_alias=True, mode="json") if backup.lock else None,
         "message": backup.failure or backup.message,
+        # where it is copied (Region, or region/account) and each copy's state
+        "copies": {c.place: c.state for c in backup.copies},
     }
 
 
@@ -392,3 +406,33 @@ def list_drills(array_id: ArrayIdPath) -> dict[str, Any]:
 )
 def get_drill(array_id: ArrayIdPath, drill_id: DrillIdPath) -> dict[str, Any]:
     return _drills().get(array_id, drill_id).reply()
+
+
+@app.get(
+    "/copies",
+    summary="Backup sets copied into this Region (disaster recovery)",
+    tags=["copies"],
+    responses=replies.responses(),
+)
+def list_copies(
+    array_id: Annotated[
+        str | None, Query(alias="arrayId", pattern=ARRAY_ID_PATTERN, description="only this array's")
+    ] = None,
+) -> dict[str, Any]:
+    return {"copies": [c.as_dict() for c in _service().copies_here(array_id)]}
+
+
+@app.post(
+    "/copies/<backup_id>/restores",
+    summary="Restore a copied set into a new array in this Region",
+    tags=["copies"],
+    responses=replies.responses(400, 404, 409, 502, ok=(201,)),
+)
+def restore_copy(
+    backup_id: BackupIdPath,
+    request: Annotated[CopyRestoreRequest, Body(description="the new array's spec")],
+    idempotency_key: IdempotencyKey = None,
+) -> Response[Any]:
+    logger.append_keys(backup_id=backup_id)
+    target = str(request.spec.get("arrayId", ""))
+    return _json(201, _post("copy-restore", target, idempotency_key, request, backupId=backup_id))

@@ -41,6 +41,7 @@ def validate(clients: ArrayClients, spec: ArraySpec, current: RegisteredArray | 
     conflicts += aws_volumes.modification_conflicts(clients, spec)
     problems += _controller_problems(clients, spec)
     problems += _host_problems(clients, spec)
+    problems += _copy_problems(clients, spec)
     if spec.authentication == keys.DH_HMAC_CHAP and (too_big := keys.size_problem(map(host_nqn, spec.hosts))):
         problems.append(too_big)
     serving = [i["InstanceId"] for i in instances if i["LifecycleState"] in SERVING_STATES]
@@ -55,6 +56,18 @@ def validate(clients: ArrayClients, spec: ArraySpec, current: RegisteredArray | 
         raise InvalidSpecError(_problems_message(spec.array_id, problems + conflicts))
     if conflicts:
         raise ConflictError(_problems_message(spec.array_id, conflicts))
+
+
+def _copy_problems(clients: ArrayClients, spec: ArraySpec) -> list[str]:
+    """A backup copy goes out of the deployment's Region: a copy into it protects nothing."""
+    region = str(clients.ec2.meta.region_name)
+    copies = spec.backup.copies if spec.backup else ()
+    return [
+        f"backup copies: {c.region} is this deployment's own Region: copy to another Region (a copy "
+        "beside its source survives no Region event)"
+        for c in copies
+        if c.region == region
+    ]
 
 
 def _volume_problems(clients: ArrayClients, spec: ArraySpec, controllers: set[str]) -> list[str]:

@@ -388,6 +388,61 @@ class DrillPolicy(_Strict):
         return value
 
 
+REGION_PATTERN = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]{1,2}$"
+"""An AWS Region code (us-east-1, eu-central-2, us-gov-west-1)."""
+COPY_ROLE_PATH = "/vsa-backup-copy/"
+"""A role another account gives the backup copies must be under this path: the copy steps may
+assume only such roles (and only where that account's trust policy lets them)."""
+MAX_COPY_DESTINATIONS = 3
+
+
+class BackupCopy(_Strict):
+    """Every completed set copied, as one set with its labels, to another Region (and optionally
+    another account): the disaster-recovery copy (EBS User Guide, "Copy an Amazon EBS snapshot")."""
+
+    region: str = Field(
+        pattern=REGION_PATTERN, description="the destination Region (not the deployment's own)"
+    )
+    retention: StrictInt | None = Field(
+        default=None, ge=1, le=1000, description="copied sets kept there (default: the policy's retention)"
+    )
+    kms_key_id: str | None = Field(
+        default=None,
+        alias="kmsKeyId",
+        pattern=r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:(key/[a-zA-Z0-9-]{1,64}|alias/[a-zA-Z0-9/_-]{1,250})$",
+        description="a KMS key ARN in the destination Region the copies are encrypted with (default: "
+        "the destination's default EBS encryption, else as the source)",
+    )
+    account_id: str | None = Field(
+        default=None,
+        alias="accountId",
+        pattern=r"^[0-9]{12}$",
+        description="copy into another account (with roleArn): each snapshot is shared with it for "
+        "the copy, then unshared",
+    )
+    role_arn: str | None = Field(
+        default=None,
+        alias="roleArn",
+        pattern=r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/vsa-backup-copy/[A-Za-z0-9+=,.@_-]{1,64}$",
+        description=f"the role in accountId the copy steps assume there (path {COPY_ROLE_PATH}; its trust "
+        "policy names the deployment's copy role)",
+    )
+
+    @model_validator(mode="after")
+    def _account_and_role(self) -> "BackupCopy":
+        if (self.account_id is None) != (self.role_arn is None):
+            raise ValueError(
+                "copies: give accountId and roleArn together (the role in that account copies there)"
+            )
+        if self.role_arn is not None and f":{self.account_id}:" not in self.role_arn:
+            raise ValueError(f"copies: roleArn {self.role_arn} is not in accountId {self.account_id}")
+        if self.kms_key_id is not None and f":kms:{self.region}:" not in self.kms_key_id:
+            raise ValueError(
+                f"copies: kmsKeyId {self.kms_key_id} is not a key of the destination {self.region}"
+            )
+        return self
+
+
 class BackupPolicy(_Strict):
     schedule: str = Field(
         description="an EventBridge Scheduler expression, in UTC: rate(value unit) (rate(1 day), "
@@ -417,6 +472,21 @@ class BackupPolicy(_Strict):
         default=None,
         description="restore drills: prove the sets restore, with their RPO and RTO (default: none)",
     )
+    copies: tuple[BackupCopy, ...] = Field(
+        default=(),
+        max_length=MAX_COPY_DESTINATIONS,
+        description="copy every completed set to these Regions (and accounts): disaster recovery "
+        f"(at most {MAX_COPY_DESTINATIONS})",
+    )
+
+    @field_validator("copies")
+    @classmethod
+    def _once_each(cls, value: tuple[BackupCopy, ...]) -> tuple[BackupCopy, ...]:
+        places = [(c.region, c.account_id) for c in value]
+        twice = sorted({f"{r}{'/' + a if a else ''}" for r, a in places if places.count((r, a)) > 1})
+        if twice:
+            raise ValueError(f"copies: {', '.join(twice)} listed more than once")
+        return value
 
     @field_validator("schedule")
     @classmethod

@@ -29,7 +29,8 @@ from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.callers import Caller
 from vsa_core.backups.aws_context import code, tag_dict, utc_now
 from vsa_core.backups.aws_registry import BackupRegistry, DrillRegistry
-from vsa_core.backups.aws_restore import RESTORED_FROM_TAG, SOURCE_VOLUME_TAG
+from vsa_core.backups.aws_restore import RESTORED_FROM_TAG
+from vsa_core.backups.copies import SOURCE_VOLUME_TAG
 from vsa_core.backups.drills import (
     DRILL_TAG,
     Drill,
@@ -351,7 +352,10 @@ def checked(ctx: DrillContext, array_id: str, drill_id: str) -> dict[str, Any]:
 
 def fail(ctx: DrillContext, array_id: str, drill_id: str, error: dict[str, Any] | None) -> dict[str, Any]:
     """A step's error caught by the workflow: the drill fails with it (unless it ended already)."""
-    drill = _drill(ctx, array_id, drill_id)
+    try:
+        drill = _drill(ctx, array_id, drill_id)
+    except DrillNotFoundError:
+        return {"state": "unknown"}  # nothing recorded to fail; cleanup still runs
     if drill.state != "running":
         return {"state": drill.state}
     why = _error_message(error)
@@ -387,10 +391,15 @@ def cleanup(ctx: DrillContext, array_id: str, drill_id: str) -> dict[str, Any]:
     """Terminate the drill instance, delete its volumes (each once it is detached): everything
     tagged as this drill's and this deployment's, whatever the record says. ``done`` once
     nothing is left; what is still there is recorded as ``leftovers`` either way."""
-    drill = _drill(ctx, array_id, drill_id)
     filters = [{"Name": f"tag:{DRILL_TAG}", "Values": [drill_id]}]
     left = _end_instances(ctx, drill_id, filters) + _delete_volumes(ctx, drill_id, filters)
     done = not left
+    try:
+        drill = _drill(ctx, array_id, drill_id)
+    except DrillNotFoundError:
+        # no record (a run started for a drill that was never recorded): what carries its tag
+        # goes all the same
+        return {"done": done, "left": left, "state": "failed"}
     update: dict[str, Any] = {"leftovers": tuple(left), "cleaned_up": done}
     if done:
         update["stage"] = "done"
@@ -443,7 +452,10 @@ def on_ended(ctx: DrillContext, array_id: str, drill_id: str, status: str) -> di
     """A RestoreDrill run ended FAILED, TIMED_OUT or ABORTED. A stopped or timed-out run ran no
     catch: the drill fails with that reason, and a cleanup-only run deletes what it left (a
     run's own failure path has cleaned up already: nothing is started for it)."""
-    drill = _drill(ctx, array_id, drill_id)
+    try:
+        drill = _drill(ctx, array_id, drill_id)
+    except DrillNotFoundError:
+        return {"state": "unknown", "cleanupStarted": False}  # a run for no recorded drill: nothing to fail
     result = fail(
         ctx, array_id, drill_id, {"Error": f"Execution{status.title()}", "Cause": _ended_cause(status)}
     )

@@ -120,7 +120,19 @@ def finish(ctx: BackupContext, array_id: str, backup_id: str) -> dict[str, Any]:
         ),
         ("snapshotting",),
     )
-    return {"state": backup.state, "consistency": label, "reason": reason, "locked": bool(lock)}
+    policy = ctx.registry.get(array_id).spec.backup
+    copies = [
+        {"region": c.region, "accountId": c.account_id} for c in (policy.copies if policy is not None else ())
+    ]
+    # the workflow starts CopyBackupSet with these destinations (none: no copy)
+    return {
+        "state": backup.state,
+        "consistency": label,
+        "reason": reason,
+        "locked": bool(lock),
+        "copying": bool(copies),
+        "copies": copies,
+    }
 
 
 def _lock(ctx: BackupContext, array_id: str, backup: BackupSet) -> SetLock | None:

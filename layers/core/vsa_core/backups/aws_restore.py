@@ -8,16 +8,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
+from pydantic import ValidationError
 
 from vsa_core.arrays.callers import Caller, ChangeRecord
 from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, ArraySpec, ExistingVolume, RegisteredArray
 from vsa_core.backups import aws_sets
 from vsa_core.backups.aws_context import BackupContext
+from vsa_core.backups.copies import SOURCE_VOLUME_TAG, CopiedSet, copied_sets
 from vsa_core.backups.sets import (
     BackupSet,
 )
 from vsa_core.errors import (
     ArrayNotFoundError,
+    BackupNotFoundError,
     ConflictError,
     InvalidBackupError,
     RestoreError,
@@ -25,7 +28,6 @@ from vsa_core.errors import (
 from vsa_core.naming import deployment
 
 RESTORED_FROM_TAG = "vsa:restored-from"
-SOURCE_VOLUME_TAG = "vsa:source-volume"
 
 
 def restore(
@@ -156,3 +158,113 @@ def _restore_volumes(
     spec = ArraySpec.model_validate(data)
     ctx.registry.create(spec, by, restored_from=backup_id)
     return spec
+
+
+def copies_here(ctx: BackupContext, array_id: str | None = None) -> list[CopiedSet]:
+    """The backup sets copied into this Region (and account), newest first, found by their
+    copies' tags: a disaster-recovery stack's registry never saw them."""
+    pages = ctx.ec2.get_paginator("describe_snapshots").paginate(
+        OwnerIds=["self"],
+        Filters=[
+            {"Name": f"tag:{DEPLOYMENT_TAG}", "Values": [deployment()]},
+            {"Name": "tag-key", "Values": ["vsa:copy-of"]},
+        ],
+    )
+    found = copied_sets(s for page in pages for s in page["Snapshots"])
+    return [c for c in found if array_id is None or c.array_id == array_id]
+
+
+def restore_copy(ctx: BackupContext, backup_id: str, spec_data: dict[str, Any], by: Caller) -> dict[str, Any]:
+    """Disaster recovery: a set copied into this Region restored into a new array here, one io2
+    Multi-Attach volume per copied snapshot in the spec's AZ, and the spec registered with these
+    volumes (its own ``volumes`` are replaced). Nothing half-done, as :func:`restore`."""
+    copied = next((c for c in copies_here(ctx) if c.backup_id == backup_id), None)
+    if copied is None:
+        raise BackupNotFoundError(
+            f"no copy of backup set {backup_id!r} in this Region: `GET /copies` lists the sets copied here"
+        )
+    if copied.state != "complete":
+        raise ConflictError(
+            f"the copy of {backup_id} here is {copied.state} ({len(copied.snapshots)} of {copied.size} "
+            "snapshots): only a complete copy can be restored"
+        )
+    spec = _copy_spec(spec_data, copied)
+    try:
+        ctx.registry.get(spec.array_id)
+    except ArrayNotFoundError:
+        pass
+    else:
+        raise ConflictError(f"array {spec.array_id!r} exists: restore into a new array id")
+    created: list[dict[str, str]] = []
+    try:
+        for snapshot in copied.snapshots:
+            created.append(_copy_volume(ctx, spec, copied, snapshot))
+    except ClientError as error:
+        removed, left = _delete_volumes(ctx, [v["volumeId"] for v in created])
+        kept = f"; NOT deleted: {', '.join(v for v, _ in left)}" if left else ""
+        raise RestoreError(
+            f"restore of the copy of {backup_id} failed ({error.operation_name}: "
+            f"{error.response['Error'].get('Code', '?')}); the {len(removed)} volume(s) it had created "
+            f"were deleted{kept} and nothing was registered: fix the cause and restore again"
+        ) from error
+    data = spec.model_dump(by_alias=True)
+    data["volumes"] = [ExistingVolume(volume_id=v["volumeId"]).model_dump(by_alias=True) for v in created]
+    registered = ArraySpec.model_validate(data)
+    ctx.registry.create(registered, by, restored_from=backup_id)
+    ctx.registry.history.record(
+        registered.array_id,
+        ChangeRecord(
+            at=datetime.now(UTC),
+            kind="restore",
+            what=f"copy of backup set {backup_id} (array {copied.array_id}) restored into new array "
+            f"{registered.array_id}: {', '.join(v['volumeId'] for v in created)}",
+            reference=backup_id,
+            by=by,
+        ),
+    )
+    return {
+        "backupId": backup_id,
+        "sourceArrayId": copied.array_id,
+        "target": {"arrayId": registered.array_id},
+        "availabilityZone": registered.availability_zone,
+        "volumes": created,
+        "registered": registered.model_dump(by_alias=True, mode="json"),
+    }
+
+
+def _copy_spec(spec_data: dict[str, Any], copied: CopiedSet) -> ArraySpec:
+    """The new array's spec as given, with one placeholder volume per copied snapshot until the
+    restored ones exist (the spec is checked before anything is made)."""
+    data = {**spec_data, "volumes": [{"volumeId": f"vol-{i:08x}"} for i, _ in enumerate(copied.snapshots)]}
+    try:
+        return ArraySpec.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors(include_url=False)
+        )
+        raise InvalidBackupError(f"the new array's spec: {problems}") from error
+
+
+def _copy_volume(ctx: BackupContext, spec: ArraySpec, copied: CopiedSet, snapshot: Any) -> dict[str, str]:
+    tags = {
+        ARRAY_TAG: spec.array_id,
+        DEPLOYMENT_TAG: deployment(),
+        RESTORED_FROM_TAG: copied.backup_id,
+        SOURCE_VOLUME_TAG: str(snapshot["SourceVolumeId"]),
+        "Name": f"{deployment()}-{spec.array_id}-restore-{snapshot['SourceVolumeId']}",
+    }
+    volume = ctx.ec2.create_volume(
+        SnapshotId=snapshot["SnapshotId"],
+        AvailabilityZone=spec.availability_zone,
+        VolumeType="io2",
+        Iops=snapshot.get("Iops") or 3000,
+        MultiAttachEnabled=True,
+        TagSpecifications=[
+            {"ResourceType": "volume", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+        ],
+    )
+    return {
+        "sourceVolumeId": str(snapshot["SourceVolumeId"]),
+        "snapshotId": str(snapshot["SnapshotId"]),
+        "volumeId": str(volume["VolumeId"]),
+    }

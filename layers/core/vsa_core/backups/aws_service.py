@@ -78,6 +78,8 @@ class BackupService:
     retention_caller = on_context(aws_retention.caller_after)
     record_retention_failure = on_context(aws_retention.record_failure)
     restore = on_context(aws_restore.restore)
+    copies_here = on_context(aws_restore.copies_here)
+    restore_copy = on_context(aws_restore.restore_copy)
     # the ConsistentBackup workflow's steps
     preflight = on_context(aws_preflight.preflight)
     hosts_ready = on_context(aws_preflight.hosts_ready)

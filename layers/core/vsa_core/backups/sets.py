@@ -224,6 +224,36 @@ class SetLock(_Strict):
     cool_off_hours: int | None = Field(default=None, alias="coolOffHours")
 
 
+CopyState = Literal["copying", "completed", "failed"]
+
+
+class SnapshotCopy(_Strict):
+    volume_id: VolumeId = Field(alias="volumeId")
+    source_snapshot_id: SnapshotId = Field(alias="sourceSnapshotId")
+    snapshot_id: SnapshotId | None = Field(
+        default=None,
+        alias="snapshotId",
+        description="the copy, in the destination (none yet: waits for a slot)",
+    )
+    state: SnapshotState = "pending"
+
+
+class SetCopy(_Strict):
+    """The set copied to another Region (and account): one copy of each of its snapshots."""
+
+    region: str
+    account_id: str | None = Field(default=None, alias="accountId")
+    state: CopyState = "copying"
+    snapshots: tuple[SnapshotCopy, ...] = ()
+    started_at: AwareDatetime = Field(alias="startedAt")
+    completed_at: AwareDatetime | None = Field(default=None, alias="completedAt")
+    failure: str | None = None
+
+    @property
+    def place(self) -> str:
+        return f"{self.region}/{self.account_id}" if self.account_id else self.region
+
+
 class BackupSet(_Strict):
     """One backup of an array: every volume snapshotted by one ``CreateSnapshots`` call."""
 
@@ -253,6 +283,9 @@ class BackupSet(_Strict):
     completed_at: AwareDatetime | None = Field(default=None, alias="completedAt")
     lock: SetLock | None = Field(
         default=None, description="the EBS snapshot lock on its snapshots (the policy's lock), if any"
+    )
+    copies: tuple[SetCopy, ...] = Field(
+        default=(), description="its copies in other Regions (accounts), as the policy's copies asked"
     )
     retention_failure: str | None = Field(
         default=None,
@@ -395,7 +428,7 @@ def retention_plan(
 ) -> RetentionPlan:
     """Which of one array's sets to delete now, oldest first, each with the reason.
 
-    * never a set in progress (requested, freezing, snapshotting);
+    * never a set in progress (requested, freezing, snapshotting), nor one being copied out;
     * the ``keep`` newest completed sets stay;
     * failed sets never count towards ``keep``; each goes once older than ``failed_grace``;
     * a set already ``deleting`` (an interrupted run) is taken up again;
@@ -419,12 +452,19 @@ def retention_plan(
     completed_seen = 0
     verdicts: dict[str, tuple[Literal["delete", "keep"], str]] = {}
     for backup in newest_first:
+        copying = [c.place for c in backup.copies if c.state == "copying"]
         if backup.in_progress:
             verdicts[backup.backup_id] = ("keep", f"in progress ({backup.state}): never deleted")
         elif backup.state == "completed":
             completed_seen += 1
             if completed_seen <= keep:
                 verdicts[backup.backup_id] = ("keep", f"one of the {keep} newest completed sets")
+            elif copying:
+                # a copy reads its source snapshots until it completes
+                verdicts[backup.backup_id] = (
+                    "keep",
+                    f"being copied to {', '.join(copying)}: kept until done",
+                )
             else:
                 verdicts[backup.backup_id] = ("delete", f"completed, older than the {keep} newest completed")
         elif backup.state == "failed":
