@@ -119,9 +119,13 @@ if [[ -n "$realistic_start" ]] && ! wait "$realistic_start"; then
 fi
 on "$FAST_PORT" bash tools/deploy-local.sh >/dev/null & fast_deploy=$!
 on "$REALISTIC_PORT" bash tools/deploy-local.sh >/dev/null & realistic_deploy=$!
+# the same deployment in a second Region of the fast cloud: the disaster-recovery stack that
+# restores the backup sets copied there (tests/integration/test_copies.py)
+on "$FAST_PORT" env REGION=us-west-2 bash tools/deploy-local.sh >/dev/null & dr_deploy=$!
 deployed=0
 wait "$fast_deploy" || deployed=1
 wait "$realistic_deploy" || deployed=1
+wait "$dr_deploy" || deployed=1
 if [[ $deployed -ne 0 ]]; then
   show_log
   echo; echo "=== what failed"; echo "[build + deploy] tools/deploy-local.sh on a local cloud"

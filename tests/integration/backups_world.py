@@ -120,7 +120,8 @@ def backup_array(
     api: Api, world: World, arrays: Callable[[], str], xfs_lab: Lab, stack_outputs: dict[str, str]
 ) -> Callable[..., BackupArray]:
     """``backup_array(volumes=2, hosts=2, mountpoints=1, mode="application", retention=7,
-    drill=None)``: an applied array with a serving controller (``drill``: the policy's drill).
+    policy=None)``: an applied array with a serving controller (``policy``: more of the backup
+    policy, e.g. its drill or copies).
     The backup tests run under the realistic latency profile, but with snapshots pending 10 s,
     not its 30 s: still several polls of every wait on a pending snapshot, and the tier stays
     within the test command's budget."""
@@ -132,7 +133,7 @@ def backup_array(
         mountpoints: int = 1,
         mode: str = "application",
         retention: int = 7,
-        drill: dict[str, Any] | None = None,
+        policy: dict[str, Any] | None = None,
     ) -> BackupArray:
         array_id = arrays()
         volume_ids = [world.volume() for _ in range(volumes)]
@@ -141,8 +142,7 @@ def backup_array(
             instance = world.host()
             host_mounts[instance] = [xfs_lab.xfs(f"h{h}m{m}").mountpoint for m in range(mountpoints)]
         spec = backup_spec(array_id, volume_ids, host_mounts, mode, retention, world.controller_profile())
-        if drill is not None:
-            spec["backup"]["drill"] = drill
+        spec["backup"].update(policy or {})
         create_array(api, array_id, spec)
         array = BackupArray(array_id, volume_ids, host_mounts, spec=spec)
         serving_controller(stack_outputs["RegistryTableName"], array, world)

@@ -41,10 +41,16 @@ def local_env() -> dict[str, str]:
     return {"AWS_ENDPOINT_URL": endpoint}
 
 
+DR_REGION = "us-west-2"
+"""The local clouds' disaster-recovery Region: the same deployment's second stack, where the
+backup copies go (deploy-local.sh's BackupCopyRegions)."""
+
+
 def _deploy() -> None:
     for command in (
         ["sam", "build", "--config-env", "local"],
         ["bash", "tools/deploy-local.sh"],
+        ["env", f"REGION={DR_REGION}", "bash", "tools/deploy-local.sh"],
     ):
         started = time.monotonic()
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
@@ -70,6 +76,15 @@ def stack_outputs(local_env: dict[str, str]) -> dict[str, str]:
                 _deploy()
                 marker.write_text(run)
     stack = boto3.client("cloudformation").describe_stacks(StackName=STACK)["Stacks"][0]
+    assert stack["StackStatus"] in {"CREATE_COMPLETE", "UPDATE_COMPLETE"}, stack["StackStatus"]
+    return {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+
+
+@pytest.fixture(scope="session")
+def dr_outputs(stack_outputs: dict[str, str]) -> dict[str, str]:
+    """The outputs of the deployment's stack in ``DR_REGION`` (deployed with the first one)."""
+    cloudformation = boto3.client("cloudformation", region_name=DR_REGION)
+    stack = cloudformation.describe_stacks(StackName=STACK)["Stacks"][0]
     assert stack["StackStatus"] in {"CREATE_COMPLETE", "UPDATE_COMPLETE"}, stack["StackStatus"]
     return {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
 
@@ -300,8 +315,9 @@ class Api:
     """The deployed arrays API, called as vsactl calls it: SigV4-signed (service execute-api)
     by botocore, at the local cloud's path-style URL of the stack's ``ApiId``."""
 
-    def __init__(self, endpoint: str, api_id: str) -> None:
+    def __init__(self, endpoint: str, api_id: str, region: str = "us-east-1") -> None:
         self.base = f"{endpoint}/restapis/{api_id}/v1/_user_request_"
+        self.region = region
         self._http = urllib3.PoolManager()
         self._credentials = boto3.Session().get_credentials()
 
@@ -320,7 +336,7 @@ class Api:
         if data is not None:
             request.headers["Content-Type"] = "application/json"
         if sign:
-            SigV4Auth(self._credentials, "execute-api", "us-east-1").add_auth(request)
+            SigV4Auth(self._credentials, "execute-api", self.region).add_auth(request)
         reply = self._http.request(
             method, request.url, body=data, headers=dict(request.headers.items()), timeout=60.0
         )

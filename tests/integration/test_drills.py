@@ -93,7 +93,7 @@ def test_a_drill_restores_the_set_reads_its_data_back_and_leaves_nothing(
     first = "${VSA_DRILL_MOUNTS%% *}"
     command = f'test "$(cat "{first}/proof.txt")" = {MARKER} && ! touch "{first}/w"'
     array: BackupArray = backup_array(
-        volumes=1, hosts=1, mode="crash", drill={"command": command, "maxRpoHours": 24}
+        volumes=1, hosts=1, mode="crash", policy={"drill": {"command": command, "maxRpoHours": 24}}
     )
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "proof.txt").write_text(MARKER)
@@ -139,7 +139,7 @@ def test_a_failing_check_fails_the_drill_and_a_stopped_drill_is_cleaned_up(
 ) -> None:
     # Given a set whose filesystem is there but whose application check fails
     array: BackupArray = backup_array(
-        volumes=1, hosts=1, mode="crash", drill={"command": "echo corrupt >&2; exit 3"}
+        volumes=1, hosts=1, mode="crash", policy={"drill": {"command": "echo corrupt >&2; exit 3"}}
     )
     (tmp_path / "src").mkdir()
     put_filesystem(world, array.volumes[0], tmp_path / "src")
@@ -179,7 +179,9 @@ def test_the_drill_schedule_s_event_starts_a_drill(
     api: Api, backup_array: Any, world: World, stack_outputs: dict[str, str], tmp_path: Path, ext4_tools: None
 ) -> None:
     # Given an array with a drill schedule (EventBridge Scheduler, as GET shows it) and a set
-    array: BackupArray = backup_array(volumes=1, hosts=1, mode="crash", drill={"schedule": "rate(7 days)"})
+    array: BackupArray = backup_array(
+        volumes=1, hosts=1, mode="crash", policy={"drill": {"schedule": "rate(7 days)"}}
+    )
     status, shown = api.call("GET", f"/arrays/{array.array_id}")
     assert status == 200
     assert shown["status"]["drillSchedule"]["expression"] == "rate(7 days)", shown["status"]

@@ -1,0 +1,132 @@
+"""Backup copies and disaster recovery end to end on the local cloud with two Regions: the
+deployment's stack in us-east-1 copies a set of an array whose volume holds a real ext4
+filesystem into us-west-2 (CopyBackupSet, the real Lambda code), and the same deployment's stack
+in us-west-2, whose registry never saw the set, lists the copy and restores it into a new array
+there, whose volume reads back the set's file. The local cloud's snapshots and their copies carry
+data (tests/localcloud/test_ebs_data.py, test_ebs_copy.py)."""
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.integration.arrays_world import AMI, control
+from tests.integration.backups_world import BackupArray, backup_finished
+from tests.integration.conftest import DR_REGION, Api
+from tests.prerequisites import require
+from vsa_core.waiters import execution_arn, execution_finished
+
+MARKER = "copied-out-and-back"
+
+
+@pytest.fixture
+def ext4_tools() -> None:
+    missing = [t for t in ("mkfs.ext4", "debugfs") if shutil.which(t) is None]
+    require(missing and f"the copy carries a real ext4 filesystem: install e2fsprogs ({missing})")
+
+
+@pytest.fixture
+def dr_api(local_env: dict[str, str], dr_outputs: dict[str, str]) -> Api:
+    return Api(local_env["AWS_ENDPOINT_URL"], dr_outputs["ApiId"], region=DR_REGION)
+
+
+def data_path(volume_id: str) -> str:
+    found = control(os.environ["AWS_ENDPOINT_URL"], "ebs", "data_file", VolumeId=volume_id)
+    assert found["Exists"], found
+    return str(found["Path"])
+
+
+@pytest.mark.usefixtures("ext4_tools")
+def test_a_set_copied_to_another_region_restores_there_into_a_new_array_with_its_data(
+    api: Api, dr_api: Api, backup_array: Any, stack_outputs: dict[str, str], tmp_path: Path
+) -> None:
+    # Given an array copying its sets to the DR Region, its volume holding a file, and a set of it
+    array: BackupArray = backup_array(
+        volumes=1, hosts=1, mode="crash", policy={"copies": [{"region": DR_REGION, "retention": 1}]}
+    )
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "proof.txt").write_text(MARKER)
+    subprocess.run(
+        [
+            "mkfs.ext4",
+            "-F",
+            "-q",
+            "-E",
+            "lazy_itable_init=1,lazy_journal_init=1",
+            "-d",
+            str(tmp_path / "src"),
+            data_path(array.volumes[0]),
+        ],
+        check=True,
+    )
+    status, backup = api.call("POST", f"/arrays/{array.array_id}/backups", {"mode": "crash"})
+    assert status == 202, backup
+    backup_id = backup["backupId"]
+    assert backup_finished(stack_outputs, backup_id)["status"] == "SUCCEEDED"
+
+    # When ConsistentBackup's CopyBackupSet run (named after the set) has copied it
+    sfn = boto3.client("stepfunctions")
+    run = execution_arn(stack_outputs["CopyBackupSetStateMachineArn"], backup_id)
+    deadline = time.monotonic() + 60
+    while True:  # started by the backup's last states
+        try:
+            sfn.describe_execution(executionArn=run)
+            break
+        except sfn.exceptions.ExecutionDoesNotExist:
+            assert time.monotonic() < deadline, "no CopyBackupSet run for the set"
+            time.sleep(1)
+    execution_finished(sfn).wait(executionArn=run, WaiterConfig={"Delay": 2, "MaxAttempts": 150})
+    assert sfn.describe_execution(executionArn=run)["status"] == "SUCCEEDED"
+
+    # Then the set records its copy, completed, one copy per snapshot
+    shown = api.call("GET", f"/arrays/{array.array_id}/backups/{backup_id}")[1]
+    [copy] = shown["copies"]
+    assert (copy["region"], copy["state"]) == (DR_REGION, "completed"), copy
+    assert [s["sourceSnapshotId"] for s in copy["snapshots"]] == [s["snapshotId"] for s in shown["snapshots"]]
+
+    # And the DR Region's stack lists it from the copies' tags alone
+    status, listed = dr_api.call("GET", f"/copies?arrayId={array.array_id}")
+    assert status == 200, listed
+    [copied] = listed["copies"]
+    assert (copied["backupId"], copied["state"]) == (backup_id, "complete")
+
+    # When it is restored there into a new array (its spec for that Region)
+    new_array = f"{array.array_id}-dr"
+    spec = {
+        "specVersion": 1,
+        "arrayId": new_array,
+        "availabilityZone": f"{DR_REGION}a",
+        "volumes": [],
+        "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI},
+        "perControllerIops": 260_000,
+        "minControllers": 1,
+        "maxControllers": 2,
+    }
+    status, restored = dr_api.call("POST", f"/copies/{backup_id}/restores", {"spec": spec})
+    assert status == 201, restored
+    try:
+        # Then the new array is registered there, awaiting its first apply, on the restored volume
+        status, registered = dr_api.call("GET", f"/arrays/{new_array}")
+        assert status == 200, registered
+        [volume] = restored["volumes"]
+        assert registered["spec"]["volumes"] == [{"volumeId": volume["volumeId"]}]
+        assert registered["applying"]["reason"] == "restored", registered
+        # and its volume reads back the set's file, from the copy's blocks
+        read = subprocess.run(
+            ["debugfs", "-R", "cat /proof.txt", data_path(volume["volumeId"])],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert read.stdout.strip() == MARKER
+        dr_ec2 = boto3.client("ec2", region_name=DR_REGION)
+        [made] = dr_ec2.describe_volumes(VolumeIds=[volume["volumeId"]])["Volumes"]
+        assert made["AvailabilityZone"] == f"{DR_REGION}a"
+        assert made["SnapshotId"] == copy["snapshots"][0]["snapshotId"]
+    finally:
+        dr_api.call("DELETE", f"/arrays/{new_array}")
