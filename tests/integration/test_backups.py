@@ -182,17 +182,29 @@ def test_a_workflow_stopped_mid_freeze_leaves_the_hosts_to_their_watchdogs(
         arn = stack_outputs["ConsistentBackupStateMachineArn"].replace(":stateMachine:", ":execution:")
         sfn.stop_execution(executionArn=f"{arn}:{backup_id}", error="Test", cause="stopped mid-freeze")
 
-        # Then every host's watchdog fires within the timeout + 1 s of arming, and thaws it
-        fired = [xfs_lab.state_dir / f"{backup_id}.{host}.fired" for host in array.hosts]
-        while not all(f.exists() and f.read_text().strip() for f in fired):
-            assert time.time() < armed + 3 + 1 + 2, "a watchdog never fired"  # + the lab's file write
+        # Then every host is thawed within the timeout + 1 s of arming, by its own watchdog: at its
+        # deadline (``.fired``), or on the set's thaw marker, which CreateSnapshots' step writes
+        # once the snapshots' point in time is fixed (``.signaled``; with the signals the freeze
+        # lasts a fraction of a second, so the stop often lands after it). thaw-io cannot: the
+        # hosts are offline. The watchdog firing alone is pinned on real XFS in
+        # tests/documents/test_freeze_thaw.py.
+        def thawed_at(host: str) -> float | None:
+            fired = xfs_lab.state_dir / f"{backup_id}.{host}.fired"
+            if fired.exists() and fired.read_text().strip():
+                return float(fired.read_text())
+            signaled = xfs_lab.state_dir / f"{backup_id}.{host}.signaled"
+            first = signaled.read_text().split("\n", 1)[0].split() if signaled.exists() else []
+            return int(first[1]) / 1000 if len(first) == 2 else None
+
+        while any(thawed_at(h) is None for h in array.hosts):
+            assert time.time() < armed + 3 + 1 + 2, (
+                "a host was never thawed by its watchdog"
+            )  # + the file write
             time.sleep(0.05)
-        fired_at = max(float(f.read_text()) for f in fired)
-        assert fired_at <= armed + 3 + 1, (
-            f"a watchdog fired {fired_at - armed:.2f} s after arming (timeout 3 s)"
-        )
+        last = max(t for h in array.hosts if (t := thawed_at(h)) is not None)
+        assert last <= armed + 3 + 1, f"a watchdog thawed {last - armed:.2f} s after arming (timeout 3 s)"
         mounts = [m for ms in array.hosts.values() for m in ms]
-        assert not any(frozen(xfs_lab, m) for m in mounts), "a host stayed frozen after its watchdog fired"
+        assert not any(frozen(xfs_lab, m) for m in mounts), "a host stayed frozen after its watchdog thawed"
     finally:
         for host in array.hosts:
             control(endpoint, "ssm", "set_ping", InstanceId=host, PingStatus="Online")
