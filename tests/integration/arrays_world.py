@@ -317,15 +317,21 @@ def put_spec(api: Api, spec: Spec, query: str = "", timeout: float = 240) -> tup
     return tuple(after_504(api, array_id, spec, query, applied, timeout))  # type: ignore[return-value]
 
 
-def read_array(api: Api, array_id: str) -> tuple[int, Any]:
-    """GET the array: the status and answer, asking again (up to three times in all) after API
-    Gateway's 504, a status read past its 29 s under load (the two clouds' workers on 2 cores, load
-    average up to 15), as a caller does (vsactl too)."""
-    for _ in range(3):
-        code, answer = api.call("GET", f"/arrays/{array_id}")
-        if code != 504:
-            break
-    return code, answer
+READ_PATIENCE = 240
+"""Seconds a test's GET keeps asking after API Gateway's 504s: a bound for a hang, not a wait
+(each 504 is itself 29 s of the API's)."""
+
+
+def read_array(api: Api, array_id: str, patience: float = READ_PATIENCE) -> tuple[int, Any]:
+    """GET the array: the status and answer. API Gateway's 504 (a status read past its 29 s) is
+    asked again, as a caller does (vsactl too), until the API answers or ``patience`` seconds
+    have passed: under the test command's load (two local clouds and nine test workers on two
+    cores) a GET that takes 0.2 s on a quiet machine has met three 504s in a row, each retry
+    landing on a function still starting or still busy with the previous read."""
+    deadline = time.monotonic() + patience
+    while (answer := api.call("GET", f"/arrays/{array_id}"))[0] == 504 and time.monotonic() < deadline:
+        time.sleep(1)
+    return answer
 
 
 def get_array(api: Api, array_id: str) -> dict[str, Any]:

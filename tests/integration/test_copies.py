@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.integration.arrays_world import AMI, control
+from tests.integration.arrays_world import AMI, control, read_array
 from tests.integration.backups_world import BackupArray, backup_finished
 from tests.integration.conftest import DR_REGION, Api
 from tests.prerequisites import require
@@ -111,7 +111,7 @@ def test_a_set_copied_to_another_region_restores_there_into_a_new_array_with_its
     assert status == 201, restored
     try:
         # Then the new array is registered there, awaiting its first apply, on the restored volume
-        status, registered = dr_api.call("GET", f"/arrays/{new_array}")
+        status, registered = read_array(dr_api, new_array)
         assert status == 200, registered
         [volume] = restored["volumes"]
         assert registered["spec"]["volumes"] == [{"volumeId": volume["volumeId"]}]

@@ -17,6 +17,7 @@ from tests.integration.arrays_world import (
     group_of,
     owned_volumes,
     put_new,
+    read_array,
     settle,
     spec_for,
 )
@@ -24,7 +25,7 @@ from tests.integration.conftest import Api
 
 
 def _status(api: Api, array_id: str) -> dict[str, Any]:
-    code, answer = api.call("GET", f"/arrays/{array_id}")
+    code, answer = read_array(api, array_id)
     assert code == 200, answer
     return dict(answer["status"])
 
@@ -124,7 +125,7 @@ def test_a_dry_run_shows_the_plan_and_changes_nothing(
     assert (f"host/{new_host}", "connect") in steps
     # and nothing was created, modified or stored
     assert (group_of(array_id), sorted(v["VolumeId"] for v in owned_volumes(array_id))) == before
-    code, stored = api.call("GET", f"/arrays/{array_id}")
+    code, stored = read_array(api, array_id)
     assert code == 200
     assert stored["version"] == 1
     assert stored["spec"]["maxControllers"] == 4

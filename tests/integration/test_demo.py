@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.documents.xfs_lab import _missing, is_mountpoint
-from tests.integration.arrays_world import control, wait_until_gone
+from tests.integration.arrays_world import control, read_array, wait_until_gone
 from tests.integration.conftest import ROOT, Api
 from tests.prerequisites import require
 
@@ -204,9 +204,9 @@ def test_the_commands_the_demo_prints_work_as_shown(demo: DemoRun, api: Api) -> 
 
     # Then the new array is registered with one available volume per volume of the source
     assert restoring.returncode == 0, f"{restoring.stdout}\n{restoring.stderr}"
-    status, copy = api.call("GET", f"/arrays/{restored}")
+    status, copy = read_array(api, restored)
     assert status == 200, copy
-    source_volumes = len(api.call("GET", f"/arrays/{array_id}")[1]["spec"]["volumes"])
+    source_volumes = len(read_array(api, array_id)[1]["spec"]["volumes"])
     volumes = [v["volumeId"] for v in copy["spec"]["volumes"]]
     assert len(volumes) == source_volumes
     described = boto3.client("ec2").describe_volumes(VolumeIds=volumes)["Volumes"]

@@ -20,7 +20,7 @@ import pytest
 from botocore.exceptions import ClientError, WaiterError
 
 from tests.infra.test_statemachine_definitions import load_template
-from tests.integration.arrays_world import World, settle, spec_for, wait_until_gone
+from tests.integration.arrays_world import World, read_array, settle, spec_for, wait_until_gone
 from tests.integration.conftest import Api, fire_alarm, recent_stamp, wait_for_execution
 from tests.node_profile import NAME as NODE_ROLE
 from tests.node_profile import ensure_node_profile
@@ -250,7 +250,7 @@ def test_a_second_deployment_scales_drains_backs_up_and_tears_down_only_its_own_
         assert gone["volumes"] == [], gone
         assert gone["secrets"] == [], gone
         assert footprint("vsa", array_id) == before
-        status, shown = api.call("GET", f"/arrays/{array_id}")
+        status, shown = read_array(api, array_id)
         assert status == 200, shown
     finally:
         for each_api in (other_api, api):
