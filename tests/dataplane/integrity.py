@@ -69,8 +69,11 @@ class Region:
         self.path, self.blocks, self.first = path, blocks, first
         self.flags = os.O_RDWR | (os.O_DIRECT if direct else 0)
 
-    def open(self) -> int:
-        return os.open(self.path, self.flags)
+    def open(self, write: bool = True) -> int:
+        """Read-write for the writer; read-only for the verify (a restored filesystem is
+        mounted read-only)."""
+        flags = self.flags if write else (self.flags & ~os.O_RDWR) | os.O_RDONLY
+        return os.open(self.path, flags)
 
     def offset(self, lba: int) -> int:
         return (self.first + lba) * BLOCK
@@ -191,7 +194,7 @@ def verify(region: Region, state: dict[str, Any]) -> dict[str, Any]:
     """Every block of the region read back and judged against the writer's state."""
     chunk = 256
     findings: list[dict[str, Any]] = []
-    fd = region.open()
+    fd = region.open(write=False)
     buffer = mmap.mmap(-1, chunk * BLOCK)
     try:
         for start in range(0, region.blocks, chunk):
@@ -233,6 +236,9 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--until-file", type=Path)
     parser.add_argument("--writer", default="host")
     parser.add_argument(
+        "--counts", action="store_true", help="verify: print the counts only, not the findings"
+    )
+    parser.add_argument(
         "--no-direct", action="store_true", help="buffered IO (a filesystem without O_DIRECT)"
     )
     return parser.parse_args(argv)
@@ -244,7 +250,8 @@ def main(argv: list[str]) -> int:
         state = json.loads(args.state.read_text())
         region = Region(args.device, state["blocks"], state["first"], not args.no_direct)
         report = verify(region, state)
-        print(json.dumps(report))
+        shown = {k: v for k, v in report.items() if not isinstance(v, list)} if args.counts else report
+        print(json.dumps(shown))
         return 0 if report["ok"] else 1
     writer = Writer(
         Region(args.device, args.blocks, args.first, not args.no_direct), args.threads, args.writer
