@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.documents_tool import documents as tool
+from tests.prerequisites import require
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = ROOT / ".dataplane"
@@ -454,3 +455,14 @@ class Lab:
     def close(self) -> None:
         for guest in self.guests.values():
             guest.kill()
+
+
+def fresh_lab(run: str, controllers: int, volume: str, spare: str = "") -> Lab:
+    """A module's own lab in ``.dataplane/<run>``, emptied first, not booted yet; the tier skips
+    (fails under CI) naming what this machine lacks."""
+    missing = missing_prerequisites()
+    if missing:
+        require(f"tests/dataplane needs {', '.join(missing)} (bash tools/dataplane-install.sh, as root)")
+    root = STATE / run
+    shutil.rmtree(root, ignore_errors=True)
+    return Lab(root, controllers, volume, spare)

@@ -35,8 +35,7 @@ from typing import Any
 import pytest
 
 from tests.dataplane.conftest import FIGURES
-from tests.dataplane.lab import HOST_MODULES, STATE, Guest, Lab, Result, missing_prerequisites
-from tests.prerequisites import require
+from tests.dataplane.lab import HOST_MODULES, STATE, Guest, Lab, Result, fresh_lab
 from vsa_core import nvme
 
 pytestmark = pytest.mark.timeout(900)
@@ -87,13 +86,8 @@ IMAGE_BYTES = 512 * 1024 * 1024
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
-    missing = missing_prerequisites()
-    if missing:
-        require(f"tests/dataplane needs {', '.join(missing)} (bash tools/dataplane-install.sh, as root)")
-    root = STATE / "run-sets"
-    shutil.rmtree(root, ignore_errors=True)
-    lab = Lab(root, 2, VOLUMES["a"], VOLUMES["b"])
-    with (root / "spare.img").open("wb") as image:
+    lab = fresh_lab("run-sets", 2, VOLUMES["a"], VOLUMES["b"])
+    with (lab.root / "spare.img").open("wb") as image:
         image.truncate(IMAGE_BYTES)  # the lab's second volume is small by default
     try:
         FIGURES["setsLabBootSeconds"] = lab.boot_all()

@@ -25,7 +25,6 @@ Two designs, one scenario each, in this order on the same guests:
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,8 +33,7 @@ from typing import Any
 import pytest
 
 from tests.dataplane.conftest import FIGURES
-from tests.dataplane.lab import STATE, Lab, Result, missing_prerequisites
-from tests.prerequisites import require
+from tests.dataplane.lab import Lab, Result, fresh_lab
 from vsa_core import nvme
 
 pytestmark = pytest.mark.timeout(900)
@@ -60,12 +58,7 @@ AFTER_FAILOVER = 1000
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
-    missing = missing_prerequisites()
-    if missing:
-        require(f"tests/dataplane needs {', '.join(missing)} (bash tools/dataplane-install.sh, as root)")
-    root = STATE / "run-stale"
-    shutil.rmtree(root, ignore_errors=True)
-    lab = Lab(root, 2, VOLUME)
+    lab = fresh_lab("run-stale", 2, VOLUME)
     try:
         FIGURES["staleLabBootSeconds"] = lab.boot_all()
         yield lab
