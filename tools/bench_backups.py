@@ -1,7 +1,7 @@
 """The freeze window of application-consistent backups, as the hosts measured it.
 
     make bench-backups PORT=4610            (the local cloud running, the stack deployed, root)
-    python tools/bench_backups.py [--runs 20] [--volumes 16 64] [--hosts 4]
+    python tools/bench_backups.py [--runs 20] [--volumes 16 64] [--hosts 4] [--designs signals runcommand]
 
 For each volume count: an array of that many io2 volumes and ``--hosts`` hosts, each with one
 real XFS filesystem on a loop device as its mountpoint, and a serving controller that the
@@ -17,6 +17,13 @@ for real by the local cloud's Run Command), and from each set's record:
 * **thawed by**: how many host windows ended on the set's thaw marker (``signal``) and how many
   by the thaw-io command.
 
+Each design runs on the same stack, one after the other: ``signals`` (the deployed one: each host
+reports its freeze to S3 and thaws on the set's thaw marker; the Snapshot step looks again at
+once) and ``runcommand`` (the design before the signals, which a deployment without a signals
+bucket runs: a look at Run Command's status each second, thaw-io as the thaw). For the second the
+backup steps' function runs without ``VSA_SIGNALS_BUCKET`` for the length of its runs, and gets it
+back after, whatever happens.
+
 Percentiles are nearest-rank over all samples. Figures, not a test: nothing is asserted. The
 EBS per-volume rate (one snapshot every 15 s) paces the runs; snapshots complete after 1 s
 (``/_localcloud/ebs/configure``) so the runs are not waiting on EBS copying data.
@@ -30,6 +37,8 @@ import shutil
 import signal
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +62,31 @@ from vsa_core.waiters import execution_arn, execution_finished  # noqa: E402
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+DESIGNS = ("signals", "runcommand")
+SIGNALS_VARIABLE = "VSA_SIGNALS_BUCKET"
+
+
+@contextmanager
+def design(name: str) -> Iterator[None]:
+    """The backup steps' function set up for the design ``name`` for the length of the block."""
+    if name == "signals":
+        yield
+        return
+    lam = boto3.client("lambda")
+    function = boto3.client("cloudformation").describe_stack_resource(
+        StackName=STACK, LogicalResourceId="TaskBackupFunction"
+    )["StackResourceDetail"]["PhysicalResourceId"]
+    variables = lam.get_function_configuration(FunctionName=function)["Environment"]["Variables"]
+    without = {k: v for k, v in variables.items() if k != SIGNALS_VARIABLE}
+    lam.update_function_configuration(FunctionName=function, Environment={"Variables": without})
+    lam.get_waiter("function_updated_v2").wait(FunctionName=function)
+    try:
+        yield
+    finally:
+        lam.update_function_configuration(FunctionName=function, Environment={"Variables": variables})
+        lam.get_waiter("function_updated_v2").wait(FunctionName=function)
 
 
 def run(
@@ -129,11 +163,35 @@ def run(
     }
 
 
+def report(results: list[dict[str, Any]], runs: int, hosts: int) -> None:
+    """The table, each design's row per volume count, and the ratio of the designs' host windows."""
+    print(f"\nfreeze window, {runs} application-consistent backups each, {hosts} hosts (seconds):")
+    head = ("design", "volumes", "host p50", "host p99", "host max", "array p50", "array p99")
+    print("".join(f"{h:>11}" for h in head) + "  CreateSnapshots p50  thawed by / labels")
+    for r in results:
+        h, a, c = r["hostWindowSeconds"], r["arrayWindowSeconds"], r["createSnapshotsSeconds"]
+        cells = [h.get("p50"), h.get("p99"), h.get("max"), a.get("p50"), a.get("p99")]
+        figures = "".join(f"{math.nan if v is None else v:>11.3f}" for v in cells)
+        print(
+            f"{r['design']:>11}{r['volumes']:>11}{figures}  {c.get('p50', math.nan):>19.3f}"
+            f"  {r['thawedBy']} / {r['labels']}"
+        )
+    for volumes in sorted({r["volumes"] for r in results}):
+        by_design = {r["design"]: r["hostWindowSeconds"] for r in results if r["volumes"] == volumes}
+        new, old = by_design.get("signals", {}), by_design.get("runcommand", {})
+        if new.get("n") and old.get("n"):
+            print(
+                f"signals / runcommand, {volumes} volumes: host p50 {new['p50'] / old['p50']:.2f}x, "
+                f"host p99 {new['p99'] / old['p99']:.2f}x"
+            )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--volumes", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--hosts", type=int, default=4)
+    parser.add_argument("--designs", nargs="+", choices=DESIGNS, default=list(DESIGNS))
     args = parser.parse_args()
     # stopped with SIGTERM: still thaw, unmount and delete what was made (the finally blocks)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -153,29 +211,23 @@ def main() -> int:
     api = Api(endpoint, outputs["ApiId"])
     control(endpoint, "ebs", "configure", snapshot_seconds=1)
     results = []
-    for volumes in args.volumes:
-        # the controllers' instance profile: a controller reads its own keys with it
-        world = World(endpoint, ensure_node_profile(boto3.client("iam"), outputs["NodeKeysPolicyArn"]))
-        lab_root = Path(f"/tmp/vsa-bench-backups-{uuid.uuid4().hex[:6]}")  # noqa: S108
-        lab_root.mkdir()
-        lab = Lab(root=lab_root, state_dir=Path("/run/vsa-freeze"))
-        try:
-            results.append(run(api, outputs, world, lab, volumes, args.hosts, args.runs))
-        finally:
-            lab.cleanup()
-            world.close()
-            shutil.rmtree(lab_root, ignore_errors=True)
+    for name in args.designs:
+        for volumes in args.volumes:
+            # the controllers' instance profile: a controller reads its own keys with it
+            world = World(endpoint, ensure_node_profile(boto3.client("iam"), outputs["NodeKeysPolicyArn"]))
+            lab_root = Path(f"/tmp/vsa-bench-backups-{uuid.uuid4().hex[:6]}")  # noqa: S108
+            lab_root.mkdir()
+            lab = Lab(root=lab_root, state_dir=Path("/run/vsa-freeze"))
+            try:
+                with design(name):
+                    figures = run(api, outputs, world, lab, volumes, args.hosts, args.runs)
+                results.append({"design": name} | figures)
+            finally:
+                lab.cleanup()
+                world.close()
+                shutil.rmtree(lab_root, ignore_errors=True)
     control(endpoint, "ebs", "configure", reset=True)
-    print(f"\nfreeze window, {args.runs} application-consistent backups each, {args.hosts} hosts (seconds):")
-    head = ("volumes", "host p50", "host p99", "array p50", "array p99", "CreateSnapshots p50")
-    print(f"{head[0]:>8} {head[1]:>9} {head[2]:>9} {head[3]:>10} {head[4]:>10} {head[5]:>20}  labels")
-    for r in results:
-        h, a, c = r["hostWindowSeconds"], r["arrayWindowSeconds"], r["createSnapshotsSeconds"]
-        print(
-            f"{r['volumes']:>8} {h.get('p50', math.nan):>9.3f} {h.get('p99', math.nan):>9.3f} "
-            f"{a.get('p50', math.nan):>10.3f} {a.get('p99', math.nan):>10.3f} "
-            f"{c.get('p50', math.nan):>20.3f}  {r['labels']}"
-        )
+    report(results, args.runs, args.hosts)
     print(json.dumps(results, indent=2))
     return 0
 

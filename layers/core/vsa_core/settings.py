@@ -272,9 +272,14 @@ class BackupDocumentNames(Variables):
 
 
 class BackupSignals(Variables):
+    # Optional on purpose: without a bucket the workflow runs the design before the signals (a
+    # look at Run Command's status each second, thaw-io as the thaw), the one every deployment
+    # falls back to when S3 cannot be read. `make bench-backups` runs it beside the signals.
     signals_bucket: str = Field(
+        "",
         alias="VSA_SIGNALS_BUCKET",
-        description="the bucket of the freeze window's signals (the hosts' frozen reports, the thaw marker)",
+        description="the bucket of the freeze window's signals (the hosts' frozen reports, the thaw marker);"
+        " empty: no signals",
     )
 
 
