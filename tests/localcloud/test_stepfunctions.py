@@ -122,6 +122,52 @@ def test_variables_in_jsonpath_states(aws) -> None:
     }
 
 
+def test_variable_paths_in_jsonpath_states_read_fields_and_elements(aws) -> None:
+    # AWS Step Functions Developer Guide, "Passing data between states with variables": a
+    # variable is referenced as $name, a field of its value as $name.field, in the places that
+    # take a JSONPath. The local cloud reads these in Python (vsa_localcloud/sfn_variables.py),
+    # not through LocalStack's JVM with every variable declared; the answers are the same.
+    context = {"arrayId": "a1", "hosts": [{"id": "i-1"}, {"id": "i-2"}], "admission": {"action": "go"}}
+    definition = {
+        "StartAt": "Init",
+        "States": {
+            "Init": {"Type": "Pass", "Assign": {"ctx": context, "n": 3, "none": None}, "Next": "Go?"},
+            "Go?": {
+                "Type": "Choice",
+                "Choices": [{"Variable": "$ctx.admission.action", "StringEquals": "go", "Next": "Out"}],
+                "Default": "Stopped",
+            },
+            "Stopped": {"Type": "Fail", "Error": "Stopped"},
+            "Out": {
+                "Type": "Pass",
+                "Parameters": {
+                    "whole.$": "$ctx",
+                    "field.$": "$ctx.arrayId",
+                    "nested.$": "$ctx.admission.action",
+                    "element.$": "$ctx.hosts[1]",
+                    "elementField.$": "$ctx.hosts[0].id",
+                    "number.$": "$n",
+                    "null.$": "$none",
+                    "mapped.$": "$ctx.hosts[*].id",
+                },
+                "End": True,
+            },
+        },
+    }
+    execution = _run(aws, definition)
+    assert execution["status"] == "SUCCEEDED", execution.get("cause")
+    assert json.loads(execution["output"]) == {
+        "whole": context,
+        "field": "a1",
+        "nested": "go",
+        "element": {"id": "i-2"},
+        "elementField": "i-1",
+        "number": 3,
+        "null": None,
+        "mapped": ["i-1", "i-2"],
+    }
+
+
 def test_what_the_local_cloud_answers_for_variables_in_choices(aws) -> None:
     # Pinned divergences from AWS (docs/localcloud.md, "Step Functions on the local cloud"), which
     # tests/infra/test_statemachine_definitions.py::test_choices_read_variables_as_the_local_cloud_can

@@ -362,6 +362,7 @@ def apply_localcloud_patches() -> None:
     __import__("vsa_localcloud.sfn_errors").sfn_errors.install()  # aws-sdk task errors named as on AWS
     __import__("vsa_localcloud.sfn_metrics").sfn_metrics.install()  # AWS/States execution metrics
     __import__("vsa_localcloud.jsonata").jsonata.install()  # JSONata on the installed JRE, no download
+    __import__("vsa_localcloud.sfn_variables").sfn_variables.install()  # $var in JSONPath, no JVM
     LOG.info(
         "local-cloud patches applied: mocked DynamoDB task errors keep their names; a stopped "
         "execution stays stopped; JSONPath "
