@@ -1,5 +1,6 @@
-"""ReconcileArray steps (lock, start, poll, verify): one step per invocation (``step`` in the
-input), done by ``vsa_core.reconcile.aws_steps``."""
+"""ReconcileArray steps (lock, start, poll, verify), DrainController's handover and
+BootstrapController's start of one: one step per invocation (``step`` in the input), done by
+``vsa_core.reconcile.aws_steps``."""
 
 from typing import Any
 
@@ -10,13 +11,15 @@ from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.clients import client
 from vsa_core.observability import logger, tracer
+from vsa_core.reconcile.aws_start import ReconcileStarter
 from vsa_core.reconcile.aws_steps import ReconcileContext, Steps
 from vsa_core.reconcile.steps import Request
-from vsa_core.settings import Deployment, Loader, NodeKeys, Registry
+from vsa_core.settings import Deployment, Loader, NodeKeys, ReconcileWorkflow, Registry
 
 
-class Settings(Deployment, Registry, NodeKeys):
-    """The registry, the KMS key of the arrays' key secrets, the deployment's name."""
+class Settings(Deployment, Registry, NodeKeys, ReconcileWorkflow):
+    """The registry, the KMS key of the arrays' key secrets, the deployment's name, the
+    ReconcileArray workflow (BootstrapController's handover starts it)."""
 
 
 settings = Loader(Settings)
@@ -42,6 +45,9 @@ def lambda_handler(event: Request, context: LambdaContext) -> dict[str, Any]:
             ssm=client("ssm"),
             table=config.table_name,
             autoscaling=client("autoscaling"),
+            starter=ReconcileStarter(
+                client("stepfunctions"), dynamodb, config.table_name, config.reconcile_state_machine_arn
+            ),
         )
     )
     result = steps.run(request)

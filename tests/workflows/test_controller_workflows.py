@@ -34,8 +34,13 @@ def test_a_controller_is_attached_exported_connected_then_continued(
     # every host's invocation followed in one step per round, until all report live paths
     assert path.count("ConnectPaths") == 1
     assert path.count("PollConnect") == 2
-    assert path[-3:] == ["MarkServing", "Continue", "Serving"]
+    # ... and, the array having fencing, once serving it starts the handover that gives it its
+    # share of the volumes (ReconcileArray's export phase), its answer in the run's output
+    assert path[-5:] == ["MarkServing", "Continue", "Fenced?", "StartHandover", "Serving"]
     assert "UndoPaths" not in path
+    (handover,) = lambda_inputs(run, "startHandover")
+    assert (handover["arrayId"], handover["instanceId"]) == ("wf-a", LAUNCH["detail"]["EC2InstanceId"])
+    assert json.loads(run["output"])["handover"]["started"] is True
     (attach,) = lambda_inputs(run, "attach")
     assert [v["VolumeId"] for v in attach["volumes"]] == ["vol-0a1b2c3d4e5f60001", "vol-0a1b2c3d4e5f60002"]
     # configure-target gets the slot, the address and the hosts' NQNs

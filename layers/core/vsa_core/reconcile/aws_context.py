@@ -9,6 +9,7 @@ from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.controllers import slots
 from vsa_core.reconcile import plan
+from vsa_core.reconcile.aws_start import ReconcileStarter
 from vsa_core.reconcile.plan import Observed
 
 
@@ -21,6 +22,8 @@ class ReconcileContext:
     ssm: Any
     table: str
     autoscaling: Any = None
+    starter: ReconcileStarter | None = None
+    """starts ReconcileArray (BootstrapController's handover); None where no step needs it"""
 
 
 def observe(ctx: ReconcileContext, array_id: str) -> tuple[Observed, dict[int, dict[str, str]]]:

@@ -1,6 +1,7 @@
 """Starting ReconcileArray from an apply: name the run, record it on the array (converging,
 waiting for the lock), start it. A re-apply of a spec whose last run failed starts it again
-under a new name (Step Functions keeps a name for 90 days)."""
+under a new name (Step Functions keeps a name for 90 days). Also from BootstrapController, on an
+array with fencing: the handover that gives a controller now serving its share of the volumes."""
 
 import json
 import time
@@ -8,8 +9,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.naming import reconcile_execution_name
-from vsa_core.reconcile import aws_record
+from vsa_core.reconcile import aws_record, plan
 from vsa_core.waiters import execution_arn
 
 
@@ -53,3 +55,23 @@ class ReconcileStarter:
             "executionArn": execution_arn(self.state_machine_arn, name),
             "remaining": work,
         }
+
+
+def start_handover(
+    starter: ReconcileStarter, registry: ArrayRegistry, array_id: str, instance_id: str
+) -> dict[str, Any]:
+    """A controller of an array with fencing has just begun serving and owns nothing yet: start
+    ReconcileArray (recorded as an apply's run is), whose export phase hands it its share, unless
+    the recorded run still has its export phase ahead and will. Answers whether it started one
+    and why. Without fencing every controller serves every volume: nothing to hand over."""
+    array = registry.get(array_id)
+    if array.spec.fencing != plan.RESERVATIONS:
+        return {"started": False, "reason": "the array has no fencing: every controller serves every volume"}
+    if plan.export_ahead(array.reconcile, aws_record.WAITING_FOR_LOCK):
+        running = (array.reconcile or {}).get("execution", "")
+        return {
+            "started": False,
+            "reason": f"ReconcileArray run {running} hands the volumes over: its export phase is ahead",
+        }
+    run = starter.start(array_id, array.version, [f"hand {instance_id} its share of the volumes"])
+    return {"started": True, "executionArn": run["executionArn"], "reason": f"{instance_id} began serving"}

@@ -26,12 +26,22 @@ from typing import Any
 from vsa_core.arrays import aws_keys, aws_lock, aws_observe, aws_reports, keys, lock
 from vsa_core.controllers import aws_commands, aws_ownership, slots
 from vsa_core.errors import RollBlockedError
-from vsa_core.reconcile import aws_handover, aws_record, aws_roll, plan, roll
+from vsa_core.reconcile import aws_handover, aws_record, aws_roll, aws_start, plan, roll
 from vsa_core.reconcile.aws_context import ReconcileContext, observe
 
 __all__ = ["ReconcileContext", "Steps", "observe"]
 from vsa_core.reconcile.plan import Observed
-from vsa_core.reconcile.steps import AnyStep, Create, HandOver, HandOverPoll, Lock, Poll, Start, Verify
+from vsa_core.reconcile.steps import (
+    AnyStep,
+    Create,
+    HandOver,
+    HandOverPoll,
+    Lock,
+    Poll,
+    Start,
+    StartHandover,
+    Verify,
+)
 
 
 def _now() -> int:
@@ -426,3 +436,11 @@ class Steps:
                 return poll(self.ctx, request)
             case Verify():
                 return verify(self.ctx, request)
+            case StartHandover():
+                if self.ctx.starter is None:
+                    raise RuntimeError(
+                        "startHandover needs the ReconcileArray starter: VSA_RECONCILE_STATE_MACHINE_ARN"
+                    )
+                return aws_start.start_handover(
+                    self.ctx.starter, self.ctx.registry, request.array_id, request.instance_id
+                )

@@ -95,7 +95,16 @@ class HandOverPoll(_Step):
     """What ``handover`` answered (the commands it sent, the owners and the wave)."""
 
 
-AnyStep = Lock | Create | Start | Poll | Verify | HandOver | HandOverPoll
+class StartHandover(_Step):
+    """BootstrapController's last step on an array with fencing (``owner``: its execution): the
+    controller now serving owns no volume yet; ReconcileArray's export phase hands it its share,
+    the givers releasing first."""
+
+    step: Literal["startHandover"]
+    instance_id: str = Field(alias="instanceId", pattern=r"^i-[0-9a-f]{8,17}$")
+
+
+AnyStep = Lock | Create | Start | Poll | Verify | HandOver | HandOverPoll | StartHandover
 
 
 class Request(RootModel[Annotated[AnyStep, Field(discriminator="step")]]):
