@@ -18,6 +18,7 @@ from vsa_core.reconcile import aws_record, plan
 from vsa_core.reconcile.aws_start import ReconcileStarter, start_handover
 
 WAITING = aws_record.WAITING_FOR_LOCK
+BEFORE_LOCK = (aws_record.WAITING_FOR_LOCK, aws_record.CREATING_VOLUMES)
 NEWCOMER = "i-0a1b2c3d4e5f60999"
 
 
@@ -29,6 +30,7 @@ NEWCOMER = "i-0a1b2c3d4e5f60999"
         ({"state": "converged", "step": "done"}, False),
         ({"state": "failed", "step": "settle"}, False),
         ({"state": "converging", "step": WAITING}, True),
+        ({"state": "converging", "step": "creating volumes data2"}, True),
         ({"state": "converging", "step": "settle"}, True),
         ({"state": "converging", "step": "attach"}, True),
         ({"state": "converging", "step": "disconnect"}, True),
@@ -40,7 +42,7 @@ NEWCOMER = "i-0a1b2c3d4e5f60999"
 def test_a_recorded_run_hands_over_only_while_its_export_phase_is_ahead(
     record: dict[str, str] | None, ahead: bool
 ) -> None:
-    assert plan.export_ahead(record, WAITING) is ahead
+    assert plan.export_ahead(record, BEFORE_LOCK) is ahead
 
 
 def _spec(**changes: Any) -> ArraySpec:
@@ -81,7 +83,7 @@ def test_a_newcomer_of_a_fenced_array_starts_a_recorded_reconcile(world: Any) ->
     assert (record["execution"], record["state"], record["step"]) == (name, "converging", WAITING)
 
 
-@pytest.mark.parametrize("step", [WAITING, "settle", "attach", "disconnect"])
+@pytest.mark.parametrize("step", [WAITING, "creating volumes data2", "settle", "attach", "disconnect"])
 def test_a_recorded_run_with_its_export_phase_ahead_is_left_to_hand_over(world: Any, step: str) -> None:
     starter, registry, sfn = world
     registry.create(_spec(fencing="reservations"))

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 WAITING_FOR_LOCK = "waiting for the array lock"
+CREATING_VOLUMES = "creating volumes"
+"""The step a run records while it creates owned volumes, before it takes the lock (then the volumes)."""
 
 
 def start(

@@ -67,7 +67,7 @@ def start_handover(
     array = registry.get(array_id)
     if array.spec.fencing != plan.RESERVATIONS:
         return {"started": False, "reason": "the array has no fencing: every controller serves every volume"}
-    if plan.export_ahead(array.reconcile, aws_record.WAITING_FOR_LOCK):
+    if plan.export_ahead(array.reconcile, (aws_record.WAITING_FOR_LOCK, aws_record.CREATING_VOLUMES)):
         running = (array.reconcile or {}).get("execution", "")
         return {
             "started": False,

@@ -65,7 +65,7 @@ def create(ctx: ReconcileContext, request: Create) -> dict[str, Any]:
     now = datetime.now(UTC).isoformat(timespec="seconds")
     missing = ctx.arrays.missing_volumes(array.spec)
     if missing:
-        step = f"creating volumes {', '.join(missing)}"
+        step = f"{aws_record.CREATING_VOLUMES} {', '.join(missing)}"
         aws_record.progress(ctx.dynamodb, ctx.table, request.array_id, request.owner, step, now)
     done = ctx.arrays.create_volumes(array.spec, array.desired_controllers) if array.spec.new_volumes else {}
     return {"created": done.get("created", []), "existing": done.get("existing", [])}

@@ -224,15 +224,16 @@ def removed_volumes(observed: Observed) -> dict[str, list[str]]:
 RESERVATIONS = "reservations"
 
 
-def export_ahead(record: Mapping[str, str] | None, waiting_step: str) -> bool:
+def export_ahead(record: Mapping[str, str] | None, before_lock: Sequence[str]) -> bool:
     """Whether the recorded ReconcileArray run still has its export phase ahead: converging and
-    waiting for the lock (``waiting_step``) or in a phase before ``export``. Such a run hands a
-    controller serving now its share of the volumes (the export phase's owners are an even split
-    over the controllers serving when it runs), so a newcomer need not start another."""
+    at a step before the lock (one starting with a ``before_lock`` step: creating volumes,
+    waiting for the lock) or in a phase before ``export``. Such a run hands a controller serving
+    now its share of the volumes (the export phase's owners are an even split over the
+    controllers serving when it runs), so a newcomer need not start another."""
     if not record or record.get("state") != "converging":
         return False
     step = record.get("step", "")
-    return step == waiting_step or step in PHASES[: PHASES.index("export")]
+    return step.startswith(tuple(before_lock)) or step in PHASES[: PHASES.index("export")]
 
 
 @dataclass(frozen=True)
