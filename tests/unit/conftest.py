@@ -19,6 +19,7 @@ from moto.ec2.responses import EC2Response
 from tests.infra.test_registry_table import create_table_arguments, time_to_live
 from vsa_core.clients import client, regional_client
 from vsa_core.observability import metrics
+from vsa_core.reconcile.aws_start import ReconcileStarter
 from vsa_core.settings import Loader
 
 # moto implements no EBS snapshot lock (LockSnapshot, DescribeLockedSnapshots): no snapshot in a
@@ -198,6 +199,20 @@ def registry_table(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     Loader.clear_all()
     yield TABLE_NAME
     dynamodb.delete_table(TableName=TABLE_NAME)
+
+
+@pytest.fixture
+def reconcile_starter(registry_table: str) -> Iterator[ReconcileStarter]:
+    """Starting ReconcileArray over moto: a one-state machine and the registry table."""
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    machine = sfn.create_state_machine(
+        name="vsa-unit-reconcile-array",
+        definition=json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}),
+        roleArn="arn:aws:iam::123456789012:role/reconcile-unit",
+    )["stateMachineArn"]
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    yield ReconcileStarter(sfn=sfn, dynamodb=dynamodb, table=registry_table, state_machine_arn=machine)
+    sfn.delete_state_machine(stateMachineArn=machine)
 
 
 @pytest.fixture

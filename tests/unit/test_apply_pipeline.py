@@ -3,7 +3,6 @@ AWS, and the stages' promises where AWS is involved (moto, botocore's Stubber): 
 request reads or writes nothing it should not, and of two applies over one version one stores."""
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -254,23 +253,13 @@ def test_only_serving_controllers_with_an_instance_are_rolled() -> None:
 
 
 @pytest.fixture
-def ports(registry_table: str) -> Iterator[ApplyPorts]:
+def ports(reconcile_starter: ReconcileStarter) -> ApplyPorts:
     """The apply's adapters over moto: the registry table, the array's AWS, a ReconcileArray."""
-    sfn = boto3.client("stepfunctions", region_name=REGION)
-    machine = sfn.create_state_machine(
-        name="vsa-unit-reconcile-array",
-        definition=json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}),
-        roleArn="arn:aws:iam::123456789012:role/reconcile-unit",
-    )["stateMachineArn"]
-    dynamodb = boto3.client("dynamodb", region_name=REGION)
-    yield ApplyPorts(
-        registry=ArrayRegistry(registry_table, dynamodb),
+    return ApplyPorts(
+        registry=ArrayRegistry(reconcile_starter.table, reconcile_starter.dynamodb),
         service=ArrayService(scheduler_role_arn=ROLE),
-        reconcile=ReconcileStarter(
-            sfn=sfn, dynamodb=dynamodb, table=registry_table, state_machine_arn=machine
-        ),
+        reconcile=reconcile_starter,
     )
-    sfn.delete_state_machine(stateMachineArn=machine)
 
 
 def test_a_body_naming_another_array_reads_nothing(ports: ApplyPorts) -> None:

@@ -4,14 +4,12 @@ export phase gives it its share. Started unless the recorded run will hand over 
 rule (``plan.export_ahead``) without AWS, the start over moto's Step Functions and DynamoDB."""
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3
 import pytest
 
-from tests.unit.conftest import REGION, load_event
+from tests.unit.conftest import load_event
 from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.reconcile import aws_record, plan
@@ -53,17 +51,9 @@ def _spec(**changes: Any) -> ArraySpec:
 
 
 @pytest.fixture
-def world(registry_table: str) -> Iterator[tuple[ReconcileStarter, ArrayRegistry, Any]]:
-    sfn = boto3.client("stepfunctions", region_name=REGION)
-    machine = sfn.create_state_machine(
-        name="vsa-unit-reconcile-array",
-        definition=json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}),
-        roleArn="arn:aws:iam::123456789012:role/reconcile-unit",
-    )["stateMachineArn"]
-    dynamodb = boto3.client("dynamodb", region_name=REGION)
-    starter = ReconcileStarter(sfn=sfn, dynamodb=dynamodb, table=registry_table, state_machine_arn=machine)
-    yield starter, ArrayRegistry(registry_table, dynamodb), sfn
-    sfn.delete_state_machine(stateMachineArn=machine)
+def world(reconcile_starter: ReconcileStarter) -> tuple[ReconcileStarter, ArrayRegistry, Any]:
+    starter = reconcile_starter
+    return starter, ArrayRegistry(starter.table, starter.dynamodb), starter.sfn
 
 
 def _runs(sfn: Any, starter: ReconcileStarter) -> list[str]:
