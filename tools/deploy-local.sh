@@ -44,6 +44,43 @@ parameters+=("${extra[@]}")
 # build made elsewhere with sam build --build-dir (the config file is named: sam looks for it
 # beside the template otherwise).
 region="${REGION:-${AWS_REGION:-${AWS_DEFAULT_REGION:-us-east-1}}}"
+# The artifacts bucket is made here rather than by SAM's managed stack (resolve_s3): the test
+# command deploys to two Regions of one local cloud at once, and one of the two managed stacks'
+# change sets once came back FAILED, which left that stack in CREATE_FAILED and every later
+# deploy to the Region refused ("not created by the AWS SAM CLI"). A bucket made idempotently
+# has no such state to lose. On AWS (samconfig.toml's default) resolve_s3 stays.
+#
+# A stack whose creation failed (ROLLBACK_COMPLETE, CREATE_FAILED, ROLLBACK_FAILED) can only be
+# deleted, on AWS as here: it is deleted first, so that a second try after a failed first deploy
+# creates it afresh instead of being refused.
+bucket="vsa-sam-artifacts-$region"
+stack=vsa-control-plane
+for ((i = 1; i <= $#; i++)); do
+  if [[ "${!i}" == --stack-name ]]; then j=$((i + 1)); stack="${!j}"; fi
+done
+"$ROOT/.venv/bin/python" - "$bucket" "$region" "$stack" <<'PY'
+import sys
+
+import boto3
+
+bucket, region, stack = sys.argv[1:]
+s3 = boto3.client("s3", region_name=region)
+where = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
+try:
+    s3.create_bucket(Bucket=bucket, **where)
+except s3.exceptions.BucketAlreadyOwnedByYou:
+    pass  # made by an earlier deploy to this Region
+cloudformation = boto3.client("cloudformation", region_name=region)
+try:
+    status = cloudformation.describe_stacks(StackName=stack)["Stacks"][0]["StackStatus"]
+except cloudformation.exceptions.ClientError:
+    status = None  # no such stack yet
+if status in ("ROLLBACK_COMPLETE", "CREATE_FAILED", "ROLLBACK_FAILED"):
+    print(f"stack {stack} is {status} from a failed creation: deleting it first", file=sys.stderr)
+    cloudformation.delete_stack(StackName=stack)
+    cloudformation.get_waiter("stack_delete_complete").wait(StackName=stack)
+PY
 sam deploy --config-file "$ROOT/samconfig.toml" --config-env local --region "$region" \
+  --s3-bucket "$bucket" \
   --parameter-overrides "${parameters[*]}" "$@"
 curl -fsS -X POST "$VSA_LOCALCLOUD_URL/_localcloud/ssm/configure" -d '{"auto_register": true}' >/dev/null
