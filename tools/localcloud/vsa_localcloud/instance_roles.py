@@ -37,8 +37,8 @@ no IAM policy):
   ``aws:ec2instancesourcevpc``, ``aws:ec2instancesourceprivateipv4``.
 * **The node's AWS CLI.** At start ``write_node_cli`` writes ``<state>/node-bin/aws`` (``<state>``
   is the directory of the local cloud's venv: ``$VSA_STATE``, ``.localcloud`` of the checkout), a
-  shell wrapper that runs ``vsa_localcloud.node_aws`` with the local cloud's Python (which has
-  boto3), from any working directory. It is what a document's ``AwsCommand`` names on the local
+  shell wrapper that runs ``vsa_localcloud.node_aws`` with the local cloud's Python, from any
+  working directory. It is what a document's ``AwsCommand`` names on the local
   cloud (``tools/deploy-local.sh``: ``NodeAwsCommand``).
 """
 
