@@ -132,13 +132,13 @@ def _post(
 ) -> tuple[int, dict[str, Any]]:
     """POST one GetSecretValue: (HTTP status, the JSON reply), (0, {}) when no connection."""
     url = urllib.parse.urlsplit(endpoint)
+    if url.scheme not in ("http", "https"):
+        return 0, {}
     headers = {
         "Content-Type": "application/x-amz-json-1.1",
         "X-Amz-Target": "secretsmanager.GetSecretValue",
     }
     headers |= sigv4_headers(url.netloc, region, "secretsmanager", credentials, headers, body)
-    if url.scheme not in ("http", "https"):
-        return 0, {}
     request = urllib.request.Request(  # noqa: S310 (http or https only, checked above)
         f"{url.scheme}://{url.netloc}/", data=body, headers=headers, method="POST"
     )
