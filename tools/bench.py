@@ -297,9 +297,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{elapsed:.0f} s"
     )
     print(
-        "the planner with its forecast floor (vsa_core.scaling.forecast: every run, and a look-ahead "
-        "every 5 min that the simulator models but AWS does not run yet); 'reactive only' is the "
-        "same planner without it"
+        "the planner with its forecast (vsa_core.scaling.forecast: its floor and, for a cycle shorter "
+        "than a day, its ceiling; every run, and the health check's look-ahead every 5 min); "
+        "'reactive only' is the same planner without it"
     )
     header = (
         f"{'family':<16}{'met':>6}  {'x oracle: median':>16}{'worst':>8} {'(seed)':<7}"

@@ -88,6 +88,27 @@ def _periodic_ramps(rng: random.Random) -> Shape:
     return level, f"every {period} min a {ramp}-min ramp {base:.2f}->{peak:.2f} then an instant drop"
 
 
+def _ramp_variants(rng: random.Random) -> Shape:
+    """Periodic ramps over the range issue #35 names: 10-30 min up, an instant or a 5-minute
+    drop, every hour to every 4 hours."""
+    period = rng.choice((60, 90, 120, 180, 240))
+    ramp = rng.randint(10, 30)
+    drop = rng.choice((0, 5))
+    offset = rng.randrange(period)
+    base, peak = rng.uniform(0.05, 0.2), rng.uniform(0.5, 0.95)
+
+    def level(t: int) -> float:
+        into = (t - offset) % period
+        if into < ramp:
+            return base + (peak - base) * (into + 1) / ramp
+        if into < ramp + drop:
+            return peak - (peak - base) * (into - ramp + 1) / (drop + 1)
+        return base
+
+    fall = "an instant drop" if not drop else f"a {drop}-min drop"
+    return level, f"every {period} min a {ramp}-min ramp {base:.2f}->{peak:.2f} then {fall}"
+
+
 def _sawtooth(rng: random.Random) -> Shape:
     period = rng.randint(30, 240)
     base, peak = rng.uniform(0.05, 0.3), rng.uniform(0.5, 0.95)
@@ -204,6 +225,7 @@ class Family:
 
 FAMILIES = (
     Family("periodic-ramps", 2, (0.02, 0.05), lambda rng, _: _periodic_ramps(rng)),
+    Family("ramp-variants", 2, (0.02, 0.05), lambda rng, _: _ramp_variants(rng)),
     Family("sawtooth", 2, (0.02, 0.05), lambda rng, _: _sawtooth(rng)),
     Family("random-steps", 2, (0.02, 0.05), _random_steps),
     Family("noisy-plateaus", 2, (0.05, 0.12), _noisy_plateaus),

@@ -35,7 +35,10 @@ def test_without_enough_history_the_floor_is_off_and_says_so():
     assert not fl.on
     assert fl.controllers == 0
     assert "too little for a pattern" in fl.reason
-    assert "hourly needs 3 x 1 h" in fl.reason
+    assert "no cycle of 30 min to 6 h repeats" in fl.reason  # an hourly one needs 3 hours
+    assert "daily needs 3 x 1 d" in fl.reason
+    brief = floor_from_minutes(hourly(1), NOW, **SIZING)
+    assert "a cycle of 30 min to 6 h needs 3 x the cycle" in brief.reason
 
 
 def test_an_hourly_surge_that_recurred_three_times_is_a_floor_ahead_of_it():
@@ -113,3 +116,92 @@ def test_the_floor_looks_at_its_horizon_and_not_a_bucket_beyond():
     reached = floor_from_minutes(history, NOW, **{**SIZING, "horizon_minutes": 6})
     assert reached.on
     assert reached.iops == 1_500_000.0
+
+
+# --- cycles that are not hourly, and the ceiling (issue #35: periodic ramps) ------------------
+def cyclic(
+    end: datetime, minutes: int, period: int, surge: tuple[int, int], peak: float = 1_500_000.0
+) -> list[float | None]:
+    """``minutes`` minutes ending the minute before ``end``: 100k IOPS, and a ramp up to ``peak``
+    over minutes [surge[0], surge[1]) of every ``period`` minutes counted from midnight."""
+    start = end - timedelta(minutes=minutes)
+    out: list[float | None] = []
+    for m in range(minutes):
+        when = start + timedelta(minutes=m)
+        into = (when.hour * 60 + when.minute) % period
+        low, high = surge
+        ramp = (into - low + 1) / (high - low) if low <= into < high else 0.0
+        out.append(100_000.0 + (peak - 100_000.0) * ramp)
+    return out
+
+
+def test_a_ramp_every_90_minutes_is_found_and_floored_ahead():
+    # Given 6 hours of a ramp to 1.5M over minutes 40-59 of every 90 (counted from midnight),
+    # and now 12:05: 725 min since midnight, 5 min into the cycle's minute 35 (12:05 is 725 % 90 = 5)
+    now = datetime(2026, 3, 2, 12, 35, tzinfo=UTC)  # 755 % 90 = 35: the ramp starts in 5 min
+    fl = floor_from_minutes(cyclic(now, 6 * 60, 90, (40, 60)), now, **SIZING)
+    # Then the 90-minute cycle sets the floor for what the ramp reaches within the horizon
+    assert fl.period == "every 90 min"
+    assert fl.on
+    assert "each of the last 3 cycles of 90 min" in fl.reason
+    # and the hourly cycle of the earlier rule would not have seen it: an hourly pattern of the
+    # same history does not repeat
+    assert fl.controllers >= 3
+
+
+def test_after_the_cycles_fall_the_ceiling_is_the_quiet_demand_and_the_floor_is_off():
+    # Given 3 hours of an hourly surge over minutes 30-44, now 12:45: the surge has just ended
+    now = datetime(2026, 3, 2, 12, 45, tzinfo=UTC)
+    fl = floor_from_minutes(cyclic(now, 3 * 60, 60, (30, 45)), now, **SIZING)
+    # Then nothing recurs above minControllers ahead (the floor is off), but every one of the
+    # last cycles stayed at 100k for the next 10 minutes: the ceiling needs 1 controller
+    assert not fl.on
+    assert (fl.ceiling_controllers, fl.ceiling_iops) == (1, 100_000.0)
+    # and during the surge, the ceiling is what the surge reaches in the horizon (1.5M: 9)
+    during = datetime(2026, 3, 2, 12, 35, tzinfo=UTC)
+    assert floor_from_minutes(cyclic(during, 3 * 60, 60, (30, 45)), during, **SIZING).ceiling_controllers == 9
+
+
+def test_a_flat_demand_repeats_at_every_period_and_has_no_cycle_and_no_ceiling():
+    fl = floor_from_minutes([800_000.0] * (8 * 60), NOW, **SIZING)
+    assert (fl.on, fl.ceiling_controllers) == (False, 0)
+    assert "nothing recurring" in fl.reason
+    assert "no cycle of 30 min to 6 h repeats" in fl.reason
+
+
+def test_a_ceiling_the_last_minutes_went_above_is_off():
+    # Given the hourly surge, but this hour's surge went to 3M where the earlier ones reached 1.5M
+    now = datetime(2026, 3, 2, 12, 45, tzinfo=UTC)
+    history = cyclic(now, 3 * 60, 60, (30, 45))
+    history[-15:] = [3_000_000.0] * 15
+    # Then the ceiling is off: the cycle does not bound the demand now
+    assert floor_from_minutes(history, now, **SIZING).ceiling_controllers == 0
+
+
+def test_the_planner_sheds_a_cycles_fall_at_once_and_only_once_it_has_come():
+    now = datetime(2026, 3, 2, 12, 45, tzinfo=UTC)
+    fl = floor_from_minutes(cyclic(now, 3 * 60, 60, (30, 45)), now, **SIZING)
+    surge_minutes = [1_500_000.0] * 4
+    # When the demand has fallen to 100k, with the surge still in the low alarm's window
+    shed = plan(PlanInput(SPEC, 100_000, 9, forecast=fl, recent_demand=surge_minutes, sustained_minutes=5))
+    # Then it scales straight in to minControllers (the ceiling needs 1)
+    assert (shed.action, shed.desired_controllers) == ("scale-in", 2)
+    # where without the forecast the recent peak holds it until the window has passed
+    alone = plan(PlanInput(SPEC, 100_000, 9, recent_demand=surge_minutes, sustained_minutes=5))
+    assert alone.action == "hold"
+    # And while the demand is still high, the ceiling sheds nothing
+    held = plan(PlanInput(SPEC, 1_500_000, 9, forecast=fl, recent_demand=surge_minutes, sustained_minutes=5))
+    assert held.action == "hold"
+
+
+def test_a_rising_trend_is_not_extrapolated_past_the_cycles_ceiling():
+    # Given an hourly 10-minute ramp to 1.5M over minutes 30-39, and now 12:37, in its climb
+    now = datetime(2026, 3, 2, 12, 37, tzinfo=UTC)
+    fl = floor_from_minutes(cyclic(now, 4 * 60, 60, (30, 40)), now, **SIZING)
+    rising = [520_000.0, 660_000.0, 800_000.0, 940_000.0, 1_080_000.0]
+    # When demand climbs 140k a minute to 1.22M (the trend says 2.62M in 10 min: 15 controllers)
+    alone = plan(PlanInput(SPEC, 1_220_000, 7, recent_demand=rising))
+    capped = plan(PlanInput(SPEC, 1_220_000, 7, recent_demand=rising, forecast=fl))
+    # Then the cycle's ceiling (the ramp's top, 1.5M: 9) bounds where the trend goes
+    assert alone.desired_controllers == 15
+    assert (fl.ceiling_iops, capped.desired_controllers) == (1_500_000.0, 9)

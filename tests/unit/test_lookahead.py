@@ -30,22 +30,32 @@ OFF = forecast.Floor(0, 0.0, None, "forecast off: 1 h of history, too little for
 SPEC = ArraySpec(arrayId="demo", availabilityZone="us-east-1a", **BASE, minControllers=2, maxControllers=8)
 
 
+CEILING = forecast.Floor(0, 0.0, None, "forecast off: nothing recurring ahead", 10, 3, 500_000.0)
+"""Off as a floor (nothing above minControllers ahead), with a short cycle whose ceiling is 3."""
+
+
 @pytest.mark.parametrize(
-    ("floor", "desired", "lock_until", "start", "why"),
+    ("floor", "desired", "lock_until", "kind", "why"),
     [
-        (FLOOR, 2, None, True, "ScaleArray started ahead of the surge"),
-        (FLOOR, 6, None, False, "at or below the desired count 6"),
-        (FLOOR, 2, int(NOW.timestamp()) + 60, False, "holds the lock"),
-        (FLOOR, 2, int(NOW.timestamp()) - 1, True, "started"),  # a lease that ended is free
-        (OFF, 2, None, False, "forecast off"),
-        (forecast.Floor(12, 2e6, "daily", "r", 10), 8, None, False, "the floor 8 is at or below"),
+        (FLOOR, 2, None, "high", "ScaleArray started ahead of the surge"),
+        (FLOOR, 6, None, None, "at or below the desired count 6"),
+        (FLOOR, 2, int(NOW.timestamp()) + 60, None, "holds the lock"),
+        (FLOOR, 2, int(NOW.timestamp()) - 1, "high", "started"),  # a lease that ended is free
+        (OFF, 2, None, None, "forecast off"),
+        (forecast.Floor(12, 2e6, "daily", "r", 10), 8, None, None, "the floor 8 is at or below"),
+        # a short cycle's ceiling below the desired count: the low alarm's run, for the cycle's fall
+        (CEILING, 8, None, "low", "to shed the cycle's fall"),
+        (CEILING, 8, int(NOW.timestamp()) + 60, None, "holds the lock"),
+        (CEILING, 3, None, None, "forecast off"),  # at the ceiling: nothing to shed
+        # a floor above the desired count wins over a ceiling (both can hold in one cycle)
+        (forecast.Floor(6, 1e6, "hourly", "r", 10, 7, 1.2e6), 4, None, "high", "ahead of the surge"),
     ],
 )
-def test_the_lookahead_starts_only_above_the_desired_count_and_outside_a_run(
-    floor: forecast.Floor, desired: int, lock_until: int | None, start: bool, why: str
+def test_the_lookahead_starts_above_the_desired_count_or_for_a_cycles_fall_outside_a_run(
+    floor: forecast.Floor, desired: int, lock_until: int | None, kind: str | None, why: str
 ) -> None:
     decided, reason = forecast.lookahead(floor, desired, 8, lock_until, NOW)
-    assert decided is start
+    assert decided == kind
     assert why in reason
 
 
@@ -101,6 +111,22 @@ def test_the_started_run_carries_a_valid_scale_request() -> None:
     assert request.lock_until > request.lock_now == int(NOW.timestamp())
 
 
+def test_a_release_is_started_as_the_low_alarms_run() -> None:
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    seen: list[dict[str, Any]] = []
+    sfn.meta.events.register(
+        "provide-client-params.stepfunctions.StartExecution", lambda params, **_: seen.append(params)
+    )
+    stubber = Stubber(sfn)
+    stubber.add_response("start_execution", {"executionArn": f"{ARN}:x", "startDate": NOW})
+    with stubber:
+        name = ScaleStarter(sfn, ARN, 45).start("demo", NOW, PERIOD, "low")
+    request = ScaleRequest.model_validate(json.loads(seen[0]["input"]))
+    assert (request.alarm_name, request.alarm_kind) == ("vsa-demo-iops-low", "low")
+    # its own execution name: a surge's run in the same period is not taken for it
+    assert name == scale_execution_name("demo", "lookahead:vsa-demo-iops-low", "2026-03-02T12:55:00+00:00")
+
+
 def _ctx(table: str, sfn: Any) -> aws_check.HealthContext:
     return aws_check.HealthContext(
         registry=None,  # type: ignore[arg-type]
@@ -131,6 +157,25 @@ def test_the_health_check_stores_the_floor_and_starts_scale_array_above_the_desi
     # Then the floor is stored for PlanScale and ScaleArray was started
     assert registry.get("demo").forecast_floor == forecast.stored(FLOOR, NOW)
     assert (health.forecast_floor, health.lookahead) == (6, name)
+
+
+def test_the_health_check_starts_the_low_alarms_run_for_a_cycles_fall_and_stores_the_ceiling(
+    registry_table: str,
+) -> None:
+    # Given array demo at 8 controllers and a short cycle whose ceiling needs 3 in the coming minutes
+    registry = ArrayRegistry(registry_table, boto3.client("dynamodb", region_name=REGION))
+    array = registry.create(SPEC)
+    name = scale_execution_name("demo", "lookahead:vsa-demo-iops-low", "2026-03-02T12:55:00+00:00")
+    sfn, stubber = _sfn_expecting(name)
+    health = aws_check.ArrayHealth("demo", None)  # type: ignore[arg-type]
+    with stubber:
+        aws_check._lookahead(_ctx(registry_table, sfn), array, health, CEILING, 8, NOW)
+    stubber.assert_no_pending_responses()
+    # Then the low alarm's run was started, and PlanScale reads the ceiling back as it was stored
+    assert health.lookahead == name
+    stored = registry.get("demo").forecast_floor
+    back = forecast.from_stored(stored, NOW + timedelta(minutes=1), timedelta(minutes=10))
+    assert (back.ceiling_controllers, back.ceiling_iops) == (3, 500_000.0)
 
 
 def test_no_start_while_a_run_holds_the_lock_or_the_floor_is_off(registry_table: str) -> None:

@@ -329,11 +329,11 @@ def _lookahead(
     if not aws_forecast.store_floor(ctx.dynamodb, ctx.table, array_id, floor, now):
         logger.info("forecast floor not stored: array gone or a newer floor", extra={"array_id": array_id})
         return
-    start, why = forecast.lookahead(floor, desired, array.spec.max_controllers, array.scaling_lock_until, now)
-    if start and ctx.scale is not None:
-        health.lookahead = ctx.scale.start(array_id, now, ctx.period)
+    kind, why = forecast.lookahead(floor, desired, array.spec.max_controllers, array.scaling_lock_until, now)
+    if kind is not None and ctx.scale is not None:
+        health.lookahead = ctx.scale.start(array_id, now, ctx.period, kind)
         logger.info(why, extra={"array_id": array_id, "execution": health.lookahead})
-    elif floor.on:
+    elif floor.on or floor.ceiling_controllers:
         logger.info(why, extra={"array_id": array_id})
 
 

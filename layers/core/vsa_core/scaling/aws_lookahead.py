@@ -12,7 +12,7 @@ same period (an operator's "check now") starts nothing new.
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from vsa_core.arrays.lock import SCALE_LEASE_SECONDS
 from vsa_core.naming import iops_alarm_name, scale_execution_name
@@ -29,18 +29,21 @@ class ScaleStarter:
     state_machine_arn: str
     rearm_seconds: int
 
-    def start(self, array_id: str, now: datetime, period: timedelta) -> str:
-        """Start ScaleArray for the array; answers the execution's name (also when this period's
-        run was started already)."""
+    def start(
+        self, array_id: str, now: datetime, period: timedelta, kind: Literal["high", "low"] = "high"
+    ) -> str:
+        """Start ScaleArray for the array as ``kind``'s alarm would (the high one ahead of a
+        surge, the low one for a cycle's fall); answers the execution's name (also when this
+        period's run was started already)."""
         seconds = int(period.total_seconds())
         slot = datetime.fromtimestamp(int(now.timestamp()) // seconds * seconds, now.tzinfo)
-        alarm = iops_alarm_name(array_id, "high")
+        alarm = iops_alarm_name(array_id, kind)
         name = scale_execution_name(array_id, f"{EVENT_PREFIX}{alarm}", slot.isoformat())
         epoch = int(now.timestamp())
         request = ScaleRequest(
             array_id=array_id,
             alarm_name=alarm,
-            alarm_kind="high",
+            alarm_kind=kind,
             demand_iops=None,
             state_timestamp=now.isoformat(),
             event_id=f"{EVENT_PREFIX}{slot.isoformat()}",

@@ -29,7 +29,7 @@ look-ahead); ScaleArray's PlanScale plans with the stored floor while it is fres
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from vsa_core.arrays.capacity import controllers_needed
 
@@ -37,9 +37,23 @@ BUCKET_MINUTES = 5
 HISTORY_DAYS = 14
 """GetMetricData keeps one-minute data 15 days: 14 days of it, and two weeks for the weekly
 pattern."""
-PERIODS = {"hourly": 60, "daily": 24 * 60, "weekly": 7 * 24 * 60}
-MIN_CYCLES = {"hourly": 3, "daily": 3, "weekly": 2}
+PERIODS = {"daily": 24 * 60, "weekly": 7 * 24 * 60}
+MIN_CYCLES = {"short": 3, "daily": 3, "weekly": 2}
 """Full cycles a pattern must have recurred in (14 days hold two weeks, no more)."""
+SHORT_PERIODS = tuple(range(30, 6 * 60 + 1, BUCKET_MINUTES))
+"""The cycles shorter than a day looked for (``short_period``): any whole number of buckets from
+half an hour to six hours (a job every 90 minutes recurs neither hourly nor daily)."""
+MATCH_MINUTES = 120
+"""A short cycle must repeat over at least this much of the latest history (or one cycle)."""
+MATCH_ERROR = 0.2
+"""The most a short cycle's buckets may differ from the cycle before, summed, over the summed
+larger of each pair: above it nothing repeats."""
+MATCH_SLACK = 0.03
+"""The shortest cycle repeating within this of the best is taken (two cycles of an hourly
+pattern repeat as well as one)."""
+SHAPE_RATIO = 1.5
+"""A short cycle has a shape when its busiest bucket is at least this times its quietest: a
+flat demand repeats at every period and says nothing about what comes."""
 LOOKAHEAD_MINUTES = 5
 """How often the scheduled look-ahead asks for the floor (the health check's default period)."""
 STALE_PERIODS = 2
@@ -63,6 +77,11 @@ class Floor:
     """The period that set it (``hourly``, ``daily``, ``weekly``); None when off."""
     reason: str
     horizon_minutes: int
+    ceiling_controllers: int = 0
+    """What the most any of the last cycles of a short recurring cycle reached in the coming
+    buckets needs (0: no such cycle holds now): a scale-in may go down to it without waiting
+    for the low alarm's window, and a rising trend is not extrapolated beyond it."""
+    ceiling_iops: float = 0.0
 
     @property
     def on(self) -> bool:
@@ -94,6 +113,115 @@ def buckets(history: Sequence[float | None], end: datetime) -> tuple[int, list[f
     return first, out
 
 
+def short_period(history_buckets: Sequence[float | None], first: int, nb: int) -> int | None:
+    """The cycle shorter than a day that the latest history repeats (minutes), or None: among
+    ``SHORT_PERIODS``, each bucket of the last ``MATCH_MINUTES`` (at least one cycle) against the
+    bucket a cycle before, and that one against the one before it; the error is the summed
+    differences over the summed larger of each pair. The shortest cycle within ``MATCH_SLACK``
+    of the best is taken when the best is at most ``MATCH_ERROR`` and the cycle has a shape
+    (``SHAPE_RATIO``)."""
+    found: list[tuple[float, int]] = []
+    for minutes in SHORT_PERIODS:
+        width = minutes // BUCKET_MINUTES
+        # at least one cycle, up to MATCH_MINUTES, of the history's last MIN_CYCLES cycles
+        span = min(max(width, MATCH_MINUTES // BUCKET_MINUTES), nb - first - 2 * width)
+        if span < width:
+            break
+        if not _has_shape(history_buckets, first, range(nb - width, nb)):
+            continue
+        error = _repeat_error(history_buckets, first, range(nb - span, nb), width)
+        if error is not None:
+            found.append((error, minutes))
+    if not found or min(found)[0] > MATCH_ERROR:
+        return None
+    best = min(found)[0]
+    return min(m for e, m in found if e <= best + MATCH_SLACK)
+
+
+def _has_shape(history_buckets: Sequence[float | None], first: int, cycle: range) -> bool:
+    """The cycle's busiest bucket is at least ``SHAPE_RATIO`` times its quietest: a flat demand
+    repeats at every period and says nothing about what comes."""
+    values = [v for v in history_buckets[cycle.start - first : cycle.stop - first] if v is not None]
+    return bool(values) and max(values) >= SHAPE_RATIO * max(min(values), 1.0)
+
+
+def _repeat_error(
+    history_buckets: Sequence[float | None], first: int, span: range, width: int
+) -> float | None:
+    """The summed differences over the summed larger of each pair: every bucket of ``span``
+    against the one ``width`` before, and that one against the one before it (missing buckets
+    left out); None when nothing was compared."""
+    start, stop = span.start - first, span.stop - first
+    if start - 2 * width < 0:
+        return None
+    values = history_buckets[start - 2 * width : stop]
+    diff = total = 0.0
+    for x, y in zip(values[width:], values, strict=False):
+        if x is not None and y is not None:
+            diff += abs(x - y)
+            total += x if x > y else y
+    return diff / total if total > 0 else None
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What one period's last cycles reached at the coming buckets."""
+
+    period: str
+    cycles: int
+    low: float
+    """The busiest coming bucket's least (what every cycle reached there: the floor's demand)."""
+    high: float
+    """The busiest coming bucket's most (what any cycle reached: the ceiling's demand)."""
+
+
+def _readings(
+    history_buckets: Sequence[float | None], first: int, nb: int, ahead: range
+) -> tuple[list[_Reading], list[str], list[str]]:
+    """Each period's reading of the coming buckets (the periods with enough history whose
+    pattern held over the last ``CHECK_BUCKETS``), with what was too short and what did not
+    hold, in words."""
+    available = len(history_buckets) * BUCKET_MINUTES
+    periods = dict(PERIODS)
+    short: list[str] = []
+    cycle = short_period(history_buckets, first, nb)
+    described = f"a cycle of {SHORT_PERIODS[0]} min to {SHORT_PERIODS[-1] // 60} h"
+    if cycle is None and available < MIN_CYCLES["short"] * SHORT_PERIODS[0]:
+        short.append(f"{described} needs {MIN_CYCLES['short']} x the cycle")
+    elif cycle is None:
+        short.append(f"no {described.removeprefix('a ')} repeats")
+    else:
+        periods = {_short_name(cycle): cycle, **periods}
+    readings: list[_Reading] = []
+    inconsistent: list[str] = []
+    for period, minutes in periods.items():
+        cycles = MIN_CYCLES.get(period, MIN_CYCLES["short"])
+        if available < cycles * minutes:
+            short.append(f"{period} needs {cycles} x {_span(minutes)}")
+            continue
+        width = minutes // BUCKET_MINUTES
+
+        def seen(b: int, width: int = width, cycles: int = cycles) -> list[float]:
+            return [(_at(history_buckets, first, b - c * width) or 0.0) for c in range(1, cycles + 1)]
+
+        # a pattern that says more than what just happened is not the array's pattern now (an
+        # hourly "pattern" of a plateau that has ended; a job that stopped recurring)
+        missed = [
+            (min(seen(b)), actual)
+            for b in range(nb - CHECK_BUCKETS, nb)
+            if (actual := _at(history_buckets, first, b)) is not None
+            and min(seen(b)) > actual * (1 + TOLERANCE)
+        ]
+        if missed:
+            said, was = missed[-1]
+            inconsistent.append(f"{period}: said {said:,.0f} IOPS where {was:,.0f} came")
+            continue
+        low = max(min(seen(b)) for b in ahead)
+        high = max(max(seen(b)) for b in ahead)
+        readings.append(_Reading(period, cycles, low, high))
+    return readings, short, inconsistent
+
+
 # The three sizing keywords are numbers rather than an ArraySpec so the forecast imports nothing
 # from the array model (the health check and the simulator pass them from the spec).
 def floor(  # noqa: PLR0913
@@ -113,39 +241,10 @@ def floor(  # noqa: PLR0913
     # (one more bucket held a ramp's controllers up to 5 minutes before it: 1.43x -> 1.29x the
     # oracle on make bench's worst trace)
     last = bucket_index(now + timedelta(minutes=max(1, horizon_minutes) - 1))
-    ahead = range(nb, last + 1)
-    available = len(history_buckets) * BUCKET_MINUTES
-    best: tuple[float, str, int] | None = None  # (iops, period, cycles)
-    short: list[str] = []
-    inconsistent: list[str] = []
-    for period, minutes in PERIODS.items():
-        cycles = MIN_CYCLES[period]
-        if available < cycles * minutes:
-            short.append(f"{period} needs {cycles} x {_span(minutes)}")
-            continue
-        width = minutes // BUCKET_MINUTES
-
-        def recurred_at(b: int, width: int = width, cycles: int = cycles) -> float:
-            seen = [_at(history_buckets, first, b - c * width) for c in range(1, cycles + 1)]
-            return min((v or 0.0) for v in seen)
-
-        # a pattern that says more than what just happened is not the array's pattern now (an
-        # hourly "pattern" of a plateau that has ended; a job that stopped recurring)
-        missed = [
-            (b, recurred_at(b), actual)
-            for b in range(nb - CHECK_BUCKETS, nb)
-            if (actual := _at(history_buckets, first, b)) is not None
-            and recurred_at(b) > actual * (1 + TOLERANCE)
-        ]
-        if missed:
-            _, said, was = missed[-1]
-            inconsistent.append(f"{period}: said {said:,.0f} IOPS where {was:,.0f} came")
-            continue
-        recurred = max(recurred_at(b) for b in ahead)
-        if best is None or recurred > best[0]:
-            best = (recurred, period, cycles)
+    readings, short, inconsistent = _readings(history_buckets, first, nb, range(nb, last + 1))
     horizon = f"the next {horizon_minutes} min"
-    if best is None and inconsistent:
+    ceiling = _ceiling(readings, history_buckets, first, nb, per_controller_iops, target_utilisation)
+    if not readings and inconsistent:
         return Floor(
             0,
             0.0,
@@ -154,16 +253,15 @@ def floor(  # noqa: PLR0913
             f"{'; '.join(inconsistent)})",
             horizon_minutes,
         )
-    if best is None:
-        return Floor(
-            0,
-            0.0,
-            None,
-            f"forecast off: {_span(available)} of history, too little for a pattern ({'; '.join(short)})",
-            horizon_minutes,
-        )
-    iops, period, cycles = best
-    needed = controllers_needed(iops, per_controller_iops, target_utilisation)
+    if not readings:
+        available = len(history_buckets) * BUCKET_MINUTES
+        # long enough to look for the shortest cycle: nothing recurs, rather than too little
+        looked = available >= MATCH_MINUTES + 2 * SHORT_PERIODS[0]
+        said = "nothing recurring in" if looked else "too little for a pattern in"
+        reason = f"forecast off: {said} {_span(available)} of history ({'; '.join(short)})"
+        return Floor(0, 0.0, None, reason, horizon_minutes)
+    best = max(readings, key=lambda r: r.low)
+    needed = controllers_needed(best.low, per_controller_iops, target_utilisation)
     if needed <= min_controllers:
         return Floor(
             0,
@@ -172,15 +270,58 @@ def floor(  # noqa: PLR0913
             f"forecast off: nothing recurring ahead (what recurred in {horizon} of each of the last "
             f"cycles needs {needed} controller(s), minControllers is {min_controllers})",
             horizon_minutes,
+            *ceiling,
         )
     return Floor(
         needed,
-        iops,
-        period,
-        f"forecast floor {needed}: {iops:,.0f} IOPS recurred in {horizon} of each of the last {cycles} "
-        f"{'weeks' if period == 'weekly' else 'days' if period == 'daily' else 'hours'}",
+        best.low,
+        best.period,
+        f"forecast floor {needed}: {best.low:,.0f} IOPS recurred in {horizon} of each of the last "
+        f"{best.cycles} {_cycles_word(best.period)}",
         horizon_minutes,
+        *ceiling,
     )
+
+
+def _ceiling(
+    readings: Sequence[_Reading],
+    history_buckets: Sequence[float | None],
+    first: int,
+    nb: int,
+    per_controller_iops: int,
+    target_utilisation: float,
+) -> tuple[int, float]:
+    """(controllers, IOPS) of the short cycle's ceiling: the most any of its last cycles reached
+    in the coming buckets, while no bucket of the last ``CHECK_BUCKETS`` came above what the
+    cycles reached there by more than ``TOLERANCE``; (0, 0.0) without one."""
+    cycle = next((r for r in readings if r.period not in PERIODS), None)
+    if cycle is None:
+        return 0, 0.0
+    width = _short_minutes(cycle.period) // BUCKET_MINUTES
+    for b in range(nb - CHECK_BUCKETS, nb):
+        actual = _at(history_buckets, first, b)
+        seen = [_at(history_buckets, first, b - c * width) or 0.0 for c in range(1, cycle.cycles + 1)]
+        if actual is not None and actual > max(seen) * (1 + TOLERANCE):
+            return 0, 0.0
+    return controllers_needed(cycle.high, per_controller_iops, target_utilisation), cycle.high
+
+
+def _short_name(minutes: int) -> str:
+    return "hourly" if minutes == 60 else f"every {minutes} min"
+
+
+def _short_minutes(name: str) -> int:
+    return 60 if name == "hourly" else int(name.split()[1])
+
+
+def _cycles_word(period: str) -> str:
+    if period == "weekly":
+        return "weeks"
+    if period == "daily":
+        return "days"
+    if period == "hourly":
+        return "hours"
+    return f"cycles of {_short_minutes(period)} min"
 
 
 def floor_from_minutes(
@@ -262,21 +403,36 @@ def from_stored(item: Mapping[str, Any] | None, now: datetime, max_age: timedelt
         item.get("period"),
         str(item.get("reason") or ""),
         horizon,
+        int(item.get("ceiling_controllers") or 0),
+        float(item.get("ceiling_iops") or 0.0),
     )
 
 
 def lookahead(
     value: Floor, desired: int, max_controllers: int, lock_until: int | None, now: datetime
-) -> tuple[bool, str]:
-    """Whether the health check starts ScaleArray for the floor (the look-ahead), and why (not):
-    only when the floor, within maxControllers, is above the group's desired count and no
-    ScaleArray run holds the array's scaling lock (that run plans with the stored floor itself)."""
-    if not value.on:
-        return False, value.reason
+) -> tuple[Literal["high", "low"] | None, str]:
+    """Whether the health check starts ScaleArray (the look-ahead), as which alarm's run, and
+    why (not): ``high`` when the floor, within maxControllers, is above the group's desired
+    count (controllers booted ahead of a recurring surge); ``low`` when a short cycle's ceiling
+    is below it (the cycle's own fall: PlanScale sheds it once the demand has fallen, without the
+    low alarm's window); None otherwise, or while a ScaleArray run holds the array's scaling
+    lock (that run plans with the stored forecast itself)."""
     target = min(value.controllers, max_controllers)
-    if target <= desired:
-        return False, f"the floor {target} is at or below the desired count {desired}"
-    above = f"the floor {target} is above the desired count {desired}"
+    kind: Literal["high", "low"]
+    if value.on and target > desired:
+        kind, why = "high", f"the floor {target} is above the desired count {desired}"
+        started = "ScaleArray started ahead of the surge"
+    elif 0 < value.ceiling_controllers < desired:
+        kind = "low"
+        why = (
+            f"every recent cycle stayed within {value.ceiling_controllers} controller(s) in the next "
+            f"{value.horizon_minutes} min, {desired} desired"
+        )
+        started = "ScaleArray started to shed the cycle's fall once it comes"
+    elif value.on:
+        return None, f"the floor {target} is at or below the desired count {desired}"
+    else:
+        return None, value.reason
     if lock_until is not None and lock_until >= int(now.timestamp()):
-        return False, f"{above}; a ScaleArray run holds the lock"
-    return True, f"{above}: ScaleArray started ahead of the surge"
+        return None, f"{why}; a ScaleArray run holds the lock"
+    return kind, f"{why}: {started}"

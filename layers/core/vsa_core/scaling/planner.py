@@ -325,6 +325,10 @@ def demand_needs(inp: PlanInput) -> Needs:
     is not at once above the high alarm), so a single quiet minute removes nothing."""
     per, util = inp.spec.per_controller_iops, inp.spec.target_utilisation
     slope, trend = rising_trend(inp)
+    ceiling = inp.forecast.ceiling_iops if inp.forecast is not None else 0.0
+    if trend is not None and ceiling > 0:
+        # the recurring cycle's most in the coming minutes bounds where the trend goes
+        trend = max(inp.demand_iops, min(trend, ceiling))
     planned_for = max(inp.demand_iops, trend or 0.0)
     window = scale_in_window(inp)
     sustained = max([*window, inp.demand_iops]) if inp.recent_demand else None
@@ -367,6 +371,13 @@ def count_targets(inp: PlanInput, needs: Needs, bounds: Bounds) -> Targets:
     reactive_out = max(bounds.floor, min(needs.needed_out, bounds.useful))
     reactive_in = max(bounds.floor, min(needs.needed_in, bounds.useful))
     by_forecast = 0 if inp.forecast is None else min(inp.forecast.controllers, bounds.useful)
+    if inp.forecast is not None and inp.forecast.ceiling_controllers:
+        # every recent cycle stayed under its ceiling in the coming minutes: the fall is the
+        # cycle's own, shed now rather than after the low alarm's window confirms it
+        per, util = inp.spec.per_controller_iops, inp.spec.target_utilisation
+        now_in = controllers_needed(inp.demand_iops, per, util * inp.scale_in_headroom)
+        released = max(now_in, needs.needed_out, inp.forecast.ceiling_controllers)
+        reactive_in = min(reactive_in, max(bounds.floor, min(released, bounds.useful)))
     return Targets(
         reactive_out=reactive_out,
         reactive_in=reactive_in,

@@ -315,9 +315,14 @@ def simulate_planner(  # noqa: C901, PLR0913, PLR0915
         # one ScaleArray run per event (the scaling lock serialises them); a run that changes the
         # count moves the thresholds, and CloudWatch re-evaluates the datapoints it holds at once
         fired = ["every-minute"] if trigger == "every-minute" else alarms.evaluate(t, desired)
-        floor = floor_at(t) if forecast and (fired or t % forecasting.LOOKAHEAD_MINUTES == 0) else None
-        if floor is not None and floor.controllers > desired and not fired:
-            fired = ["high"]  # the scheduled look-ahead starts ScaleArray as the high alarm would
+        looking = t % forecasting.LOOKAHEAD_MINUTES == 0
+        floor = floor_at(t) if forecast and (fired or looking) else None
+        if floor is not None and looking and not fired:
+            # the scheduled look-ahead starts ScaleArray as the high alarm would (a surge ahead)
+            # or the low one (a cycle's fall), exactly as the health check decides
+            now = EPOCH + timedelta(minutes=t)
+            started, _ = forecasting.lookahead(floor, desired, spec.max_controllers, None, now)
+            fired = [started] if started is not None else []
         for _ in range(_RUNS_PER_MINUTE):
             if not fired:
                 break
