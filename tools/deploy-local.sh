@@ -20,6 +20,7 @@ parameters=(
   NodeConfigfsRoot=sys/kernel/config  # relative: inside each node's sandbox
   NodeDeviceDir=dev/disk/by-id
   BackupCopyRegions=us-west-2  # the local clouds' disaster-recovery Region (tests/integration/test_copies.py)
+  BackupCopyAccounts=222222222222  # the local clouds' second account (tests/integration/test_copies.py)
   NodeDrillMountDir=run/vsa-drill  # drill-check mounts a drill's filesystems inside the node's sandbox
   NodeSysfsRoot=sys  # where connect-path sets the multipath IO policy
   NodeMountsFile=proc/self/mounts  # report-paths reads what is mounted from each volume here

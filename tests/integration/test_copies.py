@@ -5,6 +5,7 @@ in us-west-2, whose registry never saw the set, lists the copy and restores it i
 there, whose volume reads back the set's file. The local cloud's snapshots and their copies carry
 data (tests/localcloud/test_ebs_data.py, test_ebs_copy.py)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ import pytest
 
 from tests.integration.arrays_world import AMI, control, read_array
 from tests.integration.backups_world import BackupArray, backup_finished
-from tests.integration.conftest import DR_REGION, Api
+from tests.integration.conftest import DR_REGION, STACK, Api
 from tests.prerequisites import require
 from vsa_core.waiters import execution_arn, execution_finished
 
@@ -130,3 +131,117 @@ def test_a_set_copied_to_another_region_restores_there_into_a_new_array_with_its
         assert made["SnapshotId"] == copy["snapshots"][0]["snapshotId"]
     finally:
         dr_api.call("DELETE", f"/arrays/{new_array}")
+
+
+OTHER_ACCOUNT = "222222222222"
+"""The local clouds' second account: the stack's BackupCopyAccounts (tools/deploy-local.sh). The
+local cloud takes a 12-digit access key id as its account, and enforces IAM for assumed roles."""
+
+
+def _copy_role_arn() -> str:
+    """The deployment's copy steps' role (TaskCopyRole), the one the other account's role trusts."""
+    stack = boto3.client("cloudformation").describe_stack_resource(
+        StackName=STACK, LogicalResourceId="TaskCopyRole"
+    )
+    name = stack["StackResourceDetail"]["PhysicalResourceId"]
+    return str(boto3.client("iam").get_role(RoleName=name)["Role"]["Arn"])
+
+
+def _destination_role(trusted: str) -> tuple[Any, str]:
+    """The role docs/backups.md ("Another account") asks the destination account for, made there:
+    under /vsa-backup-copy/, trusting the copy role, allowed exactly what the page names (the
+    set is unencrypted: no KMS grants)."""
+    iam = boto3.client("iam", aws_access_key_id=OTHER_ACCOUNT, aws_secret_access_key="test")
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"AWS": trusted}, "Action": "sts:AssumeRole"}],
+    }
+    snapshots = "arn:aws:ec2:*::snapshot/*"
+    policy = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Action": "ec2:CopySnapshot", "Resource": snapshots},
+            {
+                "Effect": "Allow",
+                "Action": "ec2:CreateTags",
+                "Resource": snapshots,
+                "Condition": {"StringEquals": {"ec2:CreateAction": "CopySnapshot"}},
+            },
+            {"Effect": "Allow", "Action": "ec2:DescribeSnapshots", "Resource": "*"},
+            {
+                "Effect": "Allow",
+                "Action": "ec2:DeleteSnapshot",
+                "Resource": snapshots,
+                "Condition": {"StringLike": {"aws:ResourceTag/vsa:copy-of": "*"}},
+            },
+        ],
+    }
+    name = f"dr-{int(time.time() * 1000) % 10**9}"
+    role = iam.create_role(
+        RoleName=name, Path="/vsa-backup-copy/", AssumeRolePolicyDocument=json.dumps(trust)
+    )["Role"]
+    iam.put_role_policy(RoleName=name, PolicyName="copies", PolicyDocument=json.dumps(policy))
+    return iam, str(role["Arn"])
+
+
+def test_a_set_copied_to_another_account_is_made_there_by_its_role_and_unshared_after(
+    api: Api, backup_array: Any, stack_outputs: dict[str, str]
+) -> None:
+    # Given a role in another account, made as the backups page says, and an array copying its
+    # sets into that account's DR Region through it
+    iam, role_arn = _destination_role(_copy_role_arn())
+    copies = [{"region": DR_REGION, "accountId": OTHER_ACCOUNT, "roleArn": role_arn, "retention": 1}]
+    array: BackupArray = backup_array(volumes=2, hosts=1, mode="crash", policy={"copies": copies})
+    try:
+        # When a set is taken and its CopyBackupSet run ends
+        status, backup = api.call("POST", f"/arrays/{array.array_id}/backups", {"mode": "crash"})
+        assert status == 202, backup
+        backup_id = backup["backupId"]
+        assert backup_finished(stack_outputs, backup_id)["status"] == "SUCCEEDED"
+        run = execution_arn(stack_outputs["CopyBackupSetStateMachineArn"], backup_id)
+        sfn = boto3.client("stepfunctions")
+        deadline = time.monotonic() + 60
+        while True:  # started by the backup's last states
+            try:
+                sfn.describe_execution(executionArn=run)
+                break
+            except sfn.exceptions.ExecutionDoesNotExist:
+                assert time.monotonic() < deadline, "no CopyBackupSet run for the set"
+                time.sleep(1)
+        execution_finished(sfn).wait(executionArn=run, WaiterConfig={"Delay": 2, "MaxAttempts": 150})
+        ended = sfn.describe_execution(executionArn=run)
+        shown = api.call("GET", f"/arrays/{array.array_id}/backups/{backup_id}")[1]
+        assert ended["status"] == "SUCCEEDED", (ended.get("cause"), shown.get("copies"))
+
+        # Then the set records its copy in that account, completed, one copy per snapshot
+        [copy] = shown["copies"]
+        assert (copy["region"], copy["accountId"], copy["state"]) == (
+            DR_REGION,
+            OTHER_ACCOUNT,
+            "completed",
+        ), copy
+        sources = {s["snapshotId"] for s in shown["snapshots"]}
+        assert {s["sourceSnapshotId"] for s in copy["snapshots"]} == sources
+        # and the copies are the other account's own, in its DR Region, completed and tagged as
+        # copies of this set's snapshots
+        there = boto3.client(
+            "ec2", region_name=DR_REGION, aws_access_key_id=OTHER_ACCOUNT, aws_secret_access_key="test"
+        )
+        made = there.describe_snapshots(SnapshotIds=[s["snapshotId"] for s in copy["snapshots"]])["Snapshots"]
+        assert {s["OwnerId"] for s in made} == {OTHER_ACCOUNT}
+        assert {s["State"] for s in made} == {"completed"}
+        tagged = {t["Value"] for s in made for t in s.get("Tags", []) if t["Key"] == "vsa:copy-of"}
+        assert tagged == {f"us-east-1/{source}" for source in sources}
+        # and the source snapshots are no longer shared with it (shared for the copy only)
+        ec2 = boto3.client("ec2")
+        for source in sources:
+            shared = ec2.describe_snapshot_attribute(SnapshotId=source, Attribute="createVolumePermission")
+            assert shared["CreateVolumePermissions"] == [], (source, shared)
+        # and this account holds no copy in the DR Region: the copy was made there, by its role
+        here = boto3.client("ec2", region_name=DR_REGION).describe_snapshots(
+            Filters=[{"Name": "tag:vsa:copy-of", "Values": sorted(tagged)}]
+        )["Snapshots"]
+        assert here == []
+    finally:
+        iam.delete_role_policy(RoleName=role_arn.rsplit("/", 1)[1], PolicyName="copies")
+        iam.delete_role(RoleName=role_arn.rsplit("/", 1)[1])

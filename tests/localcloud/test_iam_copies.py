@@ -16,6 +16,10 @@
   session of a role in another account act in that account. The role's trust policy is not
   evaluated by the local cloud (resource-based policies are not: iam_enforcement's docstring);
   the caller's own identity policy must allow sts:AssumeRole on the role.
+* aws:ResourceAccount ("AWS global condition context keys"): "Use this key to compare the
+  requesting principal's resource owner's AWS account ID" - "This key is included in the request
+  context for most service actions"; the data-perimeter example "restrict role assumption to roles
+  in specific accounts" conditions sts:AssumeRole on it.
 
 Stock LocalStack evaluates no identity policy: each refusal here passes there.
 """
@@ -301,6 +305,27 @@ def test_assuming_a_role_of_another_account_needs_sts_assume_role_on_it(
             lambda: caller("sts").assume_role(RoleArn=other_role["Role"]["Arn"], RoleSessionName="other")
         )
         assert f"sts:AssumeRole on resource: arn:aws:iam::{DR_ACCOUNT}:role/{names[1]}" in message
+
+        # aws:ResourceAccount is the role's account: a grant conditioned on it allows exactly
+        # the roles of the accounts it names
+        def limited(accounts: list[str]) -> Clients:
+            return session(
+                {
+                    "Effect": "Allow",
+                    "Action": "sts:AssumeRole",
+                    "Resource": "arn:aws:iam::*:role/vsa-backup-copy/*",
+                    "Condition": {"StringEquals": {"aws:ResourceAccount": accounts}},
+                }
+            )
+
+        allowed = limited([DR_ACCOUNT])("sts").assume_role(
+            RoleArn=copy_role["Role"]["Arn"], RoleSessionName="ok"
+        )
+        assert allowed["AssumedRoleUser"]["Arn"].startswith(f"arn:aws:sts::{DR_ACCOUNT}:assumed-role/")
+        elsewhere = limited(["333333333333"])
+        assert "sts:AssumeRole" in _refused(
+            lambda: elsewhere("sts").assume_role(RoleArn=copy_role["Role"]["Arn"], RoleSessionName="no")
+        )
     finally:
         for name in names:
             iam.delete_role(RoleName=name)

@@ -710,6 +710,16 @@ def _request_tags(
     return None
 
 
+def _resource_account(arn: str, account: str) -> str:
+    """aws:ResourceAccount, "the resource owner's AWS account ID" ("AWS global condition context
+    keys", IAM User Guide: in the request context of most actions): the account in the resource's
+    ARN; for an ARN that carries none (an EBS snapshot's, an S3 bucket's), the request's account,
+    which owns every such resource the product acts on (a shared snapshot of another account is
+    read only by CopySnapshot, whose policies here do not condition on it)."""
+    parts = arn.split(":", 5)
+    return parts[4] if len(parts) > 4 and parts[4] else account
+
+
 def _principal_context(caller: Caller, region: str) -> dict[str, list[str]]:
     now = datetime.now(UTC)
     context = {
@@ -797,6 +807,7 @@ def build_checks(
                 continue  # not there: the provider answers its NotFound error
             context = dict(principal)
             context.update(request_level)
+            context["aws:resourceaccount"] = [_resource_account(arn, account)]
             context.update(ec2_attributes(arn, account, region))
             if launch is not None:
                 context.update(_launch_context(launch, base, arn))
