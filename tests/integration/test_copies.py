@@ -42,6 +42,23 @@ def data_path(volume_id: str) -> str:
     return str(found["Path"])
 
 
+def copy_run_ended(stack_outputs: dict[str, str], backup_id: str) -> dict[str, Any]:
+    """The set's CopyBackupSet run (named after it, started by ConsistentBackup's last states),
+    once it has ended."""
+    sfn = boto3.client("stepfunctions")
+    run = execution_arn(stack_outputs["CopyBackupSetStateMachineArn"], backup_id)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            sfn.describe_execution(executionArn=run)
+            break
+        except sfn.exceptions.ExecutionDoesNotExist:
+            assert time.monotonic() < deadline, "no CopyBackupSet run for the set"
+            time.sleep(1)
+    execution_finished(sfn).wait(executionArn=run, WaiterConfig={"Delay": 2, "MaxAttempts": 150})
+    return dict(sfn.describe_execution(executionArn=run))
+
+
 @pytest.mark.usefixtures("ext4_tools")
 def test_a_set_copied_to_another_region_restores_there_into_a_new_array_with_its_data(
     api: Api, dr_api: Api, backup_array: Any, stack_outputs: dict[str, str], tmp_path: Path
@@ -71,18 +88,7 @@ def test_a_set_copied_to_another_region_restores_there_into_a_new_array_with_its
     assert backup_finished(stack_outputs, backup_id)["status"] == "SUCCEEDED"
 
     # When ConsistentBackup's CopyBackupSet run (named after the set) has copied it
-    sfn = boto3.client("stepfunctions")
-    run = execution_arn(stack_outputs["CopyBackupSetStateMachineArn"], backup_id)
-    deadline = time.monotonic() + 60
-    while True:  # started by the backup's last states
-        try:
-            sfn.describe_execution(executionArn=run)
-            break
-        except sfn.exceptions.ExecutionDoesNotExist:
-            assert time.monotonic() < deadline, "no CopyBackupSet run for the set"
-            time.sleep(1)
-    execution_finished(sfn).wait(executionArn=run, WaiterConfig={"Delay": 2, "MaxAttempts": 150})
-    assert sfn.describe_execution(executionArn=run)["status"] == "SUCCEEDED"
+    assert copy_run_ended(stack_outputs, backup_id)["status"] == "SUCCEEDED"
 
     # Then the set records its copy, completed, one copy per snapshot
     shown = api.call("GET", f"/arrays/{array.array_id}/backups/{backup_id}")[1]
@@ -198,18 +204,7 @@ def test_a_set_copied_to_another_account_is_made_there_by_its_role_and_unshared_
         assert status == 202, backup
         backup_id = backup["backupId"]
         assert backup_finished(stack_outputs, backup_id)["status"] == "SUCCEEDED"
-        run = execution_arn(stack_outputs["CopyBackupSetStateMachineArn"], backup_id)
-        sfn = boto3.client("stepfunctions")
-        deadline = time.monotonic() + 60
-        while True:  # started by the backup's last states
-            try:
-                sfn.describe_execution(executionArn=run)
-                break
-            except sfn.exceptions.ExecutionDoesNotExist:
-                assert time.monotonic() < deadline, "no CopyBackupSet run for the set"
-                time.sleep(1)
-        execution_finished(sfn).wait(executionArn=run, WaiterConfig={"Delay": 2, "MaxAttempts": 150})
-        ended = sfn.describe_execution(executionArn=run)
+        ended = copy_run_ended(stack_outputs, backup_id)
         shown = api.call("GET", f"/arrays/{array.array_id}/backups/{backup_id}")[1]
         assert ended["status"] == "SUCCEEDED", (ended.get("cause"), shown.get("copies"))
 
