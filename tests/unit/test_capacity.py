@@ -12,7 +12,13 @@ from pydantic import ValidationError
 
 from tests.specs import BASE
 from vsa_core.arrays.aws_status import capacity_status
-from vsa_core.arrays.capacity import controllers_needed, deliverable_iops, volume_controllers
+from vsa_core.arrays.capacity import (
+    controllers_needed,
+    deliverable_iops,
+    owned_volume_iops,
+    owner_controllers,
+    volume_controllers,
+)
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.instances import EBS_IOPS, default_controller_iops, ebs_iops
 from vsa_core.scaling import simulator
@@ -237,3 +243,48 @@ def test_status_says_when_the_array_is_volume_bound():
         False,
         1_040_000,
     )
+
+
+def test_with_one_owner_per_volume_each_volume_moves_at_most_its_owners_iops():
+    # capacity: a volume served by one controller at a time gives at most that controller's IOPS
+    assert owned_volume_iops([256_000, 20_000], 86_667) == 86_667 + 20_000
+    assert owner_controllers(3) == 3
+    assert owner_controllers(0) == 1
+
+
+def test_with_one_owner_per_volume_the_planner_runs_no_controller_beyond_the_volume_count():
+    # Given two volumes and demand that 5 controllers would serve at target
+    fenced = spec(
+        volumes=[{"volumeId": "vol-0a1b2c3d4e5f60001"}, {"volumeId": "vol-0a1b2c3d4e5f60002"}],
+        fencing="reservations",
+        minControllers=2,
+        maxControllers=8,
+    )
+    shared = fenced.model_copy(update={"fencing": "none"})
+    demand = 4.5 * fenced.per_controller_iops * fenced.target_utilisation
+    # Then with one owner per volume it stops at two (more would stand by), and says why;
+    # round-robin over every controller goes to five
+    owned = plan(PlanInput(fenced, demand, 2))
+    assert (owned.action, owned.desired_controllers) == ("hold", 2)
+    assert "owner-bound" in owned.reason
+    assert "spread the data over more volumes" in owned.reason
+    assert plan(PlanInput(shared, demand, 2)).desired_controllers == 5
+    # and the simulator stops there too
+    replayed = simulator.simulate_planner(fenced, [demand] * 30)
+    assert max(replayed.billed) == 2
+
+
+def test_status_says_when_the_owners_are_the_limit():
+    fenced = spec(
+        volumes=[{"volumeId": "vol-0a1b2c3d4e5f60001"}],
+        fencing="reservations",
+        minControllers=2,
+        maxControllers=4,
+    )
+    shown = capacity_status(fenced, 3, [{"volumeId": "vol-0a1b2c3d4e5f60001", "iops": 256_000}])
+    per = fenced.per_controller_iops
+    # one volume: one owner carries its IO, at most that controller's IOPS; the others stand by
+    assert (shown["volumeIops"], shown["volumeControllers"]) == (min(256_000, per), 1)
+    assert shown["deliverableIops"] == min(256_000, per)
+    assert shown["volumeBound"] is True
+    assert "owner-bound" in shown["message"]

@@ -466,3 +466,31 @@ def test_without_a_stored_floor_the_forecast_is_off_and_says_so(registry, autosc
     decision = plan_scale(request(demand=FRESH_READ), registry, autoscaling, NOW)
     assert (decision["action"], decision["forecast_floor"]) == ("hold", 0)
     assert decision["forecast_reason"].startswith("forecast off: no floor stored yet")
+
+
+def test_with_one_owner_per_volume_the_plan_counts_each_volume_at_its_owners_iops_and_one_controller_each(
+    registry, autoscaling
+):
+    # Given array "demo" with fencing (one owner controller per volume) on two io2 volumes of
+    # 256,000 IOPS each, with r5b.8xlarge controllers (86,667 IOPS each), 2 running
+    volumes = [io2_volume(256_000), io2_volume(256_000)]
+    spec = ArraySpec.model_validate(
+        {
+            "arrayId": "demo",
+            "availabilityZone": "us-east-1a",
+            "volumes": [{"volumeId": v} for v in volumes],
+            "controllers": {"instanceType": "r5b.8xlarge", "imageId": "ami-0a1b2c3d4e5f60001"},
+            "minControllers": 2,
+            "maxControllers": 8,
+            "fencing": "reservations",
+        }
+    )
+    registry.create(spec)
+    make_group(autoscaling, 2)
+    # When the high alarm reports 612,345 IOPS (what 8 such controllers would serve at 70%)
+    decision = plan_scale(request(), registry, autoscaling, NOW, boto3.client("ec2", region_name=REGION))
+    # Then each volume counts at most its owner's 86,667 IOPS (not its 256,000), the two volumes
+    # keep at most two controllers busy, and the plan says so instead of adding standbys
+    assert decision["volume_iops"] == 2 * 86_667
+    assert (decision["action"], decision["desired_controllers"]) == ("hold", 2)
+    assert "owner-bound: with one owner controller per volume" in decision["reason"]

@@ -14,7 +14,14 @@ from typing import Any
 from vsa_core.arrays import aws_observe, aws_reports, dataplane, keys
 from vsa_core.arrays.aws_observe import ArrayClients
 from vsa_core.arrays.aws_reports import NodeDocuments
-from vsa_core.arrays.capacity import deliverable_iops, volume_bound_reason, volume_controllers
+from vsa_core.arrays.capacity import (
+    deliverable_iops,
+    owned_volume_iops,
+    owner_bound_reason,
+    owner_controllers,
+    volume_bound_reason,
+    volume_controllers,
+)
 from vsa_core.arrays.dataplane import Report
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.naming import backup_schedule_name, drill_schedule_name, group_name, iops_alarm_name
@@ -241,24 +248,36 @@ def capacity_status(spec: ArraySpec, desired: int | None, volumes: list[dict[str
     already move all the volumes give, so more controllers add none) with what to raise."""
     iops = [v.get("iops") for v in volumes]
     declared = len(spec.existing_volume_ids) + len(spec.new_volumes)
-    total = sum(int(i) for i in iops if i) if iops and all(iops) and len(iops) >= declared else None
+    known = bool(iops) and all(iops) and len(iops) >= declared
+    owners = owner_controllers(declared) if spec.fencing == "reservations" else None
+    total: int | None = None
+    if known:
+        each = [int(i) for i in iops if i]
+        # one owner per volume: each volume moves at most its owner's IOPS
+        total = sum(each) if owners is None else owned_volume_iops(each, spec.per_controller_iops)
     count = desired or 0
     useful = (
         None
         if total is None
         else volume_controllers(total, spec.per_controller_iops, spec.target_utilisation)
     )
+    if owners is not None:
+        useful = owners if useful is None else min(useful, owners)
     bound = useful is not None and count >= useful
+    carrying = count if owners is None else min(count, owners)
+    message = None
+    if bound and owners is not None and useful == owners:
+        message = owner_bound_reason(owners)
+    elif bound and total is not None and useful is not None:
+        message = volume_bound_reason(total, useful)
     return {
         "perControllerIops": spec.per_controller_iops,
         "volumeIops": total,
         "controllers": count,
-        "deliverableIops": deliverable_iops(count, spec.per_controller_iops, total),
+        "deliverableIops": deliverable_iops(carrying, spec.per_controller_iops, total),
         "volumeControllers": useful,
         "volumeBound": bound,
-        "message": volume_bound_reason(total, useful)
-        if bound and total is not None and useful is not None
-        else None,
+        "message": message,
     }
 
 

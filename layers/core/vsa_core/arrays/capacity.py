@@ -7,11 +7,17 @@ instances attach it: the array delivers at most the sum of its volumes' provisio
 ``n`` controllers deliver ``min(n x perControllerIops, sum of the volumes' IOPS)``, and a
 controller beyond ``volume_controllers`` adds none.
 
+With one owner controller per volume (``fencing: reservations``) a volume is served by one
+controller at a time: it moves at most ``min(its provisioned IOPS, perControllerIops)``
+(``owned_volume_iops``), and only as many controllers as there are volumes carry IO
+(``owner_controllers``): the others stand by for a failover.
+
 One set of functions, used by the planner (ScaleArray's PlanScale), by the simulator and the
 benchmark, and by the array's status.
 """
 
 import math
+from collections.abc import Iterable
 
 
 def controllers_needed(demand_iops: float, per_controller_iops: int, target_utilisation: float) -> int:
@@ -35,6 +41,26 @@ def deliverable_iops(controllers: int, per_controller_iops: int, volume_iops: in
     volumes' total)``; without the volumes' total (None: unknown), the controllers' part alone."""
     by_controllers = float(controllers * per_controller_iops)
     return by_controllers if volume_iops is None else min(by_controllers, float(volume_iops))
+
+
+def owned_volume_iops(volume_iops: Iterable[int], per_controller_iops: int) -> int:
+    """The volumes' IOPS in total with one owner per volume: each at most its owner's
+    ``perControllerIops``, however many controllers attach it."""
+    return sum(min(int(iops), per_controller_iops) for iops in volume_iops)
+
+
+def owner_controllers(volume_count: int) -> int:
+    """With one owner per volume, the most controllers that carry IO: one per volume."""
+    return max(1, volume_count)
+
+
+def owner_bound_reason(owners: int) -> str:
+    """What an array bound by its volumes' owners says, and what to change."""
+    return (
+        f"owner-bound: with one owner controller per volume (fencing: reservations) the {owners} "
+        f"volume(s) keep at most {owners} controller(s) busy; more stand by for a failover and add no "
+        "IOPS: spread the data over more volumes (or raise a volume's IOPS up to one controller's)"
+    )
 
 
 def volume_bound_reason(volume_iops: int, useful: int) -> str:

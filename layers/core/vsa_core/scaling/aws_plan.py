@@ -19,6 +19,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from vsa_core.arrays import demand
 from vsa_core.arrays.aws_registry import ArrayRegistry, expires_at
+from vsa_core.arrays.capacity import owned_volume_iops
 from vsa_core.arrays.spec import ARRAY_TAG, DEPLOYMENT_TAG, OWNED_TAG, ArraySpec
 from vsa_core.clients import client
 from vsa_core.controllers import slots
@@ -40,8 +41,10 @@ def _parse(value: str | None) -> datetime | None:
 def provisioned_iops(ec2: Any, spec: ArraySpec) -> int | None:
     """The array's volumes' provisioned IOPS in total (DescribeVolumes): the spec's existing
     volumes, and the volumes created for it (their declared IOPS while one is not created
-    yet). None when a declared volume is not found or reports no IOPS: the planner then
-    does not cap on the volumes, rather than cap on part of them."""
+    yet); with ``fencing: reservations`` each counts at most one controller's IOPS
+    (``capacity.owned_volume_iops``: one owner serves it). None when a declared volume is not
+    found or reports no IOPS: the planner then does not cap on the volumes, rather than cap on
+    part of them."""
     found: dict[str, Any] = {}
     if spec.existing_volume_ids:
         found.update(
@@ -61,16 +64,19 @@ def provisioned_iops(ec2: Any, spec: ArraySpec) -> int | None:
         for tag in v.get("Tags", [])
         if tag["Key"] == "Name"
     }
-    total = 0
+    each: list[int] = []
     for volume_id in spec.existing_volume_ids:
         iops = found.get(volume_id, {}).get("Iops")
         if not iops:
             logger.warning("volume IOPS unknown: no cap on the volumes", extra={"volume_id": volume_id})
             return None
-        total += int(iops)
+        each.append(int(iops))
     for new in spec.new_volumes:
-        total += int(owned.get(owned_volume_name(spec.array_id, new.name), {}).get("Iops") or new.iops)
-    return total
+        each.append(int(owned.get(owned_volume_name(spec.array_id, new.name), {}).get("Iops") or new.iops))
+    if spec.fencing == "reservations":
+        # one owner controller per volume: a volume moves at most its owner's IOPS
+        return owned_volume_iops(each, spec.per_controller_iops)
+    return sum(each)
 
 
 def _describe(ec2: Any, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -42,7 +42,13 @@ from dataclasses import KW_ONLY, asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from vsa_core.arrays.capacity import controllers_needed, volume_bound_reason, volume_controllers
+from vsa_core.arrays.capacity import (
+    controllers_needed,
+    owner_bound_reason,
+    owner_controllers,
+    volume_bound_reason,
+    volume_controllers,
+)
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.scaling.forecast import Floor
 
@@ -68,6 +74,7 @@ __all__ = [
     "floor_decided",
     "hold_move",
     "limit_notes",
+    "owner_bound",
     "plan",
     "rising_trend",
     "scale_in_move",
@@ -258,7 +265,10 @@ class Bounds:
     """The most controllers that add IOPS (``capacity.volume_controllers``); None without
     ``volume_iops``."""
     useful: int
-    """The top a target is clamped to: the ceiling, or ``by_volumes`` when fewer."""
+    """The top a target is clamped to: the ceiling, or ``by_volumes`` or ``by_owners`` when fewer."""
+    by_owners: int | None = None
+    """With ``fencing: reservations``: the controllers that carry IO, one owner per volume
+    (``capacity.owner_controllers``); None otherwise (every controller serves every volume)."""
 
 
 def count_bounds(inp: PlanInput) -> Bounds:
@@ -273,7 +283,13 @@ def count_bounds(inp: PlanInput) -> Bounds:
         else volume_controllers(inp.volume_iops, spec.per_controller_iops, spec.target_utilisation)
     )
     useful = ceiling if by_volumes is None else min(ceiling, by_volumes)
-    return Bounds(floor=spec.min_controllers, ceiling=ceiling, by_volumes=by_volumes, useful=useful)
+    by_owners = owner_controllers(len(spec.volumes)) if spec.fencing == "reservations" else None
+    if by_owners is not None:
+        # one owner per volume: a controller beyond the volume count owns none, carries no IO
+        useful = min(useful, by_owners)
+    return Bounds(
+        floor=spec.min_controllers, ceiling=ceiling, by_volumes=by_volumes, useful=useful, by_owners=by_owners
+    )
 
 
 @dataclass(frozen=True)
@@ -603,6 +619,16 @@ def volume_bound(a: Assessment) -> bool:
     return a.inp.volume_iops is not None and a.needs.planned_for >= a.inp.volume_iops
 
 
+def owner_bound(a: Assessment) -> bool:
+    """With one owner per volume, the demand (or its trend) asks for more controllers than
+    there are volumes to own, and the volumes themselves would give more: the owners are the
+    limit (more controllers would stand by)."""
+    owners = a.bounds.by_owners
+    if owners is None or a.needs.needed_out <= owners or owners >= a.bounds.ceiling:
+        return False
+    return a.bounds.by_volumes is None or a.bounds.by_volumes > owners
+
+
 def explain(a: Assessment, move: Move, floor_set: bool) -> str:
     """The reason in words: the headline (demand, needed, running; "is served by" for a hold with
     nothing to add), then the rising trend, the move's own notes, what the forecast floor and the
@@ -632,7 +658,9 @@ def limit_notes(a: Assessment, move: Move, floor_set: bool) -> list[str]:
     notes: list[str] = []
     if floor_set and inp.forecast is not None:
         notes.append(f"{inp.forecast.reason} (the floor set the count)")
-    if volume_bound(a) and inp.volume_iops is not None:
+    if owner_bound(a) and a.bounds.by_owners is not None:
+        notes.append(owner_bound_reason(a.bounds.by_owners))
+    elif volume_bound(a) and inp.volume_iops is not None:
         notes.append(volume_bound_reason(inp.volume_iops, a.bounds.useful))
     elif by_volumes is not None and inp.current_controllers > by_volumes and move.action == "scale-in":
         notes.append(

@@ -59,7 +59,12 @@ from vsa_core.alarm_tuning import (
     LOW_EVALUATION_PERIODS,
     SCALE_IN_HYSTERESIS,
 )
-from vsa_core.arrays.capacity import controllers_needed, deliverable_iops, volume_controllers
+from vsa_core.arrays.capacity import (
+    controllers_needed,
+    deliverable_iops,
+    owner_controllers,
+    volume_controllers,
+)
 from vsa_core.arrays.plan import alarm_thresholds
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.scaling import forecast as forecasting
@@ -239,6 +244,8 @@ class Result:
 
 def _needed(spec: ArraySpec, demand: float, volume_iops: int | None = None) -> int:
     ceiling = min(spec.max_controllers, MULTI_ATTACH_LIMIT)
+    if spec.fencing == "reservations":
+        ceiling = min(ceiling, owner_controllers(len(spec.volumes)))  # as the planner's bounds
     if volume_iops is not None:
         ceiling = min(
             ceiling, volume_controllers(volume_iops, spec.per_controller_iops, spec.target_utilisation)
