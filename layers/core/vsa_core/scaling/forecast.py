@@ -1,29 +1,33 @@
-"""The forecast floor: controllers an array's own recurring demand will need soon. Pure.
+"""The forecast: controllers an array's own recurring demand will need soon (its floor), and
+for a cycle shorter than a day, the most it will need (its ceiling). Pure.
 
 A reactive planner sees a surge only once it has begun, and a controller serves ~5 minutes after
 it is ordered: a surge faster than that starves, whatever the planner does. Storage demand often
-recurs (hourly jobs, a nightly batch, business hours), and what recurred in every one of the
-last cycles at this time of the hour, day or week is a fair floor for the next minutes.
+recurs (a job every 90 minutes, a nightly batch, business hours), and what recurred in every one
+of the last cycles at this phase is a fair floor for the next minutes.
 
 From the array's demand history (one value a minute, up to ``HISTORY_DAYS``; a missing minute
 is ``None``), in ``BUCKET_MINUTES`` buckets (each the highest minute in it) aligned to the clock:
-for each period (``PERIODS``: hourly, daily, weekly) with at least ``MIN_CYCLES`` full cycles of
-history, the demand at each bucket of the coming ``horizon`` that **every one** of the last
-``MIN_CYCLES`` cycles reached at that phase (the smallest of them: a surge that skipped a cycle,
-or moved, recurs less, and a cycle with no data recurs nothing). The floor is what the highest of
-these needs (``capacity.controllers_needed``), across the periods. It is off, and says why in
-words, without enough history for any period, or when what recurred needs no more than
-minControllers (no recurring surge ahead), or when the pattern said more than came in the last
-15 minutes (``CHECK_BUCKETS``: it is not the array's pattern now). Anything else is the reactive
-planner's: the floor only keeps controllers up (a scale-in never goes below it) and brings them
-early.
+for each period (the cycle of ``SHORT_PERIODS`` the latest history repeats, ``short_period``;
+daily; weekly) with at least ``MIN_CYCLES`` full cycles of history, the demand at each bucket of
+the coming ``horizon`` that **every one** of the last cycles reached at that phase (the smallest
+of them: a surge that skipped a cycle, or moved, recurs less, and a cycle with no data recurs
+nothing). The floor is what the highest of these needs (``capacity.controllers_needed``), across
+the periods. It is off, and says why in words, without enough history for any period, or when
+what recurred needs no more than minControllers (no recurring surge ahead), or when the pattern
+said more than came in the last 15 minutes (``CHECK_BUCKETS``: it is not the array's pattern
+now). The floor only keeps controllers up (a scale-in never goes below it) and brings them early.
+
+The ceiling is the short cycle's other bound: the most any of its last cycles reached in the
+coming buckets (off when the last 15 minutes came above it). The planner does not extrapolate a
+rising trend past it, and sheds a fall down to it without waiting for the low alarm's window.
 
 Computed on AWS by the scheduled health check (``aws_forecast``: the history at a 5-minute
 period, every array in a few batched GetMetricData calls), which stores it on the array's
-registry item (``stored``) and starts ScaleArray when it exceeds the running count (the
-look-ahead); ScaleArray's PlanScale plans with the stored floor while it is fresh
-(``from_stored``), never reading history in the decision. The simulator runs the same
-``floor``.
+registry item (``stored``) and starts ScaleArray when the floor exceeds the running count or
+the ceiling is below it (the look-ahead, ``lookahead``); ScaleArray's PlanScale plans with the
+stored forecast while it is fresh (``from_stored``), never reading history in the decision. The
+simulator runs the same ``floor`` and ``lookahead``.
 """
 
 from collections.abc import Mapping, Sequence
