@@ -2,10 +2,14 @@
 
 from datetime import UTC, datetime, timedelta
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tests.specs import BASE
+from vsa_core.arrays.capacity import controllers_needed
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.scaling import rules
-from vsa_core.scaling.forecast import floor_from_minutes
+from vsa_core.scaling.forecast import Floor, floor_from_minutes
 from vsa_core.scaling.planner import PlanInput, plan
 
 NOW = datetime(2026, 3, 2, 12, 25, tzinfo=UTC)  # a Monday, 25 minutes into the hour
@@ -205,3 +209,21 @@ def test_a_rising_trend_is_not_extrapolated_past_the_cycles_ceiling():
     # Then the cycle's ceiling (the ramp's top, 1.5M: 9) bounds where the trend goes
     assert alone.desired_controllers == 15
     assert (fl.ceiling_iops, capped.desired_controllers) == (1_500_000.0, 9)
+
+
+@given(
+    ceiling=st.integers(min_value=1, max_value=16),
+    demand=st.floats(min_value=0, max_value=4_000_000),
+    current=st.integers(min_value=2, max_value=16),
+    recent=st.lists(st.floats(min_value=0, max_value=4_000_000), max_size=5),
+)
+def test_a_ceiling_never_sheds_below_what_the_current_demand_needs(ceiling, demand, current, recent):
+    # Whatever the cycle's ceiling says, a scale-in keeps what the demand now needs at target:
+    # the ceiling sheds a fall that has come, never one still ahead
+    fl = Floor(0, 0.0, None, "forecast off: nothing recurring ahead", 10, ceiling, ceiling * 182_000.0)
+    decision = plan(
+        PlanInput(SPEC, demand, current, forecast=fl, recent_demand=recent, scale_in_headroom=0.9)
+    )
+    if decision.action == "scale-in":
+        kept = controllers_needed(demand, SPEC.per_controller_iops, SPEC.target_utilisation)
+        assert decision.desired_controllers >= min(max(kept, SPEC.min_controllers), SPEC.max_controllers)
