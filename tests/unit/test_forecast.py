@@ -173,6 +173,15 @@ def test_a_flat_demand_repeats_at_every_period_and_has_no_cycle_and_no_ceiling()
     assert "no cycle of 30 min to 6 h repeats" in fl.reason
 
 
+def test_a_cycle_with_a_gap_ahead_has_no_ceiling():
+    # Given the hourly surge with one hour's data missing at the coming minutes (12:45-12:55 an
+    # hour back): a gap bounds nothing, so it must not let a scale-in shed to what the rest said
+    now = datetime(2026, 3, 2, 12, 45, tzinfo=UTC)
+    history = cyclic(now, 3 * 60, 60, (30, 45))
+    history[-60:-50] = [None] * 10
+    assert floor_from_minutes(history, now, **SIZING).ceiling_controllers == 0
+
+
 def test_a_ceiling_the_last_minutes_went_above_is_off():
     # Given the hourly surge, but this hour's surge went to 3M where the earlier ones reached 1.5M
     now = datetime(2026, 3, 2, 12, 45, tzinfo=UTC)

@@ -59,6 +59,13 @@ def test_the_lookahead_starts_above_the_desired_count_or_for_a_cycles_fall_outsi
     assert why in reason
 
 
+def test_no_run_for_a_ceiling_under_min_controllers_at_min_controllers() -> None:
+    # an array at its minControllers (4) sheds nothing whatever the ceiling (3) says: no run every
+    # health-check period through the cycle's quiet phase
+    assert forecast.lookahead(CEILING, 4, 8, None, NOW, min_controllers=4)[0] is None
+    assert forecast.lookahead(CEILING, 5, 8, None, NOW, min_controllers=4)[0] == "low"
+
+
 def _sfn_expecting(name: str) -> tuple[Any, Stubber]:
     sfn = boto3.client("stepfunctions", region_name=REGION)
     stubber = Stubber(sfn)

@@ -329,7 +329,10 @@ def _lookahead(
     if not aws_forecast.store_floor(ctx.dynamodb, ctx.table, array_id, floor, now):
         logger.info("forecast floor not stored: array gone or a newer floor", extra={"array_id": array_id})
         return
-    kind, why = forecast.lookahead(floor, desired, array.spec.max_controllers, array.scaling_lock_until, now)
+    spec = array.spec
+    kind, why = forecast.lookahead(
+        floor, desired, spec.max_controllers, array.scaling_lock_until, now, spec.min_controllers
+    )
     if kind is not None and ctx.scale is not None:
         health.lookahead = ctx.scale.start(array_id, now, ctx.period, kind)
         logger.info(why, extra={"array_id": array_id, "execution": health.lookahead})

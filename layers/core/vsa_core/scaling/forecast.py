@@ -172,11 +172,13 @@ class _Reading:
     """What one period's last cycles reached at the coming buckets."""
 
     period: str
+    minutes: int
     cycles: int
     low: float
     """The busiest coming bucket's least (what every cycle reached there: the floor's demand)."""
-    high: float
-    """The busiest coming bucket's most (what any cycle reached: the ceiling's demand)."""
+    high: float | None
+    """The busiest coming bucket's most (what any cycle reached: the ceiling's demand); None when
+    a cycle has no data at a coming bucket (a gap bounds nothing, so no ceiling)."""
 
 
 def _readings(
@@ -221,8 +223,11 @@ def _readings(
             inconsistent.append(f"{period}: said {said:,.0f} IOPS where {was:,.0f} came")
             continue
         low = max(min(seen(b)) for b in ahead)
-        high = max(max(seen(b)) for b in ahead)
-        readings.append(_Reading(period, cycles, low, high))
+        gap = any(
+            _at(history_buckets, first, b - c * width) is None for b in ahead for c in range(1, cycles + 1)
+        )
+        high = None if gap else max(max(seen(b)) for b in ahead)
+        readings.append(_Reading(period, minutes, cycles, low, high))
     return readings, short, inconsistent
 
 
@@ -281,7 +286,7 @@ def floor(  # noqa: PLR0913
         best.low,
         best.period,
         f"forecast floor {needed}: {best.low:,.0f} IOPS recurred in {horizon} of each of the last "
-        f"{best.cycles} {_cycles_word(best.period)}",
+        f"{best.cycles} {_cycles_word(best)}",
         horizon_minutes,
         *ceiling,
     )
@@ -299,9 +304,9 @@ def _ceiling(
     in the coming buckets, while no bucket of the last ``CHECK_BUCKETS`` came above what the
     cycles reached there by more than ``TOLERANCE``; (0, 0.0) without one."""
     cycle = next((r for r in readings if r.period not in PERIODS), None)
-    if cycle is None:
+    if cycle is None or cycle.high is None:
         return 0, 0.0
-    width = _short_minutes(cycle.period) // BUCKET_MINUTES
+    width = cycle.minutes // BUCKET_MINUTES
     for b in range(nb - CHECK_BUCKETS, nb):
         actual = _at(history_buckets, first, b)
         seen = [_at(history_buckets, first, b - c * width) or 0.0 for c in range(1, cycle.cycles + 1)]
@@ -314,18 +319,14 @@ def _short_name(minutes: int) -> str:
     return "hourly" if minutes == 60 else f"every {minutes} min"
 
 
-def _short_minutes(name: str) -> int:
-    return 60 if name == "hourly" else int(name.split()[1])
-
-
-def _cycles_word(period: str) -> str:
-    if period == "weekly":
+def _cycles_word(reading: _Reading) -> str:
+    if reading.period == "weekly":
         return "weeks"
-    if period == "daily":
+    if reading.period == "daily":
         return "days"
-    if period == "hourly":
+    if reading.period == "hourly":
         return "hours"
-    return f"cycles of {_short_minutes(period)} min"
+    return f"cycles of {reading.minutes} min"
 
 
 def floor_from_minutes(
@@ -413,7 +414,12 @@ def from_stored(item: Mapping[str, Any] | None, now: datetime, max_age: timedelt
 
 
 def lookahead(
-    value: Floor, desired: int, max_controllers: int, lock_until: int | None, now: datetime
+    value: Floor,
+    desired: int,
+    max_controllers: int,
+    lock_until: int | None,
+    now: datetime,
+    min_controllers: int = 1,
 ) -> tuple[Literal["high", "low"] | None, str]:
     """Whether the health check starts ScaleArray (the look-ahead), as which alarm's run, and
     why (not): ``high`` when the floor, within maxControllers, is above the group's desired
@@ -426,7 +432,8 @@ def lookahead(
     if value.on and target > desired:
         kind, why = "high", f"the floor {target} is above the desired count {desired}"
         started = "ScaleArray started ahead of the surge"
-    elif 0 < value.ceiling_controllers < desired:
+    elif value.ceiling_controllers and max(value.ceiling_controllers, min_controllers) < desired:
+        # (a ceiling under minControllers at minControllers sheds nothing: no run for it)
         kind = "low"
         why = (
             f"every recent cycle stayed within {value.ceiling_controllers} controller(s) in the next "

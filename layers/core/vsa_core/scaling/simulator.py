@@ -328,7 +328,9 @@ def simulate_planner(  # noqa: C901, PLR0913, PLR0915
             # the scheduled look-ahead starts ScaleArray as the high alarm would (a surge ahead)
             # or the low one (a cycle's fall), exactly as the health check decides
             now = EPOCH + timedelta(minutes=t)
-            started, _ = forecasting.lookahead(floor, desired, spec.max_controllers, None, now)
+            started, _ = forecasting.lookahead(
+                floor, desired, spec.max_controllers, None, now, spec.min_controllers
+            )
             fired = [started] if started is not None else []
         for _ in range(_RUNS_PER_MINUTE):
             if not fired:
