@@ -13,6 +13,7 @@ with 0, and the high alarm needs its 2 newest minutes breaching).
 
 import itertools
 import json
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -37,7 +38,8 @@ from tests.integration.test_controller_lifecycle import PathWatch
 from vsa_core.alarm_tuning import HIGH_DATAPOINTS_TO_ALARM, LOW_DATAPOINTS_TO_ALARM
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.nvme import subsystem_nqn
-from vsa_core.scaling.simulator import EPOCH, simulate_planner
+from vsa_core.scaling.aws_lookahead import EVENT_PREFIX
+from vsa_core.scaling.simulator import EPOCH, Alarms, Floors, RunState, run_decision, simulate_planner
 
 pytestmark = [pytest.mark.usefixtures("realistic_timings"), pytest.mark.minutes]
 
@@ -141,6 +143,7 @@ def _runs(stack_outputs: dict[str, str], array_id: str) -> list[dict[str, Any]]:
         runs.append(
             {
                 "alarm": started.get("alarmName", ""),
+                "lookahead": started.get("eventId", "").startswith(EVENT_PREFIX),
                 "transitionedAt": _epoch(started.get("stateTimestamp", "")),
                 "status": described["status"],
                 "answer": json.loads(described["output"]) if described.get("output") else None,
@@ -150,8 +153,9 @@ def _runs(stack_outputs: dict[str, str], array_id: str) -> list[dict[str, Any]]:
 
 
 def _epoch(stamp: str) -> float:
-    """CloudWatch's event timestamp (2026-11-02T17:04:40.989+0000) in epoch seconds."""
-    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f%z").timestamp() if stamp else 0.0
+    """CloudWatch's event timestamp (2026-11-02T17:04:40.989+0000), or the look-ahead's
+    (ISO 8601), in epoch seconds."""
+    return datetime.fromisoformat(stamp).timestamp() if stamp else 0.0
 
 
 def _answered(
@@ -165,7 +169,9 @@ def _answered(
     deadline = time.monotonic() + ANSWERED_WITHIN + 240
     while True:
         runs = _runs(stack_outputs, array_id)
-        started = [r for r in runs if r["alarm"] == alarm and r["transitionedAt"] >= seen - 1]
+        started = [
+            r for r in runs if r["alarm"] == alarm and not r["lookahead"] and r["transitionedAt"] >= seen - 1
+        ]
         if started:
             break
         assert time.monotonic() < deadline, f"{what}: no run of {alarm} since the breach landed"
@@ -267,10 +273,68 @@ def test_every_breach_is_answered_and_the_array_returns_to_min(
         [(_index(d.now, minutes), d.desired_controllers) for d in replayed.decisions], phases
     )
     assert simulated == deployed, (simulated, deployed, changes)
+    # And run by run, the simulator agrees with every decision the deployed path made: put in
+    # the run's state, at the minute of the trace the run took its demand from, the replay's own
+    # decision step answers the same action and count, and its alarm model was in breach when
+    # the run's alarm went to ALARM
+    agreed = _decisions_agree(stack_outputs, array_id, publisher, ArraySpec.model_validate(grown))
     print(
         f"breaches answered after {', '.join(f'{k}: {v:.0f} s' for k, v in delays.items())}; "
-        f"back at minControllers {settled_in:.0f} s after the fall; runs: {runs}; changes: {changes}"
+        f"back at minControllers {settled_in:.0f} s after the fall; runs: {runs}; changes: {changes}; "
+        f"decisions the simulator agreed with: {agreed}"
     )
+
+
+def _decisions_agree(stack_outputs: dict[str, str], array_id: str, publisher: Ebs, spec: ArraySpec) -> int:
+    """Every decision of a ScaleArray run that read its demand (not one that found the lock busy,
+    refused stale data or fell back to its alarm's datapoint) replayed through the simulator's
+    decision step (``simulator.run_decision``, the step its minute loop takes): the run's newest
+    minute of demand (``demandMinute``) as the trace's minute, the run's count, clock, last
+    scale-out and scale-in and controllers in flight, the volumes' IOPS it read from EC2 and the
+    forecast floor the simulator builds from the trace. Asserts the same action, count and
+    minimum needed; and that the simulator's alarm model (``simulator.Alarms``) was in breach,
+    for the run's count, at the newest minute landed when the run's alarm went to ALARM (or the
+    next: an evaluation may run between that minute's datapoints landing and the publisher noting
+    the time they did). How many decisions agreed."""
+    minutes = sorted(publisher.levels)
+    trace = [publisher.levels[m] for m in minutes]
+    alarms, floors = Alarms(spec, trace), Floors(spec, trace)
+    agreed = 0
+    for run in _runs(stack_outputs, array_id):
+        answer = run["answer"]
+        if run["status"] != "SUCCEEDED" or not answer or answer.get("demandMinute") is None:
+            continue
+        t = minutes.index(datetime.fromisoformat(answer["demandMinute"]))
+        state = RunState(
+            answer["current_controllers"],
+            datetime.fromisoformat(answer["now"]),
+            _when(answer["last_scale_out_at"]),
+            _when(answer["last_scale_in_at"]),
+            answer["in_flight"],
+        )
+        replayed = run_decision(spec, trace, t, state, volume_iops=answer["volume_iops"], floor=floors.at(t))
+        shown = (answer["action"], answer["desired_controllers"], answer["reason"], replayed.reason)
+        assert (replayed.action, replayed.desired_controllers, replayed.needed_controllers) == (
+            answer["action"],
+            answer["desired_controllers"],
+            answer["needed_controllers"],
+        ), shown
+        agreed += 1
+        if run["lookahead"]:
+            continue  # started by the health check's look-ahead, not by an alarm
+        kind = "high" if run["alarm"].endswith("-high") else "low"
+        landed = [
+            i for i, m in enumerate(minutes) if publisher.landed.get(m, math.inf) <= run["transitionedAt"]
+        ]
+        assert landed, run
+        near = [i for i in (landed[-1], landed[-1] + 1) if i < len(minutes)]
+        assert any(alarms.breaching(kind, i, state.desired) for i in near), (kind, near, state, shown)
+    assert agreed >= 3, agreed  # the surge, after the reconcile, the fall (at least)
+    return agreed
+
+
+def _when(stamp: str | None) -> datetime | None:
+    return None if stamp is None else datetime.fromisoformat(stamp)
 
 
 def _changes_down_to_min(

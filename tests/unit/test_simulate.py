@@ -1,6 +1,7 @@
 """The simulator: hand examples, the references, and ``vsactl simulate``."""
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -12,15 +13,19 @@ from vsactl.main import SimulationModel, app
 from vsa_core.alarm_tuning import SCALE_IN_HYSTERESIS
 from vsa_core.scaling.planner import controllers_needed
 from vsa_core.scaling.simulator import (
+    EPOCH,
     MODELS,
+    RunState,
     compare,
     default_spec,
     read_trace,
+    run_decision,
     simulate_oracle,
     simulate_planner,
     simulate_static,
     write_trace,
 )
+from vsa_core.scaling.tuning import planner_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = default_spec()  # 2..16 controllers of 260,000 IOPS at 70%: one serves 182,000 at target
@@ -61,6 +66,33 @@ def test_with_alarms_the_step_is_seen_after_two_minutes():
     assert result.serving[35] == 2
     assert result.serving[36] == 6
     assert result.under_provisioned_minutes == 6
+
+
+def test_a_replay_plans_with_the_deployed_tuning_whatever_boot_it_models():
+    # Given a climb of 40,000 IOPS a minute from 300,000 (a trend the planner leads)
+    demand = [300_000.0] * 20 + [300_000.0 + 40_000.0 * i for i in range(1, 30)]
+    deployed_lead = planner_inputs(SPEC)["lead_minutes"]  # what PlanScale leads by
+    for boot in (1, 2, 5, 9):
+        # When replayed with controllers that boot in `boot` minutes
+        result = simulate_planner(SPEC, demand, trigger="every-minute", boot_minutes=boot)
+        # Then every decision led the trend as the deployed PlanScale does (the product does
+        # not know how long a controller boots: only the replayed serving time changes)
+        assert result.decisions
+        assert {d.lead_minutes for d in result.decisions} == {deployed_lead}, boot
+
+
+def test_a_run_decides_on_its_newest_minute_and_the_minutes_before_it():
+    # Given a trace, and a run whose newest minute of demand is minute 40
+    demand = [100_000.0 + 10_000.0 * i for i in range(60)]
+    state = RunState(desired=2, now=EPOCH + timedelta(minutes=40, seconds=17))
+    decision = run_decision(SPEC, demand, 40, state)
+    # Then it took minute 40 as the demand and the 15 minutes before it as the recent demand
+    assert decision.demand_iops == demand[40]
+    assert decision.recent_samples == 15
+    assert decision.sustained_iops == demand[40]
+    assert decision.now == state.now.isoformat()
+    # And a run at the trace's first minute has no recent demand
+    assert run_decision(SPEC, demand, 0, state).recent_samples == 0
 
 
 def test_an_alarm_left_in_alarm_starts_nothing_more_unless_scalearray_re_arms_it():

@@ -211,6 +211,8 @@ def test_the_demand_read_by_the_workflow_wins_over_the_alarms_datapoint(registry
     assert decision["forecast_iops"] == pytest.approx(1_900_000.0)
     assert decision["desired_controllers"] == 8  # ceil(1.9M / 182k) = 11, clamped to max 8
     assert (decision["demandSource"], decision["alarmDemandIops"]) == ("AWS/EBS", 612_345.0)
+    # And the decision names the minute whose demand it took
+    assert decision["demandMinute"] == "2026-11-02T17:04:00+00:00"
 
 
 def test_without_any_datapoint_read_the_alarms_datapoint_is_the_demand(registry, autoscaling):
@@ -220,6 +222,7 @@ def test_without_any_datapoint_read_the_alarms_datapoint_is_the_demand(registry,
     decision = plan_scale(request(demand=empty), registry, autoscaling, NOW)
     assert (decision["demand_iops"], decision["demandSource"]) == (612_345.0, "alarm")
     assert decision["recent_samples"] == 0
+    assert decision["demandMinute"] is None  # the alarm's datapoint, not a minute read
 
 
 @pytest.mark.parametrize(

@@ -176,6 +176,8 @@ def plan_scale(  # noqa: PLR0913
         "alarmName": request.alarm_name,
         "alarmDemandIops": request.demand_iops,
         "demandSource": source,
+        # the minute whose demand the decision took (None: the alarm's own datapoint)
+        "demandMinute": read.newest_minute if source != "alarm" and read is not None else None,
         "eventId": request.event_id,
         "expiresAt": expires_at(now, settings.history_retention_days),
     }
@@ -204,6 +206,7 @@ def _stale(
         "alarmName": request.alarm_name,
         "alarmDemandIops": request.demand_iops,
         "demandSource": "stale",
+        "demandMinute": None,
         "eventId": request.event_id,
         "expiresAt": expires,
     }

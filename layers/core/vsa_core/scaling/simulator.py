@@ -256,6 +256,79 @@ def _needed(spec: ArraySpec, demand: float, volume_iops: int | None = None) -> i
     )
 
 
+@dataclass(frozen=True)
+class RunState:
+    """What a ScaleArray run reads besides the demand: the desired count, its clock, the last
+    scale-out and scale-in, the controllers booting or draining."""
+
+    desired: int
+    now: datetime
+    last_scale_out_at: datetime | None = None
+    last_scale_in_at: datetime | None = None
+    in_flight: int = 0
+
+
+def run_decision(  # noqa: PLR0913 (the trace, the minute, the run's state, and the replay's options)
+    spec: ArraySpec,
+    demand: Sequence[float],
+    t: int,
+    state: RunState,
+    *,
+    scale_in_headroom: float = SCALE_IN_HYSTERESIS,
+    volume_iops: int | None = None,
+    floor: forecasting.Floor | None = None,
+) -> ScaleDecision:
+    """The decision of a ScaleArray run whose newest minute of demand is minute ``t`` of the
+    trace, as PlanScale makes it: that minute as the demand, the ``RECENT_MINUTES`` before it as
+    the recent demand (ReadDemand's GetMetricData window), the deployed tuning
+    (``planner_inputs`` at the deployed boot allowance, whatever boot the replay models: the
+    product does not know how long a controller boots), the volumes' IOPS and the floor."""
+    tuning = planner_inputs(spec)
+    return plan(
+        PlanInput(
+            spec,
+            demand[t],
+            state.desired,
+            now=state.now,
+            last_scale_out_at=state.last_scale_out_at,
+            last_scale_in_at=state.last_scale_in_at,
+            in_flight=state.in_flight,
+            recent_demand=demand[max(0, t - RECENT_MINUTES) : t],
+            lead_minutes=tuning["lead_minutes"],
+            scale_in_headroom=scale_in_headroom,
+            sustained_minutes=tuning["sustained_minutes"],
+            volume_iops=volume_iops,
+            forecast=floor,
+        )
+    )
+
+
+class Floors:
+    """The forecast floor at each minute of a trace as the health check builds it: the trace's
+    own history in ``BUCKET_MINUTES`` buckets, the last ``HISTORY_DAYS`` of it before the minute,
+    looking the deployed boot allowance plus one look-ahead period ahead."""
+
+    def __init__(self, spec: ArraySpec, demand: Sequence[float]) -> None:
+        self._spec = spec
+        self._first, self._history = forecasting.buckets(demand, EPOCH + timedelta(minutes=len(demand)))
+        self._keep = forecasting.HISTORY_DAYS * 24 * 60 // forecasting.BUCKET_MINUTES
+        self._horizon = forecasting.horizon_minutes(DEFAULT_BOOT_MINUTES, forecasting.LOOKAHEAD_MINUTES)
+
+    def at(self, t: int) -> forecasting.Floor:
+        now = EPOCH + timedelta(minutes=t)
+        end = forecasting.bucket_index(now) - self._first
+        start = max(0, end - self._keep)
+        return forecasting.floor(
+            self._first + start,
+            self._history[start : max(0, end)],
+            now,
+            horizon_minutes=self._horizon,
+            per_controller_iops=self._spec.per_controller_iops,
+            target_utilisation=self._spec.target_utilisation,
+            min_controllers=self._spec.min_controllers,
+        )
+
+
 # The minute loop replays the whole control plane (boot and drain queues, the alarms and their
 # re-arming, the look-ahead, the planner) over state every stage of it updates, and each keyword is
 # an option of `vsactl simulate` and the benchmark. Not split yet: splitting it needs a simulation
@@ -286,32 +359,17 @@ def simulate_planner(  # noqa: C901, PLR0913, PLR0915
     draining: list[int] = []  # minute each is gone at
     last_out: datetime | None = None
     last_in: datetime | None = None
-    tuning = planner_inputs(spec, boot_minutes)
     serving_log: list[int] = []
     billed_log: list[int] = []
     changes: list[ScaleDecision] = []
     alarms = Alarms(spec, demand)
     rearm_at: dict[str, int] = {}  # alarm kind -> minute ScaleArray sets it back to OK
-    first, history = forecasting.buckets(demand, EPOCH + timedelta(minutes=len(demand)))
-    horizon = boot_minutes + forecasting.LOOKAHEAD_MINUTES
-    keep = forecasting.HISTORY_DAYS * 24 * 60 // forecasting.BUCKET_MINUTES
+    floors = Floors(spec, demand)
 
     def floor_at(t: int) -> forecasting.Floor | None:
-        if not forecast:
-            return None
-        now = EPOCH + timedelta(minutes=t)
-        end = forecasting.bucket_index(now) - first
-        return forecasting.floor(
-            first + max(0, end - keep),
-            history[max(0, end - keep) : max(0, end)],
-            now,
-            horizon_minutes=horizon,
-            per_controller_iops=spec.per_controller_iops,
-            target_utilisation=spec.target_utilisation,
-            min_controllers=spec.min_controllers,
-        )
+        return floors.at(t) if forecast else None
 
-    for t, now_demand in enumerate(demand):
+    for t in range(len(demand)):
         serving += sum(1 for ready in booting if ready <= t)
         booting = [ready for ready in booting if ready > t]
         draining = [gone for gone in draining if gone > t]
@@ -337,22 +395,15 @@ def simulate_planner(  # noqa: C901, PLR0913, PLR0915
                 break
             kind = fired.pop(0)
             now = EPOCH + timedelta(minutes=t)
-            decision = plan(
-                PlanInput(
-                    spec,
-                    now_demand,
-                    desired,
-                    now=now,
-                    last_scale_out_at=last_out,
-                    last_scale_in_at=last_in,
-                    in_flight=len(booting) + len(draining),
-                    recent_demand=demand[max(0, t - RECENT_MINUTES) : t],
-                    lead_minutes=tuning["lead_minutes"],
-                    scale_in_headroom=scale_in_headroom,
-                    sustained_minutes=tuning["sustained_minutes"],
-                    volume_iops=volume_iops,
-                    forecast=floor,
-                )
+            state = RunState(desired, now, last_out, last_in, in_flight=len(booting) + len(draining))
+            decision = run_decision(
+                spec,
+                demand,
+                t,
+                state,
+                scale_in_headroom=scale_in_headroom,
+                volume_iops=volume_iops,
+                floor=floor,
             )
             added = decision.desired_controllers - desired
             if added > 0:
