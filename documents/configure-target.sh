@@ -5,7 +5,7 @@
 # Parameters (shell variables from the rendered document's prologue): ARRAY_ID VOLUMES SLOT
 # HOST_NQNS ALLOW_ANY_HOST LISTEN_ADDRESS PORT MODE CONFIGFS_ROOT DEVICE_DIR MODPROBE_COMMAND
 # AUTHENTICATION KEYS_SECRET_ID DHCHAP_HASH DHCHAP_DHGROUP AWS_COMMAND OWNERS SERVING FENCING
-# FENCE_KEYS NVME_COMMAND BOOT_ID_FILE.
+# FENCE_KEYS NVME_COMMAND BOOT_ID_FILE DMESG_COMMAND.
 #
 # Guarantees: a missing device or an unreadable secret fails before configfs is touched; with
 # dh-hmac-chap every allowed host's key is in nvmet before the host is linked; each write respects
@@ -17,7 +17,8 @@
 # FENCE_KEYS is preempted and confirmed gone from every volume before any ANA state is written:
 # a run that cannot fence promotes nothing. A controller whose own key a survivor preempted on
 # this boot fences itself (every ANA group of its port inaccessible) and never re-registers on
-# that boot (lib/fencing.sh). On a plain directory tree (tests: no configfs)
+# that boot (lib/fencing.sh); between runs, a fence watch does the same the moment it finds its
+# key gone (lib/fence-watch.sh). On a plain directory tree (tests: no configfs)
 # attributes are files and default groups are directories, created and removed as configfs
 # would show them.
 DOCUMENT=configure-target
@@ -31,6 +32,7 @@ changed() { CHANGES=$((CHANGES + 1)); log "$*"; }
 NVMET=$(absolute "$CONFIGFS_ROOT")/nvmet
 DEVICES=$(absolute "$DEVICE_DIR")
 # vsa:include lib/target-exports.sh
+# vsa:include lib/fence-watch.sh
 
 set_attr() { # write the value only when it differs
   [[ "$(read_attr "$1")" == "$2" ]] && return 0
@@ -112,6 +114,7 @@ if [[ $MODE == apply && -n $FENCE_KEYS && $FENCING != reservations ]]; then
 fi
 RESERVATION_KEY=""
 FENCED=()
+WATCH=""
 ana_group() { printf '%s' "$(($1 + 2))"; }
 serving() { local s; for s in "${SERVING_SLOTS[@]}"; do [[ $s == "$1" ]] && return 0; done; return 1; }
 if [[ $MODE == apply && $AUTHENTICATION == dh-hmac-chap ]]; then
@@ -261,8 +264,8 @@ fence_and_register() { # on every volume: this controller registered, then each 
 
 fencing_json() {
   [[ $FENCING == reservations && $MODE == apply ]] || { printf '{"method":"none"}'; return 0; }
-  printf '{"method":"reservations","key":%s,"fenced":[%s]}' "$(json "$RESERVATION_KEY")" \
-    "$(for k in "${FENCED[@]}"; do printf '%s' "${sep:-}$(json "$k")"; sep=,; done)"
+  printf '{"method":"reservations","key":%s,"fenced":[%s],"watch":%s}' "$(json "$RESERVATION_KEY")" \
+    "$(for k in "${FENCED[@]}"; do printf '%s' "${sep:-}$(json "$k")"; sep=,; done)" "${WATCH:-null}"
 }
 
 ana_json() { # the ownership asked and this port's group states read back (null without owners)
@@ -350,10 +353,17 @@ remove_subsystem() {
 }
 
 prune() { # ports and hosts this run left unused (never another array's)
-  local port host links
+  local port host links group
   for port in "${!TOUCHED_PORTS[@]}"; do
     links=("$port"/subsystems/*)
-    if ((${#links[@]} == 0)); then remove_group "$port"; fi
+    ((${#links[@]} == 0)) || continue
+    # configfs removes a group only once the groups made in it are gone: the owners' ANA groups
+    # first (group 1 is nvmet's own, removed with the port)
+    for group in "$port"/ana_groups/*/; do
+      group=${group%/}
+      [[ ${group##*/} == 1 ]] || remove_group "$group"
+    done
+    remove_group "$port"
   done
   for host in "${!TOUCHED_HOSTS[@]}"; do
     if [[ $MODE == apply && $ALLOW_ANY_HOST != true ]] && allowed_host "$host"; then continue; fi
@@ -416,7 +426,10 @@ apply() {
     secret_keys "$KEYS_SECRET_ID" "${wanted[@]}"
     unset SECRET
   fi
-  [[ $FENCING != reservations ]] || fence_and_register
+  if [[ $FENCING == reservations ]]; then
+    fence_and_register
+    start_fence_watch
+  fi
   "$MODPROBE_COMMAND" nvmet || fail "'$MODPROBE_COMMAND nvmet' failed"
   "$MODPROBE_COMMAND" nvmet-tcp || fail "'$MODPROBE_COMMAND nvmet-tcp' failed"
   [[ -d $NVMET/subsystems && -d $NVMET/ports && -d $NVMET/hosts ]] ||
@@ -438,6 +451,7 @@ apply() {
 
 teardown() {
   local sub
+  stop_fence_watch
   if [[ ! -d $NVMET/subsystems ]]; then
     log "nvmet is not loaded ($NVMET): nothing to tear down"
     return 0

@@ -145,6 +145,15 @@ stop() {
       rm -f "$f"
     done
   fi
+  # configure-target's fence watches (documents/lib/fence-watch.sh) run detached on the nodes for
+  # as long as their controller's boot, which a node here outlives: each PID file's process is
+  # ended if it still is a fence watch.
+  for f in "$RUN"/data/tmp/vsa-configure-target-*.fence-watch.pid; do
+    [[ -e "$f" ]] || continue
+    local wp
+    wp="$(cat "$f" 2>/dev/null)"
+    if [[ "$wp" =~ ^[0-9]+$ ]] && grep -q vsa-fence-watch "/proc/$wp/cmdline" 2>/dev/null; then kill -TERM "$wp" 2>/dev/null || true; fi
+  done
   echo "local cloud stopped"
 }
 

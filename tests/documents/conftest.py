@@ -13,8 +13,9 @@ state and call log in ``<node>/.fakes/``. Targets are found among the node's sib
 
 import json
 import os
+import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FAKES = ROOT / "tests" / "fakes"
 FAKE_NVME = str(FAKES / "nvme")
 FAKE_MODPROBE = str(FAKES / "modprobe")
+FAKE_DMESG = str(FAKES / "dmesg")
 CONFIGFS = "sys/kernel/config"  # relative to the node: the working directory of a script
 DEVICES = "dev/disk/by-id"
 SYSFS = "sys"  # the fake nvme shows its subsystems in <node>/sys/class/nvme-subsystem
@@ -120,15 +122,33 @@ class LocalNode:
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Callable[[str], LocalNode]:
-    """``node("c0")``: a sandbox next to the others made by this test (siblings see each other)."""
+def node(tmp_path: Path) -> Iterator[Callable[[str], LocalNode]]:
+    """``node("c0")``: a sandbox next to the others made by this test (siblings see each other).
+    The fence watches configure-target started on them are ended with the test."""
 
     def make(name: str) -> LocalNode:
         root = tmp_path / "nodes" / name
         root.mkdir(parents=True)
         return LocalNode(root)
 
-    return make
+    yield make
+    for pid in fence_watches(tmp_path):
+        os.kill(pid, signal.SIGTERM)
+
+
+def fence_watches(tmp_path: Path) -> list[int]:
+    """The running fence watches (documents/lib/fence-watch.sh) of the sandboxes under
+    ``tmp_path`` (their TMPDIR): each PID file's process, while it is a fence watch."""
+    running = []
+    for pid_file in tmp_path.glob("vsa-configure-target-*.fence-watch.pid"):
+        pid = pid_file.read_text().strip()
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+        if len(argv) > 3 and argv[3] == b"vsa-fence-watch":
+            running.append(int(pid))
+    return running
 
 
 # the host documents' kernel lab (XFS on loop devices): its fixture, visible to every test here

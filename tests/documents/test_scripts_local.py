@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from tests.documents.conftest import (
     CONFIGFS,
     DEVICES,
+    FAKE_DMESG,
     FAKE_MODPROBE,
     FAKE_NVME,
     NVME_CONFIG,
@@ -29,6 +30,7 @@ from tests.documents.conftest import (
     LocalNode,
     Result,
     calls,
+    fence_watches,
     tree,
 )
 from tests.documents_tool import documents
@@ -1514,6 +1516,7 @@ def fenced(node: LocalNode, boot: str, **params: str) -> Result:
         Fencing="reservations",
         NvmeCommand=FAKE_NVME,
         BootIdFile="boot_id",
+        DmesgCommand=FAKE_DMESG,
         **params,
     )
 
@@ -1620,6 +1623,107 @@ def test_a_registration_lost_with_its_attachment_is_made_again_not_taken_for_a_f
     assert again.code == 0, again.stderr
     assert set(registrants(c0)[volume]["keys"]) == {"c0"}
     assert registrants(c0)[volume]["rtype"] == 5
+
+
+def kernel_log(target: LocalNode, line: str) -> None:
+    """A line the node's kernel logs (the fake dmesg follows ``.fakes/kmsg``)."""
+    log = target.root / ".fakes" / "kmsg"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as out:
+        out.write(line + "\n")
+
+
+def conflict(volume: str) -> str:
+    """What Linux (6.5 and later) logs when the volume refuses a write with a Reservation Conflict."""
+    device = nvme.device_name(volume)  # the sandbox's device is the file itself
+    return f"reservation conflict error, dev {device}, sector 2048 op 0x1:(WRITE) flags 0x8800 phys_seg 1"
+
+
+def watch_running(target: LocalNode, pid: int) -> bool:
+    return pid in fence_watches(target.root.parent.parent)
+
+
+def watch_log(target: LocalNode, pid: int) -> str:
+    for pid_file in target.root.parent.parent.glob("vsa-configure-target-*.fence-watch.pid"):
+        if pid_file.read_text().strip() == str(pid):
+            return pid_file.with_suffix(".log").read_text()
+    return ""
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Waits on the condition (the watch runs on its own), with a generous bound."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
+        time.sleep(0.05)
+
+
+def test_a_controller_fenced_between_runs_fences_itself_with_no_run_reaching_it(node: Nodes):
+    # Given c0 owning both volumes, its fence watch running (one per kernel: a re-run keeps it),
+    # and c1 registered
+    c0, c1 = node("c0"), node("c1")
+    for target in (c0, c1):
+        target.attach(*VOLUMES)
+    first = fenced(c0, "boot-a", Owners="0,0")
+    watch = first.report["fencing"]["watch"]
+    assert isinstance(watch, int), first.report
+    assert watch_running(c0, watch)
+    assert fenced(c0, "boot-a", Owners="0,0").report["fencing"]["watch"] == watch
+    assert fenced(c1, "boot-b", Owners="0,0").code == 0
+    # When c1 fences c0's key and serves its group (c0 cut off: no run reaches it), and c0 then
+    # passes on a write the volume refuses
+    lost = first.report["fencing"]["key"]
+    assert fenced(c1, "boot-b", Owners="0,0", Serving="1,0", FenceKeys=lost).code == 0
+    kernel_log(c0, conflict(VOLUMES[0]))
+    # Then c0's watch fences it: every ANA group of its port inaccessible, and the watch ends
+    wait_until(lambda: ana_states(c0) == {"2": "inaccessible"}, "c0's groups inaccessible")
+    wait_until(lambda: not watch_running(c0, watch), "c0's watch ended")
+    assert "is gone from" in watch_log(c0, watch)
+    # and the next run on c0 is refused, naming the fence, and registers nothing again
+    again = fenced(c0, "boot-a", Owners="0,0")
+    assert again.code == 1
+    assert "earlier on this boot" in again.report["error"]
+    assert all(set(registrants(c0)[v]["keys"]) == {"c1"} for v in VOLUMES)
+
+
+def test_the_watch_reads_back_on_an_error_of_its_own_devices_and_decides_nothing_on_the_log(node: Nodes):
+    # Given c0 registered on both volumes, its watch running
+    c0 = node("c0")
+    c0.attach(*VOLUMES)
+    watch = fenced(c0, "boot-a", Owners="0,0").report["fencing"]["watch"]
+    # When its kernel logs an error on another device, then a conflict on one of its volumes
+    # while its key is still registered there (not a fence: e.g. a write that raced a re-register)
+    kernel_log(c0, "I/O error, dev nvme9n1, sector 8 op 0x1:(WRITE) flags 0x0 phys_seg 1 prio class 0")
+    kernel_log(c0, conflict(VOLUMES[1]))
+    # Then the watch reads its registrations back for the second line only
+    wait_until(lambda: "reading back now" in watch_log(c0, watch), "a read-back on the conflict")
+    assert watch_log(c0, watch).count("reading back now") == 1, watch_log(c0, watch)
+    assert VOLUMES[1].replace("-", "") in watch_log(c0, watch)
+    # and, its key still there, c0 serves on: nothing is decided on the log alone
+    assert ana_states(c0) == {"2": "optimized"}
+    assert watch_running(c0, watch)
+
+
+def test_the_watch_ends_with_the_arrays_teardown_its_boot_or_its_last_attached_volume(node: Nodes):
+    c0 = node("c0")
+    c0.attach(*VOLUMES)
+    # a teardown of the array stops it
+    watch = fenced(c0, "boot-a", Owners="0,0").report["fencing"]["watch"]
+    down = configure(c0, "10.0.0.5", Mode="teardown")
+    assert down.code == 0, down.stderr
+    assert not (c0.nvmet / "ports" / "4420").exists()  # its ANA groups removed first, then the port
+    wait_until(lambda: not watch_running(c0, watch), "the watch stopped by the teardown")
+    # a new boot ends it (the key it guards was this boot's)
+    watch = fenced(c0, "boot-a", Owners="0,0").report["fencing"]["watch"]
+    (c0.root / "boot_id").write_text("boot-b\n")
+    wait_until(lambda: not watch_running(c0, watch), "the watch ended by a new boot")
+    assert "a new boot" in watch_log(c0, watch)
+    # and so does the last of its volumes being detached
+    watch = fenced(c0, "boot-b", Owners="0,0").report["fencing"]["watch"]
+    for volume in VOLUMES:
+        (c0.root / DEVICES / nvme.device_name(volume)).unlink()
+    wait_until(lambda: not watch_running(c0, watch), "the watch ended with no volume attached")
+    assert "none of the registered volumes is attached" in watch_log(c0, watch)
 
 
 def test_a_survivor_that_cannot_fence_promotes_nothing(node: Nodes):
