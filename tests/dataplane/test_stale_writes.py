@@ -310,3 +310,25 @@ def test_with_one_owner_fenced_before_the_survivor_is_promoted_no_held_write_lan
     assert report["misplacedCount"] == 0, report
     assert summary["errorCount"] == 0, summary
     assert refused >= held, f"c0 held {held} writes and its kernel logged {refused} failed writes"
+    # And the array torn down on c1 leaves nothing of it in nvmet: configfs removes the port only
+    # once the owners' ANA groups made in it are gone (the teardown removes them first)
+    down = (
+        lab.controller(1)
+        .document(
+            "configure-target",
+            ArrayId=ARRAY,
+            Volumes=VOLUME,
+            Slot="1",
+            Mode="teardown",
+            ListenAddress=lab.links[1].controller_address,
+        )
+        .ok()
+    )
+    assert NQN in down.report["removed"], down.stdout
+    left = lab.controller(1).sh(
+        "ls /sys/kernel/config/nvmet/ports /sys/kernel/config/nvmet/subsystems", name="left"
+    )
+    assert left.ok().stdout.split() == [
+        "/sys/kernel/config/nvmet/ports:",
+        "/sys/kernel/config/nvmet/subsystems:",
+    ], left.stdout
