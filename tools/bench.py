@@ -87,6 +87,8 @@ class Row:
     oracle_under: float
     scalings_per_hour: float
     busiest_hour: int
+    oracle_busiest_hour: int
+    """The most changes of the oracle's count in one hour: what following the demand exactly takes."""
     reversals_per_hour: float
     hindsight_under: float
     hindsight_ratio: float
@@ -232,6 +234,16 @@ def ruled(spec: ArraySpec, demand: Sequence[float], volume_iops: int | None, boo
     return billed / 60
 
 
+def busiest_hour(counts: Sequence[int]) -> int:
+    """The most changes of a per-minute controller count within one hour of the trace (each
+    change one scaling, whatever it adds or removes)."""
+    changes = [t for t in range(1, len(counts)) if counts[t] != counts[t - 1]]
+    hours = [0] * (len(counts) // 60 + 1)
+    for t in changes:
+        hours[t // 60] += 1
+    return max(hours)
+
+
 def run(job: tuple[str, int]) -> Row:
     family, seed = job
     tr = trace(family, seed)
@@ -264,6 +276,7 @@ def run(job: tuple[str, int]) -> Row:
         oracle_under=oracle.under_provisioned_share,
         scalings_per_hour=planner.scalings_per_hour,
         busiest_hour=planner.busiest_hour,
+        oracle_busiest_hour=busiest_hour(oracle.billed),
         reversals_per_hour=planner.reversals / (len(tr.demand) / 60),
         hindsight_under=under,
         hindsight_ratio=hours / oracle.controller_hours,
@@ -304,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     header = (
         f"{'family':<16}{'met':>6}  {'x oracle: median':>16}{'worst':>8} {'(seed)':<7}"
         f"{'under %: worst':>15} {'(seed)':<7}{'beyond oracle':>14}{'scalings/h':>11}{'busiest h':>10}"
-        f"{'flaps/h':>8}{'reactive only: worst x, under %':>33}{'floor set':>10}"
+        f"{'(oracle)':>9}{'flaps/h':>8}{'reactive only: worst x, under %':>33}{'floor set':>10}"
     )
     print(header)
     print("-" * len(header))
@@ -319,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{max(r.avoidable_under for r in mine):>14.2%}"
             f"{statistics.mean(r.scalings_per_hour for r in mine):>11.2f}"
             f"{max(r.busiest_hour for r in mine):>10}"
+            f"{max(r.oracle_busiest_hour for r in mine):>9}"
             f"{statistics.mean(r.reversals_per_hour for r in mine):>8.2f}"
             f"{max(r.reactive_ratio for r in mine):>25.3f}{max(r.reactive_under for r in mine):>8.2%}"
             f"{sum(r.floor_runs for r in mine):>10}"

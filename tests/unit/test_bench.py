@@ -3,7 +3,7 @@ bill by hand, and what a miss's line claims."""
 
 import dataclasses
 
-from tools.bench import Row, ruled, spec_for
+from tools.bench import Row, busiest_hour, ruled, spec_for
 from traces.families import Array
 from vsa_core.scaling.simulator import simulate_oracle
 
@@ -61,6 +61,7 @@ def miss(**changes: object) -> Row:
         oracle_under=0.0,
         scalings_per_hour=4.0,
         busiest_hour=9,
+        oracle_busiest_hour=12,
         reversals_per_hour=0.0,
         hindsight_under=0.18,
         hindsight_ratio=0.94,
@@ -89,3 +90,11 @@ def test_a_miss_perfect_foresight_misses_too_under_the_planners_rules_is_explain
     assert "even perfect foresight (never above target) costs 1.170x" in row.why()
     # confirming falls alone already over the target says that instead
     assert "confirming each fall" in miss(ruled_ratio=1.2, confirmed_ratio=1.16).why()
+
+
+def test_the_busiest_hour_counts_each_change_of_the_count_in_its_hour():
+    # Given a count that changes 3 times in the first hour (up, up, down) and twice in the second
+    counts = [2] * 10 + [3] * 10 + [5] * 10 + [4] * 40 + [6] * 20 + [2] * 30
+    # Then the busiest hour has 3 changes, however many controllers each moved
+    assert busiest_hour(counts) == 3
+    assert busiest_hour([4] * 120) == 0
