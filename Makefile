@@ -12,7 +12,7 @@ LOCAL := env PATH="$(VENV):$$PATH" VSA_LOCALCLOUD_PORT=$(PORT) AWS_ENDPOINT_URL=
 OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0
 
 .PHONY: demo test check install localcloud-start localcloud-stop localcloud-logs build deploy-local \
-	lint format typecheck validate security unit documents dataplane dataplane-auth integration bench bench-lifecycle bench-backups \
+	lint format typecheck validate security unit documents dataplane dataplane-auth integration bench bench-lifecycle bench-backups bench-ownership \
 	bench-coldstart bench-arrays bench-keys bench-failover docs clean
 
 demo: install
@@ -87,6 +87,11 @@ dataplane-auth: install
 # false failovers with no fault, reconnects; a table (figures, not a test; ~8 min per setting).
 bench-failover: install
 	$(OFFLINE) $(VENV)/python tools/bench_failover.py
+
+# One owner per volume against round-robin on real kernels (the QEMU tier's lab: 2 controllers,
+# 2 volumes, 1 host): IOPS per volume and per array, rounds alternated (figures, not a test).
+bench-ownership: install
+	$(OFFLINE) $(VENV)/python tools/bench_ownership.py
 
 integration: install
 	@$(LOCAL) $(VENV)/python -m pytest tests/integration
