@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Shared by configure-target (after lib/fencing.sh): the fence watch. A controller learns of its
+# Included by configure-target after lib/fencing.sh and lib/target-exports.sh (its KERNEL): the
+# fence watch. A controller learns of its
 # own fence at its next configure-target run, but a lost controller may get none for a long time
 # (cut off from the control plane, or judged lost while it still runs). Until then its port still
 # shows its groups optimized: a host that reaches it again sends it IO, and every write it passes
