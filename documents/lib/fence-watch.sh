@@ -35,9 +35,9 @@ start_fence_watch() { # WATCH: the watch's PID (started now, or the one already 
     NVME_COMMAND DMESG_COMMAND BOOT_ID_FILE RESERVATION_KEY FENCE_WATCH_SECONDS WATCH_PID_FILE WATCH_NAME RTYPE HELD_KEYS); fence_watch_main"
   # fd 9 is closed in the watch: it holds configure-target's lock, which would then never be let go
   setsid nohup bash -c "$src" "$WATCH_NAME" </dev/null >>"$WATCH_LOG" 2>&1 9>&- &
-  for ((i = 0; i < 200; i++)); do
+  for ((i = 0; i < 200; i++)); do # up to 10 s: a loaded instance starts a shell slowly
     if WATCH=$(watch_pid); then return 0; fi
-    sleep 0.01
+    sleep 0.05
   done
   fail "the fence watch did not start (its log: $WATCH_LOG)"
 }

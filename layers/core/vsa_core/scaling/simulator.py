@@ -17,7 +17,8 @@ What is modelled, minute by minute (one trace sample = one minute of demand, in 
   after it. ``trigger="every-minute"`` runs ScaleArray
   every minute. Each run plans with the clock, the last scale-out and scale-in, the controllers
   in flight, the last ``RECENT_MINUTES`` of demand (``sustained_minutes`` = the low alarm's
-  window), a trend lead of boot + the longer of boot and the scale-out cooldown, and
+  window), the deployed trend lead (``tuning.planner_inputs``: the product's boot allowance,
+  whatever ``boot_minutes`` the replay models), and
   ``scale_in_headroom`` (default ``SCALE_IN_HYSTERESIS``, the low alarm's margin).
 - **oracle**: knows the whole trace and serves every minute at the target utilisation with
   exactly ``ceil(demand / (perControllerIops x targetUtilisation))`` controllers (clamped to

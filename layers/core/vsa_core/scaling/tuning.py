@@ -19,12 +19,15 @@ class Tuning(TypedDict):
     sustained_minutes: int
 
 
-def planner_inputs(spec: ArraySpec, boot_minutes: int = DEFAULT_BOOT_MINUTES) -> Tuning:
-    """The planner's tuning inputs, the same in ScaleArray (``vsa_core.scaling.aws_plan``) and here: a
-    trend lead of boot + the longer of boot and the scale-out cooldown, the low alarm's margin,
-    and the low alarm's window as the minutes a scale-in must still serve."""
+def planner_inputs(spec: ArraySpec) -> Tuning:
+    """The planner's tuning inputs, the same in ScaleArray (``vsa_core.scaling.aws_plan``) and the
+    simulator: a trend lead of the boot allowance + the longer of it and the scale-out cooldown
+    (the product's own ``DEFAULT_BOOT_MINUTES``: it cannot know how long an instance boots, so a
+    replay of another boot time keeps this lead), the low alarm's margin, and the low alarm's
+    window as the minutes a scale-in must still serve."""
+    boot = DEFAULT_BOOT_MINUTES
     return {
-        "lead_minutes": boot_minutes + max(boot_minutes, spec.scale_out_cooldown_seconds / 60),
+        "lead_minutes": boot + max(boot, spec.scale_out_cooldown_seconds / 60),
         "scale_in_headroom": SCALE_IN_HYSTERESIS,
         "sustained_minutes": LOW_EVALUATION_PERIODS,
     }
