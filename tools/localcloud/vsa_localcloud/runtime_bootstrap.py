@@ -102,12 +102,16 @@ class LambdaContext:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
 
 
+# Built once: on Python 3.13 each build_opener() makes its HTTPS handler's SSL context, loading
+# the system's CA store (about 25 ms), and every invoke POSTs twice (logs, then the result).
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def post(url: str, body: bytes) -> None:
     """POST to LocalStack's runtime endpoint (always http://127.0.0.1:<gateway>/...)."""
     request = urllib.request.Request(url, data=body, method="POST")  # noqa: S310
     request.add_header("Content-Type", "application/json")
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(request, timeout=30) as response:
+    with OPENER.open(request, timeout=30) as response:
         response.read()
 
 
