@@ -1,7 +1,7 @@
 # freeze-io: pause writes on the listed filesystems for an application-consistent snapshot (host).
 #
 # Parameters (shell variables from the rendered document's prologue): MOUNTPOINTS TIMEOUT_SECONDS
-# BACKUP_ID STATE_DIR FSFREEZE_COMMAND DRY_RUN THAW_SIGNAL FROZEN_SIGNAL.
+# BACKUP_ID STATE_DIR FSFREEZE_COMMAND DRY_RUN THAW_SIGNAL FROZEN_SIGNAL SIGNAL_POLL_MILLISECONDS.
 #
 # Guarantees, in the order of the steps below: every check passes before anything is frozen (1);
 # each filesystem is synced (2), then a detached watchdog armed that thaws every mountpoint
@@ -19,6 +19,8 @@ export LC_ALL=C
 WHO=freeze-io
 
 # vsa:include lib/freeze-thaw.sh
+# The watchdog's poller of the thaw marker: one kept-alive connection (lib/thaw_signal.py).
+# vsa:python THAW_SIGNAL_PY lib/thaw_signal.py
 
 # The watchdog's body: runs detached (see arm_watchdog) with these functions, not this script.
 watchdog_main() {
@@ -57,11 +59,22 @@ watchdog_main() {
   exit 0
 }
 
-# await_thaw_signal DEADLINE_MS: poll THAW_URL every SIGNAL_POLL_SECONDS until it answers 200 with
-# this backup's marker (true) or the deadline passes (false). 256 hosts polling one key stay
-# under S3's 5,500 GETs a second per prefix; a throttled or failed poll is just the next one.
+# await_thaw_signal DEADLINE_MS: poll THAW_URL every SIGNAL_POLL_MILLISECONDS until it answers 200
+# with this backup's marker (true) or the deadline passes (false). The workflow sets the interval
+# from the number of hosts, so all of them together stay under S3's 5,500 GETs a second on one
+# key; a throttled or failed poll is just the next one. With python3, one kept-alive connection
+# (lib/thaw_signal.py); without it, or if it cannot run, a curl a look.
 await_thaw_signal() {
-  local deadline_ms=$1 body wait_ms
+  local deadline_ms=$1 body wait_ms rc
+  if command -v python3 >/dev/null 2>&1; then
+    python3 -c "$THAW_SIGNAL_PY" "$THAW_URL" "$deadline_ms" "$SIGNAL_POLL_MILLISECONDS" &
+    SLEEPER=$!
+    wait "$SLEEPER"
+    rc=$?
+    ((rc == 0)) && return 0
+    ((rc == 1)) && return 1
+    log "the thaw signal's poller exited $rc: polling with curl"
+  fi
   while now_ms && ((NOW_MS + 100 < deadline_ms)); do
     # a look never outlasts the deadline (a slow or hanging GET would delay the watchdog's thaw)
     wait_ms=$((deadline_ms - NOW_MS - 50))
@@ -70,7 +83,7 @@ await_thaw_signal() {
       [[ $body =~ \"thaw\"[[:space:]]*:[[:space:]]*true ]]; then
       return 0
     fi
-    sleep "$SIGNAL_POLL_SECONDS" &
+    sleep "$(secs "$SIGNAL_POLL_MILLISECONDS")" &
     SLEEPER=$!
     wait "$SLEEPER"
   done
@@ -127,7 +140,7 @@ arm_watchdog() {
   ARMED_MS=$NOW_MS
   DEADLINE_MS=$((ARMED_MS + TIMEOUT_SECONDS * 1000))
   export MOUNTPOINTS TIMEOUT_SECONDS BACKUP_ID STATE_DIR FSFREEZE_COMMAND LOG_FILE PID_FILE FIRED_FILE \
-    MOUNTS_FILE LOCK_FILE SIGNALED_FILE THAW_URL SIGNAL_POLL_SECONDS
+    MOUNTS_FILE LOCK_FILE SIGNALED_FILE THAW_URL SIGNAL_POLL_MILLISECONDS THAW_SIGNAL_PY
   setsid nohup bash -c "$src" vsa-freeze-watchdog "$BACKUP_ID" "$DEADLINE_MS" \
   </dev/null >>"$LOG_FILE" 2>&1 &
   for ((i = 0; i < 200; i++)); do
@@ -142,7 +155,7 @@ STAGE=preflight
 FROZEN=() # indexes into MPS, in the order frozen
 declare -A FROZE_AT DEVICE FSTYPE
 ARMED_MS='' DEADLINE_MS='' FREEZE_STARTED_MS='' FROZE_MS='' WD_PID=''
-THAW_URL='' FROZEN_URL='' THAW_SIGNAL_STATE=none SIGNAL_POLL_SECONDS=0.05
+THAW_URL='' FROZEN_URL='' THAW_SIGNAL_STATE=none
 
 report() { # STATUS [REASON]
   local i mp sep='' items=''
@@ -221,6 +234,11 @@ if [[ -n ${THAW_SIGNAL:-} || -n ${FROZEN_SIGNAL:-} ]]; then
       THAW_URL=$(decode_signal "$THAW_SIGNAL") || THAW_URL=''
       THAW_SIGNAL_STATE=polled
       [[ -n $THAW_URL ]] || THAW_SIGNAL_STATE="unusable: ThawSignal is not a base64url http(s) URL (thaw-io thaws)"
+      poll=${SIGNAL_POLL_MILLISECONDS:-}
+      if [[ -n $THAW_URL ]] && ! { [[ $poll =~ ^[1-9][0-9]{1,3}$ ]] && ((poll <= 1000)); }; then
+        THAW_URL=''
+        THAW_SIGNAL_STATE="unusable: SignalPollMilliseconds '${SIGNAL_POLL_MILLISECONDS:-}' is not 10 to 1000 (thaw-io thaws)"
+      fi
     fi
   fi
 fi

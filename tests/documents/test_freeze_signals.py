@@ -7,15 +7,26 @@ checked is who thawed, and that it came after the marker and before the watchdog
 
 import base64
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
-from tests.documents.test_freeze_thaw import alive, finished_at, freeze, thaw, wait_until, watchdog_log
+from tests.documents.test_freeze_thaw import (
+    alive,
+    finished_at,
+    freeze,
+    params,
+    thaw,
+    wait_until,
+    watchdog_log,
+)
 from tests.documents.xfs_lab import Lab
+from tests.documents_util import run_document
 
 MARKER = {"thaw": True, "backupId": "bk-signal"}
 
@@ -102,6 +113,7 @@ def test_the_watchdog_thaws_on_the_marker_and_thaw_io_reports_that_thaw(lab: Lab
     assert finished_at(writer, 10) is not None, "the write still blocks after the marker"
     assert wait_until(lambda: not alive(frozen.report["watchdogPid"]), 2)
     assert "thawed on the snapshot's signal" in watchdog_log(lab, "bk-signal")
+    assert "polling with curl" not in watchdog_log(lab, "bk-signal")  # python3's poller found it
     # And thaw-io, run after, reports that thaw: after the marker, before the deadline
     thawed = thaw(lab, [data], "bk-signal")
     report = thawed.report
@@ -161,3 +173,46 @@ def test_without_a_usable_signal_freeze_and_thaw_work_as_before(
     assert (why or "none") in frozen.report["thawSignal"]
     thawed = thaw(lab, [data], "bk-plain")
     assert (thawed.report["status"], thawed.report["thawedBy"]) == ("thawed", "thaw-io")
+
+
+def test_a_python3_that_cannot_run_the_poller_leaves_the_polling_to_curl(
+    lab: Lab, bucket: Bucket, tmp_path: Path
+) -> None:
+    # Given a host whose python3 cannot run the poller (it exits 2, as on wrong arguments)
+    stand_in = tmp_path / "bin"
+    stand_in.mkdir()
+    (stand_in / "python3").write_text("#!/bin/sh\nexit 2\n")
+    (stand_in / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{stand_in}:{os.environ['PATH']}"}
+    data = lab.xfs()
+    url = f"{bucket.url}/signals/a/bk-curl/thaw?X-Amz-Signature=1"
+    values = params(
+        lab, [data.mountpoint], "bk-curl", 20, ThawSignal=signal(url), SignalPollMilliseconds="20"
+    )
+    frozen = run_document("freeze-io", values, lab.root, env=env)
+    assert frozen.returncode == 0, frozen.stderr
+    writer = lab.writer(data)
+    # When the watchdog polls with curl and the marker appears
+    assert wait_until(lambda: bucket.gets >= 3, 10)
+    bucket.publish("/signals/a/bk-curl/thaw", MARKER)
+    # Then it thaws on it, and its log says why curl polled
+    assert finished_at(writer, 10) is not None, "the write still blocks after the marker"
+    assert wait_until(lambda: "thawed on the snapshot's signal" in watchdog_log(lab, "bk-curl"), 10)
+    assert "the thaw signal's poller exited 2: polling with curl" in watchdog_log(lab, "bk-curl")
+    assert thaw(lab, [data], "bk-curl").report["thawedBy"] == "signal"
+
+
+@pytest.mark.parametrize("interval", ["5", "1001", "soon"])
+def test_a_poll_interval_out_of_range_leaves_the_thaw_to_thaw_io(
+    lab: Lab, bucket: Bucket, interval: str
+) -> None:
+    # SSM refuses such a value (the parameter's allowedPattern); the script's own check, behind it
+    data = lab.xfs()
+    values = params(lab, [data.mountpoint], "bk-every", ThawSignal=signal(f"{bucket.url}/m"))
+    values["SignalPollMilliseconds"] = interval
+    frozen = run_document("freeze-io", values, lab.root, check_patterns=False)
+    assert frozen.returncode == 0, frozen.stderr
+    assert frozen.report["thawSignal"].startswith(f"unusable: SignalPollMilliseconds '{interval}'")
+    thawed = thaw(lab, [data], "bk-every")
+    assert (thawed.report["status"], thawed.report["thawedBy"]) == ("thawed", "thaw-io")
+    assert bucket.gets == 0

@@ -97,6 +97,27 @@ def test_with_signals_each_host_gets_its_urls_presigned_with_signature_version_4
             assert query["X-Amz-Expires"] == [str(signals.url_seconds(10))]
     assert len(thaws) == 1
     assert thaws.pop().endswith(f"/signals/demo/{backup.backup_id}/thaw")
+    # and every host polls the marker as often as that many hosts may
+    polls = {params["Parameters"]["SignalPollMilliseconds"][0] for params in sent}
+    assert polls == {str(signals.poll_milliseconds(len(hosts)))}
+
+
+@pytest.mark.parametrize("hosts", [1, 4, 16, 50, 51, 128, 256, 1000, 5000, 10_000])
+def test_the_hosts_together_poll_the_marker_within_s3s_rate_on_one_key(hosts: int) -> None:
+    # Given that many hosts, each polling every poll_milliseconds(hosts)
+    interval = signals.poll_milliseconds(hosts)
+    # Then the interval is one freeze-io accepts (10-1000 ms)
+    assert signals.POLL_MS_FLOOR <= interval <= signals.POLL_MS_CEILING == 1000
+    # and together they GET the key at most GETS_PER_SECOND a second, under S3's 5,500 per
+    # partitioned prefix, unless a second between looks is already the slowest allowed
+    rate = hosts * 1000 / interval
+    assert rate <= signals.GETS_PER_SECOND < 5500 or interval == signals.POLL_MS_CEILING
+    # and no slower than that rate needs: a millisecond less would break it (or hit the floor)
+    assert interval == signals.POLL_MS_FLOOR or hosts * 1000 / (interval - 1) > signals.GETS_PER_SECOND
+
+
+def test_up_to_250_hosts_poll_every_50_ms_and_more_less_often() -> None:
+    assert [signals.poll_milliseconds(n) for n in (0, 1, 4, 250, 256, 1000)] == [50, 50, 50, 50, 52, 200]
 
 
 def _marker(bucket: Signals, backup_id: str, instance: str, status: str = "frozen") -> None:

@@ -35,17 +35,21 @@ class Signals:
     def parameters(
         self, array_id: str, backup_id: str, instance_ids: Iterable[str], freeze_timeout: int
     ) -> dict[str, dict[str, str]]:
-        """freeze-io's ThawSignal and FrozenSignal for each host (one thaw marker for all)."""
+        """freeze-io's ThawSignal, FrozenSignal and SignalPollMilliseconds for each host (one thaw
+        marker for all, polled as often as S3's rate on one key allows for that many hosts)."""
         seconds = signals.url_seconds(freeze_timeout)
         thaw = self._presign("get_object", signals.thaw_key(array_id, backup_id), seconds)
+        instances = list(instance_ids)
+        poll = str(signals.poll_milliseconds(len(instances)))
         return {
             instance: {
                 "ThawSignal": signals.as_parameter(thaw),
+                "SignalPollMilliseconds": poll,
                 "FrozenSignal": signals.as_parameter(
                     self._presign("put_object", signals.host_key(array_id, backup_id, instance), seconds)
                 ),
             }
-            for instance in instance_ids
+            for instance in instances
         }
 
     def _presign(self, operation: str, key: str, seconds: int) -> str:

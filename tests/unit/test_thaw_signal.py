@@ -1,0 +1,135 @@
+"""documents/lib/thaw_signal.py, freeze-io's poller of the thaw marker, against a loopback HTTP
+server that answers as S3 answers a presigned GET: 403 (or 404) until the marker exists, 503 when
+throttled, 200 with the marker. The whole freeze-io with it: tests/documents/test_freeze_signals.py.
+"""
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import thaw_signal
+
+MARKER = json.dumps({"thaw": True, "backupId": "bk-1"}).encode()
+
+
+class Key:
+    """One presigned key: ``answers`` are served in turn (status, body), the last one for good."""
+
+    def __init__(self, answers: list[tuple[int, bytes]], keep_alive: bool = True, hang: bool = False) -> None:
+        self.answers = answers
+        self.gets: list[str] = []
+        self.connections: set[int] = set()
+        self.hang = hang
+        self.answered = threading.Event()
+        key = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
+            def do_GET(self) -> None:
+                key.gets.append(self.path)
+                key.connections.add(self.client_address[1])
+                if key.hang:
+                    time.sleep(60)  # longer than any test: the poller must not wait for it
+                    key.answered.set()
+                    return
+                status, body = key.answers[min(len(key.gets), len(key.answers)) - 1]
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = (
+            f"http://127.0.0.1:{self.server.server_address[1]}/signals/a/bk-1/thaw?X-Amz-Signature=ab%2Fc"
+        )
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def serve() -> Iterator[list[Key]]:
+    keys: list[Key] = []
+    yield keys
+    for key in keys:
+        key.server.shutdown()
+        key.server.server_close()
+
+
+def key(serve: list[Key], answers: list[tuple[int, bytes]], **kwargs: bool) -> Key:
+    made = Key(answers, **kwargs)
+    serve.append(made)
+    return made
+
+
+def deadline(seconds: float) -> int:
+    return int((time.time() + seconds) * 1000)
+
+
+def test_the_marker_is_found_after_refusals_over_one_kept_alive_connection(serve: list[Key]) -> None:
+    # Given a key refused (missing), then throttled, then the marker
+    marker = key(serve, [(403, b"<Error/>"), (404, b"<Error/>"), (503, b"<SlowDown/>"), (200, MARKER)])
+    # When the poller waits for it with a 30 s deadline
+    found = thaw_signal.wait(marker.url, deadline(30), 10)
+    # Then it found it on the fourth look, each a GET of the presigned path and query as given
+    assert found is True
+    assert marker.gets == ["/signals/a/bk-1/thaw?X-Amz-Signature=ab%2Fc"] * 4
+    # over one connection: no new connection (nor TLS handshake, on S3) a look
+    assert len(marker.connections) == 1
+
+
+def test_a_server_that_closes_each_connection_is_connected_to_again(serve: list[Key]) -> None:
+    marker = key(serve, [(403, b""), (403, b""), (200, MARKER)], keep_alive=False)
+    assert thaw_signal.wait(marker.url, deadline(30), 10) is True
+    assert len(marker.gets) == 3
+    assert len(marker.connections) == 3
+
+
+def test_a_body_that_is_not_the_marker_is_not_a_thaw_and_the_deadline_ends_the_wait(serve: list[Key]) -> None:
+    # Given a key that answers 200 with something else
+    other = key(serve, [(200, b'{"thaw": false}')])
+    # When the poller waits until a deadline 0.6 s away, Then it gives up (the watchdog's
+    # deadline thaws), having looked more than once
+    assert thaw_signal.wait(other.url, deadline(0.6), 20) is False
+    assert len(other.gets) > 1
+
+
+def test_a_look_that_hangs_never_outlasts_the_deadline(serve: list[Key]) -> None:
+    # Given a key whose GET never answers (within any test)
+    hanging = key(serve, [(200, MARKER)], hang=True)
+    # When the poller waits until a deadline 0.5 s away, Then it gives up without the answer
+    assert thaw_signal.wait(hanging.url, deadline(0.5), 10) is False
+    assert hanging.gets
+    assert not hanging.answered.is_set()
+
+
+def test_nothing_listening_is_only_the_next_look() -> None:
+    assert thaw_signal.wait("http://127.0.0.1:9/thaw", deadline(0.4), 10) is False
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["http://x/t", "1"],
+        ["http://x/t", "soon", "10"],
+        ["ftp://x/t", "1", "10"],
+        ["http://x/t", "1", "0"],
+    ],
+    ids=["none", "two", "not-a-number", "not-http", "no-interval"],
+)
+def test_wrong_arguments_exit_2_so_freeze_io_polls_with_curl(argv: list[str]) -> None:
+    assert thaw_signal.main(argv) == 2
+
+
+def test_main_exits_0_on_the_marker_and_1_at_the_deadline(serve: list[Key]) -> None:
+    marker = key(serve, [(200, MARKER)])
+    assert thaw_signal.main([marker.url, str(deadline(30)), "10"]) == 0
+    other = key(serve, [(403, b"")])
+    assert thaw_signal.main([other.url, str(deadline(0.3)), "10"]) == 1
