@@ -14,7 +14,10 @@ HOST_DOCUMENTS = ["freeze-io", "thaw-io"]
 PARAMETERS = ["Mountpoints", "TimeoutSeconds", "BackupId", "StateDir", "FsfreezeCommand"]
 # freeze-io alone also takes DryRun (the backup workflow's preflight: the checks, nothing frozen) and
 # the signals (presigned URLs, base64url: the frozen report PUT, the thaw marker polled)
-OWN_PARAMETERS = {"freeze-io": ["DryRun", "ThawSignal", "FrozenSignal"], "thaw-io": []}
+OWN_PARAMETERS = {
+    "freeze-io": ["DryRun", "ThawSignal", "FrozenSignal", "SignalPollMilliseconds"],
+    "thaw-io": [],
+}
 HOSTILE = ["a'b", "/x'; reboot; '", "$(reboot)", "`reboot`", "/a;b", "/a b", "/a|b", "/a&b", "/a>b", "/a\nb",
            '/a"b', "/a\\b", "/a{{b}}", "/a*", "/a?b", "/a$HOME"]  # fmt: skip
 
@@ -43,6 +46,19 @@ def test_patterns_refuse_quotes_and_shell_metacharacters(name: str, parameter: s
     pattern = load_document(name)["parameters"][parameter]["allowedPattern"]
     for value in HOSTILE:
         assert not re.fullmatch(pattern, value), f"{name} {parameter} accepts {value!r}"
+
+
+@pytest.mark.parametrize("parameter", OWN_PARAMETERS["freeze-io"])
+def test_freeze_ios_own_patterns_refuse_quotes_and_shell_metacharacters(parameter: str) -> None:
+    pattern = load_document("freeze-io")["parameters"][parameter]["allowedPattern"]
+    for value in HOSTILE:
+        assert not re.fullmatch(pattern, value), f"freeze-io {parameter} accepts {value!r}"
+
+
+def test_the_signal_poll_interval_is_10_to_1000_milliseconds() -> None:
+    pattern = load_document("freeze-io")["parameters"]["SignalPollMilliseconds"]["allowedPattern"]
+    assert [v for v in ("10", "50", "99", "100", "999", "1000") if not re.fullmatch(pattern, v)] == []
+    assert [v for v in ("", "0", "9", "05", "1001", "2000", "50.5", "-50") if re.fullmatch(pattern, v)] == []
 
 
 def test_the_two_documents_share_one_parameter_set() -> None:
@@ -75,7 +91,7 @@ def test_prologue_names_and_quoting() -> None:
         "#!/bin/bash\n# freeze-io: rendered from documents/freeze-io.sh by tools/documents.py\n"
         "MOUNTPOINTS='/data,/logs'\nTIMEOUT_SECONDS='10'\nBACKUP_ID='bk-1'\n"
         "STATE_DIR='/run/vsa-freeze'\nFSFREEZE_COMMAND='fsfreeze'\nDRY_RUN='false'\nTHAW_SIGNAL=''\n"
-        "FROZEN_SIGNAL=''\n# freeze-io:"
+        "FROZEN_SIGNAL=''\nSIGNAL_POLL_MILLISECONDS='50'\n# freeze-io:"
     )
     with pytest.raises(ValueError, match="does not match"):
         render_script("freeze-io", {"Mountpoints": "/x'; reboot; '"})

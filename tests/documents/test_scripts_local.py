@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 import zlib
@@ -1579,7 +1580,14 @@ def test_a_fenced_controller_fences_itself_and_never_registers_again_on_that_boo
     c0, c1 = node("c0"), node("c1")
     for target in (c0, c1):
         target.attach(*VOLUMES)
-    lost = fenced(c0, "boot-a", Owners="0,0").report["fencing"]["key"]
+    first = fenced(c0, "boot-a", Owners="0,0")
+    lost = first.report["fencing"]["key"]
+    # and c0's fence watch gone (ended, or not yet at its next read-back): what this test checks
+    # is configure-target's own finding, which must not depend on the watch (the watch's own
+    # tests are below); running, it could fence c0 first and the run would find that instead
+    watch = first.report["fencing"]["watch"]
+    os.kill(watch, signal.SIGTERM)
+    wait_until(lambda: not watch_running(c0, watch), "c0's watch ended")
     assert fenced(c1, "boot-b", Owners="0,0").code == 0
     assert fenced(c1, "boot-b", Owners="0,0", Serving="1,0", FenceKeys=lost).code == 0
     assert ana_states(c0) == {"2": "optimized"}
