@@ -12,7 +12,7 @@ LOCAL := env PATH="$(VENV):$$PATH" VSA_LOCALCLOUD_PORT=$(PORT) AWS_ENDPOINT_URL=
 OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0
 
 .PHONY: demo test check install localcloud-start localcloud-stop localcloud-logs build deploy-local \
-	lint format typecheck validate security unit documents dataplane dataplane-auth integration bench bench-lifecycle bench-backups bench-ownership \
+	lint format typecheck validate security unit documents dataplane dataplane-auth integration bench bench-lifecycle bench-backups bench-ownership dataplane-fencing-runs \
 	bench-coldstart bench-arrays bench-keys bench-failover docs clean
 
 demo: install
@@ -92,6 +92,12 @@ bench-failover: install
 # 2 volumes, 1 host): IOPS per volume and per array, rounds alternated (figures, not a test).
 bench-ownership: install
 	$(OFFLINE) $(VENV)/python tools/bench_ownership.py
+
+# Fence-then-promote run after run on one lab (the stale-write scenario with a stand-in fence that
+# can be undone); every run appended to .dataplane/fencing-runs.jsonl, the count over all of them.
+RUNS ?= 50
+dataplane-fencing-runs: install
+	$(OFFLINE) $(VENV)/python tools/fencing_runs.py --runs $(RUNS)
 
 integration: install
 	@$(LOCAL) $(VENV)/python -m pytest tests/integration
