@@ -205,9 +205,9 @@ def snapshot(
             raise SnapshotLimitError(f"EBS refused CreateSnapshots: {error}") from None
         raise
     returned_at = ctx.clock()
-    # the thaw marker first, on its own: the hosts poll it every few milliseconds, and a PUT
-    # sharing the process with the thaw-io sends waits on them; thaw-io, delivered in hundreds
-    # of milliseconds, thaws a host the marker could not reach
+    # the thaw marker first, on its own: the hosts poll it (every 50 ms for up to 250 hosts), and
+    # a PUT sharing the process with the thaw-io sends waits on them; thaw-io, delivered in
+    # hundreds of milliseconds, thaws a host the marker could not reach
     if ctx.signals is not None and freezing.get("signals"):
         ctx.signals.thaw(array_id, backup_id, requested_at, returned_at)
     thaw_hosts = _send_thaws(ctx, backup_id, freezing.get("hosts", []), thaw_document)

@@ -25,11 +25,11 @@ GETS_PER_SECOND = 5000
 """What all of a backup's hosts may GET the one thaw marker at, together: under S3's 5,500 GET
 requests a second per partitioned prefix, with a margin."""
 POLL_MS_FLOOR = 50
-"""No host polls more often than this. Over one kept-alive connection a 10 ms interval sees the
-marker about 20 ms sooner (measured on a sandbox host: 12-21 ms after the marker against 19-63 ms
-at 50 ms), but on the local cloud every poll is served by the one process that also runs the
-workflow, and 4 hosts at 10 or 25 ms made the whole window longer (docs/backups.md, "Measured:
-the freeze window"). On AWS, S3 serves the polls; 50 ms keeps both within the same figures."""
+"""No host polls more often than this. Set for the local cloud, not AWS: there every poll is
+served by the one process that also runs the workflow, and 4 hosts polling every 10 or 25 ms
+made the whole window longer (docs/backups.md, "Measured: the freeze window"). On AWS, where S3
+serves the polls, a 10 ms floor would see the marker about 20 ms sooner (on a sandbox host alone:
+12-21 ms after it was written, against 19-63 ms at 50 ms)."""
 POLL_MS_CEILING = 1000
 
 
