@@ -167,7 +167,7 @@ def recoveries(lab: Lab) -> dict[str, int]:
 
 def quiet(lab: Lab, name: str, seconds: int) -> dict[str, Any]:
     recoveries(lab)
-    fio = Fio(lab, name, head_device(kernel_state(lab)))
+    fio = Fio(lab, name, head_device(kernel_state(lab)), rate_iops=0)  # unpaced: the load is the point
     lab.host.sh(f"sleep {seconds}", timeout=seconds + 60, name="quiet")
     result = fio.result()
     left = recoveries(lab)
@@ -186,7 +186,7 @@ def trial(lab: Lab, name: str, fault: str, row: dict[str, int]) -> dict[str, Any
     survivor_address = lab.links[SURVIVOR].controller_address
     victim_ctrl = controllers(lab)[victim_address]
     recoveries(lab)
-    fio = Fio(lab, name, head_device(kernel_state(lab)))
+    fio = Fio(lab, name, head_device(kernel_state(lab)), rate_iops=0)  # unpaced: the load is the point
     # When the fault hits c1
     if fault == "link":
         victim.sh("ip link set eth0 down", name="link-down").ok()

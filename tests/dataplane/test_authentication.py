@@ -462,8 +462,7 @@ ROTATION = {"KeepAliveTmo": KATO}
 
 
 class LongFio(Fio):
-    """Fio that outlasts a whole rotation (each connect-path takes 15-40 s under TCG: the
-    first run's fio ended by its 300 s bound before the scenario did)."""
+    """Fio that outlasts a whole rotation (a dozen document runs) however slow the machine."""
 
     MAX_SECONDS = 840
 

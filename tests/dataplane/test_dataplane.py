@@ -116,19 +116,29 @@ class Fio:
     until ``stop`` (SIGINT to its PID: fio ends its jobs and reports), so the IO spans the event
     however slow the machine; ``MAX_SECONDS`` bounds it if nobody stops it: longer than any test
     may run (pytest's 600 s), since a fio that ended on its own before ``stop`` would no longer
-    span the event (300 s was outlived by a scale-out on a loaded machine)."""
+    span the event (300 s was outlived by a scale-out on a loaded machine).
+
+    The writes are paced (``RATE_IOPS``): the IO only has to flow through every event, and
+    under TCG an unpaced fio takes the host guest's whole emulated CPU, so every document the
+    scenario runs beside it waits for it (connect-path with nothing to do: 2.5-3 s alone, 16-18
+    s beside an unpaced fio, 4 s beside one at 50 IOPS). At 50 IOPS with 4 in flight a
+    completion is due every 20 ms, so a stall of a tenth of a second still shows in the gaps.
+    ``rate_iops=0`` writes as fast as the guest can (a benchmark's load)."""
 
     MAX_SECONDS = 900
+    RATE_IOPS = 50
 
-    def __init__(self, lab: Lab, name: str, device: str) -> None:
+    def __init__(self, lab: Lab, name: str, device: str, rate_iops: int | None = None) -> None:
         self.lab, self.name = lab, name
+        rate = self.RATE_IOPS if rate_iops is None else rate_iops
+        pacing = f" --rate_iops={rate}" if rate > 0 else ""
         self.dir = lab.host.dir / "fio" / name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.request = lab.host.submit(
             "#!/bin/bash\n"
             f"echo $$ > {self.dir}/pid\n"
             f"exec fio --name={name} --filename={device} --direct=1 --ioengine=libaio --rw=randwrite"
-            f" --bs=4k --iodepth=4 --size=128M --time_based --runtime={self.MAX_SECONDS}"
+            f" --bs=4k --iodepth=4 --size=128M --time_based --runtime={self.MAX_SECONDS}{pacing}"
             " --verify=crc32c --verify_backlog=32 --verify_fatal=1"
             f" --write_lat_log={self.dir}/io --log_avg_msec=0 --per_job_logs=0 --output-format=json\n",
             f"fio-{name}",
