@@ -218,6 +218,14 @@ class Guest:
         # QMP: the test grows a volume as EBS does for an attached one (block_resize: the
         # guest's virtio disk announces its new capacity)
         options = [f"-pidfile {self.dir}/qemu.pid", f"-qmp unix:{self.dir}/qmp.sock,server=on,wait=off"]
+        # the agent's doorbell: a virtio-serial port (guest_agent.sh sleeps on it; ``ring``
+        # writes a line into it) backed by a FIFO pair QEMU holds open, so the guest's side is
+        # always connected (a socket chardev with no client reads as end-of-file at once, and
+        # the agent's sleep would spin)
+        options.append(
+            f"-device virtio-serial-pci,id=agentbus -chardev pipe,id=agent,path={self.dir}/agent"
+            " -device virtserialport,bus=agentbus.0,chardev=agent,name=vsa.agent"
+        )
         for i, (local, remote, mac) in enumerate(self.netdevs):
             options.append(
                 f"-netdev socket,id=link{i},udp=127.0.0.1:{remote},localaddr=127.0.0.1:{local}"
@@ -245,6 +253,10 @@ class Guest:
             (self.dir / stale).unlink(missing_ok=True)
         for sub in ("req", "run", "out"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        for fifo in ("agent.in", "agent.out"):  # the doorbell's pipe (qemu_options)
+            if not (self.dir / fifo).is_fifo():
+                (self.dir / fifo).unlink(missing_ok=True)
+                os.mkfifo(self.dir / fifo)
         volumes = " ".join(self.volumes)
         (self.dir / "boot.env").write_text(
             f"ADDRESSES='{' '.join(self.addresses)}'\nMODULES='{self.modules}'\nVOLUMES='{volumes}'\n"
@@ -334,7 +346,18 @@ class Guest:
         tmp.write_text(script)
         tmp.chmod(0o755)
         tmp.rename(self.dir / "req" / f"{request}.sh")
+        self.ring()
         return request
+
+    def ring(self) -> None:
+        """Wake the agent (a line into its virtio-serial port). Best effort: an agent not woken
+        finds the request at its next look, within 2 s."""
+        with contextlib.suppress(OSError):  # ENXIO: no QEMU holds the FIFO (not booted, or gone)
+            fd = os.open(self.dir / "agent.in", os.O_WRONLY | os.O_NONBLOCK)
+            try:
+                os.write(fd, b"\n")
+            finally:
+                os.close(fd)
 
     def wait(self, request: str, timeout: float) -> Result:
         out = self.dir / "out"
