@@ -71,14 +71,14 @@ documents: install
 	$(OFFLINE) $(VENV)/python -m pytest tests/documents/test_freeze_thaw.py tests/documents/test_documents_format.py tests/documents/test_scripts_local.py
 
 # The documents on real Linux kernels: QEMU guests (TCG), controllers + a host, NVMe/TCP with
-# native multipath, fio and XFS, stale writes and fencing, authentication (tests/dataplane; make
-# test runs all but authentication; figures in .dataplane/figures.json).
+# native multipath, fio and XFS, stale writes and fencing, authentication, backup sets
+# (tests/dataplane; make test runs it beside the unit tests; figures in .dataplane/figures.json).
 dataplane: install
 	$(OFFLINE) $(VENV)/python -m pytest tests/dataplane
 
 # DH-HMAC-CHAP on the 6.12 kernel alone: keyed, keyless and wrong-key hosts, a wrong controller
-# key, key rotation under IO, connect time and IOPS with and without (its own lab; ~28 min under
-# TCG here, not yet in make test: tools/test.sh says why).
+# key, key rotation under IO, connect time and IOPS with and without (its own lab; about 7 min
+# under TCG here; make test and make dataplane run it with the rest of the tier).
 dataplane-auth: install
 	$(OFFLINE) $(VENV)/python -m pytest tests/dataplane/test_authentication.py
 
