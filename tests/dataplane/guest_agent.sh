@@ -66,9 +66,9 @@ date +%s.%N >"$DIR/ready.tmp" && mv "$DIR/ready.tmp" "$DIR/ready"
 mkdir -p "$DIR/req" "$DIR/run" "$DIR/out"
 # The loop sleeps on the virtio-serial port lab.py gives the guest (name vsa.agent): the test
 # writes a line into it after each request it drops, so a request starts at once and an idle
-# guest looks at req/ only every 2 s. Polling req/ ten times a second cost each idle guest a
-# tenth of a host core under TCG (a 9p directory read each time; 1% at one look in 2 s), taken
-# from the guests that had work. Without the port: a read with a 0.1 s timeout on a FIFO nobody
+# guest looks at req/ only every 2 s. Polling req/ ten times a second (a 9p directory read each
+# time) kept each idle guest's emulator busy under TCG, taking CPU from the guests that had work
+# (docs/measurements.md, "The data-plane tier"). Without the port: a read with a 0.1 s timeout on a FIFO nobody
 # writes (never /bin/sleep: a fork ten times a second costs the emulated CPU more).
 port=""
 for name in /sys/class/virtio-ports/*/name; do

@@ -120,9 +120,9 @@ class Fio:
 
     The writes are paced (``RATE_IOPS``): the IO only has to flow through every event, and
     under TCG an unpaced fio takes the host guest's whole emulated CPU, so every document the
-    scenario runs beside it waits for it (connect-path with nothing to do: 2.5-3 s alone, 16-18
-    s beside an unpaced fio, 4 s beside one at 50 IOPS). At 50 IOPS with 4 in flight a
-    completion is due every 20 ms, so a stall of a tenth of a second still shows in the gaps.
+    scenario runs beside it waits for it (docs/measurements.md, "The data-plane tier"). At 50
+    IOPS with 4 in flight a completion is due every 20 ms, so a stall of a tenth of a second
+    still shows in the gaps.
     ``rate_iops=0`` writes as fast as the guest can (a benchmark's load)."""
 
     MAX_SECONDS = 900
