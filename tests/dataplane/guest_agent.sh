@@ -68,8 +68,9 @@ mkdir -p "$DIR/req" "$DIR/run" "$DIR/out"
 # writes a line into it after each request it drops, so a request starts at once and an idle
 # guest looks at req/ only every 2 s. Polling req/ ten times a second (a 9p directory read each
 # time) kept each idle guest's emulator busy under TCG, taking CPU from the guests that had work
-# (docs/measurements.md, "The data-plane tier"). Without the port: a read with a 0.1 s timeout on a FIFO nobody
-# writes (never /bin/sleep: a fork ten times a second costs the emulated CPU more).
+# (docs/measurements.md, "The data-plane tier"). Without the port: a read with a 0.1 s timeout
+# on a FIFO nobody writes (never /bin/sleep: a fork ten times a second costs the emulated CPU
+# more).
 port=""
 for name in /sys/class/virtio-ports/*/name; do
   [[ "$(cat "$name" 2>/dev/null)" == vsa.agent ]] && port=/dev/$(basename "$(dirname "$name")")
