@@ -107,6 +107,20 @@ def test_a_removed_volume_is_disconnected_by_every_host_from_every_controller_th
     assert plan.remaining(observed(spec((V1,)), {V1: ALL, V2: {}})) == []
 
 
+def test_a_removed_volume_is_waited_for_until_ebs_has_ended_every_attachment() -> None:
+    # Given DetachVolume was sent for V2 to both controllers: EBS shows one attachment
+    # detaching (DetachVolume answers at once; the attachment ends later), the other gone
+    seen = observed(spec((V1,)), {V1: ALL, V2: {C1: "detaching"}})
+    # Then nothing is left to detach, but the phase waits, and the run is not converged
+    assert plan.removed_volumes(seen) == {}
+    assert plan.detaching(seen) == [f"{V2} detaching from {C1}"]
+    assert plan.remaining(seen) == [f"volume {V2} (no longer in the spec) still detaching from {C1}"]
+    # and an instance that is not the array's (the volume attached elsewhere since) is not waited for
+    assert plan.detaching(observed(spec((V1,)), {V1: ALL, V2: {"i-0a1b2c3d4e5f60fff": "detaching"}})) == []
+    # Once EBS has ended it, nothing remains
+    assert plan.detaching(observed(spec((V1,)), {V1: ALL, V2: {}})) == []
+
+
 def test_a_removed_host_disconnects_every_volume_from_every_controller_and_is_no_longer_allowed() -> None:
     seen = observed(spec(hosts=(H1,)), {V1: ALL, V2: ALL}, removed_hosts=(H2,))
     sent = plan.commands("disconnect", seen, DOCS, NODE)

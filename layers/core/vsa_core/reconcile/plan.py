@@ -221,6 +221,20 @@ def removed_volumes(observed: Observed) -> dict[str, list[str]]:
     return removed
 
 
+def leaving(observed: Observed) -> dict[str, list[str]]:
+    """Volumes the spec no longer lists whose attachment to a serving controller EBS is still
+    ending (``detaching``): volume id → those controllers."""
+    serving = {c.instance_id for c in observed.controllers}
+    found: dict[str, list[str]] = {}
+    for volume_id, holders in observed.attachments.items():
+        if volume_id in observed.volume_ids:
+            continue
+        on = sorted(i for i, state in holders.items() if i in serving and state == "detaching")
+        if on:
+            found[volume_id] = on
+    return found
+
+
 RESERVATIONS = "reservations"
 
 
@@ -414,9 +428,15 @@ def _disconnect(array_id: str, volumes: str, address: str, node: NodePaths) -> d
 
 
 def detaching(observed: Observed) -> list[str]:
-    """What the ``detach`` phase still waits for: removed volumes still on a serving controller,
-    and a volume to delete until EBS has it ``available`` (its last attachment gone)."""
-    waiting = [f"{v} on {', '.join(on)}" for v, on in removed_volumes(observed).items()]
+    """What the ``detach`` phase still waits for: removed volumes still on a serving controller
+    or still ``detaching`` from one (DetachVolume answers at once; the volume is free for another
+    instance, or for an operator's DeleteVolume, only once EBS has ended the attachment), and a
+    volume to delete until EBS has it ``available`` (its last attachment gone)."""
+    removed = removed_volumes(observed)
+    waiting = [f"{v} on {', '.join(on)}" for v, on in removed.items()]
+    waiting += [
+        f"{v} detaching from {', '.join(on)}" for v, on in leaving(observed).items() if v not in removed
+    ]
     for volume_id in deletable(observed):
         state = observed.volume_states.get(volume_id)
         if state != "available" and volume_id not in removed_volumes(observed):
@@ -470,6 +490,10 @@ def remaining(observed: Observed) -> list[str]:
     left += [
         f"volume {v} (no longer in the spec) still attached to {', '.join(on)}"
         for v, on in removed_volumes(observed).items()
+    ]
+    left += [
+        f"volume {v} (no longer in the spec) still detaching from {', '.join(on)}"
+        for v, on in leaving(observed).items()
     ]
     left += [f"host {h} (no longer in the spec) not disconnected yet" for h in observed.removed_hosts]
     left += [f"volume {v} (to be deleted) still exists" for v in deletable(observed)]
