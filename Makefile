@@ -12,7 +12,7 @@ LOCAL := env PATH="$(VENV):$$PATH" VSA_LOCALCLOUD_PORT=$(PORT) AWS_ENDPOINT_URL=
 OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0
 
 .PHONY: demo test check install localcloud-start localcloud-stop localcloud-logs build deploy-local \
-	lint format typecheck validate security unit documents dataplane dataplane-auth integration bench bench-lifecycle bench-backups bench-ownership dataplane-fencing-runs \
+	lint format typecheck validate security unit documents dataplane dataplane-auth integration bench bench-lifecycle bench-backups bench-ownership dataplane-fencing-runs dataplane-soak \
 	bench-coldstart bench-arrays bench-keys bench-failover docs clean
 
 demo: install
@@ -98,6 +98,13 @@ bench-ownership: install
 RUNS ?= 50
 dataplane-fencing-runs: install
 	$(OFFLINE) $(VENV)/python tools/fencing_runs.py --runs $(RUNS)
+
+# The guests under unpaced megabyte NVMe/TCP traffic, fresh lab each run: whether a guest's kernel
+# dies under this machine's QEMU (figures, not a test; .dataplane/soak-runs.jsonl).
+SOAK_RUNS ?= 3
+SOAK_SECONDS ?= 180
+dataplane-soak: install
+	$(OFFLINE) $(VENV)/python tools/dataplane_soak.py --runs $(SOAK_RUNS) --seconds $(SOAK_SECONDS)
 
 integration: install
 	@$(LOCAL) $(VENV)/python -m pytest tests/integration

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.dataplane.lab import STATE, Lab, kernel_package, missing_prerequisites
+from tests.dataplane.lab import STATE, Lab, kernel_package, missing_prerequisites, qemu_version
 from tests.prerequisites import require
 
 VOLUME = "vol-0a1b2c3d4e5f60718"
@@ -45,6 +45,7 @@ def lab() -> Iterator[Lab]:
     started = time.monotonic()
     try:
         FIGURES["kernel"] = kernel_package()
+        FIGURES["qemu"] = qemu_version()
         FIGURES["bootSeconds"] = lab.boot_all()
         FIGURES["allReadySeconds"] = round(time.monotonic() - started, 1)
         yield lab

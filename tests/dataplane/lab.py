@@ -130,9 +130,29 @@ def kernel_package() -> str:
     return f"{fields.get('Package', '?')} {fields.get('Version', '?')}"
 
 
+QEMU_MAJOR_MIN = 10
+"""QEMU 7.2 (Debian bookworm's) corrupts a TCG guest's RFLAGS now and then under network load
+and the guest's kernel dies (tools/dataplane-install.sh); 10.0 is the release the tier runs on."""
+
+
+def qemu_version() -> str:
+    """``qemu-system-x86_64 --version``'s number (``10.0.2``), or "" when there is none."""
+    try:
+        first = subprocess.run(
+            ["qemu-system-x86_64", "--version"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout.split("\n", 1)[0]
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    words = first.split()
+    return words[3] if len(words) > 3 and words[:3] == ["QEMU", "emulator", "version"] else ""
+
+
 def missing_prerequisites() -> list[str]:
     """What the tier needs and this machine lacks (tools/dataplane-install.sh installs it)."""
     missing = []
+    version = qemu_version()
+    if version and int(version.split(".")[0]) < QEMU_MAJOR_MIN:
+        missing.append(f"QEMU {QEMU_MAJOR_MIN} or newer (this is {version}: its TCG corrupts guests' RFLAGS)")
     if kernel_image() is None:
         missing.append(".dataplane/kernel (the guest kernel)")
     if not VNG.exists():
