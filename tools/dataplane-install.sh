@@ -35,11 +35,11 @@ fi
 
 # QEMU 10 or newer. Bookworm's own (7.2) now and then corrupts a TCG guest's RFLAGS under network
 # load: the low bits of a pointer land in them (TF and DF set in kernel code), a string copy then
-# runs backwards over the heap and the guest's kernel dies in net_rx_action. It killed a guest
-# within a minute in 2 of 3 runs of `make dataplane-soak` (megabyte writes over NVMe/TCP, one core
-# busy); the tier's own scenarios met it about once in ten runs. Bookworm's backports carry 10.0,
-# which met it in none (docs/measurements.md). Installed from there for qemu-system-x86 alone
-# (backports have apt priority 100: nothing else is upgraded from them).
+# runs backwards over the heap and the guest's kernel dies in net_rx_action. Under the load of
+# `make dataplane-soak` (megabyte writes over NVMe/TCP, other work on the machine) it killed a
+# guest within a minute in 2 of 3 runs; the tier's own paced scenarios met it in 1 of 8 runs.
+# Bookworm's backports carry 10.0, which met it in none (docs/measurements.md). Installed from
+# there for qemu-system-x86 alone (and what it needs from there; backports have apt priority 100, nothing else is upgraded).
 QEMU_MAJOR_MIN=10
 qemu_major() { qemu-system-x86_64 --version 2>/dev/null | awk 'NR == 1 {split($4, v, "."); print v[1] + 0}'; }
 if (($(qemu_major || true) + 0 < QEMU_MAJOR_MIN)); then

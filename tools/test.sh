@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The test command (make test; .ci/run calls it). Runs, in order: ruff, mypy, import-linter, sam
-# validate --lint; the data-plane tier, and beside it the unit, infra, local-cloud, documents and
-# workflow tests side by side (pytest-xdist);
-# the stack built once and deployed to two local clouds; the integration tests against them, side
-# by side: those under the fast latency profile on the first cloud while those under the
-# realistic one run on the second (the profile is a local cloud's, so each cloud keeps one for
-# the whole phase, never switched per test). It starts the local clouds unless one is already
-# running on that port and stops those it started, even on failure. When a test fails, the
-# local clouds' logs are printed. The data-plane tier (tests/dataplane: the documents on real
-# kernels in QEMU guests; no local cloud) runs beside the unit phase, which yields it the cores.
+# validate --lint; then the data-plane tier (tests/dataplane: the documents on real kernels in
+# QEMU guests; no local cloud) in the background; the stack built once (sam build) and deployed
+# to a second local cloud, where the tests that wait minutes on CloudWatch's cadence start in
+# the background; beside all that the unit, infra, local-cloud, documents and workflow tests
+# (pytest-xdist, nice 10: the tier gets the cores first); the same build deployed to the first
+# cloud while the tier ends; then the integration tests against both clouds, side by side: those
+# under the fast latency profile on the first while those under the realistic one run on the
+# second (the profile is a local cloud's, so each cloud keeps one for the whole command, never
+# switched per test). It starts the local clouds unless one is already running on that port and
+# stops those it started, even on failure. When a test fails, the local clouds' logs are printed.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT" || exit 1
@@ -94,6 +95,12 @@ timings() {
 }
 SECONDS=0
 start_cloud "$FAST_PORT"
+# the second cloud starts in the background: the minutes tests are deployed to it during the unit phase
+realistic_start=""
+if ! on "$REALISTIC_PORT" tools/localcloud.sh status >/dev/null 2>&1; then
+  on "$REALISTIC_PORT" tools/localcloud.sh start & realistic_start=$!
+  started+=("$REALISTIC_PORT")
+fi
 phase "local cloud started" "$SECONDS"
 
 # Tests run side by side (pytest-xdist) where they do not share state: with --dist loadgroup,
@@ -113,27 +120,9 @@ dataplane_start="$(date +%s)"
 offline "$VENV/python" -m pytest --durations=10 --junitxml="$reports/dataplane.xml" tests/dataplane \
   >"$dataplane_log" 2>&1 &
 dataplane_pid=$!
-step "tests, beside it: unit + infra (no network); local-cloud fidelity; host documents (real XFS on loop devices, as root; SSM documents on sandbox nodes); workflows (the deployed ASL, tasks mocked)"
-SECONDS=0
-kept "unit, infra, local cloud, documents, workflows" \
-  on "$FAST_PORT" nice -n 10 "$VENV/python" -m pytest -n 3 --dist loadgroup --durations=10 --junitxml="$reports/unit-infra-localcloud.xml" tests/unit tests/infra tests/localcloud tests/documents tests/workflows || status=1
-phase "unit, infra, local cloud, documents, workflows (nice 10)" "$SECONDS"
-wait "$dataplane_pid" || status=1
-dataplane_pid=""
-phase "data plane (QEMU), beside them" "$(($(date +%s) - dataplane_start))"
-echo; echo "=== data plane (started with the unit phase)"
-kept "data plane" cat "$dataplane_log" >/dev/null
-cat "$dataplane_log"
-rm -f "$dataplane_log"
 
-step "integration: the real template built once (sam build), deployed to both local clouds (sam deploy), the real Lambda code"
+step "the real template built once (sam build); deployed to the second local cloud, where the minutes tests start, in the background"
 SECONDS=0
-# the second cloud starts while the stack builds
-realistic_start=""
-if ! on "$REALISTIC_PORT" tools/localcloud.sh status >/dev/null 2>&1; then
-  on "$REALISTIC_PORT" tools/localcloud.sh start & realistic_start=$!
-  started+=("$REALISTIC_PORT")
-fi
 if ! sam build --config-env local >/dev/null; then
   echo; echo "=== what failed"; echo "[build] sam build --config-env local"
   exit 1
@@ -142,6 +131,7 @@ if [[ -n "$realistic_start" ]] && ! wait "$realistic_start"; then
   echo; echo "=== what failed"; echo "[build + deploy] the second local cloud did not start (port $REALISTIC_PORT)"
   exit 1
 fi
+phase "build (sam build), the second cloud started" "$SECONDS"
 # Each deploy's output is kept. A deploy that fails is shown (its last lines) and tried once more:
 # the cause of a one-off failure of the local cloud's CloudFormation is then on record at the end
 # of the output (all CI shows) even when the run passes, and a second failure stops the command.
@@ -154,15 +144,53 @@ deploy() { # name port [REGION=...]: tools/deploy-local.sh to that cloud, its ou
     tail -n 40 "$deploy_logs/$name"; echo; } >>"$notices"
   on "$port" env "$@" bash tools/deploy-local.sh >"$deploy_logs/$name.retry" 2>&1
 }
+# The tests marked minutes wait on CloudWatch's own minute-by-minute cadence (alarms evaluated
+# every minute, cooldowns): a quarter of an hour of mostly waiting, little CPU. They start as soon
+# as the second cloud has the stack, in a process of their own at nice 10, beside the unit phase
+# and the data-plane tier, and run on into the integration phase; that cloud stays up until they
+# end. Their output is kept apart and printed whole when they end. The deploy's outcome is a file:
+# realistic.ok, or failed naming the cloud.
+long_log="$(mktemp)"
+(
+  deploy realistic "$REALISTIC_PORT" || { echo "realistic:port $REALISTIC_PORT, us-east-1" >"$deploy_logs/failed"; exit 1; }
+  timings "$REALISTIC_PORT" realistic
+  touch "$deploy_logs/realistic.ok"
+  on "$REALISTIC_PORT" env VSA_STACK_DEPLOYED=1 VSA_TIMINGS_PROFILE=realistic nice -n 10 "$VENV/python" -m pytest \
+    -m "realistic and minutes" --junitxml="$reports/integration-minutes.xml" --durations=5 tests/integration >"$long_log" 2>&1
+) &
+long_pid=$!
+long_start="$(date +%s)"
+step "tests, beside it: unit + infra (no network); local-cloud fidelity; host documents (real XFS on loop devices, as root; SSM documents on sandbox nodes); workflows (the deployed ASL, tasks mocked)"
+SECONDS=0
+kept "unit, infra, local cloud, documents, workflows" \
+  on "$FAST_PORT" nice -n 10 "$VENV/python" -m pytest -n 3 --dist loadgroup --durations=10 --junitxml="$reports/unit-infra-localcloud.xml" tests/unit tests/infra tests/localcloud tests/documents tests/workflows || status=1
+phase "unit, infra, local cloud, documents, workflows (nice 10)" "$SECONDS"
+
+# The first cloud is free now: the same build is deployed to it while the tier goes on.
+step "integration: the same build deployed to the first local cloud (sam deploy), the real Lambda code, while the data plane ends"
+SECONDS=0
 deploy fast "$FAST_PORT" & fast_deploy=$!
-deploy realistic "$REALISTIC_PORT" & realistic_deploy=$!
 # the same deployment in a second Region of the fast cloud: the disaster-recovery stack that
 # restores the backup sets copied there (tests/integration/test_copies.py)
 deploy dr "$FAST_PORT" REGION=us-west-2 & dr_deploy=$!
 failed_deploys=()
 wait "$fast_deploy" || failed_deploys+=("fast:port $FAST_PORT, us-east-1")
-wait "$realistic_deploy" || failed_deploys+=("realistic:port $REALISTIC_PORT, us-east-1")
 wait "$dr_deploy" || failed_deploys+=("dr:port $FAST_PORT, us-west-2")
+# the second cloud's deploy (in the minutes tests' background job) has ended one way or the other
+while [[ ! -e "$deploy_logs/realistic.ok" && ! -e "$deploy_logs/failed" ]] && kill -0 "$long_pid" 2>/dev/null; do
+  sleep 1
+done
+[[ -e "$deploy_logs/realistic.ok" ]] || failed_deploys+=("realistic:port $REALISTIC_PORT, us-east-1")
+phase "deploy (the first cloud, two Regions)" "$SECONDS"
+dataplane_wait_start=$SECONDS
+wait "$dataplane_pid" || status=1
+dataplane_pid=""
+phase "data plane (QEMU), beside them" "$(($(date +%s) - dataplane_start))"
+phase "  of which waited for after the deploy" "$((SECONDS - dataplane_wait_start))"
+echo; echo "=== data plane (started with the unit phase)"
+kept "data plane" cat "$dataplane_log" >/dev/null
+cat "$dataplane_log"
+rm -f "$dataplane_log"
 if [[ ${#failed_deploys[@]} -ne 0 ]]; then
   show_log
   cat "$notices"
@@ -177,24 +205,13 @@ if [[ ${#failed_deploys[@]} -ne 0 ]]; then
   exit 1
 fi
 rm -rf "$deploy_logs"
-echo "built and deployed in ${SECONDS} s"
-phase "build + deploy (both clouds)" "$SECONDS"
 export VSA_STACK_DEPLOYED=1
 timings "$FAST_PORT" fast
-timings "$REALISTIC_PORT" realistic
 
 step "integration, side by side: the fast latency profile (port $FAST_PORT) and the realistic one (AWS-like waits, port $REALISTIC_PORT)"
 SECONDS=0
-# The tests marked minutes wait on CloudWatch's own minute-by-minute cadence (alarms evaluated
-# every minute, cooldowns): a quarter of an hour of mostly waiting, little CPU. They start now, in
-# a process of their own, and run on through the data-plane tier (which needs no local cloud);
-# the realistic cloud stays up until they end. Each phase's output is kept apart and printed
-# whole when it ends.
-long_log="$(mktemp)"
+# Each phase's output is kept apart and printed whole when it ends.
 realistic_log="$(mktemp)"
-on "$REALISTIC_PORT" env VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest -m "realistic and minutes" --junitxml="$reports/integration-minutes.xml" \
-  --durations=5 tests/integration >"$long_log" 2>&1 &
-long_pid=$!
 on "$REALISTIC_PORT" env VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest -n 5 -m "realistic and not minutes" --junitxml="$reports/integration-realistic.xml" \
   --durations=10 tests/integration >"$realistic_log" 2>&1 &
 realistic_pid=$!
@@ -209,13 +226,13 @@ cat "$realistic_log"
 rm -f "$realistic_log"
 if [[ $status -ne 0 ]]; then show_log; fi
 
-step "integration (minutes of CloudWatch's cadence; started with the integration phase)"
+step "integration (minutes of CloudWatch's cadence; started beside the unit phase)"
 SECONDS=0
 wait "$long_pid" || status=1
 kept "integration, minutes" cat "$long_log" >/dev/null
 cat "$long_log"
 rm -f "$long_log"
-phase "what was left of the minutes tests" "$SECONDS"
+phase "what was left of the minutes tests ($(($(date +%s) - long_start)) s in all)" "$SECONDS"
 if [[ $status -ne 0 ]]; then show_log; fi
 timings "$FAST_PORT" fast
 stop_clouds
