@@ -159,7 +159,6 @@ long_log="$(mktemp)"
     -m "realistic and minutes" --junitxml="$reports/integration-minutes.xml" --durations=5 tests/integration >"$long_log" 2>&1
 ) &
 long_pid=$!
-long_start="$(date +%s)"
 step "tests, beside it: unit + infra (no network); local-cloud fidelity; host documents (real XFS on loop devices, as root; SSM documents on sandbox nodes); workflows (the deployed ASL, tasks mocked)"
 SECONDS=0
 kept "unit, infra, local cloud, documents, workflows" \
@@ -232,7 +231,7 @@ wait "$long_pid" || status=1
 kept "integration, minutes" cat "$long_log" >/dev/null
 cat "$long_log"
 rm -f "$long_log"
-phase "what was left of the minutes tests ($(($(date +%s) - long_start)) s in all)" "$SECONDS"
+phase "what was left of the minutes tests" "$SECONDS"
 if [[ $status -ne 0 ]]; then show_log; fi
 timings "$FAST_PORT" fast
 stop_clouds
