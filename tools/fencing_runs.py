@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "layers" / "core")]
 
 from tests.dataplane import test_stale_writes as scenario  # noqa: E402
-from tests.dataplane.lab import STATE, Lab, fresh_lab, kernel_package, missing_prerequisites  # noqa: E402
+from tests.dataplane.lab import STATE, Lab, fresh_lab, kernel_package, missing_prerequisites, qemu_version  # noqa: E402
 
 GATE = "vsa-gate"
 DELAYED = scenario.DELAYED
@@ -201,10 +201,10 @@ def main() -> int:
     try:
         lab.boot_all()
         build_stack(lab)
-        kernel = kernel_package()
+        kernel, qemu = kernel_package(), qemu_version()
         for number in range(1, args.runs + 1):
             control = args.control_every > 0 and number % args.control_every == 0
-            run = {**one_run(lab, number, fence=not control), "kernel": kernel}
+            run = {**one_run(lab, number, fence=not control), "kernel": kernel, "qemu": qemu}
             with RUNS_FILE.open("a") as runs:
                 runs.write(json.dumps(run, sort_keys=True) + "\n")
             print(json.dumps(run, sort_keys=True), flush=True)
