@@ -39,7 +39,8 @@ fi
 # `make dataplane-soak` (megabyte writes over NVMe/TCP, other work on the machine) it killed a
 # guest within a minute in 2 of 3 runs; the tier's own paced scenarios met it in 1 of 8 runs.
 # Bookworm's backports carry 10.0, which met it in none (docs/measurements.md). Installed from
-# there for qemu-system-x86 alone (and what it needs from there; backports have apt priority 100, nothing else is upgraded).
+# there for qemu-system-x86 and what it needs from there alone: backports have apt priority 100,
+# so nothing else is upgraded from them.
 QEMU_MAJOR_MIN=10
 qemu_major() { qemu-system-x86_64 --version 2>/dev/null | awk 'NR == 1 {split($4, v, "."); print v[1] + 0}'; }
 if (($(qemu_major || true) + 0 < QEMU_MAJOR_MIN)); then

@@ -439,7 +439,7 @@ def detaching(observed: Observed) -> list[str]:
     ]
     for volume_id in deletable(observed):
         state = observed.volume_states.get(volume_id)
-        if state != "available" and volume_id not in removed_volumes(observed):
+        if state != "available" and volume_id not in removed:
             waiting.append(f"{volume_id} is {state} (deleted once available)")
     return waiting
 
