@@ -2,14 +2,14 @@
 # The test command (make test; .ci/run calls it). Runs, in order: ruff, mypy, import-linter, sam
 # validate --lint; then the data-plane tier (tests/dataplane: the documents on real kernels in
 # QEMU guests; no local cloud) in the background; the stack built once (sam build) and deployed
-# to a second local cloud, where the integration tests under the realistic latency profile and
-# those that wait minutes on CloudWatch's cadence start in the background; beside all that the
-# unit, infra, local-cloud, documents and workflow tests (pytest-xdist, nice 10: the tier gets
-# the cores first); then the same build deployed to the first cloud and the integration tests
-# under the fast latency profile run on it while the tier and the second cloud's tests end (the
-# profile is a local cloud's, so each cloud keeps one for the whole command, never switched per
-# test). It starts the local clouds unless one is already running on that port and stops those
-# it started, even on failure. When a test fails, the local clouds' logs are printed.
+# to a second local cloud, where the tests that wait minutes on CloudWatch's cadence start in
+# the background; beside all that the unit, infra, local-cloud, documents and workflow tests
+# (pytest-xdist, nice 10: the tier gets the cores first); the same build deployed to the first
+# cloud while the tier ends; then the integration tests against both clouds, side by side: those
+# under the fast latency profile on the first while those under the realistic one run on the
+# second (the profile is a local cloud's, so each cloud keeps one for the whole command, never
+# switched per test). It starts the local clouds unless one is already running on that port and
+# stops those it started, even on failure. When a test fails, the local clouds' logs are printed.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT" || exit 1
@@ -59,9 +59,9 @@ phase "static checks (ruff, mypy, imports, security, sam validate)" "$SECONDS"
 # integration tests under the fast profile, the second (100 ports up; its service port range,
 # +1000..+1050, then overlaps no other's) for those under the realistic profile. The realistic
 # tests mostly wait on AWS-like delays (about half a core between them), so they run beside the
-# unit phase and the tier instead of after them. Five of them at once, not more: with seven
-# beside the fast tests' three, the two cores ran at a load of 15-17 and an apply outlasted API
-# Gateway's 29 s.
+# fast ones instead of after them: the phase takes the longer of the two, not their sum. Five
+# of them at once, not more: with seven beside the fast tests' three, the two cores ran at a
+# load of 15-17 and an apply outlasted API Gateway's 29 s.
 FAST_PORT="${VSA_LOCALCLOUD_PORT:-4566}"
 REALISTIC_PORT="$((FAST_PORT + 100))"
 on() { local port="$1"; shift; env VSA_LOCALCLOUD_PORT="$port" VSA_LOCALCLOUD_URL="http://127.0.0.1:$port" \
@@ -144,27 +144,19 @@ deploy() { # name port [REGION=...]: tools/deploy-local.sh to that cloud, its ou
     tail -n 40 "$deploy_logs/$name"; echo; } >>"$notices"
   on "$port" env "$@" bash tools/deploy-local.sh >"$deploy_logs/$name.retry" 2>&1
 }
-# The second cloud's tests start as soon as it has the stack, in a job of their own beside the
-# unit phase and the data-plane tier: those under the realistic profile (AWS-like waits, about
-# half a core between them) and those marked minutes (CloudWatch's own minute-by-minute cadence:
-# a quarter of an hour of mostly waiting, little CPU, at nice 10). That cloud stays up until they
-# end. Their output is kept apart and printed whole at the end. The deploy's outcome is a file:
-# realistic.ok, or failed naming the cloud; each pytest run's exit status is a file too.
+# The tests marked minutes wait on CloudWatch's own minute-by-minute cadence (alarms evaluated
+# every minute, cooldowns): a quarter of an hour of mostly waiting, little CPU. They start as soon
+# as the second cloud has the stack, in a process of their own at nice 10, beside the unit phase
+# and the data-plane tier, and run on into the integration phase; that cloud stays up until they
+# end. Their output is kept apart and printed whole when they end. The deploy's outcome is a file:
+# realistic.ok, or failed naming the cloud.
 long_log="$(mktemp)"
-realistic_log="$(mktemp)"
 (
   deploy realistic "$REALISTIC_PORT" || { echo "realistic:port $REALISTIC_PORT, us-east-1" >"$deploy_logs/failed"; exit 1; }
   timings "$REALISTIC_PORT" realistic
   touch "$deploy_logs/realistic.ok"
-  job_start="$(date +%s)"
-  ( on "$REALISTIC_PORT" env VSA_STACK_DEPLOYED=1 VSA_TIMINGS_PROFILE=realistic nice -n 10 "$VENV/python" -m pytest \
-      -m "realistic and minutes" --junitxml="$reports/integration-minutes.xml" --durations=5 tests/integration >"$long_log" 2>&1
-    echo "$? $(($(date +%s) - job_start))" >"$deploy_logs/minutes.rc" ) &
-  on "$REALISTIC_PORT" env VSA_STACK_DEPLOYED=1 VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest -n 5 \
-    -m "realistic and not minutes" --junitxml="$reports/integration-realistic.xml" --durations=10 tests/integration \
-    >"$realistic_log" 2>&1
-  echo "$? $(($(date +%s) - job_start))" >"$deploy_logs/realistic.rc"
-  wait
+  on "$REALISTIC_PORT" env VSA_STACK_DEPLOYED=1 VSA_TIMINGS_PROFILE=realistic nice -n 10 "$VENV/python" -m pytest \
+    -m "realistic and minutes" --junitxml="$reports/integration-minutes.xml" --durations=5 tests/integration >"$long_log" 2>&1
 ) &
 long_pid=$!
 step "tests, beside it: unit + infra (no network); local-cloud fidelity; host documents (real XFS on loop devices, as root; SSM documents on sandbox nodes); workflows (the deployed ASL, tasks mocked)"
@@ -189,6 +181,15 @@ while [[ ! -e "$deploy_logs/realistic.ok" && ! -e "$deploy_logs/failed" ]] && ki
 done
 [[ -e "$deploy_logs/realistic.ok" ]] || failed_deploys+=("realistic:port $REALISTIC_PORT, us-east-1")
 phase "deploy (the first cloud, two Regions)" "$SECONDS"
+dataplane_wait_start=$SECONDS
+wait "$dataplane_pid" || status=1
+dataplane_pid=""
+phase "data plane (QEMU), beside them" "$(($(date +%s) - dataplane_start))"
+phase "  of which waited for after the deploy" "$((SECONDS - dataplane_wait_start))"
+echo; echo "=== data plane (started with the unit phase)"
+kept "data plane" cat "$dataplane_log" >/dev/null
+cat "$dataplane_log"
+rm -f "$dataplane_log"
 if [[ ${#failed_deploys[@]} -ne 0 ]]; then
   show_log
   cat "$notices"
@@ -202,44 +203,35 @@ if [[ ${#failed_deploys[@]} -ne 0 ]]; then
   done
   exit 1
 fi
+rm -rf "$deploy_logs"
 export VSA_STACK_DEPLOYED=1
 timings "$FAST_PORT" fast
 
-# The fast integration tests start at once, while the data-plane tier ends beside them.
-step "integration, fast latency profile (port $FAST_PORT), while the data plane and the second cloud's tests end"
+step "integration, side by side: the fast latency profile (port $FAST_PORT) and the realistic one (AWS-like waits, port $REALISTIC_PORT)"
 SECONDS=0
+# Each phase's output is kept apart and printed whole when it ends.
+realistic_log="$(mktemp)"
+on "$REALISTIC_PORT" env VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest -n 5 -m "realistic and not minutes" --junitxml="$reports/integration-realistic.xml" \
+  --durations=10 tests/integration >"$realistic_log" 2>&1 &
+realistic_pid=$!
+echo; echo "=== integration (fast latency profile), side by side"
 kept "integration, fast" on "$FAST_PORT" "$VENV/python" -m pytest -n 3 -m "not realistic" --durations=10 --junitxml="$reports/integration-fast.xml" tests/integration || status=1
 phase "integration, fast profile" "$SECONDS"
-
-SECONDS=0
-wait "$dataplane_pid" || status=1
-dataplane_pid=""
-phase "data plane (QEMU), beside them" "$(($(date +%s) - dataplane_start))"
-phase "  of which waited for after the fast integration" "$SECONDS"
-echo; echo "=== data plane (started with the unit phase)"
-kept "data plane" cat "$dataplane_log" >/dev/null
-cat "$dataplane_log"
-rm -f "$dataplane_log"
-
-SECONDS=0
-wait "$long_pid"
-phase "  then waited for the second cloud's tests" "$SECONDS"
-for part in realistic minutes; do
-  read -r rc took <"$deploy_logs/$part.rc" 2>/dev/null || { rc=1; took=0; }
-  [[ $rc -eq 0 ]] || status=1
-  [[ $part == realistic ]] && phase "integration, realistic profile (from its deploy)" "$took"
-  [[ $part == minutes ]] && phase "integration, minutes (from its deploy)" "$took"
-done
-echo; echo "=== integration (realistic latency profile: AWS-like waits; the second cloud, beside the unit phase)"
+wait "$realistic_pid" || status=1
+phase "integration, realistic profile (beside it)" "$SECONDS"
+echo; echo "=== integration (realistic latency profile: AWS-like waits), side by side; ran beside the fast ones"
 kept "integration, realistic" cat "$realistic_log" >/dev/null
-[[ -e "$deploy_logs/realistic.rc" ]] || echo "[integration, realistic] ended without an exit status" >>"$failures"
 cat "$realistic_log"
-echo; echo "=== integration (minutes of CloudWatch's cadence; the second cloud, beside the unit phase)"
+rm -f "$realistic_log"
+if [[ $status -ne 0 ]]; then show_log; fi
+
+step "integration (minutes of CloudWatch's cadence; started beside the unit phase)"
+SECONDS=0
+wait "$long_pid" || status=1
 kept "integration, minutes" cat "$long_log" >/dev/null
-[[ -e "$deploy_logs/minutes.rc" ]] || echo "[integration, minutes] ended without an exit status" >>"$failures"
 cat "$long_log"
-rm -f "$realistic_log" "$long_log"
-rm -rf "$deploy_logs"
+rm -f "$long_log"
+phase "what was left of the minutes tests" "$SECONDS"
 if [[ $status -ne 0 ]]; then show_log; fi
 timings "$FAST_PORT" fast
 stop_clouds
