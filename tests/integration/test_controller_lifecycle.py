@@ -431,10 +431,10 @@ def test_a_lifecycle_action_that_times_out_while_the_bootstrap_waits_ends_it_und
     # Then the bootstrap stops waiting for an instance that is gone, undoes what it did and fails
     execution = bootstrap_of(stack_outputs["BootstrapControllerStateMachineArn"], offline.instance)
     assert (execution["status"], execution["error"]) == ("FAILED", "BootstrapFailed"), execution
-    # (the node check sees the instance gone, or a heartbeat finds no action: Step Functions
-    # names an unmodelled Auto Scaling error AutoScaling.AutoScalingException)
+    # (the node check or an attach sees the instance gone, or a heartbeat finds no action: Step
+    # Functions names an unmodelled Auto Scaling error AutoScaling.AutoScalingException)
     cause = execution["cause"]
-    assert cause.startswith("ControllerGone:") or "No active Lifecycle Action found" in cause, cause
+    assert cause.startswith("ControllerGoneError:") or "No active Lifecycle Action found" in cause, cause
     check_undone(stack_outputs, array, offline.instance)
     # And the replacement serves
     settle(array_id, timeout=120)

@@ -7,6 +7,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from hypothesis import given
 from hypothesis import strategies as st
@@ -21,7 +22,7 @@ from vsa_core.arrays.spec import ArraySpec
 from vsa_core.controllers import slots
 from vsa_core.controllers.aws_steps import Steps
 from vsa_core.controllers.steps import Attach, Attachment, Commands, Connect, Detach, Locate, Node, Prepare
-from vsa_core.errors import ConflictError, InvalidEventError
+from vsa_core.errors import ConflictError, ControllerGoneError, InvalidEventError
 from vsa_core.naming import slot_key, slot_of_key
 
 # --- pure ------------------------------------------------------------------------------------------
@@ -487,6 +488,43 @@ def test_attach_leaves_a_volume_that_is_still_creating_to_the_attachment_polls(
         stub.assert_no_pending_responses()
     # Then only the available one is attached, the creating one reported (no AttachVolume for it)
     assert answer == {"requested": [ready], "already": [], "creating": [new]}
+
+
+@pytest.mark.parametrize(
+    ("state", "gone"), [("shutting-down", True), ("terminated", True), ("running", False)]
+)
+def test_an_attach_refused_because_the_controller_is_gone_names_it_gone(
+    steps: tuple[Steps, ArrayRegistry, Any], state: str, gone: bool
+) -> None:
+    # Given AttachVolume refused with IncorrectState (as EC2 and the local cloud answer an
+    # instance that is not running: its lifecycle action timed out while the workflow worked)
+    runner, _, ec2 = steps
+    volume, instance = "vol-0000000000000000a", "i-0000000000000000c"
+    with Stubber(ec2) as stub:
+        stub.add_response(
+            "describe_volumes",
+            {"Volumes": [{"VolumeId": volume, "State": "available", "Attachments": []}]},
+            {"VolumeIds": [volume]},
+        )
+        stub.add_client_error("attach_volume", "IncorrectState", f"Instance '{instance}' is not 'running'.")
+        stub.add_response(
+            "describe_instances",
+            {
+                "Reservations": [
+                    {"Instances": [{"InstanceId": instance, "State": {"Code": 32, "Name": state}}]}
+                ]
+            },
+            {"InstanceIds": [instance]},
+        )
+        request = Attach(
+            step="attach", instanceId=instance, volumes=[{"VolumeId": volume, "Device": "/dev/sdf"}]
+        )
+        # Then a controller no longer running is named gone (the workflow undoes at once, saying
+        # why); a running one's refusal (the volume's state) is EC2's error as it came
+        expected = ControllerGoneError if gone else ClientError
+        with pytest.raises(expected, match=f"controller {instance} is {state}" if gone else "IncorrectState"):
+            runner.attach(request)
+        stub.assert_no_pending_responses()
 
 
 def test_attach_refuses_a_device_name_that_is_not_one() -> None:

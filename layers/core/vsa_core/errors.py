@@ -25,6 +25,11 @@ class ConflictError(VsaError):
     why and what to do."""
 
 
+class ControllerGoneError(VsaError):
+    """A bootstrap step found its controller no longer running (its lifecycle action ended, or
+    it was terminated): BootstrapController undoes what it did at once."""
+
+
 class FencingError(VsaError):
     """Volume ownership cannot move without risking a stale write (a lost owner whose
     reservation key is unknown, a handover that would serve a volume twice): nothing moves, and

@@ -17,7 +17,7 @@ from vsa_core.controllers.steps import (
     Node,
     Prepare,
 )
-from vsa_core.errors import ConflictError
+from vsa_core.errors import ConflictError, ControllerGoneError
 from vsa_core.naming import slot_key
 
 
@@ -93,10 +93,40 @@ def attach(ctx: ControllerContext, request: Attach) -> dict[str, Any]:
     creating = sorted(v["VolumeId"] for v in described if v["State"] == "creating")
     todo = [v for v in wanted if v not in already and v not in creating]
     for volume_id in todo:
-        ctx.ec2.attach_volume(VolumeId=volume_id, InstanceId=request.instance_id, Device=wanted[volume_id])
+        try:
+            ctx.ec2.attach_volume(
+                VolumeId=volume_id, InstanceId=request.instance_id, Device=wanted[volume_id]
+            )
+        except ClientError as error:
+            _refused_for_a_gone_controller(ctx, request.instance_id, error)
+            raise
     # a volume the API created moments ago may still be ``creating`` (AttachVolume would
     # refuse it): the ``attachment`` polls attach it once it is available
     return {"requested": todo, "already": already, "creating": creating}
+
+
+REFUSED_FOR_THE_INSTANCE = ("IncorrectState", "IncorrectInstanceState", "InvalidInstanceID.NotFound")
+"""AttachVolume's refusals that may mean the instance is no longer running (IncorrectState also
+names a volume in the wrong state): the instance's own state says which."""
+
+
+def _refused_for_a_gone_controller(ctx: ControllerContext, instance_id: str, error: ClientError) -> None:
+    """Raise ``ControllerGoneError`` when AttachVolume refused because the controller is gone
+    (its lifecycle action timed out and the group terminated it while the workflow worked):
+    the workflow then undoes at once, naming why, instead of failing on EC2's words."""
+    if error.response["Error"]["Code"] not in REFUSED_FOR_THE_INSTANCE:
+        return
+    try:
+        reservations = ctx.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+        state = reservations[0]["Instances"][0]["State"]["Name"] if reservations else "gone"
+    except ClientError as described:
+        if described.response["Error"]["Code"] != "InvalidInstanceID.NotFound":
+            raise
+        state = "gone"
+    if state not in ("pending", "running"):
+        raise ControllerGoneError(
+            f"controller {instance_id} is {state}: its lifecycle action has ended or it was terminated"
+        ) from error
 
 
 def attachment(ctx: ControllerContext, request: Attachment) -> dict[str, Any]:
@@ -127,6 +157,7 @@ def attachment(ctx: ControllerContext, request: Attachment) -> dict[str, Any]:
                     VolumeId=volume_id, InstanceId=request.instance_id, Device=devices[volume_id]
                 )
             except ClientError as error:
+                _refused_for_a_gone_controller(ctx, request.instance_id, error)
                 # an attachment the attach step started and DescribeVolumes did not show yet
                 if error.response["Error"]["Code"] not in ("VolumeInUse", "IncorrectState"):
                     raise
