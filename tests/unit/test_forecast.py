@@ -9,7 +9,7 @@ from tests.specs import BASE
 from vsa_core.arrays.capacity import controllers_needed
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.scaling import rules
-from vsa_core.scaling.forecast import Floor, floor_from_minutes
+from vsa_core.scaling.forecast import Floor, floor_from_minutes, lookahead, lookahead_runs
 from vsa_core.scaling.planner import PlanInput, plan
 
 NOW = datetime(2026, 3, 2, 12, 25, tzinfo=UTC)  # a Monday, 25 minutes into the hour
@@ -236,3 +236,66 @@ def test_a_ceiling_never_sheds_below_what_the_current_demand_needs(ceiling, dema
     if decision.action == "scale-in":
         kept = controllers_needed(demand, SPEC.per_controller_iops, SPEC.target_utilisation)
         assert decision.desired_controllers >= min(max(kept, SPEC.min_controllers), SPEC.max_controllers)
+
+
+# --- the cycle's fall within the look-ahead period (issue #35: a fall shed within a minute) -----
+def test_a_fall_in_the_coming_bucket_is_foreseen_with_what_comes_after_it():
+    # Given 3 hours of an hourly surge over minutes 30-44, now 12:40: the demand falls at 12:45,
+    # before the next look-ahead
+    now = datetime(2026, 3, 2, 12, 40, tzinfo=UTC)
+    fl = floor_from_minutes(cyclic(now, 3 * 60, 60, (30, 45)), now, **SIZING)
+    # Then the ceiling over the horizon still holds the surge (9), and the fall is foreseen in
+    # the bucket of the surge's last minutes (12:40-12:44) with the quiet demand after it (100k:
+    # 1 controller): buckets of 5 minutes say in which the fall comes, not at which minute
+    assert fl.ceiling_controllers == 9
+    assert (fl.fall_at, fl.fall_controllers, fl.fall_iops) == ("2026-03-02T12:40:00+00:00", 1, 100_000.0)
+    # while at 12:30, with the surge still to come, there is no fall before the next look-ahead
+    early = datetime(2026, 3, 2, 12, 30, tzinfo=UTC)
+    assert floor_from_minutes(cyclic(early, 3 * 60, 60, (30, 45)), early, **SIZING).fall_at is None
+
+
+def test_a_fall_is_in_force_only_once_its_bucket_has_begun_and_the_demand_has_come_down():
+    fl = Floor(9, 1.5e6, "hourly", "r", 10, 9, 1.5e6, "2026-03-02T12:45:00+00:00", 1, 100_000.0)
+    top = [1_500_000.0] * 5
+    before = datetime(2026, 3, 2, 12, 44, tzinfo=UTC)
+    at = datetime(2026, 3, 2, 12, 46, tzinfo=UTC)
+    # before its bucket, or in it with the demand still at the top: the floor as computed
+    assert fl.in_force(before, 100_000.0, top) == fl
+    assert fl.in_force(at, 1_450_000.0, top) == fl
+    # in it with the demand down by more than the tolerance from the top: the fall's ceiling,
+    # and a floor no higher
+    fell = fl.in_force(at, 100_000.0, top)
+    assert (fell.controllers, fell.ceiling_controllers, fell.ceiling_iops) == (1, 1, 100_000.0)
+    # and it stays in force for the rest of the minutes the fall is read from, though the last
+    # three minutes are already quiet (the top is read back to FALL_MINUTES before the bucket)
+    later = datetime(2026, 3, 2, 12, 49, tzinfo=UTC)
+    assert fl.in_force(later, 100_000.0, [1_500_000.0] * 3 + [100_000.0] * 4).ceiling_controllers == 1
+
+
+def test_the_planner_sheds_the_fall_in_its_bucket_where_the_horizons_ceiling_held_it():
+    now = datetime(2026, 3, 2, 12, 40, tzinfo=UTC)
+    fl = floor_from_minutes(cyclic(now, 3 * 60, 60, (30, 45)), now, **SIZING)
+    top = [1_500_000.0] * 4
+    at = datetime(2026, 3, 2, 12, 46, tzinfo=UTC)
+    as_stored = plan(PlanInput(SPEC, 100_000, 9, forecast=fl, recent_demand=top, sustained_minutes=5, now=at))
+    in_force = fl.in_force(at, 100_000, top)
+    shed = plan(
+        PlanInput(SPEC, 100_000, 9, forecast=in_force, recent_demand=top, sustained_minutes=5, now=at)
+    )
+    assert as_stored.action == "hold"  # the horizon's ceiling (the surge) holds every controller
+    assert (shed.action, shed.desired_controllers) == ("scale-in", 2)
+
+
+def test_the_lookahead_starts_a_run_a_minute_from_the_fall_until_the_next_lookahead():
+    now = datetime(2026, 3, 2, 12, 40, 20, tzinfo=UTC)
+    fl = Floor(0, 0.0, None, "off", 10, 9, 1.5e6, "2026-03-02T12:42:00+00:00", 1, 100_000.0)
+    assert lookahead(fl, 9, 16, None, now, 2)[0] == "low"
+    runs = lookahead_runs(fl, "low", 9, now)
+    # 12:42 to 12:45, the last minute before the next look-ahead (12:45:20)
+    assert runs == [datetime(2026, 3, 2, 12, 42, tzinfo=UTC) + timedelta(minutes=k) for k in range(4)]
+    # a ceiling below the count already: from now on; a surge ahead: once, now
+    below = Floor(0, 0.0, None, "off", 10, 3, 5e5)
+    assert lookahead_runs(below, "low", 9, now) == [now + timedelta(minutes=k) for k in range(5)]
+    assert lookahead_runs(fl, "high", 2, now) == [now]
+    # at the fall's count already, or at minControllers above it: nothing to shed, no run
+    assert lookahead(fl, 2, 16, None, now, 2)[0] is None

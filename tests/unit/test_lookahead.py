@@ -172,12 +172,38 @@ def test_the_health_check_starts_the_low_alarms_run_for_a_cycles_fall_and_stores
     # Given array demo at 8 controllers and a short cycle whose ceiling needs 3 in the coming minutes
     registry = ArrayRegistry(registry_table, boto3.client("dynamodb", region_name=REGION))
     array = registry.create(SPEC)
-    name = scale_execution_name("demo", "lookahead:vsa-demo-iops-low", "2026-03-02T12:55:00+00:00")
-    sfn, stubber = _sfn_expecting(name)
+    runs = [NOW + timedelta(minutes=k) for k in range(5)]
+    names = [
+        scale_execution_name(
+            "demo",
+            "lookahead:vsa-demo-iops-low",
+            f"2026-03-02T12:55:00+00:00@{run.replace(second=0).isoformat()}",
+        )
+        for run in runs
+    ]
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    inputs: list[dict[str, Any]] = []
+    sfn.meta.events.register(
+        "provide-client-params.stepfunctions.StartExecution", lambda params, **_: inputs.append(params)
+    )
+    stubber = Stubber(sfn)
+    for name in names:
+        stubber.add_response(
+            "start_execution",
+            {"executionArn": f"{ARN}:{name}".replace("stateMachine", "execution"), "startDate": NOW},
+            {"stateMachineArn": ARN, "name": name, "input": ANY},
+        )
     health = aws_check.ArrayHealth("demo", None)  # type: ignore[arg-type]
     with stubber:
         aws_check._lookahead(_ctx(registry_table, sfn), array, health, CEILING, 8, NOW)
     stubber.assert_no_pending_responses()
+    # Then the low alarm's runs were started, one a minute until the next health check: the first
+    # at once, each later one waiting until its minute (notBefore) with its lock's lease from then
+    requests = [ScaleRequest.model_validate(json.loads(given["input"])) for given in inputs]
+    assert requests[0].not_before is None
+    assert [r.not_before for r in requests[1:]] == [run.strftime("%Y-%m-%dT%H:%M:%SZ") for run in runs[1:]]
+    assert [r.lock_now for r in requests] == [int(run.timestamp()) for run in runs]
+    name = names[0]
     # Then the low alarm's run was started, and PlanScale reads the ceiling back as it was stored
     assert health.lookahead == name
     stored = registry.get("demo").forecast_floor

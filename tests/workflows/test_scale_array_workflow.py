@@ -2,12 +2,14 @@
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.workflows.conftest import ROOT, entered, run_case
 
 NAME = "vsa-wf-scale-array"  # the key in mock_config.json
 SCALE_OUT_PATH = [
+    "Scheduled",
     "AcquireLock",
     "ReadDemand",
     "PlanScale",
@@ -76,6 +78,25 @@ def test_the_decision_is_recorded_with_the_expiry_plan_scale_gave(
     item = scheduled[0]["Item"]
     assert item["sk"]["S"].startswith("DECISION#")
     assert item["expiresAt"] == {"N": "1801440000"}
+
+
+def test_a_lookaheads_run_for_a_later_minute_waits_for_it_before_it_takes_the_lock(
+    sfn: Any, workflow: Callable[[str, str], str]
+) -> None:
+    # Given a run the look-ahead started for a cycle's fall two seconds on (notBefore, UTC)
+    due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
+    request = {**REQUEST, "notBefore": due.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    run = run_case(sfn, workflow(NAME, "scale_array.asl.json"), "LambdaThrottledThenPlans", request)
+    # Then it waits until then, and only then takes the lock and plans as any run does
+    assert run["status"] == "SUCCEEDED", run.get("cause")
+    assert entered(run) == [SCALE_OUT_PATH[0], "WaitUntilDue", *SCALE_OUT_PATH[1:]]
+    locked = next(e for e in run["events"] if e["type"] == "TaskScheduled")
+    # (within the history's timestamps' own granularity: the lock was not taken 2 s early)
+    assert locked["timestamp"] >= due - timedelta(milliseconds=500)
+    # and a run without notBefore goes straight to the lock
+    assert "WaitUntilDue" not in entered(
+        run_case(sfn, workflow(NAME, "scale_array.asl.json"), "LambdaThrottledThenPlans", REQUEST)
+    )
 
 
 def test_decision_already_recorded_still_sets_the_desired_count(

@@ -334,8 +334,12 @@ def _lookahead(
         floor, desired, spec.max_controllers, array.scaling_lock_until, now, spec.min_controllers
     )
     if kind is not None and ctx.scale is not None:
-        health.lookahead = ctx.scale.start(array_id, now, ctx.period, kind)
-        logger.info(why, extra={"array_id": array_id, "execution": health.lookahead})
+        runs = forecast.lookahead_runs(floor, kind, desired, now)
+        names = [
+            ctx.scale.start(array_id, now, ctx.period, kind, None if kind == "high" else at) for at in runs
+        ]
+        health.lookahead = names[0]
+        logger.info(why, extra={"array_id": array_id, "executions": names})
     elif floor.on or floor.ceiling_controllers:
         logger.info(why, extra={"array_id": array_id})
 

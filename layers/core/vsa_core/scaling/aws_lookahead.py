@@ -11,7 +11,7 @@ same period (an operator's "check now") starts nothing new.
 """
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from vsa_core.arrays.lock import SCALE_LEASE_SECONDS
@@ -30,25 +30,36 @@ class ScaleStarter:
     rearm_seconds: int
 
     def start(
-        self, array_id: str, now: datetime, period: timedelta, kind: Literal["high", "low"] = "high"
+        self,
+        array_id: str,
+        now: datetime,
+        period: timedelta,
+        kind: Literal["high", "low"] = "high",
+        at: datetime | None = None,
     ) -> str:
         """Start ScaleArray for the array as ``kind``'s alarm would (the high one ahead of a
-        surge, the low one for a cycle's fall); answers the execution's name (also when this
-        period's run was started already)."""
+        surge, the low one for a cycle's fall), at once or, ``at`` a later minute, waiting until
+        then (``notBefore``: the lock's lease counts from it); answers the execution's name (also
+        when this period's run for that minute was started already)."""
         seconds = int(period.total_seconds())
         slot = datetime.fromtimestamp(int(now.timestamp()) // seconds * seconds, now.tzinfo)
         alarm = iops_alarm_name(array_id, kind)
-        name = scale_execution_name(array_id, f"{EVENT_PREFIX}{alarm}", slot.isoformat())
-        epoch = int(now.timestamp())
+        when = at if at is not None and at > now else now
+        stamp = slot.isoformat()
+        if at is not None:  # one run a minute for a fall: each its own name
+            stamp += f"@{at.replace(second=0, microsecond=0).isoformat()}"
+        name = scale_execution_name(array_id, f"{EVENT_PREFIX}{alarm}", stamp)
+        epoch = int(when.timestamp())
         request = ScaleRequest(
             array_id=array_id,
             alarm_name=alarm,
             alarm_kind=kind,
             demand_iops=None,
             state_timestamp=now.isoformat(),
-            event_id=f"{EVENT_PREFIX}{slot.isoformat()}",
+            event_id=f"{EVENT_PREFIX}{stamp}",
             lock_now=epoch,
             lock_until=epoch + SCALE_LEASE_SECONDS,
+            not_before=when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if when > now else None,
             rearm_seconds=self.rearm_seconds,
         )
         try:

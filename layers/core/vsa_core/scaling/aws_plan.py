@@ -137,7 +137,7 @@ def plan_scale(  # noqa: PLR0913
         array.forecast_floor,
         now,
         max_age=forecast.STALE_PERIODS * timedelta(minutes=settings.health_check_minutes),
-    )
+    ).in_force(now, demand_iops, recent)
     decision = plan(
         PlanInput(
             array.spec,

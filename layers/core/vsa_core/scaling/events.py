@@ -98,6 +98,11 @@ class ScaleRequest(BaseModel):
     """Epoch seconds when the trigger ran: a scaling lock whose lease ended before is free."""
     lock_until: int = Field(alias="lockUntil", ge=0)
     """Epoch seconds until which this workflow's scaling lock holds (lease)."""
+    not_before: str | None = Field(
+        alias="notBefore", default=None, pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$"
+    )
+    """A look-ahead's run for a cycle's fall: the workflow waits until then (RFC 3339, UTC, as
+    a Wait state's ``TimestampPath`` takes it) before it takes the lock; absent, it runs at once."""
     rearm_seconds: int = Field(alias="rearmSeconds", default=60, ge=1, le=3600)
     """The base pause before the run's alarm is set back to OK (``rules.rearm_after``)."""
     demand: ReadDemand | None = None

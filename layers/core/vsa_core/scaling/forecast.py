@@ -30,8 +30,8 @@ stored forecast while it is fresh (``from_stored``), never reading history in th
 simulator runs the same ``floor`` and ``lookahead``.
 """
 
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -64,6 +64,7 @@ STALE_PERIODS = 2
 """A stored floor older than this many health-check periods is ignored (``from_stored``)."""
 CHECK_BUCKETS = 3
 TOLERANCE = 0.15
+FALL_MINUTES = 3
 """A period whose recurring demand over the last ``CHECK_BUCKETS`` buckets was more than
 ``1 + TOLERANCE`` times what came is off for now: it does not describe the array at present."""
 _EPOCH = datetime(1970, 1, 5, tzinfo=UTC)  # a Monday: the weekly phase starts on Monday 00:00 UTC
@@ -86,10 +87,36 @@ class Floor:
     buckets needs (0: no such cycle holds now): a scale-in may go down to it without waiting
     for the low alarm's window, and a rising trend is not extrapolated beyond it."""
     ceiling_iops: float = 0.0
+    fall_at: str | None = None
+    """When the coming bucket starts in which every one of the short cycle's last cycles fell
+    (ISO 8601; None: no fall before the next look-ahead): from then on a run's ceiling is what
+    the cycles reached after it (``fall_controllers``, ``fall_iops``), so the fall is shed once
+    the demand has come down, within the bucket instead of at the next look-ahead."""
+    fall_controllers: int = 0
+    fall_iops: float = 0.0
 
     @property
     def on(self) -> bool:
         return self.period is not None
+
+    def in_force(self, now: datetime, demand_iops: float, recent_demand: Sequence[float]) -> "Floor":
+        """The floor a run at ``now`` plans with: once the cycle's fall has come (its bucket has
+        begun, and the demand is down by more than ``TOLERANCE`` from the most it reached since
+        ``FALL_MINUTES`` before that: the bucket holds the top too), its ceiling is what the
+        cycles reached after the fall, and the floor is no higher. ``recent_demand``: the minutes
+        before ``now``, one a minute, oldest first."""
+        if self.fall_at is None or now < (start := datetime.fromisoformat(self.fall_at)):
+            return self
+        since = int((now - start).total_seconds() // 60) + FALL_MINUTES
+        if demand_iops > max(recent_demand[-since:], default=0.0) * (1 - TOLERANCE):
+            return self
+        return replace(
+            self,
+            controllers=min(self.controllers, self.fall_controllers),
+            iops=min(self.iops, self.fall_iops),
+            ceiling_controllers=self.fall_controllers,
+            ceiling_iops=self.fall_iops,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -253,6 +280,15 @@ def floor(  # noqa: PLR0913
     readings, short, inconsistent = _readings(history_buckets, first, nb, range(nb, last + 1))
     horizon = f"the next {horizon_minutes} min"
     ceiling = _ceiling(readings, history_buckets, first, nb, per_controller_iops, target_utilisation)
+    cycle = next((r for r in readings if r.period not in PERIODS), None)
+    fall = None
+    if cycle is not None and ceiling[0]:  # a fall only of a cycle whose ceiling holds now
+
+        def needs(iops: float) -> int:
+            return controllers_needed(iops, per_controller_iops, target_utilisation)
+
+        fall = _fall(cycle, history_buckets, first, now, horizon_minutes, needs)
+    falling = fall or {}
     if not readings and inconsistent:
         return Floor(
             0,
@@ -280,6 +316,7 @@ def floor(  # noqa: PLR0913
             f"cycles needs {needed} controller(s), minControllers is {min_controllers})",
             horizon_minutes,
             *ceiling,
+            **falling,
         )
     return Floor(
         needed,
@@ -289,6 +326,7 @@ def floor(  # noqa: PLR0913
         f"{best.cycles} {_cycles_word(best)}",
         horizon_minutes,
         *ceiling,
+        **falling,
     )
 
 
@@ -313,6 +351,37 @@ def _ceiling(
         if actual is not None and actual > max(seen) * (1 + TOLERANCE):
             return 0, 0.0
     return controllers_needed(cycle.high, per_controller_iops, target_utilisation), cycle.high
+
+
+def _fall(
+    cycle: _Reading,
+    history_buckets: Sequence[float | None],
+    first: int,
+    now: datetime,
+    horizon_minutes: int,
+    needs: Callable[[float], int],
+) -> dict[str, Any] | None:
+    """The short cycle's fall before the next look-ahead: the first bucket from ``now``'s to the
+    one ``LOOKAHEAD_MINUTES`` on after which the most any of its last cycles reached over a
+    horizon needs fewer controllers (``needs``) than the most they reached in it; as the
+    ``Floor`` fields ``fall_at``, ``fall_controllers`` and ``fall_iops``, or None (a gap, no
+    fall)."""
+    width = cycle.minutes // BUCKET_MINUTES
+    span = -(-max(1, horizon_minutes) // BUCKET_MINUTES)
+
+    def most(b: int) -> float | None:
+        seen = [_at(history_buckets, first, b - c * width) for c in range(1, cycle.cycles + 1)]
+        return None if None in seen else max(v or 0.0 for v in seen)
+
+    for f in range(bucket_index(now), bucket_index(now + timedelta(minutes=LOOKAHEAD_MINUTES)) + 1):
+        here, after = most(f), [most(b) for b in range(f + 1, f + 1 + span)]
+        if here is None or any(a is None for a in after):
+            return None
+        top = max(a or 0.0 for a in after)
+        if needs(top) < needs(here):
+            start = _EPOCH + timedelta(minutes=f * BUCKET_MINUTES)
+            return {"fall_at": start.isoformat(), "fall_controllers": needs(top), "fall_iops": top}
+    return None
 
 
 def _short_name(minutes: int) -> str:
@@ -410,6 +479,9 @@ def from_stored(item: Mapping[str, Any] | None, now: datetime, max_age: timedelt
         horizon,
         int(item.get("ceiling_controllers") or 0),
         float(item.get("ceiling_iops") or 0.0),
+        item.get("fall_at"),
+        int(item.get("fall_controllers") or 0),
+        float(item.get("fall_iops") or 0.0),
     )
 
 
@@ -432,7 +504,9 @@ def lookahead(
     if value.on and target > desired:
         kind, why = "high", f"the floor {target} is above the desired count {desired}"
         started = "ScaleArray started ahead of the surge"
-    elif value.ceiling_controllers and max(value.ceiling_controllers, min_controllers) < desired:
+    elif (value.ceiling_controllers and max(value.ceiling_controllers, min_controllers) < desired) or (
+        value.fall_at is not None and max(value.fall_controllers, min_controllers) < desired
+    ):
         # (a ceiling under minControllers at minControllers sheds nothing: no run for it)
         kind = "low"
         why = (
@@ -447,3 +521,18 @@ def lookahead(
     if lock_until is not None and lock_until >= int(now.timestamp()):
         return None, f"{why}; a ScaleArray run holds the lock"
     return kind, f"{why}: {started}"
+
+
+def lookahead_runs(value: Floor, kind: Literal["high", "low"], desired: int, now: datetime) -> list[datetime]:
+    """When the look-ahead's runs start: ahead of a surge once, now; for a cycle's fall once a
+    minute from the fall (from now when the ceiling is below the count already) until the next
+    look-ahead, so the fall is shed within a minute of the demand coming down (a run that finds
+    the demand still up, or the fall shed, changes nothing)."""
+    if kind == "high":
+        return [now]
+    start = now
+    if value.fall_at is not None and not (value.ceiling_controllers and value.ceiling_controllers < desired):
+        start = max(now, datetime.fromisoformat(value.fall_at))
+    end = now + timedelta(minutes=LOOKAHEAD_MINUTES)
+    runs = (start + timedelta(minutes=k) for k in range(LOOKAHEAD_MINUTES))
+    return [run for run in runs if run < end]

@@ -366,6 +366,7 @@ def simulate_planner(  # noqa: C901, PLR0913, PLR0915
     alarms = Alarms(spec, demand)
     rearm_at: dict[str, int] = {}  # alarm kind -> minute ScaleArray sets it back to OK
     floors = Floors(spec, demand)
+    scheduled: dict[int, tuple[str, forecasting.Floor]] = {}  # minute -> a look-ahead's run due then
 
     def floor_at(t: int) -> forecasting.Floor | None:
         return floors.at(t) if forecast else None
@@ -382,15 +383,24 @@ def simulate_planner(  # noqa: C901, PLR0913, PLR0915
         # count moves the thresholds, and CloudWatch re-evaluates the datapoints it holds at once
         fired = ["every-minute"] if trigger == "every-minute" else alarms.evaluate(t, desired)
         looking = t % forecasting.LOOKAHEAD_MINUTES == 0
+        now = EPOCH + timedelta(minutes=t)
         floor = floor_at(t) if forecast and (fired or looking) else None
         if floor is not None and looking and not fired:
             # the scheduled look-ahead starts ScaleArray as the high alarm would (a surge ahead)
-            # or the low one (a cycle's fall), exactly as the health check decides
-            now = EPOCH + timedelta(minutes=t)
+            # or the low one (a cycle's fall: a run a minute from the fall to the next look-ahead),
+            # exactly as the health check decides
             started, _ = forecasting.lookahead(
                 floor, desired, spec.max_controllers, None, now, spec.min_controllers
             )
-            fired = [started] if started is not None else []
+            scheduled = {}
+            if started is not None:
+                for run in forecasting.lookahead_runs(floor, started, desired, now):
+                    scheduled[int((run - EPOCH).total_seconds() // 60)] = (started, floor)
+        if not fired and t in scheduled:
+            kind_due, floor = scheduled[t]
+            fired = [kind_due]
+        if floor is not None:  # what PlanScale does with the stored floor and ReadDemand's minutes
+            floor = floor.in_force(now, demand[t], demand[max(0, t - RECENT_MINUTES) : t])
         for _ in range(_RUNS_PER_MINUTE):
             if not fired:
                 break
