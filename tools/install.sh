@@ -66,31 +66,6 @@ for pkg in xfsprogs util-linux shellcheck; do
 done
 # -----------------------------------------------------------------------------------------------
 
-make_venv "$ROOT/.venv" requirements/dev.txt -- -r requirements/dev.txt
-# vsactl simulate runs the core's planner: the dev venv sees layers/core (as the Lambda layer does).
-site="$("$ROOT/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-echo "$ROOT/layers/core" > "$site/vsa-core.pth"
-# The CLI (vsactl): the checkout's own distribution (pyproject.toml), editable in the dev venv;
-# its dependencies are pinned in requirements/dev.txt. Reinstalled when the venv was rebuilt or
-# the editable install points at another checkout.
-if ! "$ROOT/.venv/bin/python" -c 'import sys, importlib.metadata as m, vsactl
-m.distribution("vsa-control-plane"); sys.exit(not vsactl.__file__.startswith(sys.argv[1]))' "$ROOT/cli/" 2>/dev/null; then
-  echo "==> installing vsactl (the checkout, editable)"
-  "$ROOT/.venv/bin/pip" uninstall --quiet --disable-pip-version-check --yes vsactl 2>/dev/null || true
-  "$ROOT/.venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
-fi
-make_venv "$VSA_STATE/venv" requirements/localcloud.txt -- -r requirements/localcloud.txt
-# Our plugins: reinstalled (without touching LocalStack) whenever their source changes; restart
-# the local cloud to load the new code. Not editable: plux's setuptools hook breaks editable builds.
-plugin_digest="$(cat "$VSA_STATE/venv/.stamp" tools/localcloud/pyproject.toml \
-  $(find tools/localcloud/vsa_localcloud -type f \( -name '*.py' -o -name '*.json' -o -name '*.yaml' \) | sort) | sha256sum | cut -c1-16)"
-if [[ "$(cat "$VSA_STATE/venv/.plugins-stamp" 2>/dev/null)" != "$plugin_digest" ]]; then
-  echo "==> installing the local-cloud plugins (tools/localcloud)"
-  rm -rf tools/localcloud/build tools/localcloud/*.egg-info
-  "$VSA_STATE/venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --force-reinstall ./tools/localcloud
-  rm -rf tools/localcloud/build tools/localcloud/*.egg-info
-  echo "$plugin_digest" > "$VSA_STATE/venv/.plugins-stamp"
-fi
 # JSONata states: LocalStack evaluates JSONata in a JVM (JPype) with com.dashjoin:jsonata 0.9.7 and
 # jackson 2.16.2; left alone it downloads a Java 21 at first use, which is not reachable offline.
 # A JRE >= 11 from the distribution (jsonata 0.9.7 is Java 11 bytecode) and the four jars from
@@ -120,8 +95,44 @@ dc09011dee965e68d858e42a19608932eb8bbdcbe9035ab71c44a5b9d566b1bf com/dashjoin/js
 d1cdd269ebaa753d1842933194e17d61958f058952d63e03dbfb3d1d78a6926e com/fasterxml/jackson/core/jackson-annotations/2.16.2/jackson-annotations-2.16.2.jar
 53b6025d98c357068296e4b134242443a248c2c582800879f1c4ea93b54bafa6 com/fasterxml/jackson/core/jackson-databind/2.16.2/jackson-databind-2.16.2.jar
 JARS
-make_venv "$VSA_STATE/runtime-venv" requirements/lambda-runtime.txt -- -r requirements/lambda-runtime.txt
-# make security (tools/security_gate.py): its own venv, checkov's pins clash with the SAM CLI's.
-make_venv "$VSA_STATE/security-venv" requirements/security.txt -- -r requirements/security.txt
+# The venvs do not depend on each other: they install side by side, the data plane's in the
+# foreground (it may use apt, one at a time), the others as jobs (pip runs on one core at most);
+# a job that fails fails the install (each inherits set -e; wait returns its status).
+venv_jobs=()
+(
+  make_venv "$ROOT/.venv" requirements/dev.txt -- -r requirements/dev.txt
+  # vsactl simulate runs the core's planner: the dev venv sees layers/core (as the Lambda layer does).
+  site="$("$ROOT/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  echo "$ROOT/layers/core" > "$site/vsa-core.pth"
+  # The CLI (vsactl): the checkout's own distribution (pyproject.toml), editable in the dev venv;
+  # its dependencies are pinned in requirements/dev.txt. Reinstalled when the venv was rebuilt or
+  # the editable install points at another checkout.
+  if ! "$ROOT/.venv/bin/python" -c 'import sys, importlib.metadata as m, vsactl
+m.distribution("vsa-control-plane"); sys.exit(not vsactl.__file__.startswith(sys.argv[1]))' "$ROOT/cli/" 2>/dev/null; then
+    echo "==> installing vsactl (the checkout, editable)"
+    "$ROOT/.venv/bin/pip" uninstall --quiet --disable-pip-version-check --yes vsactl 2>/dev/null || true
+    "$ROOT/.venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+  fi
+) & venv_jobs+=($!)
+(
+  make_venv "$VSA_STATE/venv" requirements/localcloud.txt -- -r requirements/localcloud.txt
+  # Our plugins: reinstalled (without touching LocalStack) whenever their source changes; restart
+  # the local cloud to load the new code. Not editable: plux's setuptools hook breaks editable builds.
+  plugin_digest="$(cat "$VSA_STATE/venv/.stamp" tools/localcloud/pyproject.toml \
+    $(find tools/localcloud/vsa_localcloud -type f \( -name '*.py' -o -name '*.json' -o -name '*.yaml' \) | sort) | sha256sum | cut -c1-16)"
+  if [[ "$(cat "$VSA_STATE/venv/.plugins-stamp" 2>/dev/null)" != "$plugin_digest" ]]; then
+    echo "==> installing the local-cloud plugins (tools/localcloud)"
+    rm -rf tools/localcloud/build tools/localcloud/*.egg-info
+    "$VSA_STATE/venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --force-reinstall ./tools/localcloud
+    rm -rf tools/localcloud/build tools/localcloud/*.egg-info
+    echo "$plugin_digest" > "$VSA_STATE/venv/.plugins-stamp"
+  fi
+) & venv_jobs+=($!)
+(
+  make_venv "$VSA_STATE/runtime-venv" requirements/lambda-runtime.txt -- -r requirements/lambda-runtime.txt
+  # make security (tools/security_gate.py): its own venv, checkov's pins clash with the SAM CLI's.
+  make_venv "$VSA_STATE/security-venv" requirements/security.txt -- -r requirements/security.txt
+) & venv_jobs+=($!)
 # tests/dataplane: QEMU, nvme-cli, fio (apt, as root), the guest kernel, virtme-ng.
 bash tools/dataplane-install.sh "$(py313)"
+for job in "${venv_jobs[@]}"; do wait "$job"; done
