@@ -6,6 +6,7 @@ import time
 import uuid
 import zipfile
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.localcloud.conftest import run_execution, run_executions
@@ -216,6 +217,47 @@ def test_what_the_local_cloud_answers_for_variables_in_choices(aws) -> None:
     execution = _run(aws, definition)
     assert execution["status"] == "SUCCEEDED", execution.get("cause")
     assert json.loads(execution["output"]) == {"present": True, "below": True, "hostCount": 0}
+
+
+def test_a_timestamp_wait_ends_at_or_after_its_timestamp(aws) -> None:
+    # AWS: a Wait state's Timestamp (or TimestampPath) is "an absolute time to wait until"
+    # (docs.aws.amazon.com/step-functions/latest/dg/state-wait.html). LocalStack waited the whole
+    # seconds to it, truncated, so the state could end up to a second early (patches.py,
+    # _a_timestamp_wait_ends_at_its_timestamp); ScaleArray's runs for a cycle's fall wait so.
+    # (an execution first: a fresh local cloud's first one takes seconds to start its states)
+    _run(aws, {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}})
+    # a due time in whole seconds (as the product writes it), asked for just after a second
+    # begins: a wait truncated to whole seconds would end most of a second before it
+    time.sleep(1.05 - time.time() % 1)
+    due = (datetime.now(UTC) + timedelta(seconds=4)).replace(microsecond=0)
+    definition = {
+        "StartAt": "Due",
+        "States": {
+            "Due": {
+                "Type": "Pass",
+                "Result": due.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "ResultPath": "$.due",
+                "Next": "Wait",
+            },
+            "Wait": {"Type": "Wait", "TimestampPath": "$.due", "Next": "After"},
+            "After": {"Type": "Pass", "End": True},
+        },
+    }
+    sfn = aws("stepfunctions")
+    arn = sfn.create_state_machine(
+        name=f"vsa-t-{uuid.uuid4().hex[:8]}", definition=json.dumps(definition), roleArn=ROLE
+    )["stateMachineArn"]
+    try:
+        execution = sfn.start_execution(stateMachineArn=arn, input="{}")["executionArn"]
+        deadline = time.monotonic() + 30
+        while sfn.describe_execution(executionArn=execution)["status"] == "RUNNING":
+            assert time.monotonic() < deadline, "still waiting 30 s on"
+            time.sleep(0.2)
+        events = sfn.get_execution_history(executionArn=execution)["events"]
+    finally:
+        sfn.delete_state_machine(stateMachineArn=arn)
+    after = next(e for e in events if e.get("stateEnteredEventDetails", {}).get("name") == "After")
+    assert after["timestamp"] >= due
 
 
 FAILS_LATE = """

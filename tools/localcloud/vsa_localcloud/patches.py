@@ -324,6 +324,36 @@ def _modify_launch_template_by_name() -> None:
         return fn(self, context, request)
 
 
+def _a_timestamp_wait_ends_at_its_timestamp() -> None:
+    """A Wait state's ``Timestamp`` / ``TimestampPath``: AWS waits until that time ("Wait state:
+    Timestamp ... An absolute time to wait until", docs.aws.amazon.com/step-functions/latest/dg/
+    state-wait.html). LocalStack waits ``int(timestamp - now)`` seconds, truncated, so the state
+    ends up to a second before the timestamp; it also reads ``now`` in the machine's local time
+    against a UTC timestamp. Here the wait is rounded up against UTC. Pinned by
+    tests/localcloud/test_stepfunctions.py::test_a_timestamp_wait_ends_at_or_after_its_timestamp.
+    """
+    import datetime
+    import math
+
+    from localstack.services.stepfunctions.asl.component.common.error_name.failure_event import (
+        FailureEventException,
+    )
+    from localstack.services.stepfunctions.asl.component.state.state_wait.wait_function.timestamp import (
+        Timestamp,
+    )
+
+    @patch(Timestamp._get_wait_seconds)
+    def _get_wait_seconds(fn: Any, self: Any, env: Any) -> int:
+        self.string.eval(env=env)
+        given: str = env.stack.pop()
+        when = self._from_timestamp_string(timestamp=given)
+        if when is None:  # as the original: the state fails with States.Runtime
+            raise FailureEventException(self._create_failure_event(env, given))
+        now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)  # the timestamp is UTC
+        seconds: int = max(0, math.ceil((when - now).total_seconds()))
+        return seconds
+
+
 @hooks.on_infra_start()
 def apply_localcloud_patches() -> None:
     _mocked_dynamodb_throw_keeps_its_error_name()
@@ -335,6 +365,7 @@ def apply_localcloud_patches() -> None:
     _metric_stat_read_in_one_query()
     _assumed_roles_reused()
     _modify_launch_template_by_name()
+    _a_timestamp_wait_ends_at_its_timestamp()
     # moto's EC2 model is shared by EC2, Auto Scaling and CloudFormation; patch it before any
     # of them runs (the EC2 provider also applies it, idempotently, when it loads).
     from vsa_localcloud import ebs_model
@@ -366,7 +397,8 @@ def apply_localcloud_patches() -> None:
     LOG.info(
         "local-cloud patches applied: mocked DynamoDB task errors keep their names; a stopped "
         "execution stays stopped; JSONPath "
-        "parsed once; ASL parse trees kept; role sessions reused; EBS model; "
+        "parsed once; ASL parse trees kept; role sessions reused; a timestamp Wait ends at its "
+        "timestamp; EBS model; "
         "AWS_IAM authorization of REST API methods; IAM enforcement of role-signed requests; AWS's "
         "request limits"
     )
