@@ -5,7 +5,7 @@
 # to a second local cloud, where the tests that wait minutes on CloudWatch's cadence start in
 # the background; beside all that the unit, infra, local-cloud, documents and workflow tests
 # (pytest-xdist, nice 10: the tier gets the cores first); the same build deployed to the first
-# cloud; then, while the tier ends, the integration tests against both clouds, side by side: those
+# cloud while the tier ends; then the integration tests against both clouds, side by side: those
 # under the fast latency profile on the first while those under the realistic one run on the
 # second (the profile is a local cloud's, so each cloud keeps one for the whole command, never
 # switched per test). It starts the local clouds unless one is already running on that port and
@@ -60,7 +60,7 @@ phase "static checks (ruff, mypy, imports, security, sam validate)" "$SECONDS"
 # +1000..+1050, then overlaps no other's) for those under the realistic profile. The realistic
 # tests mostly wait on AWS-like delays (about half a core between them), so they run beside the
 # fast ones instead of after them: the phase takes the longer of the two, not their sum. Five
-# of them at once, not more: with seven beside three fast ones, the two cores ran at a
+# of them at once, not more: with seven beside the fast tests' three, the two cores ran at a
 # load of 15-17 and an apply outlasted API Gateway's 29 s.
 FAST_PORT="${VSA_LOCALCLOUD_PORT:-4566}"
 REALISTIC_PORT="$((FAST_PORT + 100))"
@@ -166,7 +166,7 @@ kept "unit, infra, local cloud, documents, workflows" \
 phase "unit, infra, local cloud, documents, workflows (nice 10)" "$SECONDS"
 
 # The first cloud is free now: the same build is deployed to it while the tier goes on.
-step "integration: the same build deployed to the first local cloud (sam deploy), the real Lambda code"
+step "integration: the same build deployed to the first local cloud (sam deploy), the real Lambda code, while the data plane ends"
 SECONDS=0
 deploy fast "$FAST_PORT" & fast_deploy=$!
 # the same deployment in a second Region of the fast cloud: the disaster-recovery stack that
@@ -181,6 +181,15 @@ while [[ ! -e "$deploy_logs/realistic.ok" && ! -e "$deploy_logs/failed" ]] && ki
 done
 [[ -e "$deploy_logs/realistic.ok" ]] || failed_deploys+=("realistic:port $REALISTIC_PORT, us-east-1")
 phase "deploy (the first cloud, two Regions)" "$SECONDS"
+dataplane_wait_start=$SECONDS
+wait "$dataplane_pid" || status=1
+dataplane_pid=""
+phase "data plane (QEMU), beside them" "$(($(date +%s) - dataplane_start))"
+phase "  of which waited for after the deploy" "$((SECONDS - dataplane_wait_start))"
+echo; echo "=== data plane (started with the unit phase)"
+kept "data plane" cat "$dataplane_log" >/dev/null
+cat "$dataplane_log"
+rm -f "$dataplane_log"
 if [[ ${#failed_deploys[@]} -ne 0 ]]; then
   show_log
   cat "$notices"
@@ -198,9 +207,7 @@ rm -rf "$deploy_logs"
 export VSA_STACK_DEPLOYED=1
 timings "$FAST_PORT" fast
 
-# The integration tests start at once, while the data-plane tier ends beside them: measured, the
-# two cores were busy about 60% of the integration phase and 65% of the tier's last minutes alone.
-step "integration, side by side: the fast latency profile (port $FAST_PORT) and the realistic one (AWS-like waits, port $REALISTIC_PORT), while the data plane ends"
+step "integration, side by side: the fast latency profile (port $FAST_PORT) and the realistic one (AWS-like waits, port $REALISTIC_PORT)"
 SECONDS=0
 # Each phase's output is kept apart and printed whole when it ends.
 realistic_log="$(mktemp)"
@@ -208,19 +215,10 @@ on "$REALISTIC_PORT" env VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest 
   --durations=10 tests/integration >"$realistic_log" 2>&1 &
 realistic_pid=$!
 echo; echo "=== integration (fast latency profile), side by side"
-kept "integration, fast" on "$FAST_PORT" "$VENV/python" -m pytest -n 4 -m "not realistic" --durations=10 --junitxml="$reports/integration-fast.xml" tests/integration || status=1
+kept "integration, fast" on "$FAST_PORT" "$VENV/python" -m pytest -n 3 -m "not realistic" --durations=10 --junitxml="$reports/integration-fast.xml" tests/integration || status=1
 phase "integration, fast profile" "$SECONDS"
 wait "$realistic_pid" || status=1
 phase "integration, realistic profile (beside it)" "$SECONDS"
-SECONDS=0
-wait "$dataplane_pid" || status=1
-dataplane_pid=""
-phase "data plane (QEMU), beside them" "$(($(date +%s) - dataplane_start))"
-phase "  of which waited for after the integration" "$SECONDS"
-echo; echo "=== data plane (started with the unit phase; ended beside the integration tests)"
-kept "data plane" cat "$dataplane_log" >/dev/null
-cat "$dataplane_log"
-rm -f "$dataplane_log"
 echo; echo "=== integration (realistic latency profile: AWS-like waits), side by side; ran beside the fast ones"
 kept "integration, realistic" cat "$realistic_log" >/dev/null
 cat "$realistic_log"
