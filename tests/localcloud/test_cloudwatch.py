@@ -688,3 +688,60 @@ def test_metric_stat_queries_aggregate_each_period_from_start_time(aws) -> None:
         ScanBy="TimestampAscending",
     )["MetricDataResults"][0]
     assert ascending["Values"] == pytest.approx([13.0, 30.0])
+
+
+def test_a_state_update_in_the_alarm_history_carries_that_updates_time_and_evaluated_data(
+    aws, control, alarms
+) -> None:
+    # DescribeAlarmHistory (CloudWatch API Reference, AlarmHistoryItem): "Timestamp: the time
+    # stamp for the alarm history item", the state update it records; its HistoryData's
+    # newState.stateReasonData is the reason data of that update ("Alarm history": an
+    # evaluation's evaluatedDatapoints). Stock LocalStack stamps each item with the previous
+    # update's time.
+    # Given an alarm over a metric with one breaching datapoint a minute ago
+    name = _name("history")
+    alarms.append(name)
+    minute = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
+    aws("cloudwatch").put_metric_data(
+        Namespace="VsaTest",
+        MetricData=[
+            {
+                "MetricName": "Load",
+                "Dimensions": [{"Name": "Array", "Value": name}],
+                "Timestamp": minute,
+                "Value": 80.0,
+            }
+        ],
+    )
+    aws("cloudwatch").put_metric_alarm(
+        AlarmName=name,
+        Namespace="VsaTest",
+        MetricName="Load",
+        Dimensions=[{"Name": "Array", "Value": name}],
+        Statistic="Average",
+        Period=60,
+        EvaluationPeriods=1,
+        Threshold=50.0,
+        ComparisonOperator="GreaterThanThreshold",
+    )
+    # When it is evaluated (to ALARM), then set back to OK
+    assert control("cloudwatch", "evaluate", AlarmName=name)["States"] == {name: "ALARM"}
+    updated = [
+        aws("cloudwatch").describe_alarms(AlarmNames=[name])["MetricAlarms"][0]["StateUpdatedTimestamp"]
+    ]
+    aws("cloudwatch").set_alarm_state(AlarmName=name, StateValue="OK", StateReason="re-armed by the test")
+    updated.append(
+        aws("cloudwatch").describe_alarms(AlarmNames=[name])["MetricAlarms"][0]["StateUpdatedTimestamp"]
+    )
+    # Then each state update's history item has the time of that update, the alarm's own
+    items = aws("cloudwatch").describe_alarm_history(AlarmName=name, HistoryItemType="StateUpdate")[
+        "AlarmHistoryItems"
+    ]
+    by_state = {json.loads(i["HistoryData"])["newState"]["stateValue"]: i for i in items}
+    assert set(by_state) == {"ALARM", "OK"}
+    assert [by_state["ALARM"]["Timestamp"], by_state["OK"]["Timestamp"]] == updated
+    # and the evaluation's item names the datapoint it evaluated
+    reason = json.loads(by_state["ALARM"]["HistoryData"])["newState"]["stateReasonData"]
+    (point,) = reason["evaluatedDatapoints"]
+    assert datetime.fromisoformat(point["timestamp"]) == minute
+    assert point["value"] == 80.0

@@ -266,9 +266,13 @@ class VsaCloudwatchProvider(CloudwatchProvider):
         previous = _event_state(alarm.alarm)
         raw = _RAW_REASON_DATA.get()
         _RAW_REASON_DATA.set(None)  # consumed: composite alarms updated next bring their own
+        now = datetime.now(UTC)
+        # LocalStack stamps the history item it appends with StateUpdatedTimestamp as it was
+        # before this update (the previous change's time); AWS stamps it with this change's (the
+        # same time as the alarm's StateUpdatedTimestamp and the event's state.timestamp).
+        alarm.alarm["StateUpdatedTimestamp"] = now
         super()._update_state(context, alarm, state_value, state_reason, state_reason_data)
         # LocalStack stores a naive local time, and keeps the old reason data when none is given
-        now = datetime.now(UTC)
         alarm.alarm["StateUpdatedTimestamp"] = alarm.alarm["StateTransitionedTimestamp"] = now
         if raw:
             alarm.alarm["StateReasonData"] = raw
