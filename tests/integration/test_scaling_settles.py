@@ -298,9 +298,8 @@ def _decisions_agree(stack_outputs: dict[str, str], array_id: str, publisher: Eb
     scale-out and scale-in and controllers in flight, the volumes' IOPS it read from EC2 and the
     forecast floor the simulator builds from the trace. Asserts the same action, count and
     minimum needed; and that the simulator's alarm model (``simulator.Alarms``) was in breach,
-    for the run's count, at the newest minute landed when the run's alarm went to ALARM (or the
-    next: an evaluation may run between that minute's datapoints landing and the publisher noting
-    the time they did). How many decisions agreed."""
+    for the run's count, at a minute the run's alarm read when it went to ALARM (its alarm
+    history lists the datapoints it evaluated: ``_minutes_seen``). How many decisions agreed."""
     minutes = sorted(publisher.levels)
     trace = [publisher.levels[m] for m in minutes]
     # the alarms' windows reach back before EBS's first minute: missing data there (the Alarms
@@ -331,14 +330,56 @@ def _decisions_agree(stack_outputs: dict[str, str], array_id: str, publisher: Eb
         if run["lookahead"]:
             continue  # started by the health check's look-ahead, not by an alarm
         kind = "high" if run["alarm"].endswith("-high") else "low"
-        landed = [
-            i for i, m in enumerate(minutes) if publisher.landed.get(m, math.inf) <= run["transitionedAt"]
-        ]
-        assert landed, run
-        near = [i for i in (landed[-1], landed[-1] + 1) if i < len(minutes)]
+        evaluated = _evaluated_datapoints(run["alarm"], run["transitionedAt"])
+        if evaluated:  # what the alarm's own evaluation read
+            near = _minutes_seen(evaluated, publisher.levels, minutes)
+            assert near, (kind, evaluated, run)
+        else:  # it evaluated no datapoint (missing data): the minutes landed by then
+            landed = [
+                i for i, m in enumerate(minutes) if publisher.landed.get(m, math.inf) <= run["transitionedAt"]
+            ]
+            assert landed, run
+            near = [i for i in (landed[-1], landed[-1] + 1) if i < len(minutes)]
         assert any(alarms.breaching(kind, pad + i, state.desired) for i in near), (kind, near, state, shown)
     assert agreed >= 3, agreed  # the surge, after the reconcile, the fall (at least)
     return agreed
+
+
+def _evaluated_datapoints(alarm: str, transitioned_at: float) -> dict[datetime, float]:
+    """The datapoints the alarm evaluated when it went to ALARM at ``transitioned_at`` (minute:
+    value): its state update's item in the alarm history (stamped with the update's time, as the
+    state-change event is), whose reason data lists them; empty when it evaluated none."""
+    pages = boto3.client("cloudwatch").get_paginator("describe_alarm_history")
+    items = [
+        item
+        for page in pages.paginate(AlarmName=alarm, HistoryItemType="StateUpdate")
+        for item in page["AlarmHistoryItems"]
+        if abs(item["Timestamp"].timestamp() - transitioned_at) < 0.01
+    ]
+    updates = [json.loads(item["HistoryData"])["newState"] for item in items]
+    (update,) = [u for u in updates if u["stateValue"] == "ALARM"]
+    points = (update.get("stateReasonData") or {}).get("evaluatedDatapoints", [])
+    return {datetime.fromisoformat(p["timestamp"]): float(p["value"]) for p in points if "value" in p}
+
+
+def _minutes_seen(
+    evaluated: dict[datetime, float], levels: dict[datetime, float], minutes: list[datetime]
+) -> list[int]:
+    """The trace's minutes at which the simulator's alarm model may stand for that evaluation.
+    The product's alarm math fills a volume's minutes not landed yet with its newest value
+    (``FILL(…, REPEAT)``, ``arrays.demand``), so the alarm read the trace up to some newest
+    landed minute ``j`` and that minute's level after it, up to the newest minute it evaluated
+    (``e``). Every ``j`` the values agree with, and the minutes after the first such one up to
+    ``e``: the model, which reads whole minutes only, is in breach at one of them."""
+    newest = max(evaluated)
+
+    def read_through(j: datetime) -> bool:
+        expected = {t: levels[t] if t <= j else levels[j] for t in evaluated if t in levels}
+        return all(math.isclose(evaluated[t], v, rel_tol=1e-6, abs_tol=1e-6) for t, v in expected.items())
+
+    landed = [i for i, m in enumerate(minutes) if m <= newest and m in evaluated and read_through(m)]
+    last = max(i for i, m in enumerate(minutes) if m <= newest) if landed else -1
+    return list(range(landed[0], last + 1)) if landed else []
 
 
 def _when(stamp: str | None) -> datetime | None:
