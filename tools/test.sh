@@ -4,10 +4,11 @@
 # QEMU guests; no local cloud) in the background; the stack built once (sam build) and deployed
 # to a second local cloud, where the tests that wait minutes on CloudWatch's cadence start in
 # the background; beside all that the unit, infra, local-cloud, documents and workflow tests
-# (pytest-xdist, nice 10: the tier gets the cores first); then the integration tests under the
-# realistic latency profile on the second cloud, while the same build is deployed to the first
-# cloud and the tier ends; then those under the fast profile on the first cloud (the profile is a
-# local cloud's, so each cloud keeps one for the whole command, never switched per test). It starts the local clouds unless one is already running on that port and
+# (pytest-xdist, nice 10: the tier gets the cores first); the same build deployed to the first
+# cloud while the tier ends; then the integration tests against both clouds, side by side: those
+# under the fast latency profile on the first while those under the realistic one run on the
+# second (the profile is a local cloud's, so each cloud keeps one for the whole command, never
+# switched per test). It starts the local clouds unless one is already running on that port and
 # stops those it started, even on failure. When a test fails, the local clouds' logs are printed.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -56,15 +57,13 @@ phase "static checks (ruff, mypy, imports, security, sam validate)" "$SECONDS"
 
 # Two local clouds: the first (VSA_LOCALCLOUD_PORT) for the tests before the deploy and the
 # integration tests under the fast profile, the second (100 ports up; its service port range,
-# +1000..+1050, then overlaps no other's) for those under the realistic profile, which run beside
-# the deploy to the first cloud, the tier's end and the fast ones (below).
+# +1000..+1050, then overlaps no other's) for those under the realistic profile. The realistic
+# tests mostly wait on AWS-like delays (about half a core between them), so they run beside the
+# fast ones instead of after them: the phase takes the longer of the two, not their sum. Five
+# of them at once, not more: with seven beside the fast tests' three, the two cores ran at a
+# load of 15-17 and an apply outlasted API Gateway's 29 s.
 FAST_PORT="${VSA_LOCALCLOUD_PORT:-4566}"
 REALISTIC_PORT="$((FAST_PORT + 100))"
-# A third (200 ports up) takes half the workers of the fast integration tests: one LocalStack
-# process serves its requests on about one core (the GIL), so the fast tests waited on it with a
-# core to spare (tests/integration/conftest.py spreads the workers over the clouds).
-FAST2_PORT="$((FAST_PORT + 200))"
-FAST_ENDPOINTS="http://127.0.0.1:$FAST_PORT http://127.0.0.1:$FAST2_PORT"
 on() { local port="$1"; shift; env VSA_LOCALCLOUD_PORT="$port" VSA_LOCALCLOUD_URL="http://127.0.0.1:$port" \
   AWS_ENDPOINT_URL="http://127.0.0.1:$port" "$@"; }
 started=()
@@ -78,10 +77,7 @@ stop_dataplane() { # a command that ends early interrupts the tier: pytest then 
   [[ -z $dataplane_pid ]] || kill -INT "$dataplane_pid" 2>/dev/null
   [[ -z $dataplane_pid ]] || wait "$dataplane_pid"
 }
-realistic_pid=""
-# shellcheck disable=SC2317  # called by the EXIT trap
-stop_realistic() { [[ -z $realistic_pid ]] || { kill -INT "$realistic_pid" 2>/dev/null; wait "$realistic_pid"; }; }
-trap 'stop_dataplane; stop_realistic; stop_clouds' EXIT
+trap 'stop_dataplane; stop_clouds' EXIT
 start_cloud() {
   if ! on "$1" tools/localcloud.sh status >/dev/null 2>&1; then
     on "$1" tools/localcloud.sh start || exit 1
@@ -89,7 +85,7 @@ start_cloud() {
   fi
 }
 show_log() {
-  for port in "$FAST_PORT" "$REALISTIC_PORT" "$FAST2_PORT"; do
+  for port in "$FAST_PORT" "$REALISTIC_PORT"; do
     echo; echo "=== local cloud log, port $port (tests failed)"
     tail -n 400 "${VSA_STATE:-$ROOT/.localcloud}/run-$port/localstack.log"
   done
@@ -104,12 +100,6 @@ realistic_start=""
 if ! on "$REALISTIC_PORT" tools/localcloud.sh status >/dev/null 2>&1; then
   on "$REALISTIC_PORT" tools/localcloud.sh start & realistic_start=$!
   started+=("$REALISTIC_PORT")
-fi
-# and the third, for the fast integration tests' second half, deployed after the unit phase
-fast2_start=""
-if ! on "$FAST2_PORT" tools/localcloud.sh status >/dev/null 2>&1; then
-  on "$FAST2_PORT" tools/localcloud.sh start >/dev/null & fast2_start=$!
-  started+=("$FAST2_PORT")
 fi
 phase "local cloud started" "$SECONDS"
 
@@ -175,44 +165,21 @@ kept "unit, infra, local cloud, documents, workflows" \
   on "$FAST_PORT" nice -n 10 "$VENV/python" -m pytest -n 3 --dist loadgroup --durations=10 --junitxml="$reports/unit-infra-localcloud.xml" tests/unit tests/infra tests/localcloud tests/documents tests/workflows || status=1
 phase "unit, infra, local cloud, documents, workflows (nice 10)" "$SECONDS"
 
-# The integration tests under the realistic profile start now, on the second cloud (deployed
-# during the unit phase): they mostly wait on AWS-like delays (about half a core between them),
-# which the data-plane tier's last minutes leave free (its guests use about two thirds of the
-# cores then). Five of them at once, not more: with seven beside the fast tests' three, the two
-# cores ran at a load of 15-17 and an apply outlasted API Gateway's 29 s. Their output is kept
-# apart and printed whole when they end.
-step "integration under the realistic profile (AWS-like waits, port $REALISTIC_PORT), in the background; the same build deployed to the first local cloud (sam deploy), while the data plane ends"
+# The first cloud is free now: the same build is deployed to it while the tier goes on.
+step "integration: the same build deployed to the first local cloud (sam deploy), the real Lambda code, while the data plane ends"
 SECONDS=0
+deploy fast "$FAST_PORT" & fast_deploy=$!
+# the same deployment in a second Region of the fast cloud: the disaster-recovery stack that
+# restores the backup sets copied there (tests/integration/test_copies.py)
+deploy dr "$FAST_PORT" REGION=us-west-2 & dr_deploy=$!
 failed_deploys=()
+wait "$fast_deploy" || failed_deploys+=("fast:port $FAST_PORT, us-east-1")
+wait "$dr_deploy" || failed_deploys+=("dr:port $FAST_PORT, us-west-2")
 # the second cloud's deploy (in the minutes tests' background job) has ended one way or the other
 while [[ ! -e "$deploy_logs/realistic.ok" && ! -e "$deploy_logs/failed" ]] && kill -0 "$long_pid" 2>/dev/null; do
   sleep 1
 done
-realistic_log="$(mktemp)"
-realistic_started="$(date +%s)"
-if [[ -e "$deploy_logs/realistic.ok" ]]; then
-  on "$REALISTIC_PORT" env VSA_STACK_DEPLOYED=1 VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest -n 5 \
-    -m "realistic and not minutes" --junitxml="$reports/integration-realistic.xml" --durations=10 tests/integration \
-    >"$realistic_log" 2>&1 &
-  realistic_pid=$!
-else
-  failed_deploys+=("realistic:port $REALISTIC_PORT, us-east-1")
-fi
-if [[ -n "$fast2_start" ]] && ! wait "$fast2_start"; then
-  echo; echo "=== what failed"; echo "[build + deploy] the third local cloud did not start (port $FAST2_PORT)"
-  exit 1
-fi
-# the same deployment to each fast cloud, and in a second Region of each: the disaster-recovery
-# stack that restores the backup sets copied there (tests/integration/test_copies.py)
-deploys=()
-for target in "fast $FAST_PORT" "dr $FAST_PORT REGION=us-west-2" "fast2 $FAST2_PORT" "dr2 $FAST2_PORT REGION=us-west-2"; do
-  read -r -a args <<<"$target"
-  region="${args[2]:-REGION=us-east-1}"
-  deploy "${args[@]}" & deploys+=("$!:${args[0]}:port ${args[1]}, ${region#REGION=}")
-done
-for started_deploy in "${deploys[@]}"; do
-  wait "${started_deploy%%:*}" || failed_deploys+=("${started_deploy#*:}")
-done
+[[ -e "$deploy_logs/realistic.ok" ]] || failed_deploys+=("realistic:port $REALISTIC_PORT, us-east-1")
 phase "deploy (the first cloud, two Regions)" "$SECONDS"
 dataplane_wait_start=$SECONDS
 wait "$dataplane_pid" || status=1
@@ -239,18 +206,20 @@ fi
 rm -rf "$deploy_logs"
 export VSA_STACK_DEPLOYED=1
 timings "$FAST_PORT" fast
-timings "$FAST2_PORT" fast
 
-# Four at once, two on each fast cloud: the data-plane tier has ended and the realistic tests need
-# little CPU.
-step "integration under the fast latency profile (ports $FAST_PORT and $FAST2_PORT), beside the realistic ones"
+step "integration, side by side: the fast latency profile (port $FAST_PORT) and the realistic one (AWS-like waits, port $REALISTIC_PORT)"
 SECONDS=0
-kept "integration, fast" on "$FAST_PORT" env VSA_INTEGRATION_ENDPOINTS="$FAST_ENDPOINTS" "$VENV/python" -m pytest -n 4 -m "not realistic" --durations=10 --junitxml="$reports/integration-fast.xml" tests/integration || status=1
+# Each phase's output is kept apart and printed whole when it ends.
+realistic_log="$(mktemp)"
+on "$REALISTIC_PORT" env VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest -n 5 -m "realistic and not minutes" --junitxml="$reports/integration-realistic.xml" \
+  --durations=10 tests/integration >"$realistic_log" 2>&1 &
+realistic_pid=$!
+echo; echo "=== integration (fast latency profile), side by side"
+kept "integration, fast" on "$FAST_PORT" "$VENV/python" -m pytest -n 3 -m "not realistic" --durations=10 --junitxml="$reports/integration-fast.xml" tests/integration || status=1
 phase "integration, fast profile" "$SECONDS"
 wait "$realistic_pid" || status=1
-realistic_pid=""
-phase "integration, realistic profile (from the unit phase's end)" "$(($(date +%s) - realistic_started))"
-echo; echo "=== integration (realistic latency profile: AWS-like waits); started when the unit phase ended"
+phase "integration, realistic profile (beside it)" "$SECONDS"
+echo; echo "=== integration (realistic latency profile: AWS-like waits), side by side; ran beside the fast ones"
 kept "integration, realistic" cat "$realistic_log" >/dev/null
 cat "$realistic_log"
 rm -f "$realistic_log"

@@ -30,24 +30,6 @@ ROOT = Path(__file__).resolve().parents[2]
 STACK = "vsa-control-plane"
 
 
-def _this_workers_cloud() -> None:
-    """With ``VSA_INTEGRATION_ENDPOINTS`` (local clouds' URLs, space-separated, each with the
-    stack deployed; ``tools/test.sh`` sets it), pytest-xdist's worker gwN runs its tests against
-    the (N mod count)-th: one LocalStack process serves its requests on about one core (the GIL),
-    so two clouds get twice the tests done. Everything here, and the CLI the tests run, reads the
-    cloud from the environment, so it is set before any client exists."""
-    endpoints = os.environ.get("VSA_INTEGRATION_ENDPOINTS", "").split()
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    if not endpoints or not worker.startswith("gw"):
-        return
-    endpoint = endpoints[int(worker[2:]) % len(endpoints)]
-    os.environ["AWS_ENDPOINT_URL"] = os.environ["VSA_LOCALCLOUD_URL"] = endpoint
-    os.environ["VSA_LOCALCLOUD_PORT"] = endpoint.rsplit(":", 1)[-1]
-
-
-_this_workers_cloud()
-
-
 @pytest.fixture(scope="session")
 def local_env() -> dict[str, str]:
     endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
