@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The test command (make test; .ci/run calls it). Runs, in order: ruff, mypy, import-linter, sam
-# validate --lint; then the data-plane tier (tests/dataplane: the documents on real kernels in
-# QEMU guests; no local cloud) in the background; the stack built once (sam build) and deployed
+# The test command (make test; .ci/run calls it). Runs, in order: the data-plane tier
+# (tests/dataplane: the documents on real kernels in QEMU guests; no local cloud) in the
+# background, and beside it ruff, mypy, import-linter, sam validate --lint; then the stack built once (sam build) and deployed
 # to a second local cloud, where the tests that wait minutes on CloudWatch's cadence start in
 # the background; beside all that the unit, infra, local-cloud, documents and workflow tests
 # (pytest-xdist, nice 10: the tier gets the cores first); the same build deployed to the first
@@ -36,6 +36,27 @@ what_failed() {
   rm -f "$failures"; }
 phase() { phase_times+=("$(printf '%-48s %5d s' "$1" "$2")"); }
 TOTAL_START="$(date +%s)"
+dataplane_pid=""
+# shellcheck disable=SC2317  # called by the EXIT trap
+stop_dataplane() { # a command that ends early interrupts the tier: pytest then closes its labs
+  [[ -z $dataplane_pid ]] || kill -INT "$dataplane_pid" 2>/dev/null
+  [[ -z $dataplane_pid ]] || wait "$dataplane_pid"
+}
+trap 'stop_dataplane' EXIT
+# The data-plane tier (tests/dataplane: the documents on real Linux kernels in QEMU guests; no
+# local cloud) starts first, beside the static checks (it is the longest chain of the command;
+# a check that fails interrupts it), and runs on beside the unit phase, which runs at a lower
+# priority (nice 10): what the tier asserts depends on the guests keeping time (a 2 s keep-alive,
+# a fence before a failover), so their emulators get the cores first; the unit tests wait on no
+# clock of their own and take what is left. Every module of the tier runs, each in a lab of its own. Its output is kept
+# apart and printed whole when it ends.
+step "tests: data plane, in the background (the documents on real Linux kernels in QEMU guests: controllers + a host, NVMe/TCP multipath, fio, XFS, fencing, authentication, backup sets)"
+dataplane_log="$(mktemp)"
+dataplane_start="$(date +%s)"
+offline "$VENV/python" -m pytest --durations=10 --junitxml="$reports/dataplane.xml" tests/dataplane \
+  >"$dataplane_log" 2>&1 &
+dataplane_pid=$!
+
 SECONDS=0
 step "ruff (lint + format)"
 "$VENV/ruff" check . && "$VENV/ruff" format --check . || status=1
@@ -67,15 +88,11 @@ REALISTIC_PORT="$((FAST_PORT + 100))"
 on() { local port="$1"; shift; env VSA_LOCALCLOUD_PORT="$port" VSA_LOCALCLOUD_URL="http://127.0.0.1:$port" \
   AWS_ENDPOINT_URL="http://127.0.0.1:$port" "$@"; }
 started=()
-stop_clouds() {
-  for port in "${started[@]}"; do on "$port" tools/localcloud.sh stop; done
+stop_clouds() { # side by side: a cloud busy shutting down may take its whole 30 s
+  local stopping=() pid
+  for port in "${started[@]}"; do on "$port" tools/localcloud.sh stop & stopping+=("$!"); done
+  for pid in "${stopping[@]}"; do wait "$pid"; done
   started=()
-}
-dataplane_pid=""
-# shellcheck disable=SC2317  # called by the EXIT trap
-stop_dataplane() { # a command that ends early interrupts the tier: pytest then closes its labs
-  [[ -z $dataplane_pid ]] || kill -INT "$dataplane_pid" 2>/dev/null
-  [[ -z $dataplane_pid ]] || wait "$dataplane_pid"
 }
 trap 'stop_dataplane; stop_clouds' EXIT
 start_cloud() {
@@ -108,18 +125,6 @@ phase "local cloud started" "$SECONDS"
 # global controls, the documents tests take loop devices and time freezes); everything else
 # spreads over the workers. The integration tests each make their own arrays, volumes and
 # hosts.
-# The data-plane tier (tests/dataplane: the documents on real Linux kernels in QEMU guests; no
-# local cloud) runs beside the unit phase, which runs at a lower priority (nice 10): what the
-# tier asserts depends on the guests keeping time (a 2 s keep-alive, a fence before a failover),
-# so their emulators get the cores first; the unit tests wait on no clock of their own and take
-# what is left. Every module of the tier runs, each in a lab of its own. Its output is kept
-# apart and printed whole when it ends.
-step "tests: data plane, in the background (the documents on real Linux kernels in QEMU guests: controllers + a host, NVMe/TCP multipath, fio, XFS, fencing, authentication, backup sets)"
-dataplane_log="$(mktemp)"
-dataplane_start="$(date +%s)"
-offline "$VENV/python" -m pytest --durations=10 --junitxml="$reports/dataplane.xml" tests/dataplane \
-  >"$dataplane_log" 2>&1 &
-dataplane_pid=$!
 
 step "the real template built once (sam build); deployed to the second local cloud, where the minutes tests start, in the background"
 SECONDS=0
@@ -186,7 +191,7 @@ wait "$dataplane_pid" || status=1
 dataplane_pid=""
 phase "data plane (QEMU), beside them" "$(($(date +%s) - dataplane_start))"
 phase "  of which waited for after the deploy" "$((SECONDS - dataplane_wait_start))"
-echo; echo "=== data plane (started with the unit phase)"
+echo; echo "=== data plane (started first)"
 kept "data plane" cat "$dataplane_log" >/dev/null
 cat "$dataplane_log"
 rm -f "$dataplane_log"
