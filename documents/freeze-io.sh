@@ -1,10 +1,13 @@
 # freeze-io: pause writes on the listed filesystems for an application-consistent snapshot (host).
 #
 # Parameters (shell variables from the rendered document's prologue): MOUNTPOINTS TIMEOUT_SECONDS
-# BACKUP_ID STATE_DIR FSFREEZE_COMMAND DRY_RUN THAW_SIGNAL FROZEN_SIGNAL SIGNAL_POLL_MILLISECONDS.
+# BACKUP_ID STATE_DIR FSFREEZE_COMMAND DRY_RUN THAW_SIGNAL FROZEN_SIGNAL SIGNAL_POLL_MILLISECONDS
+# FREEZE_AT.
 #
 # Guarantees, in the order of the steps below: every check passes before anything is frozen (1);
-# each filesystem is synced (2), then a detached watchdog armed that thaws every mountpoint
+# each filesystem is synced (2); with FREEZE_AT (epoch ms, the array's common instant) the script
+# waits until then and syncs again what came meanwhile, or goes on at once when it is past (2b);
+# then a detached watchdog armed that thaws every mountpoint
 # TIMEOUT_SECONDS later whatever else happens (3), then each mountpoint frozen; a failed freeze
 # thaws what froze and cancels the watchdog (4); the last stdout line is the JSON report (5).
 # DRY_RUN=true stops after the checks and reports "ready": the backup workflow's preflight.
@@ -171,8 +174,8 @@ report() { # STATUS [REASON]
   printf '"timeoutSeconds":%s,"thawSignal":%s,' "${TIMEOUT_SECONDS:-null}" "$(json_str "$THAW_SIGNAL_STATE")"
   printf '"armedAt":%s,"watchdogDeadline":%s,"watchdogPid":%s,' \
     "$(secs_or_null "$ARMED_MS")" "$(secs_or_null "$DEADLINE_MS")" "${WD_PID:-null}"
-  printf '"freezeStartedAt":%s,"frozeAt":%s,"mountpoints":[%s]}\n' \
-    "$(secs_or_null "$FREEZE_STARTED_MS")" "$(secs_or_null "$FROZE_MS")" "$items"
+  printf '"freezeAt":%s,"freezeStartedAt":%s,"frozeAt":%s,"mountpoints":[%s]}\n' \
+    "$(secs_or_null "${FREEZE_AT:-}")" "$(secs_or_null "$FREEZE_STARTED_MS")" "$(secs_or_null "$FROZE_MS")" "$items"
 }
 
 fail() { # REASON: undo what was frozen, report, exit 1
@@ -222,6 +225,18 @@ trap 'fail "interrupted by a signal"' TERM INT HUP
 if ! check_params; then
   TIMEOUT_SECONDS=''
   fail "$PROBLEM"
+fi
+FREEZE_AT=${FREEZE_AT:-}
+if [[ -n $FREEZE_AT ]]; then
+  now_ms
+  if [[ ! $FREEZE_AT =~ ^[0-9]{13}$ ]]; then
+    FREEZE_AT=''
+    fail "FreezeAt: epoch milliseconds (13 digits), or empty to freeze at once"
+  fi
+  FREEZE_AT=$((10#$FREEZE_AT))
+  if ((FREEZE_AT - NOW_MS > 30000)); then
+    fail "FreezeAt $(secs "$FREEZE_AT") is more than 30 s ahead of this host's clock ($(secs "$NOW_MS")): check its time sync"
+  fi
 fi
 mkdir -p "$STATE_DIR" && chmod 0700 "$STATE_DIR" || fail "cannot create StateDir $STATE_DIR"
 # the signals: optional, so a problem with them is reported, never a reason to refuse
@@ -295,6 +310,17 @@ STAGE=sync
 for mp in "${MPS[@]}"; do
   sync -f "$mp" 2>/dev/null || sync
 done
+
+# 2b. the array's common instant: every host freezes at FREEZE_AT, so none holds its writes while
+# another's command is still on its way; what was written while waiting is synced again first
+now_ms
+if [[ -n $FREEZE_AT ]] && ((FREEZE_AT > NOW_MS)); then
+  STAGE=waiting
+  sleep "$(secs $((FREEZE_AT - NOW_MS)))"
+  for mp in "${MPS[@]}"; do
+    sync -f "$mp" 2>/dev/null || sync
+  done
+fi
 
 # 3. the watchdog, before anything is frozen
 STAGE=arm

@@ -1,7 +1,7 @@
 """The freeze window of application-consistent backups, as the hosts measured it.
 
     make bench-backups PORT=4610            (the local cloud running, the stack deployed, root)
-    python tools/bench_backups.py [--runs 20] [--volumes 16 64] [--hosts 4] [--designs signals runcommand]
+    python tools/bench_backups.py [--runs 20] [--volumes 16 64] [--hosts 4] [--designs signals atonce ...]
 
 For each volume count: an array of that many io2 volumes and ``--hosts`` hosts, each with one
 real XFS filesystem on a loop device as its mountpoint, and a serving controller that the
@@ -17,12 +17,14 @@ for real by the local cloud's Run Command), and from each set's record:
 * **thawed by**: how many host windows ended on the set's thaw marker (``signal``) and how many
   by the thaw-io command.
 
-Each design runs on the same stack, one after the other: ``signals`` (the deployed one: each host
-reports its freeze to S3 and thaws on the set's thaw marker; the Snapshot step looks again at
-once) and ``runcommand`` (the design before the signals, which a deployment without a signals
-bucket runs: a look at Run Command's status each second, thaw-io as the thaw). For the second the
-backup steps' function runs without ``VSA_SIGNALS_BUCKET`` for the length of its runs, and gets it
-back after, whatever happens.
+Each design runs on the same stack, one after the other: ``signals`` (the deployed one: every
+host freezes at one instant a lead after the sends, reports its freeze to S3 and thaws on the
+set's thaw marker; the Snapshot step looks again at once), ``atonce`` (the same without the
+common instant: each host freezes as its command arrives; ``VSA_FREEZE_LEAD_MILLISECONDS=0``) and
+``runcommand`` (the design before the signals, which a deployment without a signals bucket runs:
+a look at Run Command's status each second, thaw-io as the thaw; no instant either). For the
+last two the backup steps' function runs with its environment changed for the length of their
+runs, and gets it back after, whatever happens.
 
 Percentiles are nearest-rank over all samples. Figures, not a test: nothing is asserted. The
 EBS per-volume rate (one snapshot every 15 s) paces the runs; snapshots complete after 1 s
@@ -64,14 +66,19 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
-DESIGNS = ("signals", "runcommand")
-SIGNALS_VARIABLE = "VSA_SIGNALS_BUCKET"
+DESIGNS = ("signals", "atonce", "runcommand")
+# what each design changes in the backup steps' environment (None: removed)
+CHANGES: dict[str, dict[str, str | None]] = {
+    "signals": {},
+    "atonce": {"VSA_FREEZE_LEAD_MILLISECONDS": "0"},
+    "runcommand": {"VSA_SIGNALS_BUCKET": None, "VSA_FREEZE_LEAD_MILLISECONDS": "0"},
+}
 
 
 @contextmanager
 def design(name: str) -> Iterator[None]:
     """The backup steps' function set up for the design ``name`` for the length of the block."""
-    if name == "signals":
+    if not CHANGES[name]:
         yield
         return
     lam = boto3.client("lambda")
@@ -79,14 +86,32 @@ def design(name: str) -> Iterator[None]:
         StackName=STACK, LogicalResourceId="TaskBackupFunction"
     )["StackResourceDetail"]["PhysicalResourceId"]
     variables = lam.get_function_configuration(FunctionName=function)["Environment"]["Variables"]
-    without = {k: v for k, v in variables.items() if k != SIGNALS_VARIABLE}
-    lam.update_function_configuration(FunctionName=function, Environment={"Variables": without})
+    changed = {k: v for k, v in (variables | CHANGES[name]).items() if v is not None}
+    lam.update_function_configuration(FunctionName=function, Environment={"Variables": changed})
     lam.get_waiter("function_updated_v2").wait(FunctionName=function)
     try:
         yield
     finally:
         lam.update_function_configuration(FunctionName=function, Environment={"Variables": variables})
         lam.get_waiter("function_updated_v2").wait(FunctionName=function)
+
+
+PARTS = ("spread", "lastFrozen", "toCall", "call", "toThaw")
+"""Where the first host's window goes (one set): its freeze started → the last host's freeze
+started (``spread``) → the last host frozen (``lastFrozen``) → CreateSnapshots called
+(``toCall``) → returned (``call``) → the last host thawed (``toThaw``)."""
+
+
+def breakdown(hosts: list[dict[str, Any]], timing: dict[str, float]) -> dict[str, float]:
+    starts = [h["freezeStartedAt"] for h in hosts]
+    frozen = max(h["frozeAt"] for h in hosts)
+    return {
+        "spread": max(starts) - min(starts),
+        "lastFrozen": frozen - max(starts),
+        "toCall": timing["requestedAt"] - frozen,
+        "call": timing["returnedAt"] - timing["requestedAt"],
+        "toThaw": max(h["thawedAt"] for h in hosts) - timing["returnedAt"],
+    }
 
 
 def run(
@@ -106,6 +131,7 @@ def run(
     calls: list[float] = []
     labels: dict[str, int] = {}
     thawed_by: dict[str, int] = {}
+    parts: list[dict[str, float]] = []
     made: list[str] = []
     try:
         for i in range(runs):
@@ -131,6 +157,8 @@ def run(
             if backup.get("snapshotTiming"):
                 timing = backup["snapshotTiming"]
                 calls.append(timing["returnedAt"] - timing["requestedAt"])
+                if len(windows) == hosts:
+                    parts.append(breakdown(backup["hosts"], timing))
             print(
                 f"  {volumes} vol run {i + 1}/{runs}: {backup['state']} {backup['consistency']} "
                 f"longest host window {max(windows, default=float('nan')):.3f} s",
@@ -156,6 +184,7 @@ def run(
         "hosts": hosts,
         "runs": runs,
         "labels": labels,
+        "parts": {k: percentile([p[k] for p in parts], 50) for k in PARTS} if parts else {},
         "thawedBy": thawed_by,
         "hostWindowSeconds": stats(host_windows),
         "arrayWindowSeconds": stats(array_windows),
@@ -176,14 +205,22 @@ def report(results: list[dict[str, Any]], runs: int, hosts: int) -> None:
             f"{r['design']:>11}{r['volumes']:>11}{figures}  {c.get('p50', math.nan):>19.3f}"
             f"  {r['thawedBy']} / {r['labels']}"
         )
+    print("where the first host's window goes, the median set (seconds): " + ", ".join(PARTS))
+    for r in results:
+        print(
+            f"{r['design']:>11}{r['volumes']:>11}"
+            + "".join(f"{r['parts'].get(k, math.nan):>11.3f}" for k in PARTS)
+        )
     for volumes in sorted({r["volumes"] for r in results}):
         by_design = {r["design"]: r["hostWindowSeconds"] for r in results if r["volumes"] == volumes}
-        new, old = by_design.get("signals", {}), by_design.get("runcommand", {})
-        if new.get("n") and old.get("n"):
-            print(
-                f"signals / runcommand, {volumes} volumes: host p50 {new['p50'] / old['p50']:.2f}x, "
-                f"host p99 {new['p99'] / old['p99']:.2f}x"
-            )
+        new = by_design.get("signals", {})
+        for other in ("atonce", "runcommand"):
+            old = by_design.get(other, {})
+            if new.get("n") and old.get("n"):
+                print(
+                    f"signals / {other}, {volumes} volumes: host p50 {new['p50'] / old['p50']:.2f}x, "
+                    f"host p99 {new['p99'] / old['p99']:.2f}x"
+                )
 
 
 def main() -> int:

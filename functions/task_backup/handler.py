@@ -24,7 +24,7 @@ settings = Loader(Settings)
 
 
 def _service() -> BackupService:
-    return from_settings(settings(), settings().signals_bucket)
+    return from_settings(settings(), settings().signals_bucket, settings().freeze_lead_milliseconds / 1000)
 
 
 @logger.inject_lambda_context(clear_state=True)

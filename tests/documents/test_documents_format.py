@@ -15,7 +15,7 @@ PARAMETERS = ["Mountpoints", "TimeoutSeconds", "BackupId", "StateDir", "Fsfreeze
 # freeze-io alone also takes DryRun (the backup workflow's preflight: the checks, nothing frozen) and
 # the signals (presigned URLs, base64url: the frozen report PUT, the thaw marker polled)
 OWN_PARAMETERS = {
-    "freeze-io": ["DryRun", "ThawSignal", "FrozenSignal", "SignalPollMilliseconds"],
+    "freeze-io": ["DryRun", "ThawSignal", "FrozenSignal", "SignalPollMilliseconds", "FreezeAt"],
     "thaw-io": [],
 }
 HOSTILE = ["a'b", "/x'; reboot; '", "$(reboot)", "`reboot`", "/a;b", "/a b", "/a|b", "/a&b", "/a>b", "/a\nb",
@@ -91,7 +91,7 @@ def test_prologue_names_and_quoting() -> None:
         "#!/bin/bash\n# freeze-io: rendered from documents/freeze-io.sh by tools/documents.py\n"
         "MOUNTPOINTS='/data,/logs'\nTIMEOUT_SECONDS='10'\nBACKUP_ID='bk-1'\n"
         "STATE_DIR='/run/vsa-freeze'\nFSFREEZE_COMMAND='fsfreeze'\nDRY_RUN='false'\nTHAW_SIGNAL=''\n"
-        "FROZEN_SIGNAL=''\nSIGNAL_POLL_MILLISECONDS='50'\n# freeze-io:"
+        "FROZEN_SIGNAL=''\nSIGNAL_POLL_MILLISECONDS='50'\nFREEZE_AT=''\n# freeze-io:"
     )
     with pytest.raises(ValueError, match="does not match"):
         render_script("freeze-io", {"Mountpoints": "/x'; reboot; '"})

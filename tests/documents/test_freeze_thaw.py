@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -397,3 +398,41 @@ def test_a_dry_run_checks_and_freezes_nothing(lab: Lab) -> None:
     assert refused.returncode == 1
     assert refused.report["stage"] == "preflight"
     assert f"{plain} is not a mountpoint" in refused.report["reason"]
+
+
+def test_hosts_given_one_instant_freeze_at_it_a_late_one_at_once_a_far_one_is_refused(lab: Lab) -> None:
+    # Given two hosts' filesystems and one instant 2 s ahead (FreezeAt, epoch milliseconds)
+    first, second = lab.xfs("a"), lab.xfs("b")
+    instant = math.ceil((time.time() + 2) * 1000)
+
+    # When freeze-io runs on both at once, as two deliveries of one backup arrive
+    hosts = [(first, "bk-at-a"), (second, "bk-at-b")]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        started = [pool.submit(freeze, lab, [fs], key, FreezeAt=str(instant)) for fs, key in hosts]
+        runs = [future.result() for future in started]
+
+    # Then neither froze before the instant; each reports it, and its watchdog was armed once the
+    # wait was over (its whole window still ahead of the freeze)
+    for run in runs:
+        assert run.returncode == 0, run.stdout + run.stderr
+        report = run.report
+        assert report["freezeAt"] == instant / 1000
+        assert instant / 1000 <= report["armedAt"] <= report["freezeStartedAt"]
+        assert report["frozeAt"] < report["watchdogDeadline"]
+    assert thaw(lab, [first], "bk-at-a").report["status"] == "thawed"
+    assert thaw(lab, [second], "bk-at-b").report["status"] == "thawed"
+
+    # And a command that arrives after the instant freezes at once
+    before = time.time()
+    late = freeze(lab, [first], "bk-at-late", FreezeAt=str(instant))
+    assert late.returncode == 0, late.stdout + late.stderr
+    assert late.report["freezeStartedAt"] >= before
+    assert late.report["freezeStartedAt"] - before < 5  # no wait (a generous bound for a busy machine)
+    assert thaw(lab, [first], "bk-at-late").report["status"] == "thawed"
+
+    # And an instant more than 30 s ahead (a host clock out of sync) is refused, nothing frozen
+    far = freeze(lab, [first], "bk-at-far", FreezeAt=str(math.ceil((time.time() + 60) * 1000)))
+    assert far.returncode == 1
+    assert "more than 30 s ahead" in far.report["reason"]
+    assert far.report["frozeAt"] is None
+    assert finished_at(lab.writer(first), 5) is not None, "a refused freeze froze the filesystem"

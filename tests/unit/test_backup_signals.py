@@ -62,6 +62,12 @@ def test_the_keys_the_marker_and_the_parameter_form() -> None:
         signals.next_look(True, True),
         signals.next_look(False, False),
     ) == (0, 1, 1)
+    # before the hosts' common instant: its whole seconds, whatever the look can go by
+    assert (
+        signals.next_look(True, False, 2.9),
+        signals.next_look(False, False, 1.0),
+        signals.next_look(True, False, 0.9),
+    ) == (2, 1, 0)
 
 
 def test_with_signals_each_host_gets_its_urls_presigned_with_signature_version_4(
@@ -100,6 +106,66 @@ def test_with_signals_each_host_gets_its_urls_presigned_with_signature_version_4
     # and every host polls the marker as often as that many hosts may
     polls = {params["Parameters"]["SignalPollMilliseconds"][0] for params in sent}
     assert polls == {str(signals.poll_milliseconds(len(hosts)))}
+
+
+def test_every_host_is_given_one_instant_to_freeze_at_a_lead_after_the_sends_began(
+    world: dict[str, Any],
+) -> None:
+    # Given three hosts, sent one after the other while the clock moves on
+    backup = record(world["table"], state="freezing")
+    hosts = [
+        {
+            "instanceId": f"i-000000000000000{n}",
+            "mountpoints": "/data",
+            "timeoutSeconds": "10",
+            "freezeKey": f"k{n}",
+        }
+        for n in range(3)
+    ]
+    ssm = boto3.client("ssm", region_name=REGION)
+    sent: list[dict[str, Any]] = []
+    ssm.meta.events.register("provide-client-params.ssm.SendCommand", lambda params, **_: sent.append(params))
+    stub = Stubber(ssm)
+    for _ in hosts:
+        stub.add_response("send_command", {"Command": {"CommandId": "11111111-2222-3333-4444-555555555555"}})
+    ticks = iter([1000.0, 1000.4, 1000.8, 1001.2, 1001.6])
+    with stub, pytest.MonkeyPatch.context() as patch:
+        patch.setattr("vsa_core.backups.aws_snapshot.SEND_WORKERS", 1)
+        answer = service(world["table"], ssm=ssm, clock=lambda: next(ticks)).freeze(
+            backup.backup_id, hosts, "vsa-freeze-io", "demo"
+        )
+    # Then every host got the same FreezeAt: the lead after the first send began, in epoch ms
+    instants = {params["Parameters"]["FreezeAt"][0] for params in sent}
+    assert instants == {str(round((1000.0 + signals.FREEZE_LEAD_SECONDS) * 1000))}
+    assert answer["freezeAt"] == 1000.0 + signals.FREEZE_LEAD_SECONDS
+    assert len(sent) == 3
+    # and with no lead (VSA_FREEZE_LEAD_MILLISECONDS=0) no instant: each host freezes at once
+    sent.clear()
+    for _ in hosts:
+        stub.add_response("send_command", {"Command": {"CommandId": "11111111-2222-3333-4444-555555555555"}})
+    with stub:
+        answer = service(world["table"], ssm=ssm, freeze_lead=0).freeze(
+            backup.backup_id, hosts, "vsa-freeze-io", "demo"
+        )
+    assert [p for p in sent if "FreezeAt" in p["Parameters"]] == []
+    assert answer["freezeAt"] is None
+
+
+def test_before_the_common_instant_the_snapshot_step_waits_its_whole_seconds_then_looks_at_once(
+    world: dict[str, Any], bucket: Signals
+) -> None:
+    backup = record(world["table"], state="freezing")
+    hosts = _frozen_hosts(backup.backup_id)
+    freezing = {"hosts": hosts, "sentAt": 100.0, "freezeAt": 102.7, "signals": True}
+    ssm = boto3.client("ssm", region_name=REGION)
+    with Stubber(ssm):  # nothing queued: before the instant nothing has ended, SSM is not read
+        looks = [
+            service(world["table"], ssm=ssm, signals=bucket, clock=lambda now=now: now).snapshot(
+                "demo", backup.backup_id, world["controller"], [], [], freezing, "", 10, {"ssmCheckedAt": now}
+            )["waitSeconds"]
+            for now in (100.1, 101.5, 102.2)
+        ]
+    assert looks == [2, 1, 0]
 
 
 @pytest.mark.parametrize("hosts", [1, 4, 16, 50, 51, 128, 256, 1000, 5000, 10_000])

@@ -281,6 +281,15 @@ class BackupSignals(Variables):
         description="the bucket of the freeze window's signals (the hosts' frozen reports, the thaw marker);"
         " empty: no signals",
     )
+    # Optional: the default suits Run Command on AWS; 0 sends no instant (each host freezes as its
+    # command arrives), which `make bench-backups` runs beside the default.
+    freeze_lead_milliseconds: int = Field(
+        1500,
+        alias="VSA_FREEZE_LEAD_MILLISECONDS",
+        ge=0,
+        le=10_000,
+        description="how long after the Freeze step's sends every host freezes, at one instant; 0: at once",
+    )
 
 
 class NodeCommands(Variables):

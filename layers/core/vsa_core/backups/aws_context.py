@@ -14,6 +14,7 @@ from vsa_core.arrays.aws_registry import ArrayRegistry
 from vsa_core.arrays.aws_service import ArrayService
 from vsa_core.backups.aws_registry import BackupRegistry
 from vsa_core.backups.aws_signals import Signals
+from vsa_core.backups.signals import FREEZE_LEAD_SECONDS
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class BackupContext:
     state_machine_arn: str = ""
     signals: Signals | None = None
     clock: Callable[[], float] = field(default=time.time)
+    freeze_lead: float = FREEZE_LEAD_SECONDS
+    """Seconds after the Freeze step's sends at which every host freezes (0: each at once)."""
 
 
 def utc_now() -> datetime:

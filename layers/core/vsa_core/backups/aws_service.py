@@ -34,6 +34,7 @@ from vsa_core.backups import aws_finish, aws_preflight, aws_restore, aws_retenti
 from vsa_core.backups.aws_context import BackupContext
 from vsa_core.backups.aws_registry import BackupRegistry
 from vsa_core.backups.aws_signals import Signals, signals_of
+from vsa_core.backups.signals import FREEZE_LEAD_SECONDS
 from vsa_core.clients import client
 from vsa_core.settings import BackupWorkflow, Registry
 from vsa_core.steps import on_context
@@ -53,6 +54,7 @@ class BackupService:
         cloudwatch: Any = None,
         signals: Signals | None = None,
         clock: Callable[[], float] = time.time,
+        freeze_lead: float = FREEZE_LEAD_SECONDS,
     ) -> None:
         self.ctx = BackupContext(
             registry=registry,
@@ -65,6 +67,7 @@ class BackupService:
             state_machine_arn=state_machine_arn,
             signals=signals,
             clock=clock,
+            freeze_lead=freeze_lead,
         )
 
     # requests, reading, deleting, retention, restore
@@ -95,11 +98,14 @@ class BackupSettings(Registry, BackupWorkflow):
     """What the service reads: the registry table and the ConsistentBackup workflow."""
 
 
-def from_settings(settings: BackupSettings, signals_bucket: str = "") -> BackupService:
+def from_settings(
+    settings: BackupSettings, signals_bucket: str = "", freeze_lead: float = FREEZE_LEAD_SECONDS
+) -> BackupService:
     """The service as the Lambdas use it: the registry table and workflow from the settings;
-    the workflow's steps also name the signals' bucket."""
+    the workflow's steps also name the signals' bucket and the hosts' freeze lead."""
     return BackupService(
         signals=signals_of(signals_bucket),
+        freeze_lead=freeze_lead,
         registry=ArrayRegistry(settings.table_name),
         backups_registry=BackupRegistry(settings.table_name),
         # no role: a backup reads its array and never creates a schedule

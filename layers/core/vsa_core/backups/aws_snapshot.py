@@ -36,6 +36,8 @@ def freeze(
     URLs (its frozen report's PUT, the thaw marker's GET). A host SSM refuses is recorded as
     undelivered."""
     urls: dict[str, dict[str, str]] = {}
+    instant = signals.freeze_at(ctx.clock(), ctx.freeze_lead)
+    common = {"FreezeAt": [str(instant)]} if instant is not None else {}
     if ctx.signals is not None and array_id:
         timeout = max((int(h["timeoutSeconds"]) for h in hosts), default=10)
         urls = ctx.signals.parameters(array_id, backup_id, [h["instanceId"] for h in hosts], timeout)
@@ -45,6 +47,7 @@ def freeze(
             "Mountpoints": [host["mountpoints"]],
             "TimeoutSeconds": [host["timeoutSeconds"]],
             "BackupId": [host["freezeKey"]],
+            **common,
             **{name: [value] for name, value in urls.get(host["instanceId"], {}).items()},
         }
         command_id, error = _send(ctx, document, host["instanceId"], f"vsa {backup_id} freeze", parameters)
@@ -53,7 +56,12 @@ def freeze(
     # side by side: the first host's freeze does not wait on the sends to all the others
     with ThreadPoolExecutor(max_workers=max(1, min(SEND_WORKERS, len(hosts)))) as pool:
         sent = list(pool.map(send, hosts))
-    return {"hosts": sent, "sentAt": ctx.clock(), "signals": bool(urls)}
+    return {
+        "hosts": sent,
+        "sentAt": ctx.clock(),
+        "freezeAt": instant / 1000 if instant is not None else None,
+        "signals": bool(urls),
+    }
 
 
 def _send(
@@ -144,9 +152,12 @@ def _look(
     now, last = ctx.clock(), float(previous.get("ssmCheckedAt") or freezing.get("sentAt") or 0)
     if not rest:
         return _Look([], signaled, [], 0, last)
-    late = now - float(freezing.get("sentAt") or 0) > timeout
+    # the hosts freeze at the common instant, not when sent: lateness counts from the later
+    common = float(freezing.get("freezeAt") or 0)
+    late = now - max(float(freezing.get("sentAt") or 0), common) > timeout
     if on and not late and now - last < signals.SSM_CHECK_SECONDS:
-        return _Look([], signaled, [h["instanceId"] for h in rest], 0, last)
+        wait = signals.next_look(on, False, common - now)
+        return _Look([], signaled, [h["instanceId"] for h in rest], wait, last)
     results, waiting = _freeze_results(ctx, {**freezing, "hosts": rest}, timeout)
     if on and ctx.signals is not None:
         # listed again: a host whose command ended since the first listing PUT its report before
@@ -154,7 +165,7 @@ def _look(
         signaled = ctx.signals.reported(array_id, backup_id) or signaled
         results = [r for r in results if r["instanceId"] not in signaled]
         waiting = [w for w in waiting if w not in signaled]
-    return _Look(results, signaled, waiting, signals.next_look(on, bool(results)), now)
+    return _Look(results, signaled, waiting, signals.next_look(on, bool(results), common - now), now)
 
 
 def snapshot(

@@ -31,6 +31,14 @@ made the whole window longer (docs/backups.md, "Measured: the freeze window"). O
 serves the polls, a 10 ms floor would see the marker about 20 ms sooner (on a sandbox host alone:
 12-21 ms after it was written, against 19-63 ms at 50 ms)."""
 POLL_MS_CEILING = 1000
+FREEZE_LEAD_SECONDS = 1.5
+"""How long after its sends the hosts freeze, all at one instant (freeze-io's ``FreezeAt``; the
+deployment's ``VSA_FREEZE_LEAD_MILLISECONDS`` overrides it, 0 for none): so
+that no host holds its writes while another's command is still on its way. Long enough for Run
+Command to deliver to an online agent (on AWS: usually well under a second; the local cloud's
+realistic profile delivers after 1.5 s, so there its hosts are late); a host whose command comes
+after the instant freezes at once, the window it would have had without one. It lengthens the
+backup by that much, not any host's pause."""
 
 
 def backup_prefix(array_id: str, backup_id: str) -> str:
@@ -79,10 +87,19 @@ def as_parameter(url: str) -> str:
     return base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
 
 
-def next_look(signals_on: bool, finished_without_signal: bool) -> int:
-    """Seconds before the Snapshot step looks again while a host is still freezing: at once
-    while the hosts' markers are what it waits on, a second when it has only Run Command's
-    status to go by (no signals, or a host finished without its marker arriving)."""
+def freeze_at(sent_at: float, lead: float = FREEZE_LEAD_SECONDS) -> int | None:
+    """The instant every host freezes at (freeze-io's ``FreezeAt``, epoch milliseconds) for
+    sends that began at ``sent_at`` (epoch seconds); None with no lead (each host at once)."""
+    return math.ceil((sent_at + lead) * 1000) if lead > 0 else None
+
+
+def next_look(signals_on: bool, finished_without_signal: bool, until_freeze: float = 0.0) -> int:
+    """Seconds before the Snapshot step looks again while a host is still freezing: the whole
+    seconds left before the hosts' common instant (``until_freeze``), then at once while the
+    hosts' markers are what it waits on, a second when it has only Run Command's status to go by
+    (no signals, or a host finished without its marker arriving)."""
+    if until_freeze >= 1:
+        return int(until_freeze)
     return 0 if signals_on and not finished_without_signal else 1
 
 
