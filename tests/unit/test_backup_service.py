@@ -636,3 +636,26 @@ def test_snapshot_sends_thaw_io_to_every_host_the_moment_it_returns(world: dict[
     assert answer["taken"] is True
     assert [f["status"] for f in answer["freezes"]] == ["Success", "Success"]
     assert [h["thawCommandId"] for h in answer["thawHosts"]] == ["11111111-2222-3333-4444-555555555555", ""]
+
+
+def test_a_host_is_late_counting_from_the_common_instant_not_from_the_sends(world: dict[str, Any]) -> None:
+    # Given hosts sent at 100 and told to freeze at 101.5, a 10 s timeout, one still freezing
+    backup = record(world["table"], state="freezing")
+    hosts = _frozen_hosts(backup.backup_id)[:1]
+    freezing = {"hosts": hosts, "sentAt": 100.0, "freezeAt": 101.5}
+    ssm = boto3.client("ssm", region_name=REGION)
+    answers = Stubber(ssm)
+    for _ in range(2):
+        answers.add_response("get_command_invocation", {"Status": "InProgress"})
+    with answers:
+        # When Run Command still says InProgress 10.5 s after the sends (9 s after the instant)
+        soon, waiting = aws_snapshot._freeze_results(
+            service(world["table"], ssm=ssm, clock=lambda: 110.5).ctx, freezing, 10
+        )
+        # and 11.6 s after the instant
+        later, _ = aws_snapshot._freeze_results(
+            service(world["table"], ssm=ssm, clock=lambda: 113.1).ctx, freezing, 10
+        )
+    # Then it is still waited for at first (its watchdog's window began at the instant), then late
+    assert (soon, waiting) == ([], [hosts[0]["instanceId"]])
+    assert later[0]["status"] == "GaveUp"

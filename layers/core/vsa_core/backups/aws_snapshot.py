@@ -81,12 +81,18 @@ def _send(
     return str(answer["Command"]["CommandId"]), ""
 
 
+def _freezing_since(freezing: Mapping[str, Any]) -> float:
+    """When the hosts began to freeze: their common instant, or when they were sent (the later);
+    a host still freezing ``timeout`` seconds after it is late."""
+    return max(float(freezing.get("sentAt") or 0), float(freezing.get("freezeAt") or 0))
+
+
 def _freeze_results(
     ctx: BackupContext, freezing: Mapping[str, Any], timeout: float
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Each host's freeze-io outcome so far, and the hosts still freezing (within the timeout)."""
     results, waiting = [], []
-    late = ctx.clock() - float(freezing.get("sentAt") or 0) > timeout
+    late = ctx.clock() - _freezing_since(freezing) > timeout
     for host in freezing.get("hosts", []):
         instance = host["instanceId"]
         if not host.get("freezeCommandId"):
@@ -152,9 +158,8 @@ def _look(
     now, last = ctx.clock(), float(previous.get("ssmCheckedAt") or freezing.get("sentAt") or 0)
     if not rest:
         return _Look([], signaled, [], 0, last)
-    # the hosts freeze at the common instant, not when sent: lateness counts from the later
     common = float(freezing.get("freezeAt") or 0)
-    late = now - max(float(freezing.get("sentAt") or 0), common) > timeout
+    late = now - _freezing_since(freezing) > timeout
     if on and not late and now - last < signals.SSM_CHECK_SECONDS:
         wait = signals.next_look(on, False, common - now)
         return _Look([], signaled, [h["instanceId"] for h in rest], wait, last)
