@@ -32,6 +32,22 @@ def decoded(parameter: str) -> str:
     return base64.urlsafe_b64decode(parameter + "=" * (-len(parameter) % 4)).decode()
 
 
+def _answer_sends(stub: Stubber, count: int) -> None:
+    for _ in range(count):
+        stub.add_response("send_command", {"Command": {"CommandId": "11111111-2222-3333-4444-555555555555"}})
+
+
+def _sends(count: int) -> tuple[Any, Stubber, list[dict[str, Any]]]:
+    """An SSM client whose next ``count`` SendCommands are answered, and the parameters each
+    was called with."""
+    ssm = boto3.client("ssm", region_name=REGION)
+    sent: list[dict[str, Any]] = []
+    ssm.meta.events.register("provide-client-params.ssm.SendCommand", lambda params, **_: sent.append(params))
+    stub = Stubber(ssm)
+    _answer_sends(stub, count)
+    return ssm, stub, sent
+
+
 def test_the_keys_the_marker_and_the_parameter_form() -> None:
     assert signals.thaw_key("a", "bk-1") == "signals/a/bk-1/thaw"
     assert signals.host_key("a", "bk-1", "i-1") == "signals/a/bk-1/hosts/i-1"
@@ -77,12 +93,7 @@ def test_with_signals_each_host_gets_its_urls_presigned_with_signature_version_4
     hosts = [{**h, "timeoutSeconds": "10"} for h in _frozen_hosts(backup.backup_id)]
     for h in hosts:
         h.pop("freezeCommandId")
-    ssm = boto3.client("ssm", region_name=REGION)
-    sent: list[dict[str, Any]] = []
-    ssm.meta.events.register("provide-client-params.ssm.SendCommand", lambda params, **_: sent.append(params))
-    stub = Stubber(ssm)
-    for _ in hosts:
-        stub.add_response("send_command", {"Command": {"CommandId": "11111111-2222-3333-4444-555555555555"}})
+    ssm, stub, sent = _sends(len(hosts))
     with stub, pytest.MonkeyPatch.context() as patch:
         patch.setattr("vsa_core.backups.aws_snapshot.SEND_WORKERS", 1)
         answer = service(world["table"], ssm=ssm, signals=bucket).freeze(
@@ -122,12 +133,7 @@ def test_every_host_is_given_one_instant_to_freeze_at_a_lead_after_the_sends_beg
         }
         for n in range(3)
     ]
-    ssm = boto3.client("ssm", region_name=REGION)
-    sent: list[dict[str, Any]] = []
-    ssm.meta.events.register("provide-client-params.ssm.SendCommand", lambda params, **_: sent.append(params))
-    stub = Stubber(ssm)
-    for _ in hosts:
-        stub.add_response("send_command", {"Command": {"CommandId": "11111111-2222-3333-4444-555555555555"}})
+    ssm, stub, sent = _sends(len(hosts))
     ticks = iter([1000.0, 1000.4, 1000.8, 1001.2, 1001.6])
     with stub, pytest.MonkeyPatch.context() as patch:
         patch.setattr("vsa_core.backups.aws_snapshot.SEND_WORKERS", 1)
@@ -141,8 +147,7 @@ def test_every_host_is_given_one_instant_to_freeze_at_a_lead_after_the_sends_beg
     assert len(sent) == 3
     # and with no lead (VSA_FREEZE_LEAD_MILLISECONDS=0) no instant: each host freezes at once
     sent.clear()
-    for _ in hosts:
-        stub.add_response("send_command", {"Command": {"CommandId": "11111111-2222-3333-4444-555555555555"}})
+    _answer_sends(stub, len(hosts))
     with stub:
         answer = service(world["table"], ssm=ssm, freeze_lead=0).freeze(
             backup.backup_id, hosts, "vsa-freeze-io", "demo"
