@@ -1734,6 +1734,47 @@ def test_the_watch_ends_with_the_arrays_teardown_its_boot_or_its_last_attached_v
     assert "none of the registered volumes is attached" in watch_log(c0, watch)
 
 
+def test_survivors_fencing_side_by_side_find_the_lost_key_gone_and_serve(node: Nodes, tmp_path: Path):
+    # Given c0 lost with its key on both volumes, and two survivors registered (every survivor
+    # fences a lost controller)
+    c0, c1, c2 = node("c0"), node("c1"), node("c2")
+    for target in (c0, c1, c2):
+        target.attach(*VOLUMES)
+    lost = fenced(c0, "boot-a", Owners="0,0").report["fencing"]["key"]
+    other = fenced(c1, "boot-b", Owners="0,0").report["fencing"]["key"]
+    assert fenced(c2, "boot-c", Owners="0,0").code == 0
+    # When c1's preempt of c0's key lands on each volume between c2's read of the registrants and
+    # c2's own preempt (c2's nvme runs c1's first), and c2 is promoted to serve slot 0's group
+    racing = tmp_path / "nvme-racing"
+    racing.write_text(
+        "#!/bin/bash\n"
+        'if [[ $1 == resv-acquire && " $* " == *" --racqa=2 "* ]]; then\n'
+        f'  VSA_NODE_ROOT={c1.root} {FAKE_NVME} resv-acquire "{c1.root}/dev/disk/by-id/${{2##*/}}"'
+        f" --crkey=$(({other})) --prkey=$(({lost})) --rtype=5 --racqa=2 >/dev/null\n"
+        "fi\n"
+        f'exec {FAKE_NVME} "$@"\n'
+    )
+    racing.chmod(0o755)
+    (c2.root / "boot_id").write_text("boot-c\n")
+    promoted = configure(
+        c2,
+        "10.0.0.7",
+        Slot="2",
+        Owners="0,0",
+        Serving="2,0",
+        FenceKeys=lost,
+        Fencing="reservations",
+        NvmeCommand=str(racing),
+        BootIdFile="boot_id",
+        DmesgCommand=FAKE_DMESG,
+    )
+    # Then c2 takes the refused preempt for what it is (the key gone all the same) and serves
+    assert promoted.code == 0, promoted.stderr
+    assert promoted.stderr.count("preempted meanwhile by another survivor") == len(VOLUMES)
+    assert all(set(registrants(c2)[v]["keys"]) == {"c1", "c2"} for v in VOLUMES)
+    assert ana_states(c2)["2"] == "optimized"
+
+
 def test_a_survivor_that_cannot_fence_promotes_nothing(node: Nodes):
     # Given c0 registered and owning the volumes, and c1 attached but not registered (another
     # user took the volume's reservation with another type meanwhile)
