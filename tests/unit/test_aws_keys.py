@@ -131,6 +131,15 @@ def test_a_controller_gets_its_copy_at_bootstrap_and_the_copies_of_controllers_g
     assert len(secret(clients, f"vsa/dbx/node/{CONTROLLER_2}")["hosts"]) == 3
 
 
+def test_a_draining_controller_keeps_its_copy_until_its_drain_lets_it_go() -> None:
+    # with fencing a planned drain has the leaving controller release its volumes first, a
+    # configure-target that reads its keys: a controller bootstrapping meanwhile must not drop them
+    for state in ("InService", "Pending", "Pending:Wait", "Terminating", "Terminating:Wait"):
+        assert aws_keys.keeps_keys(state), state
+    for state in ("Terminating:Proceed", "Terminated"):
+        assert not aws_keys.keeps_keys(state), state
+
+
 def test_refresh_writes_each_controllers_copy_as_the_keys_are_now(clients: aws_keys.KeysClients) -> None:
     aws_keys.converge(clients, spec(HOST_1), [])
     aws_keys.write_controller(clients, spec(HOST_1), CONTROLLER_1, [CONTROLLER_1])

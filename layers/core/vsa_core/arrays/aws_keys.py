@@ -91,13 +91,22 @@ def of(clients: ArrayClients) -> KeysClients:
     )
 
 
+LET_GO = ("Terminating:Proceed", "Terminated")
+"""Group lifecycle states of a controller whose drain is over: it runs no document any more."""
+
+
+def keeps_keys(lifecycle_state: str) -> bool:
+    """Whether a group instance in ``lifecycle_state`` keeps its copy of the keys: while it
+    serves, boots, or drains (``Terminating:Wait``: DrainController still runs its documents,
+    with fencing the release of the volumes it owns, a configure-target that reads the keys)."""
+    return lifecycle_state not in LET_GO
+
+
 def in_group(clients: ArrayClients, array_id: str) -> list[str]:
-    """The controllers of the array's group that are or will be serving (not terminating)."""
+    """The controllers of the array's group that keep their copy of the keys (``keeps_keys``)."""
     group = describe_group(clients, group_name(array_id))
     instances = group.get("Instances", []) if group else []
-    return sorted(
-        str(i["InstanceId"]) for i in instances if not str(i.get("LifecycleState", "")).startswith("Terminat")
-    )
+    return sorted(str(i["InstanceId"]) for i in instances if keeps_keys(str(i.get("LifecycleState", ""))))
 
 
 def _code(error: ClientError) -> str:
