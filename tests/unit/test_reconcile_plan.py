@@ -344,9 +344,17 @@ def fenced(controllers: tuple[Controller, ...], volumes: tuple[str, ...] = (V1, 
 
 
 def test_without_fencing_the_export_phase_has_no_wave_and_sends_no_owner() -> None:
-    seen = observed(spec((V1, V2)), {V1: ALL, V2: ALL})
+    seen = observed(spec((V1, V2), fencing="none"), {V1: ALL, V2: ALL})
     assert plan.export_wave(seen, {}, None, {}) is None
     assert all("Owners" not in i.parameters for i in plan.commands("export", seen, DOCS, NODE))
+
+
+def test_with_fencing_and_no_controller_serving_yet_the_export_phase_has_no_wave_and_sends_nothing() -> None:
+    # a new or restored array's first run: its controllers still launching, owners recorded or not
+    seen = fenced(())
+    assert plan.export_wave(seen, {}, None, {}) is None
+    assert plan.export_wave(seen, {V1: 0, V2: 1, V3: 0}, None, {0: "key-0"}) is None
+    assert plan.commands("export", seen, DOCS, NODE) == []
 
 
 def test_first_owners_go_to_every_controller_in_one_wave_with_its_key_registered() -> None:

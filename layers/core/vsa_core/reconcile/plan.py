@@ -276,10 +276,15 @@ def export_wave(
     """The export phase's wave with fencing on (None without): the handover recorded as under
     way, resumed at its wave while it still fits the array (the same volumes, takers still
     serving), else a new one from the stored ``owners`` to an even split over the serving
-    controllers. ``lost_keys``: the reservation key of each owner slot that no longer serves."""
+    controllers. ``lost_keys``: the reservation key of each owner slot that no longer serves.
+    None too while no controller serves (a new or restored array's first run, every controller
+    still launching): nothing is exported, and the first to serve starts the handover that gives
+    it the volumes (BootstrapController's StartHandover), fencing any lost owner first."""
     if observed.spec.fencing != RESERVATIONS:
         return None
     serving = {c.slot for c in observed.controllers}
+    if not serving:
+        return None
     after: dict[str, int] | None = None
     wave = 1
     if under_way:
