@@ -45,7 +45,12 @@ from traces.families import FAMILIES, Array, trace
 from vsa_core.alarm_tuning import LOW_EVALUATION_PERIODS
 from vsa_core.arrays.capacity import controllers_needed, deliverable_iops, volume_controllers
 from vsa_core.arrays.spec import ArraySpec
-from vsa_core.scaling.simulator import DEFAULT_DRAIN_MINUTES, simulate_oracle, simulate_planner
+from vsa_core.scaling.simulator import (
+    DEFAULT_DRAIN_MINUTES,
+    simulate_oracle,
+    simulate_planner,
+    spread_volumes,
+)
 from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES
 
 RATIO_TARGET = 1.15
@@ -58,7 +63,7 @@ def spec_for(array: Array) -> ArraySpec:
         {
             "arrayId": "bench",
             "availabilityZone": "us-east-1a",
-            "volumes": [{"volumeId": "vol-00000000000000000"}],
+            "volumes": spread_volumes(),
             "controllers": {"instanceType": "r5b.24xlarge", "imageId": "ami-00000000000000000"},
             "minControllers": array.min_controllers,
             "maxControllers": array.max_controllers,

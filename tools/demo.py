@@ -48,11 +48,13 @@ console = Console(highlight=False, width=110)
 FREEZE_STATE = Path("/run/vsa-freeze")  # where freeze-io keeps its watchdogs' pid files on a host
 VSACTL = ".venv/bin/vsactl"  # as printed for a newcomer: run from the checkout
 # The figures of the story. A controller (r5b.2xlarge) sustains its EBS-optimized baseline,
-# 21,667 IOPS (perControllerIops' default), 15,167 at the 0.7 target; on io2 Multi-Attach the
-# array delivers at most its volumes' provisioned IOPS (64,000 here: 4 controllers are not
-# volume-bound). DEMAND needs 4 controllers: ceil(52,345 / 15,167) = 4.
+# 21,667 IOPS (perControllerIops' default), 15,167 at the 0.7 target. With one owner controller
+# per volume (fencing: reservations, the default) a volume moves at most its owner's IOPS and at
+# most one controller per volume carries IO: four volumes, so four controllers can (86,668 IOPS
+# at most: not volume-bound at 4). DEMAND needs 4 controllers: ceil(52,345 / 15,167) = 4.
 EXISTING_GIB, EXISTING_IOPS = 500, 40_000  # io2: at most 1,000 IOPS per GiB, 256,000 a volume
-LOGS_GIB, LOGS_IOPS = 200, 24_000
+OWNED = ("logs", "index", "journal")  # the volumes the control plane creates for the array
+OWNED_GIB, OWNED_IOPS = 200, 24_000
 DEMAND = 52_345
 
 
@@ -125,7 +127,10 @@ def write_spec(
         "specVersion": 1,
         "arrayId": array_id,
         "availabilityZone": AZ,
-        "volumes": [{"volumeId": volume}, {"name": "logs", "sizeGiB": LOGS_GIB, "iops": LOGS_IOPS}],
+        "volumes": [
+            {"volumeId": volume},
+            *({"name": name, "sizeGiB": OWNED_GIB, "iops": OWNED_IOPS} for name in OWNED),
+        ],
         "controllers": {"instanceType": "r5b.2xlarge", "imageId": AMI, "instanceProfile": profile},
         "minControllers": 2,
         "maxControllers": 8,
@@ -412,7 +417,7 @@ def run(d: Demo, skip_day2: bool) -> str:
     cap = show_capacity(d.array_id)
     if skip_day2:
         say("8.-12.", "skipped (--skip-day2): a scale-out by alarm, a volume added, a controller replaced,")
-        note("keys rotated; the array keeps minControllers=2 controllers and its first two volumes")
+        note(f"keys rotated; the array keeps minControllers=2 controllers and its {1 + len(OWNED)} volumes")
     else:
         day_two(d, spec, cap)
     backup_id = back_up(d)
@@ -427,7 +432,9 @@ def declare(d: Demo) -> dict[str, Any]:
     console.print("    " + d.spec_file.read_text().replace("\n", "\n    ").rstrip())
     note("vsactl signs the request with SigV4 (IAM auth); the API validates everything against AWS")
     note("first (volumes, host, launch settings), stores the spec, then creates what it declares; the owned")
-    note("volume (logs) is created by the ReconcileArray run it starts, so the API answers 202 at once:")
+    note(f"volumes ({', '.join(OWNED)}) are created by the ReconcileArray run it starts, so the API answers")
+    note("202 at once. No fencing in the spec: the default, one owner controller per volume, fenced by")
+    note("NVMe reservations when it is lost, before another serves the volume (README: a lost controller):")
     vsactl("apply", "-f", str(d.spec_file))
 
     say("6.", "a spec that cannot work is refused with its reason, and nothing is created")
@@ -439,7 +446,10 @@ def declare(d: Demo) -> dict[str, Any]:
     say("7.", "the group launched minControllers=2 controllers; BootstrapController brings each into service")
     note("per controller: lease a slot (its NVMe controller-id range), attach every volume (Multi-Attach),")
     note("wait for its SSM agent, run configure-target (nvmet over configfs), run connect-path on every")
-    note("host and check the new path is live, then CompleteLifecycleAction CONTINUE")
+    note("host and check the new path is live, then CompleteLifecycleAction CONTINUE; with fencing, it first")
+    note("registers the controller's reservation key (one per boot) on every volume, and once it serves, a")
+    note("ReconcileArray run hands it its share of the volumes (ANA: optimized on the owner, inaccessible on")
+    note("the others, so the host queues a lost owner's IO until a survivor has fenced it and serves it)")
     return spec
 
 
@@ -543,8 +553,9 @@ def replace(d: Demo, serving: list[dict[str, Any]]) -> None:
         InstanceId=first["instanceId"], ShouldDecrementDesiredCapacity=False
     )
     note(f"terminate {first['instanceId']} in its group: the drain hook holds it (Terminating:Wait);")
-    note("DrainController marks it draining, runs disconnect-path on every host first (the host stops using")
-    note("that path while the others carry the IO), then tears its nvmet down, detaches, releases the slot,")
+    note("DrainController marks it draining, hands the volumes it owns over to the others (it releases")
+    note("each before a taker serves it), runs disconnect-path on every host (the host stops using that")
+    note("path while the others carry the IO), then tears its nvmet down, detaches, releases the slot,")
     note("CONTINUE. The group launches a replacement at once; BootstrapController brings it in (free slot):")
     time.sleep(3)  # narration: the host's paths a moment into the drain
     show_paths(d.host)

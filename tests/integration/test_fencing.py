@@ -17,7 +17,7 @@ from typing import Any
 
 import boto3
 
-from tests.integration.arrays_world import create_array, node_root, settle, spec_for
+from tests.integration.arrays_world import create_array, get_array, node_root, settle, spec_for
 from tests.integration.conftest import fire_alarm, recent_stamp, wait_for_execution
 from tests.integration.test_controller_lifecycle import lost_events, serving
 from vsa_core.arrays.aws_registry import ArrayRegistry
@@ -93,14 +93,11 @@ def fenced_array(
     scripted_alarms(array_id)
     volumes = [world.volume(), world.volume(), world.volume()]
     spec = spec_for(
-        array_id,
-        world,
-        volumes=[{"volumeId": v} for v in volumes],
-        minControllers=2,
-        maxControllers=most,
-        fencing="reservations",
+        array_id, world, volumes=[{"volumeId": v} for v in volumes], minControllers=2, maxControllers=most
     )
+    del spec["fencing"]  # the default, as a new array gets it
     create_array(api, array_id, spec)
+    assert get_array(api, array_id)["spec"]["fencing"] == "reservations"
     settle(array_id)
     return array_id, volumes, wait_for_owners(stack_outputs, array_id, {0, 1})
 

@@ -194,7 +194,7 @@ def test_validate_refuses_to_turn_fencing_off_on_a_running_array_and_takes_it_on
     volume = world.volume()
     spec = world.spec([{"volumeId": volume}], fencing="reservations")
     registered = RegisteredArray(spec=spec, desired_controllers=2, version=1)
-    plain = world.spec([{"volumeId": volume}])
+    plain = world.spec([{"volumeId": volume}], fencing="none")
     with pytest.raises(ConflictError, match="fencing cannot go from reservations back to none"):
         world.service.validate(plain, registered)
     world.service.validate(spec, RegisteredArray(spec=plain, desired_controllers=2, version=1))

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.specs import BASE
+from tests.specs import SPREAD
 from vsa_core.arrays.capacity import controllers_needed
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.scaling import rules
@@ -19,7 +19,7 @@ SIZING = {
     "target_utilisation": 0.7,
     "min_controllers": 2,
 }
-SPEC = ArraySpec(arrayId="demo", availabilityZone="us-east-1a", **BASE, minControllers=2, maxControllers=16)
+SPEC = ArraySpec(arrayId="demo", availabilityZone="us-east-1a", **SPREAD, minControllers=2, maxControllers=16)
 
 
 def hourly(hours: int, surge: float = 1_500_000.0, skip: int | None = None) -> list[float | None]:

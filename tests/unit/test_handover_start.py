@@ -100,7 +100,7 @@ def test_a_recorded_run_past_its_export_phase_does_not_stop_a_new_one(world: Any
 
 def test_an_array_without_fencing_starts_nothing(world: Any) -> None:
     starter, registry, sfn = world
-    registry.create(_spec())
+    registry.create(_spec(fencing="none"))
     answer = start_handover(starter, registry, "demo", NEWCOMER)
     assert answer["started"] is False
     assert answer["reason"] == "the array has no fencing: every controller serves every volume"

@@ -300,3 +300,28 @@ def test_an_update_that_does_not_say_keeps_the_arrays_authentication() -> None:
     assert keep_unsaid(running, unsaid).authentication == "none"
     assert keep_unsaid(running, _auth_spec(authentication="dh-hmac-chap")).authentication == "dh-hmac-chap"
     assert keep_unsaid(None, unsaid).authentication == "dh-hmac-chap"
+
+
+def test_a_new_array_fences_and_a_running_one_without_keeps_none_until_its_spec_says() -> None:
+    # a new array: one owner per volume, fenced by NVMe reservations (round-robin only if asked)
+    assert _auth_spec().fencing == "reservations"
+    assert _auth_spec(fencing="none").fencing == "none"
+    running = _auth_spec(fencing="none", authentication="none")
+    unsaid = ArraySpec.model_validate(
+        {
+            k: v
+            for k, v in _auth_spec().model_dump(by_alias=True).items()
+            if k not in ("fencing", "authentication")
+        }
+    )
+    # an update that names neither keeps both as they run; one that names fencing takes it
+    kept = keep_unsaid(running, unsaid)
+    assert (kept.fencing, kept.authentication) == ("none", "none")
+    said = ArraySpec.model_validate(
+        {**unsaid.model_dump(by_alias=True, exclude_unset=True), "fencing": "reservations"}
+    )
+    assert (keep_unsaid(running, said).fencing, keep_unsaid(running, said).authentication) == (
+        "reservations",
+        "none",
+    )
+    assert keep_unsaid(None, unsaid).fencing == "reservations"

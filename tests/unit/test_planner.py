@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from tests.specs import BASE
+from tests.specs import SPREAD
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.naming import ARRAY_ID_PATTERN
 from vsa_core.scaling.planner import (
@@ -33,7 +33,7 @@ def spec(
     return ArraySpec(
         arrayId="demo",
         availabilityZone="us-east-1a",
-        **BASE,
+        **SPREAD,
         minControllers=min_controllers,
         maxControllers=max_controllers,
         perControllerIops=per_controller_iops,
@@ -228,7 +228,7 @@ def specs(draw: st.DrawFn) -> ArraySpec:
     return ArraySpec(
         arrayId=draw(st.from_regex(ARRAY_ID_PATTERN, fullmatch=True)),
         availabilityZone="us-east-1a",
-        **BASE,
+        **SPREAD,
         minControllers=draw(st.integers(1, max_controllers)),
         maxControllers=max_controllers,
         perControllerIops=draw(st.integers(1_000, 1_000_000)),

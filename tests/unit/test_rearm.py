@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.specs import BASE
+from tests.specs import SPREAD
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.scaling import aws_plan, rules, simulator
 from vsa_core.scaling.planner import PlanInput, ScaleDecision, plan
 from vsa_core.scaling.rules import REARM_AT_TARGET_FACTOR, rearm_after
 from vsa_core.scaling.simulator import Alarms, rearm_minutes
 
-SPEC = ArraySpec(arrayId="demo", availabilityZone="us-east-1a", **BASE, minControllers=2, maxControllers=8)
+SPEC = ArraySpec(arrayId="demo", availabilityZone="us-east-1a", **SPREAD, minControllers=2, maxControllers=8)
 BASE_SECONDS = 60
 BOUND_MINUTES = math.ceil(BASE_SECONDS * REARM_AT_TARGET_FACTOR / 60) + 1
 """The longest a breached alarm can go without starting a run: the longest re-arm pause, then
@@ -187,7 +187,7 @@ def test_a_plan_the_planner_makes_is_judged_by_the_same_rule():
 def test_a_stale_hold_rearms_after_the_base_pause():
     # Given a run that found only stale data (rules.MAX_DATA_AGE): it holds, waiting
     array = ArraySpec(
-        arrayId="demo", availabilityZone="us-east-1a", **BASE, minControllers=2, maxControllers=8
+        arrayId="demo", availabilityZone="us-east-1a", **SPREAD, minControllers=2, maxControllers=8
     )
     request = aws_plan.ScaleRequest.model_validate(
         {

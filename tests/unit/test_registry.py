@@ -289,23 +289,26 @@ def test_history_expires_after_the_retention(registry_table: str, dynamodb):
     assert expires_at(now, 90) == int(datetime(2027, 1, 31, 17, 5, tzinfo=UTC).timestamp())
 
 
-def test_a_spec_stored_before_authentication_existed_keeps_none(
-    registry: ArrayRegistry, dynamodb, registry_table: str
+@pytest.mark.parametrize(
+    ("setting", "default"), [("authentication", "dh-hmac-chap"), ("fencing", "reservations")]
+)
+def test_a_spec_stored_before_a_setting_existed_keeps_none(
+    registry: ArrayRegistry, dynamodb, registry_table: str, setting: str, default: str
 ):
-    # Given an array stored by an earlier release: its spec JSON has no authentication
+    # Given an array stored by an earlier release: its spec JSON has no such setting
     registry.create(make_spec())
     stored = json.loads(
         dynamodb.get_item(TableName=registry_table, Key=array_key("demo"))["Item"]["spec"]["S"]
     )
-    assert stored.pop("authentication") == "dh-hmac-chap"  # what this release stores for a new array
+    assert stored.pop(setting) == default  # what this release stores for a new array
     dynamodb.update_item(
         TableName=registry_table,
         Key=array_key("demo"),
         UpdateExpression="SET spec = :spec",
         ExpressionAttributeValues={":spec": {"S": json.dumps(stored)}},
     )
-    # When read / Then it runs as it ran: without authentication (the default is for new arrays)
-    assert registry.get("demo").spec.authentication == "none"
+    # When read / Then it runs as it ran: without it (the default is for new arrays)
+    assert getattr(registry.get("demo").spec, setting) == "none"
 
 
 def test_a_stored_version_is_marked_applying_until_its_apply_says_it_finished(registry: ArrayRegistry):

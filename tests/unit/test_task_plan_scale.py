@@ -11,7 +11,7 @@ import boto3
 import pytest
 
 from task_plan_scale import handler
-from tests.specs import BASE
+from tests.specs import SPREAD
 from tests.unit.conftest import REGION, FakeLambdaContext, an_image_id, load_event
 from vsa_core.arrays.aws_registry import ArrayRegistry, array_key
 from vsa_core.arrays.spec import ArraySpec
@@ -24,7 +24,7 @@ from vsa_core.scaling.forecast import Floor, from_stored
 from vsa_core.scaling.planner import PlanInput, plan
 
 REQUEST: dict[str, Any] = load_event("stepfunctions/task_plan_scale.json")
-DEMO = ArraySpec(arrayId="demo", availabilityZone="us-east-1a", **BASE, minControllers=2, maxControllers=8)
+DEMO = ArraySpec(arrayId="demo", availabilityZone="us-east-1a", **SPREAD, minControllers=2, maxControllers=8)
 NOW = datetime(2026, 11, 2, 17, 5, tzinfo=UTC)
 SETTINGS = PlanSettings(health_check_minutes=5, history_retention_days=90, stack_name="vsa-unit")
 """The planner's settings: the template's defaults, the unit stack's name."""

@@ -74,9 +74,11 @@ def registered_array(item: dict[str, Any]) -> RegisteredArray:
     """An array as its registry item holds it."""
     deleting = item.get("deleting", {}).get("S")
     stored = json.loads(item["spec"]["S"])
-    # a spec stored before ``authentication`` existed ran without it: it keeps none (the
-    # field's default, dh-hmac-chap, is for new arrays) until an apply says otherwise
+    # a spec stored before ``authentication`` or ``fencing`` existed ran without it: it keeps
+    # none (the defaults, dh-hmac-chap and reservations, are for new arrays) until an apply says
+    # otherwise
     stored.setdefault("authentication", "none")
+    stored.setdefault("fencing", "none")
     return RegisteredArray(
         spec=ArraySpec.model_validate(stored, context=STORED),
         desired_controllers=int(item["desiredControllers"]["N"]),

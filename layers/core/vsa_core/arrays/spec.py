@@ -629,14 +629,16 @@ class ArraySpec(_Strict):
         "key. An array stored before this setting existed keeps none until its spec says otherwise",
     )
     fencing: Literal["none", "reservations"] = Field(
-        default="none",
+        default="reservations",
         description="how a lost controller is kept from writing once another serves its volumes: "
-        "reservations gives each volume one owner controller (ANA: optimized there, inaccessible "
-        "elsewhere, so a host queues its IO while the owner is lost instead of resending it), "
-        "each controller an NVMe reservation key per boot on every volume, and a survivor "
-        "preempts the lost owner's key before it serves the volume (io2 Multi-Attach on Nitro); "
-        "none serves every volume through every controller (round-robin): a controller cut off "
-        "with writes in flight can land them after the host has rewritten the blocks elsewhere",
+        "reservations (default for a new array) gives each volume one owner controller (ANA: "
+        "optimized there, inaccessible elsewhere, so a host queues its IO while the owner is lost "
+        "instead of resending it), each controller an NVMe reservation key per boot on every volume, "
+        "and a survivor preempts the lost owner's key before it serves the volume (io2 Multi-Attach "
+        "on Nitro); a volume's IOPS are then at most its owner's. none serves every volume through "
+        "every controller (round-robin): a controller cut off with writes in flight can land them "
+        "after the host has rewritten the blocks elsewhere (silent corruption). An array stored "
+        "with none keeps none until its spec says reservations; reservations cannot go back",
     )
     demand_metric: DemandMetric | None = Field(
         default=None,
@@ -704,18 +706,24 @@ class ArraySpec(_Strict):
         return tuple(v for v in self.volumes if isinstance(v, NewVolume))
 
 
+UNSAID_KEPT = ("authentication", "fencing")
+"""The settings whose default is for new arrays only: an array running with ``none`` keeps it
+until a spec names the setting (``dh-hmac-chap``, ``reservations``)."""
+
+
 def keep_unsaid(current: ArraySpec | None, spec: ArraySpec) -> ArraySpec:
-    """``spec`` with the settings it does not mention kept as ``current`` has them, where the
-    default is for new arrays only: ``authentication`` (an array running without it keeps running
-    so until a spec says ``dh-hmac-chap``). Only ``none`` can be kept over the default, and none
-    fits every spec the default fits."""
-    if current is None or "authentication" in spec.model_fields_set:
+    """``spec`` with the settings of ``UNSAID_KEPT`` it does not mention kept as ``current`` has
+    them. Only ``none`` can be kept over a default, and none fits every spec the default fits."""
+    if current is None:
         return spec
-    if current.authentication == spec.authentication:
+    kept = {
+        name: getattr(current, name)
+        for name in UNSAID_KEPT
+        if name not in spec.model_fields_set and getattr(current, name) != getattr(spec, name)
+    }
+    if not kept:
         return spec
-    return ArraySpec.model_validate(
-        {**spec.model_dump(by_alias=True, exclude_unset=True), "authentication": current.authentication}
-    )
+    return ArraySpec.model_validate({**spec.model_dump(by_alias=True, exclude_unset=True), **kept})
 
 
 class Deletion(BaseModel):

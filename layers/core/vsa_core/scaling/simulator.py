@@ -121,14 +121,22 @@ EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
 """Minute 0 of every replay (a Monday, 00:00 UTC): only differences of it matter."""
 
 
+def spread_volumes(count: int = MULTI_ATTACH_LIMIT) -> list[dict[str, str]]:
+    """``count`` existing volumes (spec form): an array whose IO is spread so that, with one owner
+    per volume, as many controllers carry it."""
+    return [{"volumeId": f"vol-{i:017x}"} for i in range(count)]
+
+
 def default_spec() -> ArraySpec:
     """The array simulated when no spec is given: min 2, max 16 controllers of 260,000 IOPS, 70%
-    target utilisation, the model's default cooldowns (scale-out 60 s, scale-in 180 s)."""
+    target utilisation, the model's default cooldowns (scale-out 60 s, scale-in 180 s), and the
+    defaults of everything else: with one owner controller per volume (``fencing``), 16 volumes,
+    so that every controller can carry IO."""
     return ArraySpec.model_validate(
         {
             "arrayId": "simulated",
             "availabilityZone": "us-east-1a",
-            "volumes": [{"volumeId": "vol-00000000000000000"}],
+            "volumes": spread_volumes(),
             "controllers": {"instanceType": "r5b.24xlarge", "imageId": "ami-00000000000000000"},
             "minControllers": 2,
             "maxControllers": MULTI_ATTACH_LIMIT,
