@@ -235,15 +235,44 @@ def publish_demand(volumes: list[str], iops: float, minutes: int = 4) -> None:
 
 
 def wait_for_scale_execution(state_machine: str, array_id: str, known: set[str]) -> dict[str, Any]:
+    """The first new ScaleArray run that decided. One that found the array's lock taken (a
+    ReconcileArray run under way) is narrated and skipped: it re-armed the alarm, whose next
+    evaluation (a minute on the local cloud, as on AWS) starts the run that decides."""
     sfn = boto3.client("stepfunctions")
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         for execution in sfn.list_executions(stateMachineArn=state_machine)["executions"]:
             new = execution["name"].startswith(f"scale-{array_id}-") and execution["name"] not in known
-            if new and execution["status"] != "RUNNING":
-                return dict(sfn.describe_execution(executionArn=execution["executionArn"]))
+            if not new or execution["status"] == "RUNNING":
+                continue
+            described = dict(sfn.describe_execution(executionArn=execution["executionArn"]))
+            answer = json.loads(described.get("output") or "{}")
+            if answer.get("action") != "skipped":
+                return described
+            known.add(execution["name"])
+            note(f"a ScaleArray run skipped: {answer.get('reason')}")
         time.sleep(0.5)
-    raise SystemExit("no ScaleArray execution finished within 60 s: see `make localcloud-logs`")
+    raise SystemExit("no ScaleArray execution decided within 180 s: see `make localcloud-logs`")
+
+
+def handovers_done(state_machine: str, array_id: str, timeout: float = 180) -> None:
+    """Wait until no ReconcileArray run of the array is under way: with fencing, each controller
+    that enters service starts one, which hands it its share of the volumes."""
+    sfn = boto3.client("stepfunctions")
+    deadline = time.monotonic() + timeout
+    while True:
+        running = [
+            e["name"]
+            for e in sfn.list_executions(stateMachineArn=state_machine, statusFilter="RUNNING")["executions"]
+            if e["name"].startswith(f"reconcile-{array_id}-")
+        ]
+        if not running:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(
+                f"ReconcileArray still running after {timeout:.0f} s: {running}: make localcloud-logs"
+            )
+        time.sleep(1)
 
 
 def high_threshold(alarm: str) -> float:
@@ -412,6 +441,7 @@ def run(d: Demo, skip_day2: bool) -> str:
     """Steps 5 to 16; the id of the backup set step 13 made."""
     spec = declare(d)
     controllers_settled(d.array_id, d.out)
+    handovers_done(d.out["ReconcileArrayStateMachineArn"], d.array_id)
     show_paths(d.host)
     vsactl("get", d.array_id)
     cap = show_capacity(d.array_id)
