@@ -194,7 +194,7 @@ done
 [[ -e "$deploy_logs/realistic.ok" ]] || failed_deploys+=("realistic:port $REALISTIC_PORT, us-east-1")
 phase "deploy (the first cloud, two Regions)" "$SECONDS"
 if [[ ${#failed_deploys[@]} -ne 0 ]]; then
-  stop_dataplane; dataplane_pid=""
+  stop_dataplane; dataplane_pid=""; rm -f "$dataplane_log"
   show_log
   cat "$notices"
   for failed in "${failed_deploys[@]}"; do
@@ -211,8 +211,9 @@ rm -rf "$deploy_logs"
 export VSA_STACK_DEPLOYED=1
 timings "$FAST_PORT" fast
 
-# The integration tests start now, beside the tier's last minutes (it leaves most of a core
-# free then, and runs at a higher priority as root): the fast profile's on the first cloud, the
+# The integration tests start now, beside the tier's last minutes (alone it kept the two cores
+# about 65% busy then; it runs at a higher priority as root, and both take longer side by side
+# than apart, the command less: docs/measurements.md): the fast profile's on the first cloud, the
 # realistic profile's on the second. Each run's output, exit status and end time are kept in
 # files and printed whole when it ends, the tier's first.
 step "integration, side by side: the fast latency profile (port $FAST_PORT) and the realistic one (AWS-like waits, port $REALISTIC_PORT), beside the data plane's end"
