@@ -96,15 +96,31 @@ delays (volumes attaching, agents registering, instances pending) before its own
 with the fast tests beside it on two cores a four-controller one passed 600 s while progressing."""
 
 
+DURATIONS = Path(__file__).with_name("durations.json")
+"""Each test's seconds in a test command's run (``tools/slowest_tests.py --durations``)."""
+
+
+def longest_first(items: list[pytest.Item], durations: dict[str, float]) -> None:
+    """Sorts the tests longest first, so that pytest-xdist, which deals them out in order,
+    starts the long ones at once and ends on short ones, instead of on one long test while the
+    other workers idle. A test without a recorded time goes first (it may be long); equal times
+    keep the collection's order."""
+    unknown = max(durations.values(), default=0.0) + 1
+    items.sort(key=lambda item: -durations.get(item.nodeid, unknown))
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m selects on the marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that use ``realistic_timings`` are marked ``realistic``: tools/test.sh runs them in
-    a phase of their own, concurrently, under a profile set once for the phase."""
+    a phase of their own, concurrently, under a profile set once for the phase. Under
+    pytest-xdist every worker sorts the same way, longest first."""
     for item in items:
         if "realistic_timings" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.realistic)
             if item.get_closest_marker("timeout") is None:
                 item.add_marker(pytest.mark.timeout(REALISTIC_TIMEOUT))
+    if os.environ.get("PYTEST_XDIST_WORKER") and DURATIONS.is_file():
+        longest_first(items, json.loads(DURATIONS.read_text()))
 
 
 @pytest.fixture
