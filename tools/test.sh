@@ -174,7 +174,7 @@ long_pid=$!
 step "tests, beside it: unit + infra (no network); local-cloud fidelity; host documents (real XFS on loop devices, as root; SSM documents on sandbox nodes); workflows (the deployed ASL, tasks mocked)"
 SECONDS=0
 kept "unit, infra, local cloud, documents, workflows" \
-  on "$FAST_PORT" nice -n 10 "$VENV/python" -m pytest -n 4 --dist loadgroup --durations=10 --junitxml="$reports/unit-infra-localcloud.xml" tests/unit tests/infra tests/localcloud tests/documents tests/workflows || status=1
+  on "$FAST_PORT" nice -n 10 "$VENV/python" -m pytest -n 3 --dist loadgroup --durations=10 --junitxml="$reports/unit-infra-localcloud.xml" tests/unit tests/infra tests/localcloud tests/documents tests/workflows || status=1
 phase "unit, infra, local cloud, documents, workflows (nice 10)" "$SECONDS"
 
 # The first cloud is free now: the same build is deployed to it while the tier goes on.
