@@ -33,8 +33,10 @@ CONTROLLERS = 3
 FIGURES: dict[str, Any] = {}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
+    """test_dataplane.py's lab (the other modules each boot their own as ``lab``): closed with
+    its module, since its four idle guests took about half a core from whatever ran after it."""
     missing = missing_prerequisites()
     if missing:
         message = f"tests/dataplane needs {', '.join(missing)} (bash tools/dataplane-install.sh, as root)"
