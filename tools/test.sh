@@ -235,7 +235,7 @@ realistic_log="$(mktemp)"
 fast_log="$(mktemp)"
 in_background "$realistic_log" on "$REALISTIC_PORT" env VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest -n 5 \
   -m "realistic and not minutes" --junitxml="$reports/integration-realistic.xml" --durations=10 tests/integration
-in_background "$fast_log" on "$FAST_PORT" "$VENV/python" -m pytest -n 4 -m "not realistic" --durations=10 \
+in_background "$fast_log" on "$FAST_PORT" "$VENV/python" -m pytest -n 3 -m "not realistic" --durations=10 \
   --junitxml="$reports/integration-fast.xml" tests/integration
 wait "$dataplane_pid" || status=1
 dataplane_pid=""
