@@ -154,14 +154,16 @@ def run(
                     max(h["thawedAt"] for h in backup["hosts"])
                     - min(h["freezeStartedAt"] for h in backup["hosts"])
                 )
+            where = ""
             if backup.get("snapshotTiming"):
                 timing = backup["snapshotTiming"]
                 calls.append(timing["returnedAt"] - timing["requestedAt"])
                 if len(windows) == hosts:
                     parts.append(breakdown(backup["hosts"], timing))
+                    where = ", ".join(f"{k} {v:.3f}" for k, v in parts[-1].items())
             print(
                 f"  {volumes} vol run {i + 1}/{runs}: {backup['state']} {backup['consistency']} "
-                f"longest host window {max(windows, default=float('nan')):.3f} s",
+                f"longest host window {max(windows, default=float('nan')):.3f} s ({where})",
                 file=sys.stderr,
             )
     finally:

@@ -8,13 +8,15 @@ from urllib.parse import parse_qs, urlsplit
 
 import boto3
 import pytest
+from botocore.awsrequest import AWSResponse
 from botocore.config import Config
+from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
 from tests.unit import test_backup_service as backup_world
 from tests.unit.conftest import REGION
 from tests.unit.test_backup_service import _frozen_hosts, record, service, snapshots_taken
-from vsa_core.backups import signals
+from vsa_core.backups import sets, signals
 from vsa_core.backups.aws_signals import Signals
 
 BUCKET = "vsa-signals-test"
@@ -78,12 +80,16 @@ def test_the_keys_the_marker_and_the_parameter_form() -> None:
         signals.next_look(True, True),
         signals.next_look(False, False),
     ) == (0, 1, 1)
-    # before the hosts' common instant: its whole seconds, whatever the look can go by
+    # before the hosts' common instant: its whole seconds, whatever the look can go by, rounded
+    # up when the wait then ends at most LOOK_SLACK_SECONDS (0.25 s) after the instant
+    assert signals.LOOK_SLACK_SECONDS == 0.25
     assert (
         signals.next_look(True, False, 2.9),
+        signals.next_look(True, False, 2.7),
         signals.next_look(False, False, 1.0),
-        signals.next_look(True, False, 0.9),
-    ) == (2, 1, 0)
+        signals.next_look(True, False, 0.8),
+        signals.next_look(True, False, 0.7),
+    ) == (3, 2, 1, 1, 0)
 
 
 def test_with_signals_each_host_gets_its_urls_presigned_with_signature_version_4(
@@ -235,7 +241,7 @@ def test_a_look_within_a_second_reads_only_the_markers_then_run_command_for_the_
     }
 
 
-def test_the_last_marker_starts_the_snapshot_then_the_thaw_marker_and_thaw_io_go_out(
+def test_the_last_marker_starts_the_snapshot_then_the_thaw_marker_goes_out_and_thaw_io_is_left_to_thaw(
     world: dict[str, Any], bucket: Signals
 ) -> None:
     backup = record(world["table"], state="freezing")
@@ -245,10 +251,8 @@ def test_the_last_marker_starts_the_snapshot_then_the_thaw_marker_and_thaw_io_go
     ec2, ssm = boto3.client("ec2", region_name=REGION), boto3.client("ssm", region_name=REGION)
     snapshots, commands = Stubber(ec2), Stubber(ssm)
     snapshots.add_response("create_snapshots", snapshots_taken(world["volumes"]))
-    for _ in hosts:  # thaw-io only: no GetCommandInvocation, the markers said it all
-        commands.add_response(
-            "send_command", {"Command": {"CommandId": "11111111-2222-3333-4444-555555555555"}}
-        )
+    # no SSM answer queued: no GetCommandInvocation (the markers said it all) and no thaw-io
+    # (the marker is written: the workflow's Thaw sends it, outside the hosts' window)
     volumes = [{"volumeId": v} for v in world["volumes"]]
     clock = iter([100.0, 100.0, 100.2])
     with snapshots, commands:
@@ -268,6 +272,7 @@ def test_the_last_marker_starts_the_snapshot_then_the_thaw_marker_and_thaw_io_go
         "Body"
     ].read()
     assert json.loads(marker)["thaw"] is True
+    assert [h["thawCommandId"] for h in answer["thawHosts"]] == ["", ""]
     # each host's result is what it PUT, as Run Command would have shown it
     assert [(f["instanceId"], f["status"]) for f in answer["freezes"]] == [
         (hosts[0]["instanceId"], "Success"),
@@ -282,6 +287,78 @@ def test_the_last_marker_starts_the_snapshot_then_the_thaw_marker_and_thaw_io_go
         ]
         == 0
     )
+
+
+def test_a_thaw_marker_s3_refuses_sends_thaw_io_to_every_host_at_once(
+    world: dict[str, Any], bucket: Signals
+) -> None:
+    # Given both hosts reported frozen, and S3 refusing the thaw marker's PUT
+    backup = record(world["table"], state="freezing")
+    hosts = _frozen_hosts(backup.backup_id)
+    for host in hosts:
+        _marker(bucket, backup.backup_id, host["instanceId"])
+
+    def refused(**_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        error = {"Code": "AccessDenied", "Message": "Access Denied"}
+        return AWSResponse("https://s3", 403, {}, None), {"Error": error, "ResponseMetadata": {}}
+
+    bucket.s3.meta.events.register("before-call.s3.PutObject", refused)
+    ec2 = boto3.client("ec2", region_name=REGION)
+    snapshots = Stubber(ec2)
+    snapshots.add_response("create_snapshots", snapshots_taken(world["volumes"]))
+    ssm, commands, sent = _sends(len(hosts))
+    with snapshots, commands:
+        answer = service(world["table"], ec2=ec2, ssm=ssm, signals=bucket).snapshot(
+            "demo",
+            backup.backup_id,
+            world["controller"],
+            [],
+            [{"volumeId": v} for v in world["volumes"]],
+            {"hosts": hosts, "sentAt": 99.0, "signals": True},
+            "vsa-thaw-io",
+        )
+    # then thaw-io went to every host from the step itself, as without signals
+    assert answer["taken"] is True
+    assert sorted(s["InstanceIds"][0] for s in sent) == sorted(h["instanceId"] for h in hosts)
+    assert {s["DocumentName"] for s in sent} == {"vsa-thaw-io"}
+    assert all(h["thawCommandId"] for h in answer["thawHosts"])
+
+
+def test_the_label_is_read_before_the_freeze_and_the_snapshots_are_tagged_with_it(
+    world: dict[str, Any], bucket: Signals
+) -> None:
+    # Given a set labelled "nightly", its hosts sent freeze-io by the Freeze step
+    backup = record(world["table"], state="freezing", label="nightly")
+    hosts = [{**host, "timeoutSeconds": "10"} for host in _frozen_hosts(backup.backup_id)]
+    ssm, stub, _ = _sends(len(hosts))
+    with stub:
+        freezing = service(world["table"], ssm=ssm, signals=bucket).freeze(
+            backup.backup_id, hosts, "vsa-freeze-io", "demo"
+        )
+    assert freezing["label"] == "nightly"
+    # When every host has reported and the record can no longer be read (a DynamoDB outage, say)
+    for host in hosts:
+        _marker(bucket, backup.backup_id, host["instanceId"])
+    ec2 = boto3.client("ec2", region_name=REGION)
+    asked: list[dict[str, Any]] = []
+    ec2.meta.events.register(
+        "provide-client-params.ec2.CreateSnapshots", lambda params, **_: asked.append(params)
+    )
+    snapshots = Stubber(ec2)
+    snapshots.add_response("create_snapshots", snapshots_taken(world["volumes"]))
+    gone = service("no-such-table", ec2=ec2, ssm=boto3.client("ssm", region_name=REGION), signals=bucket)
+    with snapshots, pytest.raises(ClientError, match="ResourceNotFound"):  # the record, read after it
+        gone.snapshot(
+            "demo",
+            backup.backup_id,
+            world["controller"],
+            [],
+            [{"volumeId": v} for v in world["volumes"]],
+            freezing,
+        )
+    # Then CreateSnapshots was still called, its tags carrying the label the Freeze step read
+    tags = {t["Key"]: t["Value"] for t in asked[0]["TagSpecifications"][0]["Tags"]}
+    assert tags[sets.LABEL_TAG] == "nightly"
 
 
 def test_a_host_that_ends_between_the_listing_and_run_commands_answer_is_counted_by_its_report(

@@ -284,7 +284,7 @@ class BackupSignals(Variables):
     # Optional: the default suits Run Command on AWS; 0 sends no instant (each host freezes as its
     # command arrives), which `make bench-backups` runs beside the default.
     freeze_lead_milliseconds: int = Field(
-        1500,
+        2000,
         alias="VSA_FREEZE_LEAD_MILLISECONDS",
         ge=0,
         le=10_000,

@@ -1,7 +1,7 @@
 """ConsistentBackup's point in time: freeze-io sent to every host at once, then ONE
 CreateSnapshots across every array volume as soon as the last has frozen (its marker, or Run
-Command's status), then the thaw marker the hosts poll and thaw-io sent to every host
-(``vsa_core.backups.signals``)."""
+Command's status), then the thaw marker the hosts poll (``vsa_core.backups.signals``); thaw-io
+is sent here only when there is no marker (else the workflow's Thaw sends it)."""
 
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +36,9 @@ def freeze(
     URLs (its frozen report's PUT, the thaw marker's GET). A host SSM refuses is recorded as
     undelivered."""
     urls: dict[str, dict[str, str]] = {}
+    # the set's label is read here, before any host freezes: the snapshots' tags carry it, and
+    # the Snapshot step then reads nothing between the last host's report and CreateSnapshots
+    label = ctx.backups.get(array_id, backup_id).label if array_id else None
     instant = signals.freeze_at(ctx.clock(), ctx.freeze_lead)
     common = {"FreezeAt": [str(instant)]} if instant is not None else {}
     if ctx.signals is not None and array_id:
@@ -61,6 +64,7 @@ def freeze(
         "sentAt": ctx.clock(),
         "freezeAt": instant / 1000 if instant is not None else None,
         "signals": bool(urls),
+        "label": label,
     }
 
 
@@ -187,8 +191,8 @@ def snapshot(
 ) -> dict[str, Any]:
     """As soon as every host has frozen (or failed to, or is late): ONE CreateSnapshots call,
     every array volume at one point in time; then the thaw marker (the hosts' watchdogs thaw on
-    it) and thaw-io sent to every host (``thawHosts``: each host with the command id, ``""``
-    when sending failed — the workflow's Thaw sends those again and waits for every one).
+    it), or, without one, thaw-io sent to every host (``thawHosts``: each host with the command
+    id, ``""`` when it was not sent — the workflow's Thaw sends those and waits for every one).
     While a host is still freezing it answers ``taken: false`` with ``waitSeconds`` (0 while
     the markers are what it waits on) and ``ssmCheckedAt``, which the workflow gives back as
     ``previous``."""
@@ -201,8 +205,9 @@ def snapshot(
             "waitSeconds": look.wait_seconds,
             "ssmCheckedAt": look.ssm_checked_at,
         }
-    backup = ctx.backups.get(array_id, backup_id)
-    tags = snapshot_tags(array_id, backup_id, backup.label)
+    # the label as Freeze read it (a run started before it did so: read it now)
+    label = freezing["label"] if "label" in freezing else ctx.backups.get(array_id, backup_id).label
+    tags = snapshot_tags(array_id, backup_id, label)
     requested_at = ctx.clock()
     try:
         answer = ctx.ec2.create_snapshots(
@@ -221,15 +226,22 @@ def snapshot(
             raise SnapshotLimitError(f"EBS refused CreateSnapshots: {error}") from None
         raise
     returned_at = ctx.clock()
-    # the thaw marker first, on its own: the hosts poll it (every 50 ms for up to 250 hosts), and
-    # a PUT sharing the process with the thaw-io sends waits on them; thaw-io, delivered in
-    # hundreds of milliseconds, thaws a host the marker could not reach
-    if ctx.signals is not None and freezing.get("signals"):
-        ctx.signals.thaw(array_id, backup_id, requested_at, returned_at)
-    thaw_hosts = _send_thaws(ctx, backup_id, freezing.get("hosts", []), thaw_document)
+    # The thaw marker first, on its own: the hosts poll it (every 50 ms for up to 250 hosts). Once
+    # it is written, thaw-io is left to the workflow's Thaw, which sends it to every host a few
+    # transitions later: it thaws a host the marker could not reach (delivered in hundreds of
+    # milliseconds, it would come after the marker's next poll anyway) and brings back each
+    # host's report, and its sends and deliveries then do not share the hosts' and S3's time
+    # while the hosts are seeing the marker. Without the marker, thaw-io is sent at once.
+    marked = (
+        bool(freezing.get("signals"))
+        and ctx.signals is not None
+        and ctx.signals.thaw(array_id, backup_id, requested_at, returned_at)
+    )
+    thaw_hosts = _send_thaws(ctx, backup_id, freezing.get("hosts", []), "" if marked else thaw_document)
     freezes = _in_order(
         freezing, look.results + _signaled_results(ctx, array_id, backup_id, freezing, look.signaled)
     )
+    backup = ctx.backups.get(array_id, backup_id)
     known = {v["volumeId"]: v for v in volumes}
     taken = {s["VolumeId"]: s for s in answer["Snapshots"]}
     snapshots = tuple(

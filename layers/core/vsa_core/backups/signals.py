@@ -31,14 +31,20 @@ made the whole window longer (docs/backups.md, "Measured: the freeze window"). O
 serves the polls, a 10 ms floor would see the marker about 20 ms sooner (on a sandbox host alone:
 12-21 ms after it was written, against 19-63 ms at 50 ms)."""
 POLL_MS_CEILING = 1000
-FREEZE_LEAD_SECONDS = 1.5
+FREEZE_LEAD_SECONDS = 2.0
 """How long after its sends the hosts freeze, all at one instant (freeze-io's ``FreezeAt``; the
 deployment's ``VSA_FREEZE_LEAD_MILLISECONDS`` overrides it, 0 for none): so
 that no host holds its writes while another's command is still on its way. Long enough for Run
 Command to deliver to an online agent (on AWS: usually well under a second; the local cloud's
-realistic profile delivers after 1.5 s, so there its hosts are late); a host whose command comes
-after the instant freezes at once, the window it would have had without one. It lengthens the
-backup by that much, not any host's pause."""
+realistic profile delivers after 1.5 s); a host whose command comes after the instant freezes at
+once, the window it would have had without one. It lengthens the backup by that much, not any
+host's pause. A whole number of seconds: the Snapshot step, invoked just after the sends, then
+waits whole seconds that end just after the instant (``next_look``)."""
+LOOK_SLACK_SECONDS = 0.25
+"""Before the hosts' instant, the Snapshot step's wait (whole seconds: a Wait state's) may end
+up to this long after it rather than most of a second before: a look before the instant only
+finds the hosts still waiting, and each look costs the freeze window's shared resources (on
+the local cloud, the one process that also serves the hosts' reports and polls)."""
 
 
 def backup_prefix(array_id: str, backup_id: str) -> str:
@@ -95,11 +101,12 @@ def freeze_at(sent_at: float, lead: float = FREEZE_LEAD_SECONDS) -> int | None:
 
 def next_look(signals_on: bool, finished_without_signal: bool, until_freeze: float = 0.0) -> int:
     """Seconds before the Snapshot step looks again while a host is still freezing: the whole
-    seconds left before the hosts' common instant (``until_freeze``), then at once while the
-    hosts' markers are what it waits on, a second when it has only Run Command's status to go by
-    (no signals, or a host finished without its marker arriving)."""
-    if until_freeze >= 1:
-        return int(until_freeze)
+    seconds left before the hosts' common instant (``until_freeze``), rounded up when that ends
+    at most ``LOOK_SLACK_SECONDS`` after it, then at once while the hosts' markers are what it
+    waits on, a second when it has only Run Command's status to go by (no signals, or a host
+    finished without its marker arriving)."""
+    if until_freeze + LOOK_SLACK_SECONDS >= 1:
+        return int(until_freeze + LOOK_SLACK_SECONDS)
     return 0 if signals_on and not finished_without_signal else 1
 
 
