@@ -273,6 +273,8 @@ def test_the_last_marker_starts_the_snapshot_then_the_thaw_marker_goes_out_and_t
     ].read()
     assert json.loads(marker)["thaw"] is True
     assert [h["thawCommandId"] for h in answer["thawHosts"]] == ["", ""]
+    # the workflow's Taken? reads waitSeconds beside taken: present whether taken or not
+    assert answer["waitSeconds"] == 0
     # each host's result is what it PUT, as Run Command would have shown it
     assert [(f["instanceId"], f["status"]) for f in answer["freezes"]] == [
         (hosts[0]["instanceId"], "Success"),

@@ -276,6 +276,9 @@ def snapshot(
         )
     return {
         "taken": True,
+        # present in every answer: the workflow's Taken? compares it beside "taken", and a
+        # JSONPath Choice rule whose variable is missing fails the state on AWS (States.Runtime)
+        "waitSeconds": 0,
         "freezes": freezes,
         "snapshots": len(snapshots),
         "requestedAt": requested_at,
