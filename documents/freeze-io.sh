@@ -5,11 +5,12 @@
 # FREEZE_AT.
 #
 # Guarantees, in the order of the steps below: every check passes before anything is frozen (1);
-# each filesystem is synced (2); with FREEZE_AT (epoch ms, the array's common instant) the script
-# waits until then and syncs again what came meanwhile, or goes on at once when it is past (2b);
-# then a detached watchdog armed that thaws every mountpoint
-# TIMEOUT_SECONDS later whatever else happens (3), then each mountpoint frozen; a failed freeze
-# thaws what froze and cancels the watchdog (4); the last stdout line is the JSON report (5).
+# each filesystem is synced (2); a detached watchdog armed that thaws every mountpoint
+# TIMEOUT_SECONDS after the freeze begins (FREEZE_AT, or the arming when that is past) whatever
+# else happens (3); with FREEZE_AT (epoch ms, the array's common instant) the script waits until
+# then and syncs again what came meanwhile, or goes on at once when it is past (3b); then each
+# mountpoint frozen; a failed freeze thaws what froze and cancels the watchdog (4); the last
+# stdout line is the JSON report (5).
 # DRY_RUN=true stops after the checks and reports "ready": the backup workflow's preflight.
 # Signals (optional, presigned URLs): the report is PUT to FROZEN_SIGNAL the moment the host froze
 # or failed to, and the watchdog polls THAW_SIGNAL from then on and thaws as soon as it answers
@@ -62,15 +63,16 @@ watchdog_main() {
   exit 0
 }
 
-# await_thaw_signal DEADLINE_MS: poll THAW_URL every SIGNAL_POLL_MILLISECONDS until it answers 200
-# with this backup's marker (true) or the deadline passes (false). The workflow sets the interval
+# await_thaw_signal DEADLINE_MS: from FROM_MS (the instant) on, poll THAW_URL every
+# SIGNAL_POLL_MILLISECONDS until it answers 200 with this backup's marker (true) or the deadline
+# passes (false). The workflow sets the interval
 # from the number of hosts, so all of them together stay under S3's 5,500 GETs a second on one
 # key; a throttled or failed poll is just the next one. With python3, one kept-alive connection
 # (lib/thaw_signal.py); without it, or if it cannot run, a curl a look.
 await_thaw_signal() {
   local deadline_ms=$1 body wait_ms rc
   if command -v python3 >/dev/null 2>&1; then
-    python3 -c "$THAW_SIGNAL_PY" "$THAW_URL" "$deadline_ms" "$SIGNAL_POLL_MILLISECONDS" &
+    python3 -c "$THAW_SIGNAL_PY" "$THAW_URL" "$deadline_ms" "$SIGNAL_POLL_MILLISECONDS" "$FROM_MS" &
     SLEEPER=$!
     wait "$SLEEPER"
     rc=$?
@@ -78,6 +80,9 @@ await_thaw_signal() {
     ((rc == 1)) && return 1
     log "the thaw signal's poller exited $rc: polling with curl"
   fi
+  now_ms
+  # no marker before the instant: nothing is frozen yet, so nothing is snapshotted
+  if ((FROM_MS > NOW_MS)); then sleep "$(secs $((FROM_MS - NOW_MS)))"; fi
   while now_ms && ((NOW_MS + 100 < deadline_ms)); do
     # a look never outlasts the deadline (a slow or hanging GET would delay the watchdog's thaw)
     wait_ms=$((deadline_ms - NOW_MS - 50))
@@ -141,9 +146,13 @@ arm_watchdog() {
   src="$(declare -f); $(declare -p MPS); watchdog_main \"\$2\""
   now_ms
   ARMED_MS=$NOW_MS
-  DEADLINE_MS=$((ARMED_MS + TIMEOUT_SECONDS * 1000))
+  # armed before the wait for the instant, the deadline counts from the instant: the same
+  # TIMEOUT_SECONDS from the freeze as when armed right before it
+  FROM_MS=$ARMED_MS
+  if [[ -n $FREEZE_AT ]] && ((FREEZE_AT > FROM_MS)); then FROM_MS=$FREEZE_AT; fi
+  DEADLINE_MS=$((FROM_MS + TIMEOUT_SECONDS * 1000))
   export MOUNTPOINTS TIMEOUT_SECONDS BACKUP_ID STATE_DIR FSFREEZE_COMMAND LOG_FILE PID_FILE FIRED_FILE \
-    MOUNTS_FILE LOCK_FILE SIGNALED_FILE THAW_URL SIGNAL_POLL_MILLISECONDS THAW_SIGNAL_PY
+    MOUNTS_FILE LOCK_FILE SIGNALED_FILE THAW_URL SIGNAL_POLL_MILLISECONDS THAW_SIGNAL_PY FROM_MS
   setsid nohup bash -c "$src" vsa-freeze-watchdog "$BACKUP_ID" "$DEADLINE_MS" \
   </dev/null >>"$LOG_FILE" 2>&1 &
   for ((i = 0; i < 200; i++)); do
@@ -160,22 +169,26 @@ declare -A FROZE_AT DEVICE FSTYPE
 ARMED_MS='' DEADLINE_MS='' FREEZE_STARTED_MS='' FROZE_MS='' WD_PID=''
 THAW_URL='' FROZEN_URL='' THAW_SIGNAL_STATE=none
 
-report() { # STATUS [REASON]
-  local i mp sep='' items=''
+# The report is built without a subshell (js, jt): "say frozen" runs inside the freeze window.
+report() { # STATUS [REASON]: REPORT, the JSON report (one line)
+  local i sep='' items='' r
   for i in "${!MPS[@]}"; do
-    mp=${MPS[$i]}
-    items+="$sep{\"mountpoint\":$(json_str "$mp"),\"device\":$(json_str "${DEVICE[$i]:-}"),"
-    items+="\"fstype\":$(json_str "${FSTYPE[$i]:-}"),"
-    items+="\"frozeAt\":$(secs_or_null "${FROZE_AT[$i]:-}")}"
+    js "${MPS[$i]}"; items+="$sep{\"mountpoint\":$J,"
+    js "${DEVICE[$i]:-}"; items+="\"device\":$J,"
+    js "${FSTYPE[$i]:-}"; items+="\"fstype\":$J,"
+    jt "${FROZE_AT[$i]:-}"; items+="\"frozeAt\":$J}"
     sep=','
   done
-  printf '{"document":"freeze-io","backupId":%s,"status":%s,' "$(json_str "$BACKUP_ID")" "$(json_str "$1")"
-  if [[ -n ${2:-} ]]; then printf '"stage":%s,"reason":%s,' "$(json_str "$STAGE")" "$(json_str "$2")"; fi
-  printf '"timeoutSeconds":%s,"thawSignal":%s,' "${TIMEOUT_SECONDS:-null}" "$(json_str "$THAW_SIGNAL_STATE")"
-  printf '"armedAt":%s,"watchdogDeadline":%s,"watchdogPid":%s,' \
-    "$(secs_or_null "$ARMED_MS")" "$(secs_or_null "$DEADLINE_MS")" "${WD_PID:-null}"
-  printf '"freezeAt":%s,"freezeStartedAt":%s,"frozeAt":%s,"mountpoints":[%s]}\n' \
-    "$(secs_or_null "${FREEZE_AT:-}")" "$(secs_or_null "$FREEZE_STARTED_MS")" "$(secs_or_null "$FROZE_MS")" "$items"
+  js "$BACKUP_ID"; r="{\"document\":\"freeze-io\",\"backupId\":$J,"
+  js "$1"; r+="\"status\":$J,"
+  if [[ -n ${2:-} ]]; then js "$STAGE"; r+="\"stage\":$J,"; js "$2"; r+="\"reason\":$J,"; fi
+  js "$THAW_SIGNAL_STATE"; r+="\"timeoutSeconds\":${TIMEOUT_SECONDS:-null},\"thawSignal\":$J,"
+  jt "$ARMED_MS"; r+="\"armedAt\":$J,"
+  jt "$DEADLINE_MS"; r+="\"watchdogDeadline\":$J,\"watchdogPid\":${WD_PID:-null},"
+  jt "${FREEZE_AT:-}"; r+="\"freezeAt\":$J,"
+  jt "$FREEZE_STARTED_MS"; r+="\"freezeStartedAt\":$J,"
+  jt "$FROZE_MS"; r+="\"frozeAt\":$J,\"mountpoints\":[$items]}"
+  REPORT=$r
 }
 
 fail() { # REASON: undo what was frozen, report, exit 1
@@ -200,7 +213,8 @@ fail() { # REASON: undo what was frozen, report, exit 1
 # it), then printed as the last stdout line (the command's output, read when it ends)
 say() {
   local line
-  line=$(report "$@")
+  report "$@"
+  line=$REPORT
   if [[ -n $FROZEN_URL ]] &&
     ! curl -fsS --connect-timeout 0.5 --max-time 2 -X PUT --data-binary "$line" "$FROZEN_URL" >/dev/null 2>&1; then
     log "could not PUT the report to the frozen signal: the command's status tells the workflow"
@@ -297,6 +311,7 @@ fi
 if [[ ${DRY_RUN:-false} == true ]]; then
   TIMEOUT_SECONDS=''
   report ready
+  printf '%s\n' "$REPORT"
   exit 0
 fi
 for i in "${!MPS[@]}"; do
@@ -311,7 +326,14 @@ for mp in "${MPS[@]}"; do
   sync -f "$mp" 2>/dev/null || sync
 done
 
-# 2b. the array's common instant: every host freezes at FREEZE_AT, so none holds its writes while
+# 3. the watchdog, before anything is frozen, and before the wait for the instant: its start (a
+# shell, the thaw marker's poller, which connects now and looks from the instant on) then takes
+# nothing from the hosts' freeze window, nor from their common instant
+STAGE=arm
+arm_watchdog || fail "could not start the watchdog (see $LOG_FILE)"
+log "watchdog armed (pid $WD_PID), deadline $(secs "$DEADLINE_MS")"
+
+# 3b. the array's common instant: every host freezes at FREEZE_AT, so none holds its writes while
 # another's command is still on its way; what was written while waiting is synced again first
 now_ms
 if [[ -n $FREEZE_AT ]] && ((FREEZE_AT > NOW_MS)); then
@@ -321,11 +343,6 @@ if [[ -n $FREEZE_AT ]] && ((FREEZE_AT > NOW_MS)); then
     sync -f "$mp" 2>/dev/null || sync
   done
 fi
-
-# 3. the watchdog, before anything is frozen
-STAGE=arm
-arm_watchdog || fail "could not start the watchdog (see $LOG_FILE)"
-log "watchdog armed (pid $WD_PID), deadline $(secs "$DEADLINE_MS")"
 
 # 4. freeze. The lock (taken after arming, so the watchdog does not inherit it) keeps a watchdog
 # that fires meanwhile from thawing before the loop is over, so it thaws everything this loop
@@ -351,5 +368,5 @@ done
 FROZE_MS=$NOW_MS
 exec 8>&-
 trap - TERM INT HUP
+say frozen # first: the workflow is waiting for it
 log "froze ${MOUNTPOINTS} at $(secs "$FROZE_MS") ($((FROZE_MS - FREEZE_STARTED_MS)) ms); the watchdog thaws at $(secs "$DEADLINE_MS")"
-say frozen

@@ -10,11 +10,9 @@ now_ms() {
   fi
 }
 
-secs() { printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)); }
-
-secs_or_null() { if [[ -n ${1:-} ]]; then secs "$1"; else printf null; fi; }
-
-json_str() {
+# js VALUE: J, VALUE as a JSON string; jt MS: J, epoch milliseconds as "seconds.mmm", or null.
+# Neither forks (no subshell): freeze-io makes its report and log lines inside the freeze window.
+js() {
   local s=$1
   s=${s//\\/\\\\}
   s=${s//\"/\\\"}
@@ -22,14 +20,21 @@ json_str() {
   s=${s//$'\t'/\\t}
   s=${s//$'\r'/}
   s=${s//[$'\001'-$'\037']/}
-  printf '"%s"' "$s"
+  J="\"$s\""
 }
+jt() { if [[ -n ${1:-} ]]; then printf -v J '%d.%03d' $(($1 / 1000)) $(($1 % 1000)); else J=null; fi; }
+
+secs() { jt "$1"; printf '%s' "$J"; }
+
+secs_or_null() { jt "${1:-}"; printf '%s' "$J"; }
+
+json_str() { js "$1"; printf '%s' "$J"; }
 
 log() {
-  local ts
+  local J
   now_ms
-  ts=$(secs "$NOW_MS")
-  printf '%s %s[%s] %s\n' "$ts" "$WHO" "$$" "$*" 2>/dev/null >>"$LOG_FILE" || true
+  jt "$NOW_MS"
+  printf '%s %s[%s] %s\n' "$J" "$WHO" "$$" "$*" 2>/dev/null >>"$LOG_FILE" || true
   if [[ $WHO != watchdog ]]; then printf '%s: %s\n' "$WHO" "$*" >&2; fi
 }
 

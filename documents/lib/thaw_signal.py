@@ -1,10 +1,12 @@
 """freeze-io's watchdog waiting for the backup's thaw marker (documents/freeze-io.sh).
 
-Runs on the host as ``python3 -c "$THAW_SIGNAL_PY" URL DEADLINE_MS INTERVAL_MS``: Python 3.9 or
-later, standard library only (tools/documents.py renders this file into freeze-io).
+Runs on the host as ``python3 -c "$THAW_SIGNAL_PY" URL DEADLINE_MS INTERVAL_MS [FROM_MS]``:
+Python 3.9 or later, standard library only (tools/documents.py renders this file into freeze-io).
 
-GETs the presigned ``URL`` every ``INTERVAL_MS`` milliseconds over one kept-alive HTTP(S)
-connection until it answers 200 with the marker (a body with ``"thaw": true``): exit 0. Exit 1
+Connects at once, then from ``FROM_MS`` (epoch milliseconds, the array's freeze instant; default
+now) GETs the presigned ``URL`` every ``INTERVAL_MS`` milliseconds over that one kept-alive
+HTTP(S) connection until it answers 200 with the marker (a body with ``"thaw": true``): exit 0.
+Started before the instant, its start and its connection cost nothing in the freeze window. Exit 1
 once ``DEADLINE_MS`` (epoch milliseconds) is less than 100 ms away, so the watchdog's own
 deadline thaws. Anything else (wrong arguments): exit 2, and the script polls with curl instead.
 
@@ -53,10 +55,18 @@ def look(conn: http.client.HTTPConnection, path: str) -> bool:
     return answer.status == 200 and MARKER.search(body) is not None
 
 
-def wait(url: str, deadline_ms: int, interval_ms: int) -> bool:
-    """Poll until the marker (True) or the deadline's margin (False)."""
+def wait(url: str, deadline_ms: int, interval_ms: int, from_ms: int = 0) -> bool:
+    """From ``from_ms`` on, poll until the marker (True) or the deadline's margin (False)."""
     path = target(url)
     conn: http.client.HTTPConnection | None = None
+    ahead = min(from_ms, deadline_ms - MARGIN_MS) - now_ms()
+    if ahead > 0:
+        try:  # connected before the instant: the first look is one request
+            conn = connection(url, min(LOOK_TIMEOUT_MS, ahead) / 1000)
+            conn.connect()
+        except OSError:
+            conn = None  # the first look connects
+        time.sleep(max(0, min(from_ms, deadline_ms - MARGIN_MS) - now_ms()) / 1000)
     while True:
         started = now_ms()
         left = deadline_ms - MARGIN_MS - started
@@ -81,15 +91,18 @@ def wait(url: str, deadline_ms: int, interval_ms: int) -> bool:
 
 def main(argv: list[str]) -> int:
     try:
-        url, deadline, interval = argv
+        url, deadline, interval, *start = argv
         deadline_ms, interval_ms = int(deadline), int(interval)
+        from_ms = int(start[0]) if start else 0
+        if len(start) > 1:
+            raise ValueError
     except ValueError:
-        print("usage: thaw_signal URL DEADLINE_MS INTERVAL_MS", file=sys.stderr)
+        print("usage: thaw_signal URL DEADLINE_MS INTERVAL_MS [FROM_MS]", file=sys.stderr)
         return 2
     if urlsplit(url).scheme not in ("http", "https") or interval_ms <= 0:
         print("thaw_signal: an http(s) URL and a positive interval", file=sys.stderr)
         return 2
-    return 0 if wait(url, deadline_ms, interval_ms) else 1
+    return 0 if wait(url, deadline_ms, interval_ms, from_ms) else 1
 
 
 if __name__ == "__main__":

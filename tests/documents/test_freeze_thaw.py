@@ -411,13 +411,15 @@ def test_hosts_given_one_instant_freeze_at_it_a_late_one_at_once_a_far_one_is_re
         started = [pool.submit(freeze, lab, [fs], key, FreezeAt=str(instant)) for fs, key in hosts]
         runs = [future.result() for future in started]
 
-    # Then neither froze before the instant; each reports it, and its watchdog was armed once the
-    # wait was over (its whole window still ahead of the freeze)
+    # Then neither froze before the instant; each reports it, and its watchdog was armed before
+    # the wait (its start then takes nothing from the freeze window) with its whole window counted
+    # from the instant: the same timeout from the freeze as when armed right before it
     for run in runs:
         assert run.returncode == 0, run.stdout + run.stderr
         report = run.report
         assert report["freezeAt"] == instant / 1000
-        assert instant / 1000 <= report["armedAt"] <= report["freezeStartedAt"]
+        assert report["armedAt"] < instant / 1000 <= report["freezeStartedAt"]
+        assert report["watchdogDeadline"] == pytest.approx(instant / 1000 + 10, abs=0.002)
         assert report["frozeAt"] < report["watchdogDeadline"]
     assert thaw(lab, [first], "bk-at-a").report["status"] == "thawed"
     assert thaw(lab, [second], "bk-at-b").report["status"] == "thawed"

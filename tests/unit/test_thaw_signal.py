@@ -84,6 +84,27 @@ def test_the_marker_is_found_after_refusals_over_one_kept_alive_connection(serve
     assert len(marker.connections) == 1
 
 
+def test_started_before_the_instant_it_connects_at_once_and_looks_only_from_the_instant(
+    serve: list[Key],
+) -> None:
+    # Given the marker already there, and an instant 0.4 s away (the poller started during the lead)
+    marker = key(serve, [(200, MARKER)])
+    instant = deadline(0.4)
+    # When the poller waits for it from that instant
+    assert thaw_signal.wait(marker.url, deadline(30), 10, instant) is True
+    # Then its one look came at the instant or after, never before (nothing is frozen before it)
+    assert time.time() * 1000 >= instant
+    assert len(marker.gets) == 1
+    # over the connection it opened before the instant
+    assert len(marker.connections) == 1
+
+
+def test_an_instant_past_the_deadline_gives_up_at_the_deadline(serve: list[Key]) -> None:
+    marker = key(serve, [(200, MARKER)])
+    assert thaw_signal.wait(marker.url, deadline(0.3), 10, deadline(5)) is False
+    assert time.time() * 1000 < deadline(1)
+
+
 def test_a_server_that_closes_each_connection_is_connected_to_again(serve: list[Key]) -> None:
     marker = key(serve, [(403, b""), (403, b""), (200, MARKER)], keep_alive=False)
     assert thaw_signal.wait(marker.url, deadline(30), 10) is True
@@ -121,8 +142,10 @@ def test_nothing_listening_is_only_the_next_look() -> None:
         ["http://x/t", "soon", "10"],
         ["ftp://x/t", "1", "10"],
         ["http://x/t", "1", "0"],
+        ["http://x/t", "1", "10", "later"],
+        ["http://x/t", "1", "10", "1", "2"],
     ],
-    ids=["none", "two", "not-a-number", "not-http", "no-interval"],
+    ids=["none", "two", "not-a-number", "not-http", "no-interval", "instant-not-a-number", "five"],
 )
 def test_wrong_arguments_exit_2_so_freeze_io_polls_with_curl(argv: list[str]) -> None:
     assert thaw_signal.main(argv) == 2
@@ -133,3 +156,4 @@ def test_main_exits_0_on_the_marker_and_1_at_the_deadline(serve: list[Key]) -> N
     assert thaw_signal.main([marker.url, str(deadline(30)), "10"]) == 0
     other = key(serve, [(403, b"")])
     assert thaw_signal.main([other.url, str(deadline(0.3)), "10"]) == 1
+    assert thaw_signal.main([marker.url, str(deadline(30)), "10", str(deadline(0.2))]) == 0
