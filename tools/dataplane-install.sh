@@ -111,7 +111,12 @@ digest="$(cat "$ROOT/requirements/dataplane.txt" | sha256sum | cut -c1-16)"
 if [[ "$(cat "$venv/.stamp" 2>/dev/null)" != "$digest" ]]; then
   echo "==> installing $venv (virtme-ng)"
   rm -rf "$venv"
-  "$PYTHON" -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$ROOT/requirements/dataplane.txt"
+  if [[ -n ${VSA_UV:-} ]]; then # tools/install.sh's uv
+    "$VSA_UV" venv --quiet --python "$PYTHON" "$venv"
+    "$VSA_UV" pip install --quiet --python "$venv/bin/python" -r "$ROOT/requirements/dataplane.txt"
+  else
+    "$PYTHON" -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$ROOT/requirements/dataplane.txt"
+  fi
   echo "$digest" >"$venv/.stamp"
 fi
