@@ -3,7 +3,7 @@ bill by hand, and what a miss's line claims."""
 
 import dataclasses
 
-from tools.bench import Row, busiest_hour, ruled, spec_for
+from tools.bench import Row, busiest_hour, churn_limited, ruled, spec_for
 from traces.families import Array
 from vsa_core.scaling.simulator import simulate_oracle
 
@@ -98,3 +98,28 @@ def test_the_busiest_hour_counts_each_change_of_the_count_in_its_hour():
     # Then the busiest hour has 3 changes, however many controllers each moved
     assert busiest_hour(counts) == 3
     assert busiest_hour([4] * 120) == 0
+
+
+def test_churn_limited_pays_one_early_step_where_one_change_an_hour_is_allowed():
+    # Given: 2 controllers for 5 minutes, then 3, 4 and 5, each 5 minutes ahead of the next
+    needs = [2] * 5 + [3] * 5 + [4] * 5 + [5] * 45
+    spec, demand = spec_for(ARRAY), demand_for(needs)
+    # When each clock hour allows one change
+    one = churn_limited(spec, demand, None, BOOT, DRAIN, per_hour=1)
+    # Then: the count at minute t covers every minute to t + boot, so 3 from minute 0, and one
+    # change to 5 at minute 5 at the latest: 3 x 5 + 5 x 55 = 290 (5 all hour: 300)
+    assert round(one * 60) == 290
+    # and with no bound it follows each step a boot ahead, as the oracle does
+    free = churn_limited(spec, demand, None, BOOT, DRAIN, per_hour=60)
+    oracle = simulate_oracle(spec, demand, boot_minutes=BOOT, drain_minutes=DRAIN).controller_hours
+    assert round(free * 60) == round(oracle * 60)
+
+
+def test_churn_limited_without_a_bound_is_the_oracle_on_a_ramp_and_a_drop():
+    needs = [2] * 20 + list(range(3, 13)) + [12] * 20 + [2] * 30 + [6] * 10 + [2] * 30
+    spec, demand = spec_for(ARRAY), demand_for(needs)
+    free = churn_limited(spec, demand, None, BOOT, DRAIN, per_hour=60)
+    oracle = simulate_oracle(spec, demand, boot_minutes=BOOT, drain_minutes=DRAIN).controller_hours
+    assert round(free * 60) == round(oracle * 60)
+    # held to 3 changes an hour it pays more, never less
+    assert churn_limited(spec, demand, None, BOOT, DRAIN, per_hour=3) > free
