@@ -58,7 +58,7 @@ make_venv() {
   fi
   echo "==> installing $dir"
   rm -rf "$dir"
-  "$UV" venv --quiet --python "$(py313)" "$dir"
+  "$UV" venv --quiet --seed --python "$(py313)" "$dir" # --seed: pip too (the core layer's build runs it)
   "$UV" pip install --quiet --python "$dir/bin/python" "$@"
   echo "$digest" > "$dir/.stamp"
 }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,13 @@ import pytest
 
 from tests.dataplane.lab import STATE, Lab, kernel_package, missing_prerequisites, qemu_version
 from tests.prerequisites import require
+
+# tools/test.sh stops the tier with SIGINT when the command ends early (pytest then closes its
+# labs, their QEMU guests with them). A shell started in the background (as CI may start the
+# command) hands every command below it SIGINT ignored, and Python then installs no handler:
+# the interrupt was lost and the tier ran on to its end. Its handler is installed here whatever
+# the tier was started with.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 VOLUME = "vol-0a1b2c3d4e5f60718"
 SPARE = "vol-0a1b2c3d4e5f60719"
