@@ -82,7 +82,11 @@ await_thaw_signal() {
   fi
   now_ms
   # no marker before the instant: nothing is frozen yet, so nothing is snapshotted
-  if ((FROM_MS > NOW_MS)); then sleep "$(secs $((FROM_MS - NOW_MS)))"; fi
+  if ((FROM_MS > NOW_MS)); then # in the background, so a cancel (TERM) ends it at once
+    sleep "$(secs $((FROM_MS - NOW_MS)))" &
+    SLEEPER=$!
+    wait "$SLEEPER"
+  fi
   while now_ms && ((NOW_MS + 100 < deadline_ms)); do
     # a look never outlasts the deadline (a slow or hanging GET would delay the watchdog's thaw)
     wait_ms=$((deadline_ms - NOW_MS - 50))
