@@ -15,6 +15,9 @@
 # Signals (optional, presigned URLs): the report is PUT to FROZEN_SIGNAL the moment the host froze
 # or failed to, and the watchdog polls THAW_SIGNAL from then on and thaws as soon as it answers
 # (the snapshots' point in time is fixed); either unusable, thaw-io and the deadline work alone.
+# With python3 the watchdog's poller does both inside the window without starting a process: it
+# PUTs the report freeze-io hands it (a file and SIGUSR1) and thaws with FITHAW under the lock
+# (lib/thaw_signal.py); anything it cannot do or check is left to curl and the watchdog.
 # docs/backups.md, "The watchdog guarantee".
 # The SSM agent runs the script with sh (dash on Debian and Ubuntu): run it again under bash.
 if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
@@ -32,7 +35,8 @@ watchdog_main() {
   WHO=watchdog
   trap '' HUP
   trap 'watchdog_cancelled' TERM INT
-  printf '%s %s\n' "$$" "$(proc_start $$)" >"$PID_FILE.tmp" && mv -f "$PID_FILE.tmp" "$PID_FILE"
+  proc_start $$
+  printf '%s %s\n' "$$" "$PROC_START" >"$PID_FILE.tmp" && mv -f "$PID_FILE.tmp" "$PID_FILE"
   log "armed: thaws $MOUNTPOINTS at $(secs "$deadline_ms") unless cancelled"
   if [[ -n $THAW_URL ]] && await_thaw_signal "$deadline_ms" && thaw_on_signal; then
     exit 0
@@ -68,15 +72,18 @@ watchdog_main() {
 # passes (false). The workflow sets the interval
 # from the number of hosts, so all of them together stay under S3's 5,500 GETs a second on one
 # key; a throttled or failed poll is just the next one. With python3, one kept-alive connection
-# (lib/thaw_signal.py); without it, or if it cannot run, a curl a look.
+# (lib/thaw_signal.py), which may also have thawed (POLLER_THAWED: 3 every mountpoint, 4 one
+# failed); without it, or if it cannot run, a curl a look.
 await_thaw_signal() {
   local deadline_ms=$1 body wait_ms rc
+  POLLER_THAWED=''
   if command -v python3 >/dev/null 2>&1; then
     python3 -c "$THAW_SIGNAL_PY" "$THAW_URL" "$deadline_ms" "$SIGNAL_POLL_MILLISECONDS" "$FROM_MS" &
     SLEEPER=$!
     wait "$SLEEPER"
     rc=$?
-    ((rc == 0)) && return 0
+    ((rc == 3 || rc == 4)) && POLLER_THAWED=$rc
+    ((rc == 0 || rc == 3 || rc == 4)) && return 0
     ((rc == 1)) && return 1
     log "the thaw signal's poller exited $rc: polling with curl"
   fi
@@ -108,6 +115,10 @@ await_thaw_signal() {
 # deadline tries again.
 thaw_on_signal() {
   local i mp started ok=0 lines=''
+  if [[ -n $POLLER_THAWED ]]; then
+    poller_thawed
+    return $?
+  fi
   exec 9>>"$LOCK_FILE"
   flock -w 5 9 || log "lock busy for 5 s; going on without it"
   if ! watchdog_alive || [[ $WD_PID != "$$" ]]; then
@@ -136,6 +147,22 @@ thaw_on_signal() {
   return 0
 }
 
+# poller_thawed: the poller thawed under the lock (SIGNALED_FILE: "started ended", then a line a
+# mountpoint "index result thawedAt detail"): its results logged; false if one failed (the
+# watchdog stays armed until the deadline, which tries again)
+poller_thawed() {
+  local started ended i result detail
+  { read -r started ended && while IFS=$'\t' read -r i result _ detail; do
+    log "signal: ${MPS[$i]}: $result${detail:+ ($detail)} (the poller)"
+  done; } <"$SIGNALED_FILE"
+  if ((POLLER_THAWED != 3)); then
+    log "a thaw on the signal failed: armed until the deadline"
+    return 1
+  fi
+  log "thawed on the snapshot's signal in $((ended - started)) ms (by the poller)"
+  return 0
+}
+
 watchdog_cancelled() {
   [[ -n ${SLEEPER:-} ]] && kill "$SLEEPER" 2>/dev/null
   log "cancelled"
@@ -155,8 +182,10 @@ arm_watchdog() {
   FROM_MS=$ARMED_MS
   if [[ -n $FREEZE_AT ]] && ((FREEZE_AT > FROM_MS)); then FROM_MS=$FREEZE_AT; fi
   DEADLINE_MS=$((FROM_MS + TIMEOUT_SECONDS * 1000))
+  rm -f "$POLLER_FILE" "$REPORT_FILE" "$SENT_FILE"
   export MOUNTPOINTS TIMEOUT_SECONDS BACKUP_ID STATE_DIR FSFREEZE_COMMAND LOG_FILE PID_FILE FIRED_FILE \
-    MOUNTS_FILE LOCK_FILE SIGNALED_FILE THAW_URL SIGNAL_POLL_MILLISECONDS THAW_SIGNAL_PY FROM_MS
+    MOUNTS_FILE LOCK_FILE SIGNALED_FILE THAW_URL SIGNAL_POLL_MILLISECONDS THAW_SIGNAL_PY FROM_MS \
+    FROZEN_URL POLLER_FILE REPORT_FILE SENT_FILE
   setsid nohup bash -c "$src" vsa-freeze-watchdog "$BACKUP_ID" "$DEADLINE_MS" \
   </dev/null >>"$LOG_FILE" 2>&1 &
   for ((i = 0; i < 200; i++)); do
@@ -214,16 +243,51 @@ fail() { # REASON: undo what was frozen, report, exit 1
 }
 
 # say STATUS [REASON]: the report, PUT to FROZEN_URL first (the workflow's quickest way to learn
-# it), then printed as the last stdout line (the command's output, read when it ends)
+# it), then printed as the last stdout line (the command's output, read when it ends). "frozen"
+# is handed to the watchdog's poller when it runs (RELAYED), which PUTs it over a connection
+# opened before the instant; confirm_relay then makes sure it went.
 say() {
-  local line
   report "$@"
-  line=$REPORT
+  RELAYED=''
+  if [[ $1 == frozen ]] && relay_report; then
+    RELAYED=1
+  else
+    put_report
+  fi
+  printf '%s\n' "$REPORT"
+}
+
+put_report() {
   if [[ -n $FROZEN_URL ]] &&
-    ! curl -fsS --connect-timeout 0.5 --max-time 2 -X PUT --data-binary "$line" "$FROZEN_URL" >/dev/null 2>&1; then
+    ! curl -fsS --connect-timeout 0.5 --max-time 2 -X PUT --data-binary "$REPORT" "$FROZEN_URL" >/dev/null 2>&1; then
     log "could not PUT the report to the frozen signal: the command's status tells the workflow"
   fi
-  printf '%s\n' "$line"
+}
+
+# relay_report: REPORT written to REPORT_FILE and SIGUSR1 sent to the poller that POLLER_FILE
+# names (its PID and start time); false, nothing sent, when there is none. Builtins only.
+relay_report() {
+  local pid start
+  [[ -n $FROZEN_URL ]] || return 1
+  read -r pid start 2>/dev/null <"$POLLER_FILE" || return 1
+  [[ $pid =~ ^[0-9]+$ ]] && proc_start "$pid" && [[ $PROC_START == "$start" ]] || return 1
+  printf '%s\n' "$REPORT" 2>/dev/null >"$REPORT_FILE" || return 1
+  kill -USR1 "$pid" 2>/dev/null
+}
+
+# confirm_relay: the poller's answer (SENT_FILE, the PUT's HTTP status) within 2 s, else the
+# report PUT here: the workflow learns it either way
+confirm_relay() {
+  local i status=''
+  [[ -n $RELAYED ]] || return 0
+  for ((i = 0; i < 40; i++)); do
+    if read -r status 2>/dev/null <"$SENT_FILE"; then break; fi
+    sleep 0.05
+  done
+  if [[ $status != 2[0-9][0-9] ]]; then
+    log "the poller did not PUT the report (${status:-no answer}): PUT here"
+    put_report
+  fi
 }
 
 # decode_signal VALUE: the URL a base64url parameter holds (SSM's pattern allows no '&' or '?'),
@@ -244,6 +308,10 @@ if ! check_params; then
   TIMEOUT_SECONDS=''
   fail "$PROBLEM"
 fi
+# the poller's files (lib/thaw_signal.py): its PID, the report handed to it, its PUT's status
+POLLER_FILE="$STATE_DIR/$BACKUP_ID.poller"
+REPORT_FILE="$STATE_DIR/$BACKUP_ID.frozen"
+SENT_FILE="$STATE_DIR/$BACKUP_ID.frozen.sent"
 FREEZE_AT=${FREEZE_AT:-}
 if [[ -n $FREEZE_AT ]]; then
   now_ms
@@ -374,3 +442,4 @@ exec 8>&-
 trap - TERM INT HUP
 say frozen # first: the workflow is waiting for it
 log "froze ${MOUNTPOINTS} at $(secs "$FROZE_MS") ($((FROZE_MS - FREEZE_STARTED_MS)) ms); the watchdog thaws at $(secs "$DEADLINE_MS")"
+confirm_relay

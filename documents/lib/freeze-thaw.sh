@@ -152,15 +152,17 @@ recorded_mount() {
   done <"$MOUNTS_FILE"
 }
 
-# proc_start PID: the start time (clock ticks since boot) of a running process: with the PID it
-# names one process, never a later one that reuses the PID. Fails for a gone or zombie process.
+# proc_start PID: PROC_START, the start time (clock ticks since boot) of a running process: with
+# the PID it names one process, never a later one that reuses the PID. Fails for a gone or zombie
+# process. No subshell: freeze-io checks its poller with it inside the freeze window.
 proc_start() {
   local stat='' fields
+  PROC_START=''
   read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
   stat=${stat##*) }
   read -r -a fields <<<"$stat"
   [[ ${fields[0]} != [ZX] ]] || return 1
-  printf '%s' "${fields[19]}"
+  PROC_START=${fields[19]}
 }
 
 # watchdog_alive: WD_PID is set when the PID file names a running watchdog of this backup.
@@ -169,7 +171,7 @@ watchdog_alive() {
   WD_PID=''
   read -r pid start 2>/dev/null <"$PID_FILE" || return 1
   [[ $pid =~ ^[0-9]+$ && -n $start ]] || return 1
-  [[ $(proc_start "$pid") == "$start" ]] || return 1
+  proc_start "$pid" && [[ $PROC_START == "$start" ]] || return 1
   mapfile -d '' -t args 2>/dev/null <"/proc/$pid/cmdline" || return 1
   [[ ${args[3]:-} == vsa-freeze-watchdog && ${args[4]:-} == "$BACKUP_ID" ]] || return 1
   WD_PID=$pid
@@ -183,7 +185,7 @@ cancel_watchdog() {
   if watchdog_alive; then
     kill -TERM -- "-$WD_PID" 2>/dev/null || kill -TERM "$WD_PID" 2>/dev/null
     for ((i = 0; i < 100; i++)); do
-      proc_start "$WD_PID" >/dev/null || break
+      proc_start "$WD_PID" || break
       sleep 0.01
     done
     WATCHDOG=cancelled

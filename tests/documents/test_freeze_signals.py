@@ -8,6 +8,7 @@ checked is who thawed, and that it came after the marker and before the watchdog
 import base64
 import json
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -216,3 +217,81 @@ def test_a_poll_interval_out_of_range_leaves_the_thaw_to_thaw_io(
     thawed = thaw(lab, [data], "bk-every")
     assert (thawed.report["status"], thawed.report["thawedBy"]) == ("thawed", "thaw-io")
     assert bucket.gets == 0
+
+
+def recording(tmp_path: Path, *commands: str) -> tuple[dict[str, str], Path]:
+    """A PATH whose ``commands`` append their arguments to a record, then run the real one."""
+    stand_in, record = tmp_path / "bin", tmp_path / "record"
+    stand_in.mkdir()
+    record.touch()
+    for command in commands:
+        real = shutil.which(command)
+        assert real is not None, f"{command} is not installed"
+        (stand_in / command).write_text(f'#!/bin/sh\necho "{command} $*" >>{record}\nexec {real} "$@"\n')
+        (stand_in / command).chmod(0o755)
+    return {**os.environ, "PATH": f"{stand_in}:{os.environ['PATH']}"}, record
+
+
+def test_with_an_instant_the_poller_puts_the_report_and_thaws_without_starting_a_process(
+    lab: Lab, bucket: Bucket, tmp_path: Path
+) -> None:
+    # Given a host told to freeze at an instant 1.5 s ahead, with both signals, and curl and
+    # fsfreeze recording each start
+    env, record = recording(tmp_path, "curl", "fsfreeze")
+    data = lab.xfs()
+    values = params(
+        lab,
+        [data.mountpoint],
+        "bk-relay",
+        20,
+        ThawSignal=signal(f"{bucket.url}/signals/a/bk-relay/thaw?X-Amz-Signature=1"),
+        FrozenSignal=signal(f"{bucket.url}/signals/a/bk-relay/hosts/i-1?X-Amz-Signature=2"),
+        FreezeAt=str(int(time.time() * 1000) + 1500),
+    )
+    frozen = run_document("freeze-io", values, lab.root, env=env)
+    assert frozen.returncode == 0, frozen.stderr
+    # Then the report reached the frozen signal through the watchdog's poller: no curl started
+    put = json.loads(bucket.objects["/signals/a/bk-relay/hosts/i-1"])
+    assert (put["status"], put["frozeAt"]) == ("frozen", frozen.report["frozeAt"])
+    assert "curl" not in record.read_text()
+    writer = lab.writer(data)
+    assert finished_at(writer, 0.5) is None, "a write completed on a frozen filesystem"
+    # When the marker appears, the poller thaws itself (FITHAW): no fsfreeze -u started
+    bucket.publish("/signals/a/bk-relay/thaw", MARKER)
+    assert finished_at(writer, 10) is not None, "the write still blocks after the marker"
+    assert wait_until(lambda: "(by the poller)" in watchdog_log(lab, "bk-relay"), 10)
+    assert [line for line in record.read_text().splitlines() if "-u" in line.split()] == []
+    # And thaw-io reports that thaw as the watchdog's, with the filesystem's result
+    report = thaw(lab, [data], "bk-relay").report
+    assert (report["thawedBy"], report["watchdog"]) == ("signal", "thawed-on-signal")
+    assert report["mountpoints"][0]["result"] == "thawed"
+    assert bucket.published_at is not None
+    assert bucket.published_at <= report["thawStartedAt"]
+
+
+def test_another_freeze_command_is_left_to_the_watchdog_which_runs_it(
+    lab: Lab, bucket: Bucket, tmp_path: Path
+) -> None:
+    # Given an operator's own freeze command (here a wrapper that records each call)
+    env, record = recording(tmp_path, "fsfreeze")
+    data = lab.xfs()
+    values = params(
+        lab,
+        [data.mountpoint],
+        "bk-own",
+        20,
+        ThawSignal=signal(f"{bucket.url}/m"),
+        FsfreezeCommand=str(tmp_path / "bin" / "fsfreeze"),
+        FreezeAt=str(int(time.time() * 1000) + 1000),
+    )
+    frozen = run_document("freeze-io", values, lab.root, env=env)
+    assert frozen.returncode == 0, frozen.stderr
+    writer = lab.writer(data)
+    # When the marker appears
+    bucket.publish("/m", MARKER)
+    # Then the watchdog thaws with that command, not the poller with its ioctl
+    assert finished_at(writer, 10) is not None, "the write still blocks after the marker"
+    assert wait_until(lambda: "thawed on the snapshot's signal" in watchdog_log(lab, "bk-own"), 10)
+    assert "(by the poller)" not in watchdog_log(lab, "bk-own")
+    assert f"fsfreeze -u {data.mountpoint}" in record.read_text()
+    assert thaw(lab, [data], "bk-own").report["thawedBy"] == "signal"

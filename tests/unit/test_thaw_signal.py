@@ -3,11 +3,19 @@ server that answers as S3 answers a presigned GET: 403 (or 404) until the marker
 throttled, 200 with the marker. The whole freeze-io with it: tests/documents/test_freeze_signals.py.
 """
 
+import fcntl
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
 
 import pytest
 import thaw_signal
@@ -21,6 +29,7 @@ class Key:
     def __init__(self, answers: list[tuple[int, bytes]], keep_alive: bool = True, hang: bool = False) -> None:
         self.answers = answers
         self.gets: list[str] = []
+        self.puts: list[bytes] = []
         self.connections: set[int] = set()
         self.hang = hang
         self.answered = threading.Event()
@@ -42,10 +51,23 @@ class Key:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def do_PUT(self) -> None:
+                key.connections.add(self.client_address[1])
+                key.puts.append(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def get_request(self) -> tuple[socket.socket, Any]:
+                key.accepted.append(time.time())
+                return super().get_request()
+
+        self.accepted: list[float] = []
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = (
             f"http://127.0.0.1:{self.server.server_address[1]}/signals/a/bk-1/thaw?X-Amz-Signature=ab%2Fc"
@@ -160,3 +182,84 @@ def test_main_exits_0_on_the_marker_and_1_at_the_deadline(serve: list[Key]) -> N
     other = key(serve, [(403, b"")])
     assert thaw_signal.main([other.url, str(deadline(0.3)), "10"]) == 1
     assert thaw_signal.main([marker.url, str(deadline(30)), "10", str(deadline(0.2))]) == 0
+
+
+POLLER = Path(thaw_signal.__file__)
+
+
+def wait_for(check: Callable[[], object], seconds: float) -> bool:
+    give_up = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > give_up:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_the_report_freeze_io_hands_over_is_put_over_a_connection_opened_before_the_instant(
+    serve: list[Key], tmp_path: Path
+) -> None:
+    # Given the poller started as the watchdog starts it, the instant a minute away (no start
+    # outlasts it), and the frozen signal's key
+    marker = key(serve, [(403, b"<Error/>")])
+    frozen = key(serve, [(200, b"")])
+    files = {name: str(tmp_path / name) for name in ("POLLER_FILE", "REPORT_FILE", "SENT_FILE")}
+    env = {**os.environ, **files, "FROZEN_URL": frozen.url}
+    poller = subprocess.Popen(
+        [sys.executable, str(POLLER), marker.url, str(deadline(90)), "20", str(deadline(60))], env=env
+    )
+    try:
+        # When it has announced itself, and freeze-io writes its report and signals it
+        assert wait_for(lambda: Path(files["POLLER_FILE"]).exists(), 10)
+        pid, start = Path(files["POLLER_FILE"]).read_text().split()
+        assert (int(pid), start) == (poller.pid, thaw_signal.proc_start(poller.pid))
+        assert wait_for(lambda: len(frozen.accepted) == 1, 10), "the PUT's connection is not open"
+        Path(files["REPORT_FILE"]).write_text('{"status": "frozen"}\n')
+        signalled = time.time()
+        os.kill(poller.pid, signal.SIGUSR1)
+        # Then it PUTs the report over the connection it holds, and says how that went
+        assert wait_for(lambda: Path(files["SENT_FILE"]).exists(), 10)
+        assert frozen.puts == [b'{"status": "frozen"}\n']
+        assert len(frozen.connections) == 1
+        assert frozen.accepted[0] < signalled
+        assert Path(files["SENT_FILE"]).read_text() == "200\n"
+        # and waits on for the instant (a SIGUSR1 is not its end), having looked at nothing yet
+        assert poller.poll() is None
+        assert marker.gets == []
+    finally:
+        poller.kill()
+        poller.wait()
+
+
+def test_without_the_watchdog_s_files_it_leaves_the_thaw_to_the_watchdog(tmp_path: Path) -> None:
+    env = {
+        "FSFREEZE_COMMAND": "fsfreeze",
+        "LOCK_FILE": str(tmp_path / "lock"),
+        "PID_FILE": str(tmp_path / "pid"),
+        "MOUNTS_FILE": str(tmp_path / "mounts"),
+        "SIGNALED_FILE": str(tmp_path / "signaled"),
+        "MOUNTPOINTS": "/proc",
+    }
+    (tmp_path / "mounts").write_text("/proc proc proc\n")
+    # another freeze command: the watchdog runs it
+    assert thaw_signal.thaw_here({**env, "FSFREEZE_COMMAND": "/usr/local/bin/my-freeze"}) is None
+    # a PID file naming another process (the watchdog was cancelled, or is another one's)
+    (tmp_path / "pid").write_text(f"{os.getpid()} {thaw_signal.proc_start(os.getpid())}\n")
+    assert thaw_signal.thaw_here(env) is None
+    # the lock held by someone else (freeze-io still freezing, or thaw-io)
+    (tmp_path / "pid").write_text(f"{os.getppid()} {thaw_signal.proc_start(os.getppid())}\n")
+    with open(tmp_path / "lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert thaw_signal.thaw_here(env) is None
+    # a mountpoint that is not the filesystem freeze-io recorded there
+    (tmp_path / "mounts").write_text("/proc /dev/vda1 xfs\n")
+    assert thaw_signal.thaw_here(env) is None
+    assert not (tmp_path / "signaled").exists()
+    assert (tmp_path / "pid").exists()
+
+
+def test_a_mountpoint_is_the_recorded_filesystem_only_with_its_type_and_source() -> None:
+    assert thaw_signal.is_recorded("/proc", "proc", "proc")
+    assert not thaw_signal.is_recorded("/proc", "proc", "xfs")
+    assert not thaw_signal.is_recorded("/proc", "/dev/vda1", "proc")
+    assert not thaw_signal.is_recorded("/proc/self", "proc", "proc")  # not a mountpoint
