@@ -19,6 +19,9 @@ over virtio-9p: the guests run this machine's own bash, python3, nvme-cli, fio a
   between two writers; ``share-rw=on``: two QEMUs may open it), which the agent names
   ``/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol<hex>`` as a Nitro instance does, so
   configure-target resolves the volume exactly as on EC2.
+* **Scheduling.** From ``boot_all`` to ``close`` the lab samples how long each guest's emulated
+  CPU waited on this machine's run queue (``starvation.py``), the evidence that tells a timeout
+  the machine's load made fire from one the product set too short.
 
 Every wait has a deadline; a guest whose QEMU died fails the wait at once. ``Lab.close``
 kills every QEMU it started (by the PID QEMU wrote) and its launcher's process group.
@@ -40,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.dataplane.starvation import SchedulingMonitor
 from tests.documents_tool import documents as tool
 from tests.prerequisites import require
 
@@ -238,6 +242,9 @@ class Guest:
         # QMP: the test grows a volume as EBS does for an attached one (block_resize: the
         # guest's virtio disk announces its new capacity)
         options = [f"-pidfile {self.dir}/qemu.pid", f"-qmp unix:{self.dir}/qmp.sock,server=on,wait=off"]
+        # QEMU's threads named (its vCPU "CPU 0/TCG"), for the lab's SchedulingMonitor; QEMU
+        # merges this -name's options into the one virtme-ng passes (the guest's name)
+        options.append(f"-name {self.name},debug-threads=on")
         # the agent's doorbell: a virtio-serial port (guest_agent.sh sleeps on it; ``ring``
         # writes a line into it) backed by a FIFO pair QEMU holds open, so the guest's side is
         # always connected (a socket chardev with no client reads as end-of-file at once, and
@@ -458,6 +465,10 @@ class Lab:
     links: list[Link] = field(default_factory=list)
     guests: dict[str, Guest] = field(default_factory=dict)
     image: Path | None = None
+    monitor: SchedulingMonitor | None = None
+    """How long each guest's emulated CPU waited for this machine's (starvation.py), from the
+    first boot_all to close: a timeout that fired on a guest the machine did not run is told
+    from one the product set too short."""
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -498,9 +509,20 @@ class Lab:
     def boot_all(self, timeout: float = 180) -> dict[str, float]:
         for guest in self.guests.values():
             guest.boot()
+        self.watch()
         return {name: guest.wait_ready(timeout) for name, guest in self.guests.items()}
 
+    def watch(self) -> SchedulingMonitor:
+        """The lab's SchedulingMonitor, started once. It reads the guests' PID files at every
+        sample, so a guest booted again (``Guest.boot``) is followed without telling it."""
+        if self.monitor is None:
+            self.monitor = SchedulingMonitor(lambda: {n: g.qemu_pid() for n, g in self.guests.items()})
+        self.monitor.start()
+        return self.monitor
+
     def close(self) -> None:
+        if self.monitor is not None:
+            self.monitor.stop()
         for guest in self.guests.values():
             guest.kill()
 
