@@ -15,9 +15,10 @@ inside the freeze window starts a process:
 
 - **The frozen report** (``FROZEN_URL``, ``POLLER_FILE``, ``REPORT_FILE``, ``SENT_FILE``): with
   SIGUSR1 blocked it writes ``PID START`` to ``POLLER_FILE``; freeze-io, once frozen, writes its
-  report to ``REPORT_FILE`` and sends SIGUSR1; the poller PUTs the report to ``FROZEN_URL`` over a
-  connection opened before the instant and writes the answer's status to ``SENT_FILE`` (freeze-io
-  PUTs it itself when that is not a 2xx).
+  report to ``REPORT_FILE`` and sends SIGUSR1; a thread of the poller waiting for that signal PUTs
+  the report to ``FROZEN_URL`` over a connection opened before the instant (beside the looks, never
+  behind one that the server is slow to answer) and writes the answer's status to ``SENT_FILE``
+  (freeze-io PUTs it itself when that is not a 2xx).
 - **The thaw** (``LOCK_FILE``, ``PID_FILE``, ``MOUNTS_FILE``, ``SIGNALED_FILE``, ``MOUNTPOINTS``,
   and ``FSFREEZE_COMMAND`` = ``fsfreeze``): on the marker it takes the lock without waiting,
   checks that ``PID_FILE`` still names its parent (the armed watchdog) and that every mountpoint
@@ -41,6 +42,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 from urllib.parse import urlsplit
 
@@ -117,6 +119,13 @@ class Relay:
                 self.conn = None
         write_atomically(self.sent_file, f"{status}\n")
 
+    def serve(self) -> None:
+        """In its own thread: the report PUT each time freeze-io signals (once, in practice)."""
+        self.connect()
+        while True:
+            signal.sigwait([signal.SIGUSR1])
+            self.send()
+
 
 def write_atomically(path: str, text: str) -> None:
     with open(f"{path}.tmp", "w") as f:
@@ -124,14 +133,10 @@ def write_atomically(path: str, text: str) -> None:
     os.replace(f"{path}.tmp", path)
 
 
-def pause_until(until_ms: int, relay: Relay | None) -> None:
-    """Sleep until ``until_ms``; with a relay, a SIGUSR1 meanwhile sends the report at once."""
-    while (left := until_ms - now_ms()) > 0:
-        if relay is None:
-            time.sleep(left / 1000)
-            return
-        if signal.sigtimedwait([signal.SIGUSR1], left / 1000) is not None:
-            relay.send()
+def pause_until(until_ms: int) -> None:
+    left = until_ms - now_ms()
+    if left > 0:
+        time.sleep(left / 1000)
 
 
 def look(conn: http.client.HTTPConnection, path: str) -> bool:
@@ -161,15 +166,13 @@ def look_once(
         return False, None
 
 
-def wait(url: str, deadline_ms: int, interval_ms: int, from_ms: int = 0, relay: Relay | None = None) -> bool:
+def wait(url: str, deadline_ms: int, interval_ms: int, from_ms: int = 0) -> bool:
     """From ``from_ms`` on, poll until the marker (True) or the deadline's margin (False)."""
     conn: http.client.HTTPConnection | None = None
     first = min(from_ms, deadline_ms - MARGIN_MS)
     if first > now_ms():  # connected before the instant: the first look is one request
         conn = connected(url, min(LOOK_TIMEOUT_MS, first - now_ms()) / 1000)
-        if relay is not None:
-            relay.connect()
-        pause_until(first, relay)
+        pause_until(first)
     while True:
         started = now_ms()
         left = deadline_ms - MARGIN_MS - started
@@ -178,7 +181,7 @@ def wait(url: str, deadline_ms: int, interval_ms: int, from_ms: int = 0, relay: 
         found, conn = look_once(conn, url, left)
         if found:
             return True
-        pause_until(min(started + interval_ms, deadline_ms - MARGIN_MS), relay)
+        pause_until(min(started + interval_ms, deadline_ms - MARGIN_MS))
 
 
 def proc_start(pid: int) -> str:
@@ -284,28 +287,27 @@ def thaw_here(env: dict[str, str]) -> int | None:
 
 
 def relay_from(env: dict[str, str]) -> Relay | None:
-    """The report's relay, announced in POLLER_FILE once SIGUSR1 is blocked (never before:
-    its default action would end the poller)."""
+    """The report's relay, its thread started and announced in POLLER_FILE once SIGUSR1 is
+    blocked in every thread (never before: its default action would end the poller)."""
     names = ("FROZEN_URL", "POLLER_FILE", "REPORT_FILE", "SENT_FILE")
     if not all(env.get(n) for n in names) or urlsplit(env["FROZEN_URL"]).scheme not in ("http", "https"):
         return None
     signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
     try:
+        relay = Relay(env["FROZEN_URL"], env["REPORT_FILE"], env["SENT_FILE"])
+        threading.Thread(target=relay.serve, daemon=True).start()
         write_atomically(env["POLLER_FILE"], f"{os.getpid()} {proc_start(os.getpid())}\n")
     except OSError:
         return None
-    return Relay(env["FROZEN_URL"], env["REPORT_FILE"], env["SENT_FILE"])
+    return relay
 
 
 def run(url: str, deadline_ms: int, interval_ms: int, from_ms: int, env: dict[str, str]) -> int:
     relay = relay_from(env)
     try:
-        if not wait(url, deadline_ms, interval_ms, from_ms, relay):
+        if not wait(url, deadline_ms, interval_ms, from_ms):
             return 1
-        thawed = thaw_here(env)
-        if relay is not None and signal.sigtimedwait([signal.SIGUSR1], 0) is not None:
-            relay.send()  # the report arrived while the marker was being looked at
-        return 0 if thawed is None else thawed
+        return thaw_here(env) or 0
     finally:
         if relay is not None:
             with contextlib.suppress(OSError):
