@@ -235,8 +235,9 @@ def recording(tmp_path: Path, *commands: str) -> tuple[dict[str, str], Path]:
 def test_with_an_instant_the_poller_puts_the_report_and_thaws_without_starting_a_process(
     lab: Lab, bucket: Bucket, tmp_path: Path
 ) -> None:
-    # Given a host told to freeze at an instant 1.5 s ahead, with both signals, and curl and
-    # fsfreeze recording each start
+    # Given a host told to freeze at an instant 5 s ahead (the watchdog's poller announces itself
+    # well before it even on a busy machine: with the instant past, freeze-io would use curl),
+    # with both signals, and curl and fsfreeze recording each start
     env, record = recording(tmp_path, "curl", "fsfreeze")
     data = lab.xfs()
     values = params(
@@ -246,7 +247,7 @@ def test_with_an_instant_the_poller_puts_the_report_and_thaws_without_starting_a
         20,
         ThawSignal=signal(f"{bucket.url}/signals/a/bk-relay/thaw?X-Amz-Signature=1"),
         FrozenSignal=signal(f"{bucket.url}/signals/a/bk-relay/hosts/i-1?X-Amz-Signature=2"),
-        FreezeAt=str(int(time.time() * 1000) + 1500),
+        FreezeAt=str(int(time.time() * 1000) + 5000),
     )
     frozen = run_document("freeze-io", values, lab.root, env=env)
     assert frozen.returncode == 0, frozen.stderr
