@@ -21,9 +21,10 @@ import pytest
 from tests.documents.xfs_lab import Lab, _missing
 from tests.integration.arrays_world import AMI, AZ, World, control, create_array, settle
 from tests.integration.conftest import Api
+from tests.integration.runs import until_final
 from tests.prerequisites import require
 from vsa_core.controllers.slots import DEVICE_NAMES
-from vsa_core.waiters import execution_arn, execution_finished
+from vsa_core.waiters import execution_arn
 
 
 @dataclass
@@ -152,11 +153,8 @@ def backup_array(
 
 
 def backup_finished(stack_outputs: dict[str, str], backup_id: str) -> dict[str, Any]:
-    """The ConsistentBackup execution of ``backup_id`` once it has ended (AWS waiter)."""
-    sfn = boto3.client("stepfunctions")
-    arn = execution_arn(stack_outputs["ConsistentBackupStateMachineArn"], backup_id)
-    execution_finished(sfn).wait(executionArn=arn, WaiterConfig={"Delay": 1, "MaxAttempts": 180})
-    return dict(sfn.describe_execution(executionArn=arn))
+    """The ConsistentBackup execution of ``backup_id`` once it has ended."""
+    return until_final(execution_arn(stack_outputs["ConsistentBackupStateMachineArn"], backup_id))
 
 
 def frozen(lab: Lab, mountpoint: Path) -> bool:

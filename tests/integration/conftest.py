@@ -24,7 +24,8 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.waiter import WaiterModel, create_waiter_with_client
 
-from vsa_core.waiters import execution_arn, execution_finished
+from tests.integration.runs import until_final
+from vsa_core.waiters import execution_arn
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK = "vsa-control-plane"
@@ -267,13 +268,10 @@ def fire_alarm(array_id: str, demand: float, stamp: str, kind: str = "high", dep
     return scale_execution_name(array_id, event["resources"][0], stamp)
 
 
-def wait_for_execution(state_machine_arn: str, name: str, max_attempts: int = 120) -> dict[str, Any]:
-    """The finished execution called ``name`` (started asynchronously after the event), asked
-    about every second up to ``max_attempts`` times."""
-    sfn = boto3.client("stepfunctions")
-    arn = execution_arn(state_machine_arn, name)
-    execution_finished(sfn).wait(executionArn=arn, WaiterConfig={"Delay": 1, "MaxAttempts": max_attempts})
-    return dict(sfn.describe_execution(executionArn=arn))
+def wait_for_execution(state_machine_arn: str, name: str) -> dict[str, Any]:
+    """The finished execution called ``name`` (started asynchronously after the event), waited
+    for while it moves (``tests/integration/runs.py``)."""
+    return until_final(execution_arn(state_machine_arn, name))
 
 
 def executions_of(state_machine_arn: str) -> list[dict[str, Any]]:

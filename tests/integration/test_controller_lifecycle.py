@@ -301,7 +301,9 @@ def demand_scales_out(
     deadline = time.monotonic() + timeout
     while True:
         name = fire_alarm(array_id, to * PER_CONTROLLER, recent_stamp(), "high")
-        decision = json.loads(wait_for_execution(scale, name, max_attempts=300)["output"])
+        run = wait_for_execution(scale, name)
+        assert run["status"] == "SUCCEEDED", (name, run["status"], run.get("error"), run.get("cause"))
+        decision = json.loads(run["output"])
         if decision.get("action") == "scale-out":
             assert decision["desired_controllers"] == to, decision
             return dict(decision)

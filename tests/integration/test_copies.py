@@ -19,8 +19,9 @@ import pytest
 from tests.integration.arrays_world import AMI, control, read_array
 from tests.integration.backups_world import BackupArray, backup_finished
 from tests.integration.conftest import DR_REGION, STACK, Api
+from tests.integration.runs import until_final
 from tests.prerequisites import require
-from vsa_core.waiters import execution_arn, execution_finished
+from vsa_core.waiters import execution_arn
 
 MARKER = "copied-out-and-back"
 
@@ -45,18 +46,7 @@ def data_path(volume_id: str) -> str:
 def copy_run_ended(stack_outputs: dict[str, str], backup_id: str) -> dict[str, Any]:
     """The set's CopyBackupSet run (named after it, started by ConsistentBackup's last states),
     once it has ended."""
-    sfn = boto3.client("stepfunctions")
-    run = execution_arn(stack_outputs["CopyBackupSetStateMachineArn"], backup_id)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            sfn.describe_execution(executionArn=run)
-            break
-        except sfn.exceptions.ExecutionDoesNotExist:
-            assert time.monotonic() < deadline, "no CopyBackupSet run for the set"
-            time.sleep(1)
-    execution_finished(sfn).wait(executionArn=run, WaiterConfig={"Delay": 2, "MaxAttempts": 150})
-    return dict(sfn.describe_execution(executionArn=run))
+    return until_final(execution_arn(stack_outputs["CopyBackupSetStateMachineArn"], backup_id))
 
 
 @pytest.mark.usefixtures("ext4_tools")

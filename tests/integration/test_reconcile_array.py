@@ -90,7 +90,7 @@ def apply_and_follow(
     # machine its run outlasts the default 120 polls; the run bounds itself (its phases'
     # timeouts), so wait for it
     run = wait_for_execution(
-        stack_outputs["ReconcileArrayStateMachineArn"], reply["reconcile"]["executionName"], max_attempts=600
+        stack_outputs["ReconcileArrayStateMachineArn"], reply["reconcile"]["executionName"]
     )
     assert run["status"] == "SUCCEEDED", run.get("cause")
     return run, (run["stopDate"] - run["startDate"]).total_seconds()

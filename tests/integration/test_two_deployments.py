@@ -22,9 +22,9 @@ from botocore.exceptions import ClientError, WaiterError
 from tests.infra.test_statemachine_definitions import load_template
 from tests.integration.arrays_world import World, read_array, settle, spec_for, wait_until_gone
 from tests.integration.conftest import Api, fire_alarm, recent_stamp, wait_for_execution
+from tests.integration.runs import succeeded
 from tests.node_profile import NAME as NODE_ROLE
 from tests.node_profile import ensure_node_profile
-from vsa_core.waiters import execution_finished
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = uuid.uuid4().hex[:6]
@@ -114,10 +114,7 @@ def apply_new(
     name = run.get("executionName") or run.get("execution")
     if name:
         machine = outputs["ReconcileArrayStateMachineArn"]
-        arn = f"{machine.replace(':stateMachine:', ':execution:')}:{name}"
-        sfn = boto3.client("stepfunctions")
-        execution_finished(sfn).wait(executionArn=arn, WaiterConfig={"Delay": 2, "MaxAttempts": 300})
-        assert sfn.describe_execution(executionArn=arn)["status"] == "SUCCEEDED"
+        succeeded(f"{machine.replace(':stateMachine:', ':execution:')}:{name}")
 
 
 def footprint(prefix: str, array_id: str) -> dict[str, Any]:
@@ -227,7 +224,7 @@ def test_a_second_deployment_scales_drains_backs_up_and_tears_down_only_its_own_
         status, answer = other_api.call("POST", f"/arrays/{array_id}/backups", {"mode": "crash"})
         assert status == 202, answer
         backup_id = answer["backupId"]
-        run = wait_for_execution(second["ConsistentBackupStateMachineArn"], backup_id, max_attempts=300)
+        run = wait_for_execution(second["ConsistentBackupStateMachineArn"], backup_id)
         assert run["status"] == "SUCCEEDED", run.get("cause")
         snapshots = boto3.client("ec2").describe_snapshots(
             OwnerIds=["self"], Filters=[{"Name": "tag:vsa:backup", "Values": [backup_id]}]

@@ -1,0 +1,99 @@
+"""The integration tests' wait for a run (tests/integration/runs.py): it waits while the run
+moves, however long, and fails once it stops moving. Step Functions stubbed (botocore Stubber);
+the clock is the test's own."""
+
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from tests.integration import runs
+
+ARN = "arn:aws:states:us-east-1:000000000000:execution:vsa-ReconcileArray:run-1"
+MACHINE = "arn:aws:states:us-east-1:000000000000:stateMachine:vsa-ReconcileArray"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(runs.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(runs.time, "sleep", clock.sleep)
+    return clock
+
+
+def _described(status: str) -> dict[str, Any]:
+    return {
+        "executionArn": ARN,
+        "stateMachineArn": MACHINE,
+        "status": status,
+        "startDate": datetime(2026, 12, 2, tzinfo=UTC),
+    }
+
+
+def _history(event_id: int) -> dict[str, Any]:
+    event = {"timestamp": datetime(2026, 12, 2, tzinfo=UTC), "type": "TaskStateEntered", "id": event_id}
+    return {"events": [event]}
+
+
+def _running(stub: Stubber, event_id: int) -> None:
+    stub.add_response("describe_execution", _described("RUNNING"), {"executionArn": ARN})
+    stub.add_response(
+        "get_execution_history",
+        _history(event_id),
+        {"executionArn": ARN, "reverseOrder": True, "maxResults": 1},
+    )
+
+
+def test_a_run_that_keeps_moving_is_waited_for_past_any_fixed_count(clock: Clock) -> None:
+    sfn = boto3.client("stepfunctions", region_name="us-east-1")
+    with Stubber(sfn) as stub:
+        stub.add_client_error("describe_execution", "ExecutionDoesNotExist")
+        # a new event every 200 polls: far longer in all than the old 120-poll waiter allowed
+        for poll in range(1, 1001):
+            _running(stub, poll // 200)
+        stub.add_response("describe_execution", _described("FAILED"), {"executionArn": ARN})
+        run = runs.until_final(ARN, sfn)
+        stub.assert_no_pending_responses()
+    assert run["status"] == "FAILED"
+    assert clock.now > 1000
+
+
+def test_a_run_with_no_new_event_for_the_stall_limit_fails_naming_its_last(clock: Clock) -> None:
+    sfn = boto3.client("stepfunctions", region_name="us-east-1")
+    with Stubber(sfn) as stub:
+        for _ in range(int(runs.STALL) + 1):
+            _running(stub, 7)
+        with pytest.raises(AssertionError, match="no new event for 300 s .the last: TaskStateEntered"):
+            runs.until_final(ARN, sfn)
+    assert clock.now == pytest.approx(runs.STALL)
+
+
+def test_a_run_that_never_starts_fails_after_the_start_limit(clock: Clock) -> None:
+    sfn = boto3.client("stepfunctions", region_name="us-east-1")
+    with Stubber(sfn) as stub:
+        for _ in range(int(runs.START) + 1):
+            stub.add_client_error("describe_execution", "ExecutionDoesNotExist")
+        with pytest.raises(AssertionError, match="not started 300 s"):
+            runs.until_final(ARN, sfn)
+
+
+def test_succeeded_says_the_error_and_cause_of_a_run_that_failed(clock: Clock) -> None:
+    sfn = boto3.client("stepfunctions", region_name="us-east-1")
+    failed = _described("FAILED") | {"error": "States.Timeout", "cause": "the task timed out"}
+    with Stubber(sfn) as stub:
+        stub.add_response("describe_execution", failed, {"executionArn": ARN})
+        with pytest.raises(AssertionError, match="the task timed out"):
+            runs.succeeded(ARN, sfn)
