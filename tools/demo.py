@@ -44,6 +44,10 @@ from tests.node_profile import ensure_node_profile  # noqa: E402 - what an opera
 STACK = "vsa-control-plane"
 AZ = "us-east-1a"
 AMI = "ami-1e749f67"  # an image the local cloud (moto) knows
+# How long the demo waits for controllers to settle, a handover or a scaling decision before it
+# stops and says where to look: a stuck workflow, not a slow one (on a busy machine these take
+# minutes on the local cloud, whose Lambdas share its cores with everything else)
+SETTLE_SECONDS = 600
 console = Console(highlight=False, width=110)
 FREEZE_STATE = Path("/run/vsa-freeze")  # where freeze-io keeps its watchdogs' pid files on a host
 VSACTL = ".venv/bin/vsactl"  # as printed for a newcomer: run from the checkout
@@ -146,7 +150,9 @@ def write_spec(
     return spec
 
 
-def controllers_settled(array_id: str, out: dict[str, str], timeout: float = 180) -> list[dict[str, Any]]:
+def controllers_settled(
+    array_id: str, out: dict[str, str], timeout: float = SETTLE_SECONDS
+) -> list[dict[str, Any]]:
     """Wait until the BootstrapController / DrainController workflows have let every launching
     controller in and every leaving one go; narrate each bootstrap. The serving controllers."""
     autoscaling, sfn = boto3.client("autoscaling"), boto3.client("stepfunctions")
@@ -239,7 +245,7 @@ def wait_for_scale_execution(state_machine: str, array_id: str, known: set[str])
     ReconcileArray run under way) is narrated and skipped: it re-armed the alarm, whose next
     evaluation (a minute on the local cloud, as on AWS) starts the run that decides."""
     sfn = boto3.client("stepfunctions")
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + SETTLE_SECONDS
     while time.monotonic() < deadline:
         for execution in sfn.list_executions(stateMachineArn=state_machine)["executions"]:
             new = execution["name"].startswith(f"scale-{array_id}-") and execution["name"] not in known
@@ -252,10 +258,10 @@ def wait_for_scale_execution(state_machine: str, array_id: str, known: set[str])
             known.add(execution["name"])
             note(f"a ScaleArray run skipped: {answer.get('reason')}")
         time.sleep(0.5)
-    raise SystemExit("no ScaleArray execution decided within 180 s: see `make localcloud-logs`")
+    raise SystemExit(f"no ScaleArray execution decided within {SETTLE_SECONDS} s: see `make localcloud-logs`")
 
 
-def handovers_done(state_machine: str, array_id: str, timeout: float = 180) -> None:
+def handovers_done(state_machine: str, array_id: str, timeout: float = SETTLE_SECONDS) -> None:
     """Wait until no ReconcileArray run of the array is under way: with fencing, each controller
     that enters service starts one, which hands it its share of the volumes."""
     sfn = boto3.client("stepfunctions")
