@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.dataplane.starvation import SchedulingMonitor
+from tests.dataplane.starvation import GuestTime, SchedulingMonitor
 from tests.documents_tool import documents as tool
 from tests.prerequisites import require
 
@@ -225,6 +225,14 @@ class Link:
 _ids = itertools.count(1)
 
 
+def _spent(clock: GuestTime, timeout: float) -> str:
+    guests, wall = clock.elapsed()
+    return (
+        f"{timeout} s of the guests' time ({guests:.0f} s of theirs, {wall:.0f} s on this machine's"
+        f" clock: the most starved guest waited {wall - guests:.0f} s for its CPUs)"
+    )
+
+
 @dataclass
 class Guest:
     name: str
@@ -236,6 +244,8 @@ class Guest:
     launcher: subprocess.Popen[bytes] | None = None
     launched_at: float = 0.0
     boot_seconds: float | None = None
+    lab_guests: dict[str, Guest] | None = field(default=None, repr=False, compare=False)
+    """Its lab's guests (``Lab.guests``, itself among them): its deadlines count their time."""
 
     # --- lifecycle ---------------------------------------------------------------------------
     def qemu_options(self) -> str:
@@ -335,13 +345,20 @@ class Guest:
     def alive(self) -> bool:
         return self.launcher is not None and self.launcher.poll() is None
 
+    def guest_time(self) -> GuestTime:
+        """A clock of the lab's guests' own time, started now: a deadline on it fires when they
+        had the time and did not finish, not when this machine kept them off its CPUs."""
+        lab = self.lab_guests if self.lab_guests is not None else {self.name: self}
+        return GuestTime(lambda: [guest.qemu_pid() for guest in lab.values()]).start()
+
     def wait_ready(self, timeout: float = 120) -> float:
-        deadline = time.monotonic() + timeout
+        clock = self.guest_time()
         while not (self.dir / "ready").exists():
             if not self.alive():
                 raise GuestError(f"{self.name}: QEMU exited while booting\n{self.diagnostics()}")
-            if time.monotonic() > deadline:
-                raise GuestError(f"{self.name}: not ready after {timeout} s\n{self.diagnostics()}")
+            if clock.expired(timeout):
+                spent = _spent(clock, timeout)
+                raise GuestError(f"{self.name}: not ready after {spent}\n{self.diagnostics()}")
             time.sleep(0.1)
         if self.boot_seconds is None:
             self.boot_seconds = round(time.time() - self.launched_at, 1)
@@ -393,18 +410,19 @@ class Guest:
 
     def wait(self, request: str, timeout: float) -> Result:
         out = self.dir / "out"
-        deadline = time.monotonic() + timeout
+        clock = self.guest_time()
         while not (out / f"{request}.rc").exists():
             if not self.alive():
                 raise GuestError(f"{self.name}: QEMU is gone; {request} has no result\n{self.diagnostics()}")
-            if time.monotonic() > deadline:
+            if clock.expired(timeout):
                 stderr = (
                     (out / f"{request}.err").read_text(errors="replace")
                     if (out / f"{request}.err").exists()
                     else ""
                 )
                 raise GuestError(
-                    f"{self.name}: {request} still running after {timeout} s\nstderr so far:\n{stderr}\n"
+                    f"{self.name}: {request} still running after {_spent(clock, timeout)}\n"
+                    f"stderr so far:\n{stderr}\n"
                     f"{self.diagnostics()}"
                 )
             time.sleep(0.1)
@@ -498,6 +516,14 @@ class Lab:
             addresses=[f"{link.host_address}/24" for link in self.links],
             modules=HOST_MODULES,
         )
+        for guest in self.guests.values():
+            guest.lab_guests = self.guests
+
+    def add(self, guest: Guest) -> Guest:
+        """A guest joins the lab: closed with it, its deadlines counting every guest's time."""
+        self.guests[guest.name] = guest
+        guest.lab_guests = self.guests
+        return guest
 
     @property
     def host(self) -> Guest:

@@ -232,3 +232,55 @@ class GuestClock:
     def wall_time(self, since_boot: float) -> float:
         """The epoch time of a kernel log stamp (seconds since the guest booted)."""
         return self.wall - (self.uptime - since_boot)
+
+
+# --- a deadline on the guests' time -------------------------------------------------------------
+WALL_CAP = 4.0
+"""However starved the guests, a deadline fires at this many times its length on this machine's
+clock: a lab that never gets the cores back is a failure of its own."""
+
+
+@dataclass
+class GuestTime:
+    """Time as a lab's guests had it since ``start()``: this machine's elapsed time less the
+    longest any one of them (``pids()``: their QEMUs) waited on its run queue meanwhile.
+
+    A request to a guest, or a boot, may wait on any guest of the lab (a host's connect on a
+    controller's answer), so the most starved one is taken. A deadline counted on this clock
+    fires when the guests had the time and did not finish, not when the machine kept them off
+    its CPUs: on a busy 2-core machine a guest's vCPU waited minutes in a run of the command."""
+
+    pids: Callable[[], Sequence[int | None]]
+    proc: Path = PROC
+    clock: Callable[[], float] = time.monotonic
+    _started: float = field(default=0.0, init=False)
+    _base: dict[int, dict[int, int]] = field(default_factory=dict, init=False)
+
+    def start(self) -> GuestTime:
+        self._started = self.clock()
+        self._base = {}
+        self.waited()  # each QEMU already up counts from now
+        return self
+
+    def waited(self) -> float:
+        """The longest run-queue wait of one guest since ``start()`` (a QEMU first seen later
+        counts from then; its threads from their first sighting)."""
+        most = 0
+        for pid in self.pids():
+            if pid is None:
+                continue
+            now = thread_waits(pid, self.proc)
+            base = self._base.setdefault(pid, dict(now))
+            for tid, ns in now.items():
+                base.setdefault(tid, ns)
+            most = max(most, sum(ns - base[tid] for tid, ns in now.items()))
+        return most / NS
+
+    def elapsed(self) -> tuple[float, float]:
+        """(the guests' time, this machine's) since ``start()``."""
+        wall = self.clock() - self._started
+        return max(0.0, wall - self.waited()), wall
+
+    def expired(self, timeout: float) -> bool:
+        guests, wall = self.elapsed()
+        return guests > timeout or wall > timeout * WALL_CAP

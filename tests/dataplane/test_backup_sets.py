@@ -271,7 +271,7 @@ def boot_drill_guest(lab: Lab) -> Guest:
     guest = Guest(
         name="drill", dir=lab.root / "drill", netdevs=[], addresses=[], modules=HOST_MODULES, volumes=volumes
     )
-    lab.guests["drill"] = guest  # killed with the lab
+    lab.add(guest)  # killed with the lab
     guest.boot()
     FIGURES.setdefault("setsLabBootSeconds", {})["drill"] = guest.wait_ready(180)
     return guest

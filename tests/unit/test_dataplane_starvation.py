@@ -13,7 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.dataplane.starvation import (
+    WALL_CAP,
     GuestClock,
+    GuestTime,
     Sample,
     SchedulingMonitor,
     failover_waits,
@@ -232,3 +234,57 @@ def test_a_log_stamp_is_placed_on_the_wall_clock_by_the_guest_s_uptime() -> None
     # Then a line logged 99.25 s after boot happened 301.25 s before that reading
     assert clock.wall_time(99.25) == pytest.approx(1_800_000_000.25 - 301.25, abs=1e-6)
     assert clock.wall_time(400.5) == pytest.approx(1_800_000_000.25, abs=1e-6)
+
+
+# --- deadlines on the guests' time ---------------------------------------------------------------
+class Ticks:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_guests_time_is_the_wall_time_less_the_most_starved_guest_s_wait(tmp_path: Path) -> None:
+    # Given two guests up (QEMU 40: its vCPU has waited 1 s already; QEMU 50) and one not up yet
+    task(tmp_path, 40, 43, "CPU 0/TCG", 1000 * MS)
+    task(tmp_path, 50, 53, "CPU 0/TCG", 0)
+    ticks = Ticks()
+    clock = GuestTime(lambda: [40, 50, None], proc=tmp_path, clock=ticks).start()
+    # When 100 s pass on this machine, guest 40's vCPU waiting 70 s of them and guest 50's 20 s
+    ticks.now += 100
+    task(tmp_path, 40, 43, "CPU 0/TCG", 71_000 * MS)
+    task(tmp_path, 50, 53, "CPU 0/TCG", 20_000 * MS)
+    # Then the guests had 30 s (the wait before the start counts for nothing)
+    assert clock.elapsed() == (pytest.approx(30.0), pytest.approx(100.0))
+    # and a 60 s deadline has not fired, where one on this machine's clock would have
+    assert not clock.expired(60)
+    assert clock.expired(29)
+
+
+def test_a_guest_booted_after_the_start_counts_from_its_first_sighting(tmp_path: Path) -> None:
+    ticks = Ticks()
+    pids: list[int | None] = [None]
+    clock = GuestTime(lambda: pids, proc=tmp_path, clock=ticks).start()
+    ticks.now += 10
+    # Given its QEMU appears with 5 s of run-queue wait already (its boot, before anyone looked)
+    task(tmp_path, 60, 61, "CPU 0/TCG", 5000 * MS)
+    pids[0] = 60
+    assert clock.elapsed() == (pytest.approx(10.0), pytest.approx(10.0))
+    # Then only what it waits from then on is taken off
+    ticks.now += 10
+    task(tmp_path, 60, 61, "CPU 0/TCG", 9000 * MS)
+    assert clock.elapsed() == (pytest.approx(16.0), pytest.approx(20.0))
+
+
+def test_a_deadline_fires_at_its_wall_cap_however_starved_the_guests(tmp_path: Path) -> None:
+    task(tmp_path, 40, 43, "CPU 0/TCG", 0)
+    ticks = Ticks()
+    clock = GuestTime(lambda: [40], proc=tmp_path, clock=ticks).start()
+    # Given a guest kept off the CPUs for all but 1 s of every stretch
+    ticks.now += 60 * WALL_CAP - 1
+    task(tmp_path, 40, 43, "CPU 0/TCG", round((60 * WALL_CAP - 2) * 1000) * MS)
+    assert not clock.expired(60)
+    ticks.now += 2
+    task(tmp_path, 40, 43, "CPU 0/TCG", round(60 * WALL_CAP * 1000) * MS)
+    assert clock.expired(60)
