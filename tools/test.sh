@@ -46,16 +46,19 @@ stop_dataplane() { # a command that ends early interrupts the tier: pytest then 
 trap 'stop_dataplane' EXIT
 # The data-plane tier (tests/dataplane: the documents on real Linux kernels in QEMU guests; no
 # local cloud) starts first, beside the static checks (it is the longest chain of the command;
-# a check that fails interrupts it), and runs on beside the unit phase, which runs at a lower
-# priority (nice 10): what the tier asserts depends on the guests keeping time (a 2 s keep-alive,
-# a fence before a failover), so their emulators get the cores first; the unit tests wait on no
-# clock of their own and take what is left. Every module of the tier runs, each in a lab of its own. Its output is kept
-# apart and printed whole when it ends.
+# a check that fails interrupts it), and runs on beside the unit phase: what the tier asserts
+# depends on the guests keeping time (a 2 s keep-alive, a fence before a failover), and the unit
+# tests wait on no clock of their own. Linux shares the CPU between sessions first and by nice
+# only within one (autogroups, kernel.sched_autogroup_enabled, on here): each QEMU guest runs in
+# a session of its own (tests/dataplane/lab.py), so every guest gets a share as large as this
+# whole command's session, whatever its nice; the unit phase's nice 10 puts it behind the local
+# clouds inside this session. Every module of the tier runs, each in a lab of its own. Its
+# output is kept apart and printed whole when it ends.
 step "tests: data plane, in the background (the documents on real Linux kernels in QEMU guests: controllers + a host, NVMe/TCP multipath, fio, XFS, fencing, authentication, backup sets)"
 dataplane_log="$(mktemp)"
 dataplane_start="$(date +%s)"
-# As root (CI) the tier runs at nice -5: from the deploy on, the integration tests run beside
-# its last minutes, and the local clouds' Lambdas must not take its guests' time.
+# As root (CI) the tier's pytest (it drives the guests and samples their scheduling) runs at
+# nice -5, ahead of the local clouds in this session; its guests have sessions of their own.
 tier_nice=()
 [[ $EUID -ne 0 ]] || tier_nice=(nice -n -5)
 # (exec in a subshell: a command put in the background straight from this script ignores SIGINT,
@@ -215,7 +218,7 @@ timings "$FAST_PORT" fast
 # The integration tests start when the tier has ended, never beside it. Both hold real-time
 # limits that a starved core breaks: the guests' 2 s NVMe keep-alive and boot deadlines, and API
 # Gateway's 29 s integration timeout, which an apply's Lambda outlasted when the tier's guests
-# (nice -5) took the cores. Side by side the command ended about 120 s sooner on a quiet machine,
+# took the cores. Side by side the command ended about 120 s sooner on a quiet machine,
 # and on a busy one both sides failed on time (docs/measurements.md). The unit phase, which
 # waits on no clock, is what runs beside the tier.
 step "integration waits for the data plane (QEMU) to end"
