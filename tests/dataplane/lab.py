@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.dataplane.starvation import GuestTime, SchedulingMonitor
+from tests.dataplane.starvation import GuestTime, SchedulingMonitor, share_nice
 from tests.documents_tool import documents as tool
 from tests.prerequisites import require
 
@@ -334,6 +334,7 @@ class Guest:
             env=env,
             start_new_session=True,
         )
+        share_nice(self.launcher.pid)  # the tier's nice, given to the guest's own session
         console.close()
 
     def qemu_pid(self) -> int | None:

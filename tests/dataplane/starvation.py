@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import os
 import re
 import threading
 import time
@@ -284,3 +285,22 @@ class GuestTime:
     def expired(self, timeout: float) -> bool:
         guests, wall = self.elapsed()
         return guests > timeout or wall > timeout * WALL_CAP
+
+
+# --- the guests' share of the CPUs ----------------------------------------------------------------
+def share_nice(session_leader: int, nice: int | None = None, proc: Path = PROC) -> bool:
+    """Give a guest's session this process's nice (or ``nice``). Each guest's QEMU runs in a
+    session of its own, and with autogroups on (``kernel.sched_autogroup_enabled``) Linux shares
+    the CPUs between sessions first, by each session's own nice (``/proc/<pid>/autogroup``),
+    and by a process's nice only inside its session: the nice the tier was started with (-5 in
+    ``tools/test.sh`` as root) reached no guest, and each guest had the share of any other
+    session, a local cloud's Lambda environment starting up among them. Whether it was set (a
+    negative nice needs root; nothing to do at 0)."""
+    nice = os.getpriority(os.PRIO_PROCESS, 0) if nice is None else nice
+    if nice == 0:
+        return False
+    try:
+        (proc / str(session_leader) / "autogroup").write_text(f"{nice}\n")
+    except OSError:
+        return False
+    return True

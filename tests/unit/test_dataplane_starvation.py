@@ -5,6 +5,7 @@ clock."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from tests.dataplane.starvation import (
     longest_wait,
     longest_waits,
     recoveries,
+    share_nice,
     starved,
     thread_waits,
     wait_intervals,
@@ -288,3 +290,29 @@ def test_a_deadline_fires_at_its_wall_cap_however_starved_the_guests(tmp_path: P
     ticks.now += 2
     task(tmp_path, 40, 43, "CPU 0/TCG", round(60 * WALL_CAP * 1000) * MS)
     assert clock.expired(60)
+
+
+# --- the guests' sessions' nice --------------------------------------------------------------------
+def test_a_guest_session_gets_the_tier_s_nice_and_none_is_written_at_zero(tmp_path: Path) -> None:
+    (tmp_path / "77").mkdir()
+    (tmp_path / "77" / "autogroup").write_text("/autogroup-12 nice 0\n")
+    assert share_nice(77, nice=-5, proc=tmp_path)
+    assert (tmp_path / "77" / "autogroup").read_text() == "-5\n"
+    (tmp_path / "77" / "autogroup").write_text("/autogroup-12 nice 0\n")
+    assert not share_nice(77, nice=0, proc=tmp_path)
+    assert (tmp_path / "77" / "autogroup").read_text() == "/autogroup-12 nice 0\n"
+    # a session gone (or no autogroups, or no right to a negative nice) is left as it is
+    assert not share_nice(78, nice=-5, proc=tmp_path)
+
+
+def test_a_real_session_takes_the_nice_it_is_given() -> None:
+    autogroups = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    if not autogroups.exists() or autogroups.read_text().strip() != "1":
+        pytest.skip("this kernel shares the CPUs by session only with autogroups on")
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert share_nice(child.pid, nice=7)
+        assert Path(f"/proc/{child.pid}/autogroup").read_text().strip().endswith("nice 7")
+    finally:
+        child.kill()
+        child.wait()
