@@ -222,6 +222,11 @@ class Link:
         return f"52:54:00:77:{self.index:02x}:{side:02x}"
 
 
+HANG_SECONDS = 2400
+"""pytest-timeout's guard on one tier test: only a hang. What a test waits for has its deadline
+on the guests' own time (``Guest.wait``, ``GuestTime``); on this machine's clock a scenario took
+twice as long on a busy day as on a quiet one (key rotation under IO: 716 s, then over 900)."""
+
 _ids = itertools.count(1)
 
 

@@ -28,12 +28,12 @@ from typing import Any
 import pytest
 
 from tests.dataplane.conftest import FIGURES
-from tests.dataplane.lab import STATE, Guest, Lab, Result, kernel_package, missing_prerequisites
+from tests.dataplane.lab import HANG_SECONDS, STATE, Guest, Lab, Result, kernel_package, missing_prerequisites
 from tests.dataplane.test_dataplane import Fio
 from tests.prerequisites import require
 from vsa_core import nvme
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 ARRAY = "dhchap"
 VOLUME = "vol-0a1b2c3d4e5f60720"

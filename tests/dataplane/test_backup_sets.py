@@ -35,10 +35,10 @@ from typing import Any
 import pytest
 
 from tests.dataplane.conftest import FIGURES
-from tests.dataplane.lab import HOST_MODULES, STATE, Guest, Lab, Result, fresh_lab
+from tests.dataplane.lab import HANG_SECONDS, HOST_MODULES, STATE, Guest, Lab, Result, fresh_lab
 from vsa_core import nvme
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 ARRAY = "sets"
 VOLUMES = {"a": "vol-0a1b2c3d4e5f60731", "b": "vol-0a1b2c3d4e5f60732"}

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.dataplane.conftest import SPARE, VOLUME
-from tests.dataplane.lab import Lab, Result
+from tests.dataplane.lab import HANG_SECONDS, Lab, Result
 from tests.dataplane.starvation import (
     GuestClock,
     failover_waits,
@@ -36,7 +36,7 @@ from vsa_core import nvme
 from vsa_core.arrays import dataplane
 from vsa_core.health import rules
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 ARRAY = "dataplane"
 NQN = nvme.subsystem_nqn(ARRAY, VOLUME)

@@ -33,10 +33,10 @@ from typing import Any
 import pytest
 
 from tests.dataplane.conftest import FIGURES
-from tests.dataplane.lab import Lab, Result, fresh_lab
+from tests.dataplane.lab import HANG_SECONDS, Lab, Result, fresh_lab
 from vsa_core import nvme
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 ARRAY = "stale"
 VOLUME = "vol-0a1b2c3d4e5f60721"
