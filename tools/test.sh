@@ -52,13 +52,13 @@ trap 'stop_dataplane' EXIT
 # only within one (autogroups, kernel.sched_autogroup_enabled, on here): each QEMU guest runs in
 # a session of its own (tests/dataplane/lab.py), so every guest gets a share as large as this
 # whole command's session, whatever its nice; the unit phase's nice 10 puts it behind the local
-# clouds inside this session. Every module of the tier runs, each in a lab of its own. Its
+# clouds inside the command's session. Every module of the tier runs, each in a lab of its own. Its
 # output is kept apart and printed whole when it ends.
 step "tests: data plane, in the background (the documents on real Linux kernels in QEMU guests: controllers + a host, NVMe/TCP multipath, fio, XFS, fencing, authentication, backup sets)"
 dataplane_log="$(mktemp)"
 dataplane_start="$(date +%s)"
 # As root (CI) the tier's pytest (it drives the guests and samples their scheduling) runs at
-# nice -5, ahead of the local clouds in this session; its guests have sessions of their own.
+# nice -5, ahead of the local clouds in the command's session; its guests have sessions of their own.
 tier_nice=()
 [[ $EUID -ne 0 ]] || tier_nice=(nice -n -5)
 # (exec in a subshell: a command put in the background straight from this script ignores SIGINT,
