@@ -294,7 +294,9 @@ def function_logs(function_name: str, term: str) -> list[str]:
     """Log lines of ``function_name`` containing ``term``, once at least one has arrived.
 
     The match is done in the waiter's JMESPath, not by ``filterPattern``: the local cloud's
-    CloudWatch Logs ignores filter patterns and returns every event.
+    CloudWatch Logs ignores filter patterns and returns every event. Up to 5 minutes: the
+    invocation that logs it waits for a Lambda environment, which on a busy machine took more
+    than the 30 s this once allowed; a line that never comes still fails.
     """
     assert "'" not in term
     arrived = WaiterModel(
@@ -303,8 +305,8 @@ def function_logs(function_name: str, term: str) -> list[str]:
             "waiters": {
                 "LogLinesArrived": {
                     "operation": "FilterLogEvents",
-                    "delay": 1,
-                    "maxAttempts": 30,
+                    "delay": 2,
+                    "maxAttempts": 150,
                     "acceptors": [
                         {
                             "matcher": "path",

@@ -333,7 +333,7 @@ def _decisions_agree(stack_outputs: dict[str, str], array_id: str, publisher: Eb
         evaluated = _evaluated_datapoints(run["alarm"], run["transitionedAt"])
         if evaluated:  # what the alarm's own evaluation read
             near = _minutes_seen(evaluated, publisher.levels, minutes)
-            assert near, (kind, evaluated, run)
+            assert near, _unmatched(kind, evaluated, publisher, run)
         else:  # it evaluated no datapoint (missing data): the minutes landed by then
             landed = [
                 i for i, m in enumerate(minutes) if publisher.landed.get(m, math.inf) <= run["transitionedAt"]
@@ -343,6 +343,17 @@ def _decisions_agree(stack_outputs: dict[str, str], array_id: str, publisher: Eb
         assert any(alarms.breaching(kind, pad + i, state.desired) for i in near), (kind, near, state, shown)
     assert agreed >= 3, agreed  # the surge, after the reconcile, the fall (at least)
     return agreed
+
+
+def _unmatched(kind: str, evaluated: dict[datetime, float], publisher: Ebs, run: dict[str, Any]) -> str:
+    """What an alarm evaluated that no newest landed minute explains, whole: each minute's value
+    beside the trace's level and when EBS's datapoints for it landed."""
+    rows = [
+        f"{m:%H:%M} evaluated {v:,.1f}, level {publisher.levels.get(m, math.nan):,.1f}, "
+        f"landed {publisher.landed.get(m, math.nan) - run['transitionedAt']:+.1f} s"
+        for m, v in sorted(evaluated.items())
+    ]
+    return f"{kind} alarm at {run['transitionedAt']:.3f} ({run['alarm']}):\n" + "\n".join(rows)
 
 
 def _evaluated_datapoints(alarm: str, transitioned_at: float) -> dict[datetime, float]:
