@@ -220,6 +220,38 @@ def test_a_rising_trend_is_not_extrapolated_past_the_cycles_ceiling():
     assert (fl.ceiling_iops, capped.desired_controllers) == (1_500_000.0, 9)
 
 
+def test_a_step_ahead_of_the_demand_waits_while_the_running_count_delivers_what_the_cycle_brings():
+    # Given a recurring cycle whose last cycles all reached 1.5M in the coming minutes (its floor
+    # and its ceiling: 9 controllers at 182k), and a demand of 1.0M rising 10k a minute (the
+    # trend says 1.1M in 10 min): served at target by 6, but the floor asks for 9
+    fl = Floor(9, 1_500_000.0, "hourly", "forecast floor 9", 10, 9, 1_500_000.0)
+    rising = [950_000.0, 960_000.0, 970_000.0, 980_000.0, 990_000.0]
+    # When 7 run (1.82M at 100%: the 1.5M ahead is 82% of it, within 90%)
+    held = plan(PlanInput(SPEC, 1_000_000, 7, recent_demand=rising, forecast=fl))
+    # Then the scale-out waits (the next look steps, further up the climb) and says why
+    assert (held.action, held.desired_controllers, held.waiting) == ("hold", 7, True)
+    assert "scale-out to 9 waits: 7 controller(s) deliver the demand ahead (1,500,000 IOPS" in held.reason
+    # And with 6 running (1.56M at 100%: 96%) it steps, to the floor
+    stepped = plan(PlanInput(SPEC, 1_000_000, 6, recent_demand=rising, forecast=fl))
+    assert (stepped.action, stepped.desired_controllers) == ("scale-out", 9)
+
+
+def test_a_step_ahead_of_the_demand_waits_only_with_the_cycles_ceiling_and_within_its_trend():
+    # Given the same demand and 7 running
+    rising = [950_000.0, 960_000.0, 970_000.0, 980_000.0, 990_000.0]
+    # When the floor holds but no cycle's ceiling does (a daily floor: nothing bounds what comes)
+    daily = Floor(9, 1_500_000.0, "daily", "forecast floor 9", 10)
+    # Then the floor brings its controllers now, as before
+    assert plan(PlanInput(SPEC, 1_000_000, 7, recent_demand=rising, forecast=daily)).desired_controllers == 9
+    # And when the demand's own trend runs past what 7 deliver within 90% (100k a minute: 2.0M
+    # in 10 min), beyond the ceiling, the step is not held either
+    fl = Floor(9, 1_500_000.0, "hourly", "forecast floor 9", 10, 9, 1_500_000.0)
+    steep = [500_000.0, 600_000.0, 700_000.0, 800_000.0, 900_000.0]
+    assert plan(PlanInput(SPEC, 1_000_000, 7, recent_demand=steep, forecast=fl)).action == "scale-out"
+    # nor when the current demand already needs more than run (1.3M needs 8)
+    assert plan(PlanInput(SPEC, 1_300_000, 7, recent_demand=rising, forecast=fl)).desired_controllers == 9
+
+
 @given(
     ceiling=st.integers(min_value=1, max_value=16),
     demand=st.floats(min_value=0, max_value=4_000_000),

@@ -8,15 +8,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.unit.test_planner import T0, contexts, demands, running, specs
+from vsa_core.arrays.capacity import deliverable_iops
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT
 from vsa_core.scaling.forecast import Floor
 from vsa_core.scaling.planner import (
+    AHEAD_UTILISATION,
     REVERSAL_MINUTES,
     SETTLE_MINUTES,
     Assessment,
     PlanInput,
+    ahead_wait,
     assess,
     choose_move,
+    demand_ahead,
     floor_decided,
     plan,
 )
@@ -31,6 +35,8 @@ floors = st.one_of(
         period=st.sampled_from([None, "hourly", "daily", "weekly"]),
         reason=st.just("forecast"),
         horizon_minutes=st.just(15),
+        ceiling_controllers=st.integers(0, 20),
+        ceiling_iops=st.floats(0.0, 10_000_000.0),
     ),
 )
 
@@ -157,6 +163,25 @@ def test_waiting_is_a_hold_of_a_change_the_targets_ask_for(inp: PlanInput):
         assert asked
     elif move.action == "hold":
         assert not asked
+
+
+@given(inp=inputs())
+def test_a_step_ahead_waits_only_while_the_running_count_delivers_the_demand_ahead(inp: PlanInput):
+    a = assess(inp)
+    current = inp.current_controllers
+    held = ahead_wait(a)
+    if held is None:
+        return
+    # Only a step the current demand does not need, with a cycle's ceiling bounding what comes,
+    # and what comes within AHEAD_UTILISATION of what the running count delivers
+    ahead = demand_ahead(inp, a.needs)
+    assert a.needs.needed <= current
+    assert inp.forecast is not None
+    assert inp.forecast.ceiling_iops > 0
+    assert ahead is not None
+    delivers = deliverable_iops(current, inp.spec.per_controller_iops, inp.volume_iops)
+    assert ahead <= AHEAD_UTILISATION * delivers
+    assert ahead >= inp.demand_iops
 
 
 @given(inp=inputs())
