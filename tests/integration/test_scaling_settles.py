@@ -377,20 +377,31 @@ def _minutes_seen(
     evaluated: dict[datetime, float], levels: dict[datetime, float], minutes: list[datetime]
 ) -> list[int]:
     """The trace's minutes at which the simulator's alarm model may stand for that evaluation.
-    The product's alarm math fills a volume's minutes not landed yet with its newest value
-    (``FILL(…, REPEAT)``, ``arrays.demand``), so the alarm read the trace up to some newest
-    landed minute ``j`` and that minute's level after it, up to the newest minute it evaluated
-    (``e``). Every ``j`` the values agree with, and the minutes after the first such one up to
-    ``e``: the model, which reads whole minutes only, is in breach at one of them."""
+    The product's alarm math fills a series' minutes not landed yet with its newest value
+    (``FILL(…, REPEAT)``, ``arrays.demand``), and EBS's two series of a volume (VolumeReadOps,
+    VolumeWriteOps: half the level each here) land apart, as on AWS, where nothing makes them
+    one write: the alarm read the reads up to some newest landed minute ``j`` and the writes up
+    to ``k``, each series' newest level after it, up to the newest minute it evaluated (``e``).
+    Every pair the values agree with, and the minutes from the older of the first such pair up
+    to ``e``: the model, which reads whole minutes only, is in breach at one of them."""
     newest = max(evaluated)
+    seen = [m for m in minutes if m <= newest and m in evaluated]
 
-    def read_through(j: datetime) -> bool:
-        expected = {t: levels[t] if t <= j else levels[j] for t in evaluated if t in levels}
-        return all(math.isclose(evaluated[t], v, rel_tol=1e-6, abs_tol=1e-6) for t, v in expected.items())
+    def level(t: datetime, through: datetime) -> float:
+        return levels[t] if t <= through else levels[through]
 
-    landed = [i for i, m in enumerate(minutes) if m <= newest and m in evaluated and read_through(m)]
-    last = max(i for i, m in enumerate(minutes) if m <= newest) if landed else -1
-    return list(range(landed[0], last + 1)) if landed else []
+    def read_through(j: datetime, k: datetime) -> bool:
+        return all(
+            math.isclose(v, (level(t, j) + level(t, k)) / 2, rel_tol=1e-6, abs_tol=1e-6)
+            for t, v in evaluated.items()
+            if t in levels
+        )
+
+    landed = [min(j, k) for j in seen for k in seen if read_through(j, k)]
+    if not landed:
+        return []
+    last = max(i for i, m in enumerate(minutes) if m <= newest)
+    return list(range(minutes.index(min(landed)), last + 1))
 
 
 def _when(stamp: str | None) -> datetime | None:
