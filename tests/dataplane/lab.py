@@ -224,8 +224,8 @@ class Link:
 
 HANG_SECONDS = 2400
 """pytest-timeout's guard on one tier test: only a hang. What a test waits for has its deadline
-on the guests' own time (``Guest.wait``, ``GuestTime``); on this machine's clock a scenario took
-twice as long on a busy day as on a quiet one (key rotation under IO: 716 s, then over 900)."""
+on the guests' own time (``Guest.wait``, ``GuestTime``), while a scenario's length on this
+machine's clock follows the machine's load (docs/measurements.md, the test command)."""
 
 _ids = itertools.count(1)
 

@@ -8,8 +8,9 @@ moving, which no load explains:
 * it has not started ``START`` seconds after the wait began (runs started by an event are
   started asynchronously: EventBridge, then a Lambda, then StartExecution);
 * its history has had no new event for ``STALL`` seconds: longer than any Task's
-  ``TimeoutSeconds`` (120 s at most in ``statemachines/``) or any ``Wait`` (60 s at most), so a
-  run that is working always adds one well within it;
+  ``TimeoutSeconds`` or fixed ``Wait`` in ``statemachines/`` (tests/unit/test_integration_runs.py
+  checks it), so a run that is working adds one within it (a ``Wait`` by ``SecondsPath`` is
+  not bounded here: a test that meets a long one says so);
 * it has been running ``LIMIT`` seconds (a loop that keeps adding events and never ends).
 """
 

@@ -2,8 +2,10 @@
 moves, however long, and fails once it stops moving. Step Functions stubbed (botocore Stubber);
 the clock is the test's own."""
 
+import json
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -99,3 +101,34 @@ def test_succeeded_says_the_error_and_cause_of_a_run_that_failed(clock: Clock) -
         stub.add_response("describe_execution", failed, {"executionArn": ARN})
         with pytest.raises(AssertionError, match="the task timed out"):
             runs.succeeded(ARN, sfn)
+
+
+def _limits(node: object, in_state: bool = False) -> list[tuple[str, float]]:
+    """Every state's fixed TimeoutSeconds, HeartbeatSeconds and Wait Seconds, at any depth (Map
+    and Parallel branches included); not the machine's own TimeoutSeconds."""
+    found: list[tuple[str, float]] = []
+    if isinstance(node, dict):
+        if in_state:
+            found += [(k, float(node[k])) for k in ("TimeoutSeconds", "HeartbeatSeconds") if k in node]
+            if node.get("Type") == "Wait" and "Seconds" in node:
+                found.append(("Wait", float(node["Seconds"])))
+        for key, value in node.items():
+            if key == "States" and isinstance(value, dict):
+                for state in value.values():
+                    found += _limits(state, in_state=True)
+            elif isinstance(value, (dict, list)):
+                found += _limits(value)
+    elif isinstance(node, list):
+        for item in node:
+            found += _limits(item)
+    return found
+
+
+def test_the_stall_limit_outlasts_every_state_s_own_timeout_and_wait() -> None:
+    # A run that is working adds a history event at least once per state: the wait's stall limit
+    # must be longer than any one state may take, or it fails runs that are only slow
+    machines = sorted((Path(__file__).resolve().parents[2] / "statemachines").glob("*.asl.json"))
+    limits = [(m.name, kind, s) for m in machines for kind, s in _limits(json.loads(m.read_text()))]
+    assert len(machines) >= 8
+    assert limits
+    assert [limit for limit in limits if limit[2] >= runs.STALL] == []
