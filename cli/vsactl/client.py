@@ -11,6 +11,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -32,13 +33,20 @@ READ_ATTEMPTS = 3
 """A GET, or an array's DELETE, answered 429, 502, 503 or 504 is asked again, up to this many
 times in all, after ``RETRY_DELAYS``: a read changes nothing and a second DELETE of an array
 answers the deletion under way, so repeating them is safe, and API Gateway's 504 (a cold function
-past its 29 s on a busy account, say) or a throttle is often gone on the next try. Other writes
-are never repeated here: after a 504 on PUT docs/operations.md says what to do (apply the same
-spec again); a backup set's DELETE is done when it answers, so a repeat after a lost answer would
-say 404; POSTs carry an Idempotency-Key the caller may repeat."""
+past its 29 s on a busy account, say) or a throttle is often gone on the next try. A PUT is never
+repeated here: after a 504 docs/operations.md says what to do (apply the same spec again); a
+backup set's DELETE is done when it answers, so a repeat after a lost answer would say 404."""
 _ARRAY_PATH = re.compile(r"^/arrays/[^/]+$")
 RETRY_DELAYS = (1.0, 2.0)
 RETRIED = frozenset({429, 502, 503, 504})
+KEYED_DELAYS = (2.0, 4.0, 8.0, 16.0)
+"""A POST carrying an ``Idempotency-Key`` is done once per key by the API, so it is asked again
+(the same key, the same body) after each of these. They add up to more than an API function's
+own timeout (at most API Gateway's 29 s, tests/infra/test_api_timeouts.py): a first request the
+504 cut off has then ended, and its key is either answered or free again."""
+IN_PROGRESS = 409
+"""The API's answer, with ``Retry-After``, while the first request with the same key still runs;
+repeated only for a keyed POST (any other 409 is a conflict the caller must resolve)."""
 # One quick retry: an unreachable endpoint should be reported in seconds, not after backoffs.
 _LOOKUP_CONFIG = Config(retries={"mode": "standard", "total_max_attempts": 2}, connect_timeout=5)
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
@@ -87,17 +95,39 @@ class CliError(Exception):
 class ApiError(CliError):
     """The API answered with an HTTP error; ``message`` is what the API says to fix."""
 
-    def __init__(self, status: int, message: str, body: Any, method: str = "", attempts: int = 1) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        body: Any,
+        method: str = "",
+        attempts: int = 1,
+        key: str | None = None,
+    ) -> None:
         super().__init__(message, exit_code=exit_code_for(status))
         self.status = status
         self.body = body
         self.method = method
         self.attempts = attempts
+        self.key = key
+        """the request's Idempotency-Key, if it carried one"""
 
 
-def _repeatable(method: str, path: str) -> bool:
-    """Whether a request answered 429/5xx may be sent again as is (``READ_ATTEMPTS``)."""
-    return method == "GET" or (method == "DELETE" and _ARRAY_PATH.match(path) is not None)
+def retry_delays(method: str, path: str, headers: dict[str, str]) -> tuple[float, ...]:
+    """The pauses before each repeat of a request answered ``RETRIED`` (or, for a keyed POST,
+    ``IN_PROGRESS`` with ``Retry-After``): empty for a request that may not be sent again as is."""
+    if method == "GET" or (method == "DELETE" and _ARRAY_PATH.match(path) is not None):
+        return tuple(RETRY_DELAYS[min(i, len(RETRY_DELAYS) - 1)] for i in range(READ_ATTEMPTS - 1))
+    if method == "POST" and any(k.lower() == "idempotency-key" for k in headers):
+        return KEYED_DELAYS
+    return ()
+
+
+def worth_repeating(method: str, status: int, reply_headers: Mapping[str, str]) -> bool:
+    """Whether an answer is one a repeatable request is asked again for."""
+    if status in RETRIED:
+        return True
+    return method == "POST" and status == IN_PROGRESS and "retry-after" in {k.lower() for k in reply_headers}
 
 
 def is_local(url: str) -> bool:
@@ -228,21 +258,24 @@ class ApiClient:
         request_headers = {"Accept": "application/json", **(headers or {})}
         if data is not None:
             request_headers["Content-Type"] = "application/json"
-        attempts = READ_ATTEMPTS if _repeatable(method, path) else 1
-        for attempt in range(1, attempts + 1):
-            status, payload = self._send(method, url, data, request_headers)
-            if status not in RETRIED or attempt == attempts:
+        delays = retry_delays(method, path, request_headers)
+        attempt = 1
+        while True:
+            status, payload, reply_headers = self._send(method, url, data, request_headers)
+            if attempt > len(delays) or not worth_repeating(method, status, reply_headers):
                 break
-            time.sleep(RETRY_DELAYS[min(attempt, len(RETRY_DELAYS)) - 1])
+            time.sleep(delays[attempt - 1])
+            attempt += 1
         if status >= 400:
-            raise ApiError(status, error_message(status, payload), payload, method, attempt)
+            key = next((v for k, v in request_headers.items() if k.lower() == "idempotency-key"), None)
+            raise ApiError(status, error_message(status, payload), payload, method, attempt, key)
         return payload
 
     def _send(
         self, method: str, url: str, data: bytes | None, request_headers: dict[str, str]
-    ) -> tuple[int, Any]:
-        """One signed request (signed anew: a signature holds its time): the status and the
-        decoded answer."""
+    ) -> tuple[int, Any, Mapping[str, str]]:
+        """One signed request (signed anew: a signature holds its time): the status, the
+        decoded answer and the answer's headers."""
         credentials = self.session.get_credentials()
         if credentials is None:
             raise self._no_credentials()
@@ -270,7 +303,7 @@ class ApiClient:
             payload: Any = response.json() if response.content else None
         except ValueError:
             payload = response.text
-        return response.status_code, payload
+        return response.status_code, payload, response.headers
 
 
 def error_message(status: int, payload: Any) -> str:

@@ -95,11 +95,17 @@ def _fail(e: CliError) -> typer.Exit:
         if e.status == 403:
             err.print("hint: the API authorizes with AWS IAM: check the credentials, profile and region.")
         if e.attempts > 1:
-            err.print(f"(asked {e.attempts} times: a read is safe to repeat)")
+            why = "its Idempotency-Key has it done once" if e.method == "POST" else "a read is safe to repeat"
+            err.print(f"(asked {e.attempts} times: {why})")
         if e.status == 504 and e.method == "GET":
             err.print(
                 "hint: API Gateway stopped waiting after 29 s each time; the API function's logs "
                 "(CloudWatch Logs) name the slow AWS call."
+            )
+        elif e.status == 504 and e.method == "POST":
+            err.print(
+                "hint: API Gateway stopped waiting after 29 s each time; repeat the command with "
+                f"--idempotency-key {e.key} to get the first request's answer rather than start another."
             )
         elif e.status == 504:
             err.print(

@@ -9,6 +9,7 @@ parameters, the controller lifecycle on), against the local cloud that
 import fcntl
 import json
 import os
+import re
 import subprocess
 import time
 import uuid
@@ -23,6 +24,7 @@ import urllib3
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.waiter import WaiterModel, create_waiter_with_client
+from vsactl import client as vsactl_client
 
 from tests.integration.runs import until_final
 from vsa_core.waiters import execution_arn
@@ -327,9 +329,16 @@ def function_logs(function_name: str, term: str) -> list[str]:
     return [event["message"] for event in events if term in event["message"]]
 
 
+KEYED = re.compile(r"/(backups|restores|drills)$")
+"""The POST routes vsactl gives an Idempotency-Key (a backup, a restore, a drill): done once per key."""
+
+
 class Api:
     """The deployed arrays API, called as vsactl calls it: SigV4-signed (service execute-api)
-    by botocore, at the local cloud's path-style URL of the stack's ``ApiId``."""
+    by botocore, at the local cloud's path-style URL of the stack's ``ApiId``, and asked again as
+    vsactl asks (``vsactl.client.retry_delays``): a GET, an array's DELETE or a POST with an
+    Idempotency-Key answered 429/5xx (API Gateway's 504 when a function starts past 29 s on a busy
+    machine), or a keyed POST told its first request still runs (409 with Retry-After)."""
 
     def __init__(self, endpoint: str, api_id: str, region: str = "us-east-1") -> None:
         self.base = f"{endpoint}/restapis/{api_id}/v1/_user_request_"
@@ -348,19 +357,33 @@ class Api:
         raw: bytes | None = None,
     ) -> tuple[int, Any]:
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        request = AWSRequest(method=method, url=f"{self.base}{path}", data=data, headers=headers or {})
-        if data is not None:
-            request.headers["Content-Type"] = "application/json"
-        if sign:
-            SigV4Auth(self._credentials, "execute-api", self.region).add_auth(request)
-        reply = self._http.request(
-            method, request.url, body=data, headers=dict(request.headers.items()), timeout=60.0
-        )
+        headers = dict(headers or {})
+        if method == "POST" and KEYED.search(path) and "idempotency-key" not in {k.lower() for k in headers}:
+            headers["Idempotency-Key"] = f"it-{uuid.uuid4()}"  # as vsactl sends one on these routes
+        delays = vsactl_client.retry_delays(method, path.partition("?")[0], headers)
+        for delay in (*delays, None):
+            reply = self._send(method, path, data, headers, sign)
+            if delay is None or not vsactl_client.worth_repeating(method, reply.status, reply.headers):
+                break
+            time.sleep(delay)
         try:
             payload = json.loads(reply.data) if reply.data else None
         except ValueError:
             payload = reply.data.decode(errors="replace")
         return reply.status, payload
+
+    def _send(
+        self, method: str, path: str, data: bytes | None, headers: dict[str, str], sign: bool
+    ) -> urllib3.BaseHTTPResponse:
+        """One request, signed anew (a signature holds its time)."""
+        request = AWSRequest(method=method, url=f"{self.base}{path}", data=data, headers=dict(headers))
+        if data is not None:
+            request.headers["Content-Type"] = "application/json"
+        if sign:
+            SigV4Auth(self._credentials, "execute-api", self.region).add_auth(request)
+        return self._http.request(
+            method, request.url, body=data, headers=dict(request.headers.items()), timeout=60.0
+        )
 
 
 @pytest.fixture(scope="session")

@@ -379,3 +379,31 @@ def test_a_stopped_drill_run_fails_its_drill_and_starts_its_cleanup(env: dict[st
         {"arrayId": "demo", "drillId": started["drillId"], "cleanupOnly": True}
     )
     assert drill_ended.lambda_handler(event, FakeLambdaContext())["cleanupStarted"] is False
+
+
+def test_a_repeat_while_the_first_request_with_its_key_runs_answers_409_with_retry_after(
+    env: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a backup POST whose set is being started when the same request comes again (API
+    # Gateway answered the client 504 at 29 s; the first invocation still runs)
+    sample = load_event("apigateway/create_backup.json")
+    repeats: list[dict[str, Any]] = []
+    service = aws_backups._service
+
+    def service_and_a_repeat() -> Any:
+        made = service()
+        context = dict(aws_backups.app.context)  # the repeat's handler ends by clearing it
+        repeats.append(handler.lambda_handler(json.loads(json.dumps(sample)), FakeLambdaContext()))
+        aws_backups.app.append_context(**context)
+        return made
+
+    monkeypatch.setattr(aws_backups, "_service", service_and_a_repeat)
+    first = call(json.loads(json.dumps(sample)))
+
+    # Then the repeat is told to come back (409, Retry-After), and the first made the one set
+    assert [r["statusCode"] for r in repeats] == [409]
+    assert repeats[0]["multiValueHeaders"]["Retry-After"] == [str(aws_backups.IN_PROGRESS_RETRY_SECONDS)]
+    assert "still being done" in json.loads(repeats[0]["body"])["message"]
+    assert first[0] == 202, first
+    monkeypatch.setattr(aws_backups, "_service", service)
+    assert call(json.loads(json.dumps(sample))) == first

@@ -72,7 +72,7 @@ class FakeApi:
     port: int
     answers: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
-    turns: dict[tuple[str, str], list[tuple[int, Any]]] = field(default_factory=dict)
+    turns: dict[tuple[str, str], list[tuple[Any, ...]]] = field(default_factory=dict)
     volume_states: list[str] = field(default_factory=lambda: ["available"])
     """EC2 DescribeVolumes: each call answers the next state for every volume asked (the last stays)."""
     described: list[list[str]] = field(default_factory=list)
@@ -84,8 +84,8 @@ class FakeApi:
     def answer(self, method: str, path: str, status: int, body: Any) -> None:
         self.answers[(method, path)] = (status, body)
 
-    def answer_in_turn(self, method: str, path: str, *answers: tuple[int, Any]) -> None:
-        """Each request gets the next answer; the last one stays."""
+    def answer_in_turn(self, method: str, path: str, *answers: tuple[Any, ...]) -> None:
+        """Each request gets the next answer (status, body[, headers]); the last one stays."""
         self.turns[(method, path)] = list(answers)
 
     def only_request(self) -> Recorded:
@@ -124,14 +124,20 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                 return
             api.requests.append(Recorded(self.command, self.path, headers, body))
             turns = api.turns.get((self.command, self.path))
+            extra: dict[str, str] = {}
             if turns:
-                status, answer = turns.pop(0) if len(turns) > 1 else turns[0]
+                status, answer, *more = turns.pop(0) if len(turns) > 1 else turns[0]
+                extra = more[0] if more else {}
             else:
                 status, answer = api.answers.get((self.command, self.path), (404, {"message": "no route"}))
-            self._reply(status, json.dumps(answer).encode(), "application/json")
+            self._reply(status, json.dumps(answer).encode(), "application/json", extra)
 
-        def _reply(self, status: int, payload: bytes, content_type: str) -> None:
+        def _reply(
+            self, status: int, payload: bytes, content_type: str, extra: dict[str, str] | None = None
+        ) -> None:
             self.send_response(status)
+            for name, value in (extra or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
@@ -988,6 +994,60 @@ def test_a_backup_set_delete_answered_504_is_not_repeated(run, api, monkeypatch)
     result = run("backup", "delete", "demo", "bk-1", "--yes")
     assert result.exit_code == 5, result.output
     assert [r.method for r in api.requests] == ["DELETE"]
+
+
+def test_a_keyed_post_answered_504_then_in_progress_is_asked_again_with_its_key(run, api, monkeypatch):
+    monkeypatch.setattr("vsactl.client.KEYED_DELAYS", (0.01, 0.01, 0.01))
+    # Given a backup POST whose first answer API Gateway lost (504), then told the first request
+    # with its key still runs (409 with Retry-After), then answered
+    in_progress = (
+        409,
+        {"message": "a request with this Idempotency-Key is still being done"},
+        {"Retry-After": "2"},
+    )
+    requested = (202, {**BACKUP, "state": "requested", "snapshots": []})
+    api.answer_in_turn("POST", "/v1/arrays/demo/backups", TIMED_OUT, in_progress, requested)
+    # When vsactl asks for a backup
+    result = run("backup", "create", "demo", "--idempotency-key", "nightly-7")
+    # Then it asked three times with the same key and body, each signed, and shows the set
+    assert result.exit_code == 0, result.output
+    posts = api.requests
+    assert [r.method for r in posts] == ["POST"] * 3
+    assert {r.headers["idempotency-key"] for r in posts} == {"nightly-7"}
+    assert len({r.body for r in posts}) == 1
+    for recorded in posts:
+        assert_signed(recorded)
+    assert BACKUP["backupId"] in result.output
+
+
+def test_a_conflict_without_retry_after_and_an_unkeyed_post_are_not_repeated(run, api, monkeypatch):
+    monkeypatch.setattr("vsactl.client.KEYED_DELAYS", (0.01, 0.01, 0.01))
+    conflict = (409, {"message": "a backup set of demo is in progress"})
+    api.answer_in_turn("POST", "/v1/arrays/demo/backups", conflict, (202, BACKUP))
+    result = run("backup", "create", "demo")
+    assert result.exit_code == 3, result.output
+    assert len(api.requests) == 1
+    assert "in progress" in result.output
+
+
+def test_a_keyed_post_that_keeps_timing_out_names_its_key_to_repeat(run, api, monkeypatch):
+    monkeypatch.setattr("vsactl.client.KEYED_DELAYS", (0.01, 0.01))
+    api.answer("POST", "/v1/arrays/demo/backups", *TIMED_OUT)
+    result = run("backup", "create", "demo", "--idempotency-key", "nightly-8")
+    assert result.exit_code == 5
+    assert len(api.requests) == 3
+    assert "asked 3 times: its Idempotency-Key has it done once" in result.output
+    assert "--idempotency-key nightly-8" in result.output
+
+
+def test_unkeyed_writes_are_never_repeated(monkeypatch):
+    from vsactl.client import retry_delays
+
+    assert retry_delays("POST", "/arrays/demo/backups", {}) == ()
+    assert retry_delays("PUT", "/arrays/demo", {"Idempotency-Key": "k"}) == ()
+    assert retry_delays("DELETE", "/arrays/demo/backups/bk-1", {}) == ()
+    assert len(retry_delays("POST", "/arrays/demo/backups", {"idempotency-key": "k"})) >= 2
+    assert len(retry_delays("GET", "/arrays/demo", {})) == 2
 
 
 OPERATOR_ARN = "arn:aws:iam::123456789012:user/vsa-operator"

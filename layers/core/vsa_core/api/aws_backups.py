@@ -146,6 +146,9 @@ def _drills() -> DrillService:
     return starter_from_settings(_settings())
 
 
+IN_PROGRESS_RETRY_SECONDS = 2
+
+
 def _json(status: int, body: Any) -> Response[Any]:
     return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
 
@@ -160,7 +163,6 @@ replies.install(
         (DrillNotFoundError, 404),
         (ConflictError, 409),
         (SnapshotLimitError, 409),
-        (IdempotencyAlreadyInProgressError, 409),
         (RestoreError, 502),
         (RetentionFailedError, 502),  # AWS refused a DeleteSnapshot: the message names each set
     ),
@@ -177,7 +179,22 @@ def _key_reused(error: IdempotencyValidationError) -> Response[Any]:
     )
 
 
+def _key_in_progress(_: IdempotencyAlreadyInProgressError) -> Response[Any]:
+    # Retry-After tells a client this 409 will pass by itself (vsactl repeats it): the first
+    # request with the key still runs, and ends within the function's timeout.
+    return Response(
+        status_code=409,
+        content_type=content_types.APPLICATION_JSON,
+        body={
+            "message": "a request with this Idempotency-Key is still being done: repeat it in a few "
+            "seconds to get its answer"
+        },
+        headers={"Retry-After": str(IN_PROGRESS_RETRY_SECONDS)},
+    )
+
+
 app.exception_handler(IdempotencyValidationError)(_key_reused)
+app.exception_handler(IdempotencyAlreadyInProgressError)(_key_in_progress)
 
 
 # --- what a POST does, run once per Idempotency-Key ------------------------------------------
