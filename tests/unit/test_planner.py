@@ -2,6 +2,7 @@
 
 import json
 import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -114,6 +115,22 @@ def test_a_collapse_goes_only_as_far_as_the_windows_busiest_minute():
     assert decision.desired_controllers >= controllers_needed(
         busiest, array.per_controller_iops, array.target_utilisation
     )
+
+
+def test_an_abrupt_fall_the_window_holds_partway_is_shed_in_one_step_once_the_window_clears():
+    # Given 8 controllers, a top that needed 7 in the low alarm's window, then an instant drop
+    array = spec(min_controllers=2, max_controllers=8)
+    top = 7 * array.per_controller_iops * array.target_utilisation * 0.9 * 0.97
+    low = 150_000.0
+    falling = PlanInput(array, low, 8, recent_demand=[top] * 3 + [low] * 2, sustained_minutes=5)
+    # When the window's busiest minute allows shedding 1 and the current demand allows shedding 6
+    waits = plan(falling)
+    # Then it waits (ScaleArray re-arms its alarm), saying why, rather than go 8 -> 7 now, 7 -> 2 later
+    assert (waits.action, waits.desired_controllers, waits.waiting) == ("hold", 8, True), waits.reason
+    assert "one scale-in when they have left it, not two" in waits.reason
+    # and once the top has left the window, it sheds the whole fall at once
+    cleared = plan(replace(falling, recent_demand=[top] + [low] * 5))
+    assert (cleared.action, cleared.desired_controllers) == ("scale-in", 2), cleared.reason
 
 
 def test_scale_in_stops_at_the_minimum():

@@ -13,6 +13,7 @@ from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT
 from vsa_core.scaling.forecast import Floor
 from vsa_core.scaling.planner import (
     AHEAD_UTILISATION,
+    PARTIAL_SHARE,
     REVERSAL_MINUTES,
     SETTLE_MINUTES,
     Assessment,
@@ -21,8 +22,11 @@ from vsa_core.scaling.planner import (
     assess,
     choose_move,
     demand_ahead,
+    fall_allows,
     floor_decided,
+    partial_wait,
     plan,
+    scale_in_step,
 )
 
 cooldowns = st.one_of(st.sampled_from([0, 60, 180, 300, 900]), st.integers(0, 3_600))
@@ -182,6 +186,29 @@ def test_a_step_ahead_waits_only_while_the_running_count_delivers_the_demand_ahe
     delivers = deliverable_iops(current, inp.spec.per_controller_iops, inp.volume_iops)
     assert ahead <= AHEAD_UTILISATION * delivers
     assert ahead >= inp.demand_iops
+
+
+@given(inp=inputs())
+def test_a_scale_in_waits_for_the_window_only_when_it_would_shed_less_than_the_share_of_the_fall(
+    inp: PlanInput,
+):
+    a = assess(inp)
+    current = inp.current_controllers
+    if not a.targets.in_target < current:
+        return
+    step = scale_in_step(a)
+    held = partial_wait(a, step)
+    allows = fall_allows(a)
+    # Never below what a scale-in may reach: the floor, the forecast floor, the rising trend
+    assert allows >= max(a.bounds.floor, a.targets.by_forecast)
+    if held is None:
+        assert not inp.recent_demand or allows >= step or current - step >= PARTIAL_SHARE * (current - allows)
+    else:
+        # Only a window-bound step, with the current demand freeing more than twice as much
+        assert inp.recent_demand
+        assert allows < step < current
+        assert current - step < PARTIAL_SHARE * (current - allows)
+        assert choose_move(a).waiting
 
 
 @given(inp=inputs())

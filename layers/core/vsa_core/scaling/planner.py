@@ -34,7 +34,8 @@ fields, and each one switches on one more rule, named in the decision's reason:
 6. ``choose_move``: scale out (``scale_out_move``), scale in (``scale_in_move``) or hold
    (``hold_move``), waiting while a cooldown, the hysteresis or a controller in flight holds it,
    or, for a scale-out ahead of the demand, while the running count still delivers the demand
-   ahead (``ahead_wait``);
+   ahead (``ahead_wait``), and, for a scale-in the low alarm's window stops partway after an
+   abrupt fall, until the window lets the whole fall go in one step (``partial_wait``);
 7. ``decision``: the ``ScaleDecision``, with whether the forecast floor set the count
    (``floor_decided``) and the reason in words (``explain``, ``limit_notes``).
 """
@@ -59,6 +60,7 @@ from vsa_core.scaling.forecast import Floor
 
 __all__ = [
     "AHEAD_UTILISATION",
+    "PARTIAL_SHARE",
     "Assessment",
     "Bounds",
     "Move",
@@ -114,6 +116,13 @@ demand passes 100% (what starves) when the cycle holds. The share is above the t
 utilisation (the steps come later than the target alone would place them) and leaves a
 tenth for a cycle that comes a little above the last ones; only with a short cycle's ceiling
 in force (``forecast.Floor.ceiling_iops``), whose recent cycles bound the demand ahead."""
+PARTIAL_SHARE = 0.5
+"""A scale-in that sheds less than this share of what the current demand alone would let go
+(``partial_wait``) waits for the low alarm's window to clear instead. After an abrupt fall the
+window's older minutes still hold the top, so a scale-in then sheds a part and the rest follows
+minutes later (15 -> 13 -> 2 on an instant drop): two drains on every host where one does. The
+wait lasts at most the window (``sustained_minutes``); it keeps, for those minutes, only the
+controllers the part would have shed, fewer than the half the fall frees."""
 REVERSAL_MINUTES = 10
 """A scale-out this soon after the last scale-in undid it: the array flapped (noise around a
 threshold, or a dip the low alarm's window took for the end of a surge)."""
@@ -570,12 +579,41 @@ def scale_out_move(a: Assessment) -> Move:
 
 
 def scale_in_move(a: Assessment) -> Move:
-    """Down to ``scale_in_step``, unless ``scale_in_wait`` names what holds it."""
+    """Down to ``scale_in_step``, unless ``scale_in_wait`` or ``partial_wait`` names what holds it."""
     step = scale_in_step(a)
-    wait = scale_in_wait(a, step)
+    wait = scale_in_wait(a, step) or partial_wait(a, step)
     if wait is not None:
         return _wait(a, wait)
     return Move("scale-in", step, notes=scale_in_notes(a, step))
+
+
+def fall_allows(a: Assessment) -> int:
+    """Where a scale-in would go on the current demand alone (at ``targetUtilisation x
+    scale_in_headroom``), with the rising trend, the forecast floor and the bounds as for any
+    scale-in: what the low alarm's window will allow once its older minutes have left it, if the
+    demand stays where it is."""
+    inp = a.inp
+    now_in = controllers_needed(
+        inp.demand_iops, inp.spec.per_controller_iops, inp.spec.target_utilisation * inp.scale_in_headroom
+    )
+    demand_alone = min(max(now_in, a.needs.needed_out), a.bounds.useful)
+    return max(a.bounds.floor, a.targets.by_forecast, demand_alone)
+
+
+def partial_wait(a: Assessment, step: int) -> str | None:
+    """What holds a scale-in to ``step`` that sheds less than ``PARTIAL_SHARE`` of what the
+    current demand alone would let go (``fall_allows``), or None: the demand fell faster than
+    the low alarm's window has seen, so the rest of the fall is shed in the same step once the
+    window's older minutes have left it, not in a second scale-in minutes later."""
+    if not a.inp.recent_demand:
+        return None
+    current, allows = a.inp.current_controllers, fall_allows(a)
+    if allows >= step or current - step >= PARTIAL_SHARE * (current - allows):
+        return None
+    return (
+        f"scale-in to {step} waits: the demand now needs only {allows}, and the low alarm's window "
+        f"still holds minutes that need {step}; one scale-in when they have left it, not two"
+    )
 
 
 def scale_in_step(a: Assessment) -> int:
