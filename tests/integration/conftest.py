@@ -23,10 +23,9 @@ import pytest
 import urllib3
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
-from botocore.waiter import WaiterModel, create_waiter_with_client
 from vsactl import client as vsactl_client
 
-from tests.integration.runs import until_final
+from tests.integration.runs import log_lines, until_final
 from vsa_core.waiters import execution_arn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -293,40 +292,10 @@ def execution_history(execution_arn: str) -> list[dict[str, Any]]:
 
 
 def function_logs(function_name: str, term: str) -> list[str]:
-    """Log lines of ``function_name`` containing ``term``, once at least one has arrived.
-
-    The match is done in the waiter's JMESPath, not by ``filterPattern``: the local cloud's
-    CloudWatch Logs ignores filter patterns and returns every event. Up to 5 minutes: the
-    invocation that logs it waits for a Lambda environment, which on a busy machine took more
-    than the 30 s this once allowed; a line that never comes still fails.
-    """
-    assert "'" not in term
-    arrived = WaiterModel(
-        {
-            "version": 2,
-            "waiters": {
-                "LogLinesArrived": {
-                    "operation": "FilterLogEvents",
-                    "delay": 2,
-                    "maxAttempts": 150,
-                    "acceptors": [
-                        {
-                            "matcher": "path",
-                            "argument": f"length(events[?contains(message, '{term}')]) > `0`",
-                            "expected": True,
-                            "state": "success",
-                        },
-                        {"matcher": "error", "expected": "ResourceNotFoundException", "state": "retry"},
-                    ],
-                }
-            },
-        }
-    )
-    logs = boto3.client("logs")
-    group = f"/aws/lambda/{function_name}"
-    create_waiter_with_client("LogLinesArrived", arrived, logs).wait(logGroupName=group)
-    events = logs.filter_log_events(logGroupName=group)["events"]
-    return [event["message"] for event in events if term in event["message"]]
+    """Log lines of ``function_name`` containing ``term``, once at least one has arrived: waiting
+    while the function's log group grows (``runs.log_lines``), every page read; a line that never
+    comes fails once the group has been still for ``runs.STALL`` seconds."""
+    return log_lines(f"/aws/lambda/{function_name}", term)
 
 
 KEYED = re.compile(r"/(backups|restores|drills)$")

@@ -132,3 +132,42 @@ def test_the_stall_limit_outlasts_every_state_s_own_timeout_and_wait() -> None:
     assert len(machines) >= 8
     assert limits
     assert [limit for limit in limits if limit[2] >= runs.STALL] == []
+
+
+GROUP = "/aws/lambda/vsa-OnControllerEvent"
+
+
+def _page(messages: list[str], token: str | None = None) -> dict[str, Any]:
+    page: dict[str, Any] = {
+        "events": [{"logStreamName": "s", "timestamp": 1, "message": m, "ingestionTime": 1} for m in messages]
+    }
+    if token:
+        page["nextToken"] = token
+    return page
+
+
+def test_a_log_line_is_waited_for_while_the_group_grows_and_found_on_any_page(clock: Clock) -> None:
+    logs = boto3.client("logs", region_name="us-east-1")
+    with Stubber(logs) as stub:
+        stub.add_client_error("filter_log_events", "ResourceNotFoundException")
+        # the group grows by a line every 100 polls, far past any fixed count, before the line
+        for poll in range(1, 601):
+            growing = _page(["START"] * (1 + poll // 100))
+            stub.add_response("filter_log_events", growing, {"logGroupName": GROUP})
+        stub.add_response("filter_log_events", _page(["START"] * 7, "p2"), {"logGroupName": GROUP})
+        line = '{"message": "duplicate controller event"}'
+        stub.add_response("filter_log_events", _page([line]), {"logGroupName": GROUP, "nextToken": "p2"})
+        lines = runs.log_lines(GROUP, "duplicate controller event", logs)
+        stub.assert_no_pending_responses()
+    assert lines == [line]
+    assert clock.now > runs.STALL
+
+
+def test_a_log_line_fails_once_the_group_has_been_still_for_the_stall_limit(clock: Clock) -> None:
+    logs = boto3.client("logs", region_name="us-east-1")
+    with Stubber(logs) as stub:
+        for _ in range(int(runs.STALL / 2) + 1):
+            stub.add_response("filter_log_events", _page(["START", "END"]), {"logGroupName": GROUP})
+        with pytest.raises(AssertionError, match="nothing new for 300 s"):
+            runs.log_lines(GROUP, "duplicate controller event", logs)
+    assert clock.now == pytest.approx(runs.STALL)
