@@ -5,6 +5,7 @@ here is a LocalStack bug we had to work around, not a feature.
 """
 
 import logging
+from types import SimpleNamespace
 from typing import Any
 
 from localstack.runtime import hooks
@@ -253,6 +254,46 @@ def _assumed_roles_reused() -> None:
     ClientFactory.with_assumed_role = with_assumed_role  # type: ignore[method-assign]
 
 
+def _lambda_logs_use_current_sessions() -> None:
+    """A function's log lines are delivered with a current session of its execution role, however
+    long its execution environment lives. LocalStack's Lambda log handler assumes the role once,
+    when the environment's log loop starts, and keeps that client: after the session's hour its
+    PutLogEvents are refused as expired (IAM enforcement checks expiry, as AWS does), and every
+    later line of a warm environment is lost ("Error saving logs ... ExpiredTokenException"). On
+    AWS "Lambda automatically assumes your execution role when you invoke your function"
+    (https://docs.aws.amazon.com/lambda/latest/dg/lambda-intro-execution-role.html) and its logs
+    keep arriving. Here the handler's client asks for the role's session at each call (a reused
+    session, ``_assumed_roles_reused``: never older than its 10 minutes). Pinned by
+    tests/localcloud/test_lambda_logs.py."""
+    from localstack.services.lambda_.invocation import logs as lambda_logs
+
+    if getattr(lambda_logs.connect_to, "_vsa_current", False):
+        return
+
+    class CurrentLogs:
+        """The logs client of the role's current session, looked up at each attribute."""
+
+        def __init__(self, connect: Any, kwargs: dict[str, Any]) -> None:
+            self._connect, self._kwargs = connect, kwargs
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._connect.with_assumed_role(**self._kwargs).logs, name)
+
+    class Connect:
+        _vsa_current = True
+
+        def __init__(self, connect: Any) -> None:
+            self._connect = connect
+
+        def with_assumed_role(self, **kwargs: Any) -> Any:
+            return SimpleNamespace(logs=CurrentLogs(self._connect, kwargs))
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._connect, name)
+
+    lambda_logs.connect_to = Connect(lambda_logs.connect_to)
+
+
 def _role_update_puts_its_inline_policies() -> None:
     """CloudFormation's AWS::IAM::Role: a stack update that changes a role's ``Policies`` (its
     inline policies) changes them on AWS ("Update requires: No interruption", AWS::IAM::Role in
@@ -364,6 +405,7 @@ def apply_localcloud_patches() -> None:
     _asl_parse_tree_reused()
     _metric_stat_read_in_one_query()
     _assumed_roles_reused()
+    _lambda_logs_use_current_sessions()
     _modify_launch_template_by_name()
     _a_timestamp_wait_ends_at_its_timestamp()
     # moto's EC2 model is shared by EC2, Auto Scaling and CloudFormation; patch it before any
