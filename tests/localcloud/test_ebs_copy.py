@@ -19,6 +19,7 @@ pending snapshot too, and a snapshot shared with another account could not be co
 """
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -147,7 +148,7 @@ def written(ebs: Ebs) -> tuple[str, dict[int, bytes]]:
 
 
 def test_a_copy_made_in_another_region_has_the_sources_bytes_and_completes_later(
-    written: tuple[str, dict[int, bytes]], place: Callable[..., Place]
+    written: tuple[str, dict[int, bytes]], place: Callable[..., Place], control: Callable[..., dict[str, Any]]
 ) -> None:
     # "The snapshot copy is an exact copy of the original, but it has a unique resource ID";
     # CopySnapshot: "Snapshots copies have an arbitrary source volume ID"; "User-defined tags are
@@ -155,15 +156,22 @@ def test_a_copy_made_in_another_region_has_the_sources_bytes_and_completes_later
     # during or after the copy operation."
     source, data = written
     west = place()
-    # When the copy is asked for on us-west-2's endpoint, with tags for it
+    # When the copy is asked for on us-west-2's endpoint, with tags for it (pending for 5 s)
+    pending = control("ebs", "configure", snapshot_seconds=5)["snapshot_seconds"]
+    asked = time.monotonic()
     copy = west.copy(
         source,
         Description="dr copy",
         TagSpecifications=[{"ResourceType": "snapshot", "Tags": [{"Key": "vsa:copy-of", "Value": source}]}],
     )
-    # Then it is pending at first, in us-west-2 only, then completed
+    # Then it is pending at first (unless this look came after its pending time, on a busy
+    # machine), in us-west-2 only, then completed
     described = west.snapshot(copy)
-    assert described["State"] == "pending"
+    looked = time.monotonic() - asked
+    assert described["State"] == "pending" or (described["State"] == "completed" and looked >= pending), (
+        described["State"],
+        looked,
+    )
     assert described["OwnerId"] == OWNER
     with pytest.raises(ClientError) as elsewhere:
         place(region=SOURCE).snapshot(copy)
