@@ -131,6 +131,10 @@ def test_an_abrupt_fall_the_window_holds_partway_is_shed_in_one_step_once_the_wi
     # and once the top has left the window, it sheds the whole fall at once
     cleared = plan(replace(falling, recent_demand=[top] + [low] * 5))
     assert (cleared.action, cleared.desired_controllers) == ("scale-in", 2), cleared.reason
+    # and a maxControllers lowered below the running count is obeyed at once, window or not
+    lowered = replace(falling, spec=array.model_copy(update={"max_controllers": 7}), current_controllers=8)
+    capped = plan(lowered)
+    assert (capped.action, capped.desired_controllers) == ("scale-in", 7), capped.reason
 
 
 def test_scale_in_stops_at_the_minimum():

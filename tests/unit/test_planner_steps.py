@@ -204,8 +204,10 @@ def test_a_scale_in_waits_for_the_window_only_when_it_would_shed_less_than_the_s
     if held is None:
         assert not inp.recent_demand or allows >= step or current - step >= PARTIAL_SHARE * (current - allows)
     else:
-        # Only a window-bound step, with the current demand freeing more than twice as much
+        # Only a window-bound step, with the current demand freeing more than twice as much, and
+        # never one a lowered maxControllers asks for
         assert inp.recent_demand
+        assert current <= a.bounds.ceiling
         assert allows < step < current
         assert current - step < PARTIAL_SHARE * (current - allows)
         assert choose_move(a).waiting

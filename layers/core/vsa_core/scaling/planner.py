@@ -604,8 +604,9 @@ def partial_wait(a: Assessment, step: int) -> str | None:
     """What holds a scale-in to ``step`` that sheds less than ``PARTIAL_SHARE`` of what the
     current demand alone would let go (``fall_allows``), or None: the demand fell faster than
     the low alarm's window has seen, so the rest of the fall is shed in the same step once the
-    window's older minutes have left it, not in a second scale-in minutes later."""
-    if not a.inp.recent_demand:
+    window's older minutes have left it, not in a second scale-in minutes later. A count above
+    maxControllers (lowered below it) never waits: that step is the spec's, not the demand's."""
+    if not a.inp.recent_demand or a.inp.current_controllers > a.bounds.ceiling:
         return None
     current, allows = a.inp.current_controllers, fall_allows(a)
     if allows >= step or current - step >= PARTIAL_SHARE * (current - allows):
