@@ -202,7 +202,12 @@ def test_a_scale_in_waits_for_the_window_only_when_it_would_shed_less_than_the_s
     # Never below what a scale-in may reach: the floor, the forecast floor, the rising trend
     assert allows >= max(a.bounds.floor, a.targets.by_forecast)
     if held is None:
-        assert not inp.recent_demand or allows >= step or current - step >= PARTIAL_SHARE * (current - allows)
+        assert (
+            not inp.recent_demand
+            or current > a.bounds.ceiling
+            or allows >= step
+            or current - step >= PARTIAL_SHARE * (current - allows)
+        )
     else:
         # Only a window-bound step, with the current demand freeing more than twice as much, and
         # never one a lowered maxControllers asks for
