@@ -102,6 +102,30 @@ def test_scale_in_respects_the_floor_and_a_hold_at_it_is_at_target():
     assert (above.action, above.desired_controllers) == ("scale-in", 9)
 
 
+def test_a_dip_part_way_up_a_recurring_climb_sheds_nothing_the_climb_takes_back():
+    # Given a cycle every 90 min whose last three reached 2.36M IOPS (13 controllers) in the
+    # coming minutes, one of them 2.47M (14: the ceiling), and 14 running, ordered on the trend
+    climb = Floor(13, 2_360_000.0, "every 90 min", "forecast floor 13", 10, 14, 2_470_000.0)
+    dip = [2_070_000.0, 2_030_000.0, 2_030_000.0, 2_030_000.0]
+    # When the demand dips to 2.03M part way up (the low alarm's window would let 14 -> 13)
+    held = plan(PlanInput(SPEC, 2_030_000, 14, forecast=climb, recent_demand=dip, sustained_minutes=5))
+    # Then it keeps the ceiling, saying why (the climb would take the controller back minutes later)
+    assert (held.action, held.desired_controllers) == ("hold", 14), held.reason
+    assert held.floor_set
+    assert "still climbing" in held.reason
+    assert not rules.at_target(held)  # re-armed after one period: the low alarm is heard again
+    # and without a ceiling (no cycle holds now) the same dip scales in to what the floor keeps
+    flat = Floor(13, 2_360_000.0, "every 90 min", "forecast floor 13", 10)
+    shed = plan(PlanInput(SPEC, 2_030_000, 14, forecast=flat, recent_demand=dip, sustained_minutes=5))
+    assert (shed.action, shed.desired_controllers) == ("scale-in", 13), shed.reason
+    # and once the demand has reached what recurred (the climb is over), the ceiling keeps nothing:
+    # it scales in to what the window's minutes need
+    over = Floor(12, 2_000_000.0, "every 90 min", "forecast floor 12", 10, 14, 2_470_000.0)
+    after = plan(PlanInput(SPEC, 2_030_000, 14, forecast=over, recent_demand=dip, sustained_minutes=5))
+    assert (after.action, after.desired_controllers) == ("scale-in", 12), after.reason
+    assert "still climbing" not in after.reason
+
+
 def test_an_off_floor_changes_nothing():
     fl = floor_from_minutes(hourly(2), NOW, **SIZING)
     assert (

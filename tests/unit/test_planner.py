@@ -630,7 +630,7 @@ def test_every_rule_that_held_a_change_is_in_the_reason(
                 "rising demand",
                 "hysteresis after a reversal",
             )
-        )
+        ), (decision.reason, demand, current, context)
 
 
 # ---------------------------------------------------------------- bounded churn (issue #18)

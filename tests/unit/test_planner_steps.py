@@ -21,6 +21,7 @@ from vsa_core.scaling.planner import (
     ahead_wait,
     assess,
     choose_move,
+    climb_hold,
     demand_ahead,
     fall_allows,
     floor_decided,
@@ -237,3 +238,20 @@ def test_the_steps_make_the_decision_plan_returns(inp: PlanInput):
     )
     assert decision.needed_controllers == a.needs.needed
     assert decision.under_provisioned == a.under
+
+
+@given(inp=inputs())
+def test_a_scale_in_keeps_the_ceiling_only_while_the_cycle_climbs(inp: PlanInput):
+    a = assess(inp)
+    kept = climb_hold(inp, a.bounds)
+    assert kept == a.targets.by_climb
+    # Never more than runs (it keeps, never adds), nor beyond the useful top
+    assert kept <= min(inp.current_controllers, max(a.bounds.floor, a.bounds.useful))
+    if kept:
+        # only with a cycle's ceiling, and what every recent cycle reached ahead above the demand now
+        assert inp.forecast is not None
+        assert inp.forecast.ceiling_controllers >= kept
+        assert inp.forecast.iops > inp.demand_iops
+    action, desired = _moved(a)
+    if action == "scale-in":
+        assert desired >= kept

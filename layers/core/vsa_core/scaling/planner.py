@@ -18,7 +18,9 @@ fields, and each one switches on one more rule, named in the decision's reason:
   demand ahead; desired never goes below it (within [min, what the volumes allow]), and the
   decision says when the floor set the count. With a short cycle's ceiling in force, a
   scale-out ahead of the demand waits while the running count delivers the demand ahead within
-  ``AHEAD_UTILISATION`` of its IOPS (``ahead_wait``: fewer, larger steps up a recurring ramp).
+  ``AHEAD_UTILISATION`` of its IOPS (``ahead_wait``: fewer, larger steps up a recurring ramp),
+  and while the cycle is still climbing a scale-in keeps the ceiling (``climb_hold``: a dip
+  part way up sheds nothing the climb takes back).
 
 ``plan`` applies the rules as named steps, each a pure function of typed values:
 
@@ -29,7 +31,7 @@ fields, and each one switches on one more rule, named in the decision's reason:
 3. ``demand_needs``: controllers for the demand now, ahead (``rising_trend``) and sustained over
    the scale-in window (``scale_in_window``);
 4. ``count_targets``: where a scale-out or a scale-in would go, clamped to the bounds and raised
-   to the forecast floor;
+   to the forecast floor (a scale-in also to ``climb_hold``);
 5. ``time_left``: what the cooldowns and the reversal hysteresis still hold;
 6. ``choose_move``: scale out (``scale_out_move``), scale in (``scale_in_move``) or hold
    (``hold_move``), waiting while a cooldown, the hysteresis or a controller in flight holds it,
@@ -73,6 +75,7 @@ __all__ = [
     "assess",
     "check_input",
     "choose_move",
+    "climb_hold",
     "controllers_needed",
     "count_bounds",
     "count_targets",
@@ -404,7 +407,11 @@ class Targets:
     out_target: int
     """Where a scale-out goes: the larger of ``reactive_out`` and ``by_forecast``."""
     in_target: int
-    """Where a scale-in stops at the lowest: the larger of ``reactive_in`` and ``by_forecast``."""
+    """Where a scale-in stops at the lowest: the largest of ``reactive_in``, ``by_forecast`` and
+    ``by_climb``."""
+    by_climb: int = 0
+    """What a scale-in keeps while the array's own cycle is still climbing (``climb_hold``; 0:
+    it is not)."""
 
 
 def count_targets(inp: PlanInput, needs: Needs, bounds: Bounds) -> Targets:
@@ -422,13 +429,29 @@ def count_targets(inp: PlanInput, needs: Needs, bounds: Bounds) -> Targets:
         now_in = controllers_needed(inp.demand_iops, per, util * inp.scale_in_headroom)
         released = max(now_in, needs.needed_out, inp.forecast.ceiling_controllers)
         reactive_in = min(reactive_in, max(bounds.floor, min(released, bounds.useful)))
+    by_climb = climb_hold(inp, bounds)
     return Targets(
         reactive_out=reactive_out,
         reactive_in=reactive_in,
         by_forecast=by_forecast,
         out_target=max(reactive_out, by_forecast),
-        in_target=max(reactive_in, by_forecast),
+        in_target=max(reactive_in, by_forecast, by_climb),
+        by_climb=by_climb,
     )
+
+
+def climb_hold(inp: PlanInput, bounds: Bounds) -> int:
+    """What a scale-in keeps while the array's own cycle is still climbing: when what every
+    recent cycle reached in the coming minutes (the floor's IOPS) is above the current demand,
+    the most any of them reached there (the ceiling's controllers), at most the running count;
+    0 otherwise. A dip part way up a recurring climb (noise; a climb the trend has outrun) then
+    sheds nothing the climb takes back minutes later: a scale-in and a scale-out saved, at the
+    cost of the minutes until the climb arrives. Once the climb is over (the demand at or above
+    what recurred), or the cycle no longer holds (no ceiling), it keeps nothing."""
+    forecast = inp.forecast
+    if forecast is None or not forecast.ceiling_controllers or forecast.iops <= inp.demand_iops:
+        return 0
+    return min(inp.current_controllers, forecast.ceiling_controllers, bounds.useful)
 
 
 @dataclass(frozen=True)
@@ -597,7 +620,7 @@ def fall_allows(a: Assessment) -> int:
         inp.demand_iops, inp.spec.per_controller_iops, inp.spec.target_utilisation * inp.scale_in_headroom
     )
     demand_alone = min(max(now_in, a.needs.needed_out), a.bounds.useful)
-    return max(a.bounds.floor, a.targets.by_forecast, demand_alone)
+    return max(a.bounds.floor, a.targets.by_forecast, a.targets.by_climb, demand_alone)
 
 
 def partial_wait(a: Assessment, step: int) -> str | None:
@@ -700,9 +723,8 @@ def floor_decided(a: Assessment, move: Move) -> bool:
         return False
     if move.action == "scale-out":
         return move.desired > a.targets.reactive_out
-    return (
-        move.action == "hold" and a.targets.reactive_in < a.inp.current_controllers <= a.targets.by_forecast
-    )
+    kept = max(a.targets.by_forecast, a.targets.by_climb)
+    return move.action == "hold" and a.targets.reactive_in < a.inp.current_controllers <= kept
 
 
 def volume_bound(a: Assessment) -> bool:
@@ -748,7 +770,9 @@ def limit_notes(a: Assessment, move: Move, floor_set: bool) -> list[str]:
     controllers running beyond what the volumes can use."""
     inp, by_volumes = a.inp, a.bounds.by_volumes
     notes: list[str] = []
-    if floor_set and inp.forecast is not None:
+    if floor_set and inp.forecast is not None and inp.current_controllers > a.targets.by_forecast:
+        notes.append(climb_note(inp.forecast, inp.demand_iops))
+    elif floor_set and inp.forecast is not None:
         notes.append(f"{inp.forecast.reason} (the floor set the count)")
     if owner_bound(a) and a.bounds.by_owners is not None:
         notes.append(owner_bound_reason(a.bounds.by_owners))
@@ -760,6 +784,15 @@ def limit_notes(a: Assessment, move: Move, floor_set: bool) -> list[str]:
             f"{inp.volume_iops:,} IOPS"
         )
     return notes
+
+
+def climb_note(forecast: Floor, demand_iops: float) -> str:
+    """Why a scale-in kept the count while the cycle climbs (``climb_hold``)."""
+    return (
+        f"the array's cycle is still climbing: every recent cycle reached {forecast.iops:,.0f} IOPS in the "
+        f"coming minutes, above the {demand_iops:,.0f} now; a scale-in keeps the most any of them "
+        f"reached there ({forecast.ceiling_controllers} controller(s))"
+    )
 
 
 def decision(a: Assessment, move: Move) -> ScaleDecision:
