@@ -12,7 +12,7 @@ LOCAL := env PATH="$(VENV):$$PATH" VSA_LOCALCLOUD_PORT=$(PORT) AWS_ENDPOINT_URL=
 OFFLINE := env -u AWS_ENDPOINT_URL PATH="$(VENV):$$PATH" AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0
 
 .PHONY: demo test check install localcloud-start localcloud-stop localcloud-logs build deploy-local \
-	lint format typecheck validate security unit documents dataplane dataplane-auth integration bench bench-lifecycle bench-backups bench-ownership dataplane-fencing-runs dataplane-soak \
+	lint format typecheck validate security unit explore documents dataplane dataplane-auth integration bench bench-lifecycle bench-backups bench-ownership dataplane-fencing-runs dataplane-soak \
 	bench-coldstart bench-arrays bench-keys bench-failover docs clean
 
 demo: install
@@ -64,6 +64,11 @@ security: install
 
 unit: install
 	$(OFFLINE) $(VENV)/python -m pytest tests/unit tests/infra
+
+# The property tests with fresh examples, twenty times as many as the test command's fixed ones
+# (tests/conftest.py); what fails is kept in .hypothesis/ and replayed by the next explore.
+explore: install
+	$(OFFLINE) env VSA_HYPOTHESIS=explore $(VENV)/python -m pytest -n 2 tests/unit
 
 # The documents without the local cloud: freeze-io/thaw-io on real XFS on loop devices (root),
 # the rendered controller/host scripts on sandbox directories with the fake nvme and modprobe.

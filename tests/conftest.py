@@ -31,9 +31,16 @@ from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
 # Hypothesis' timing checks (a per-example deadline, "data generation is too slow") fail a test
-# when the machine is busy, not when the code is wrong: off for every property test here
-hypothesis_settings.register_profile("vsa", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-hypothesis_settings.load_profile("vsa")
+# when the machine is busy, not when the code is wrong: off for every property test here. The
+# test command tries the same examples on every run (``derandomize``, no example database): a
+# property test's verdict is then the code's, not the draw's, and a fresh clone runs what a
+# working copy runs. ``make explore`` (``VSA_HYPOTHESIS=explore``) draws fresh examples, twenty
+# times as many, and keeps those that fail in .hypothesis/ to replay: a counterexample it finds
+# becomes an ``@example`` or a named test.
+_TIMING = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow], "print_blob": True}
+hypothesis_settings.register_profile("vsa", derandomize=True, database=None, **_TIMING)
+hypothesis_settings.register_profile("explore", max_examples=2000, **_TIMING)
+hypothesis_settings.load_profile(os.environ.get("VSA_HYPOTHESIS", "vsa"))
 
 TESTS = Path(__file__).resolve().parent
 GROUPS = {

@@ -4,10 +4,10 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tests.unit.test_planner import T0, contexts, demands, running, specs
+from tests.unit.test_planner import T0, contexts, demands, running, spec, specs
 from vsa_core.arrays.capacity import deliverable_iops
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT
 from vsa_core.scaling.forecast import Floor
@@ -190,6 +190,8 @@ def test_a_step_ahead_waits_only_while_the_running_count_delivers_the_demand_ahe
 
 
 @given(inp=inputs())
+# a maxControllers lowered below the running count: its step never waits (a draw found it)
+@example(inp=PlanInput(spec(1, 4, 1000, 0.5), 0.0, 5, now=T0, recent_demand=(2_000.0,)))
 def test_a_scale_in_waits_for_the_window_only_when_it_would_shed_less_than_the_share_of_the_fall(
     inp: PlanInput,
 ):
