@@ -279,7 +279,7 @@ def walks(mode: str, arrays: int) -> dict[str, Any]:
 
 def test_a_query_reads_its_partition_and_an_index_query_walks_the_table_only_after_a_write() -> None:
     # moto alone: every Query, on the table or an index, walks the whole table (100 arrays' items)
-    alone = walks("localstack", 100)
+    alone = walks("moto", 100)
     assert (alone["table"]["walks"], alone["index"]["walks"]) == (3, 3)
     # Patched: a table Query reads its partition and never walks; an index Query walks once to
     # build the index's map, then reads from it until a write, after which it walks once again
