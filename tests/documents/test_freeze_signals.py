@@ -112,7 +112,7 @@ def test_the_watchdog_thaws_on_the_marker_and_thaw_io_reports_that_thaw(lab: Lab
 
     # Then the write completes (well before the 20 s deadline) and the watchdog is gone
     assert finished_at(writer, 10) is not None, "the write still blocks after the marker"
-    assert wait_until(lambda: not alive(frozen.report["watchdogPid"]), 2)
+    assert wait_until(lambda: not alive(frozen.report["watchdogPid"]), 60)
     assert "thawed on the snapshot's signal" in watchdog_log(lab, "bk-signal")
     assert "polling with curl" not in watchdog_log(lab, "bk-signal")  # python3's poller found it
     # And thaw-io, run after, reports that thaw: after the marker, before the deadline
@@ -154,7 +154,7 @@ def test_thaw_io_first_cancels_the_polling_watchdog_and_a_later_marker_changes_n
     assert frozen.returncode == 0, frozen.stderr
     thawed = thaw(lab, [data], "bk-first")
     assert (thawed.report["thawedBy"], thawed.report["watchdog"]) == ("thaw-io", "cancelled")
-    assert wait_until(lambda: not alive(frozen.report["watchdogPid"]), 2)
+    assert wait_until(lambda: not alive(frozen.report["watchdogPid"]), 60)
     bucket.publish("/m", MARKER)
     time.sleep(0.3)  # a watchdog still polling would act now; none is left to
     assert not (lab.state_dir / "bk-first.signaled").exists()

@@ -111,7 +111,7 @@ def test_a_write_blocks_while_frozen_and_completes_after_thaw(lab: Lab) -> None:
     assert thawed.report["watchdog"] == "cancelled"
     assert thawed.report["watchdogFired"] is False
     assert report["frozeAt"] <= thawed.report["thawStartedAt"] <= thawed.report["thawedAt"]
-    assert wait_until(lambda: not alive(report["watchdogPid"]), 2)
+    assert wait_until(lambda: not alive(report["watchdogPid"]), 60)
     assert "cancelled" in watchdog_log(lab, "bk-write")
 
 
@@ -128,17 +128,17 @@ def test_the_watchdog_thaws_when_nobody_else_does(lab: Lab) -> None:
     # Then the watchdog thaws it within TimeoutSeconds + 1 s of arming, and logs what it did
     assert done is not None, "the watchdog did not thaw"
     assert done <= frozen.report["armedAt"] + 2 + 1
-    assert wait_until(lambda: not alive(frozen.report["watchdogPid"]), 2)
+    assert wait_until(lambda: not alive(frozen.report["watchdogPid"]), 60)
     log = watchdog_log(lab, "bk-alone")
     assert "fired" in log
     assert f"{data.mountpoint}: thawed" in log
 
 
 def test_a_slow_sync_happens_before_the_watchdog_is_armed(lab: Lab, tmp_path: Path) -> None:
-    # Given a host whose sync takes 3 s (heavy write load) and a 2 s freeze timeout
+    # Given a host whose sync takes 6 s (heavy write load) and a 4 s freeze timeout
     slow = tmp_path / "bin"
     slow.mkdir()
-    (slow / "sync").write_text(f'#!/bin/sh\nsleep 3\nexec {shutil.which("sync")} "$@"\n')
+    (slow / "sync").write_text(f'#!/bin/sh\nsleep 6\nexec {shutil.which("sync")} "$@"\n')
     (slow / "sync").chmod(0o755)
     data = lab.xfs()
     started = time.time()
@@ -146,7 +146,7 @@ def test_a_slow_sync_happens_before_the_watchdog_is_armed(lab: Lab, tmp_path: Pa
     # When it freezes
     frozen = run_document(
         "freeze-io",
-        params(lab, [data.mountpoint], "bk-slow-sync", timeout=2),
+        params(lab, [data.mountpoint], "bk-slow-sync", timeout=4),
         lab.root,
         env={**os.environ, "PATH": f"{slow}:{os.environ['PATH']}"},
     )
@@ -154,14 +154,15 @@ def test_a_slow_sync_happens_before_the_watchdog_is_armed(lab: Lab, tmp_path: Pa
     # Then the sync ran before the watchdog's window opened, so the freeze still fits in it
     assert frozen.returncode == 0, frozen.stdout + frozen.stderr
     assert frozen.report["status"] == "frozen"
-    assert frozen.report["armedAt"] >= started + 3
+    assert frozen.report["armedAt"] >= started + 6
     assert frozen.report["frozeAt"] < frozen.report["watchdogDeadline"]
     assert thaw(lab, [data], "bk-slow-sync").report["status"] == "thawed"
 
 
 def test_thawing_twice_is_harmless_and_a_cancelled_watchdog_stays_quiet(lab: Lab) -> None:
     data = lab.xfs()
-    frozen = freeze(lab, [data], "bk-twice", timeout=1)
+    # a deadline far beyond the two thaws, however busy the machine: the first must find it frozen
+    frozen = freeze(lab, [data], "bk-twice", timeout=60)
     assert frozen.returncode == 0, frozen.stderr
 
     first = thaw(lab, [data], "bk-twice")
@@ -173,9 +174,11 @@ def test_thawing_twice_is_harmless_and_a_cancelled_watchdog_stays_quiet(lab: Lab
     assert second.report["status"] == "thawed"
     assert second.report["mountpoints"][0]["result"] == "not-frozen"
     assert second.report["watchdog"] == "not-armed"
-    # past the deadline, the cancelled watchdog has not fired
-    time.sleep(1.5)
-    assert "fired" not in watchdog_log(lab, "bk-twice")
+    # the cancelled watchdog has ended without firing, so it never can
+    assert wait_until(lambda: not alive(frozen.report["watchdogPid"]), 60), "the watchdog still runs"
+    log = watchdog_log(lab, "bk-twice")
+    assert "cancelled" in log
+    assert "fired" not in log
     assert not (lab.state_dir / "bk-twice.fired").exists()
 
 
@@ -183,7 +186,7 @@ def test_thaw_after_the_watchdog_fired_is_fine_and_says_so(lab: Lab) -> None:
     data = lab.xfs()
     frozen = freeze(lab, [data], "bk-late", timeout=1)
     assert frozen.returncode == 0, frozen.stderr
-    assert wait_until(lambda: not alive(frozen.report["watchdogPid"]), 3), "the watchdog did not fire"
+    assert wait_until(lambda: not alive(frozen.report["watchdogPid"]), 60), "the watchdog did not fire"
 
     late = thaw(lab, [data], "bk-late")
 
@@ -206,12 +209,12 @@ def test_killing_the_freeze_process_group_after_arming_still_thaws(lab: Lab) -> 
     )
     hanging.chmod(0o755)
     script = write_script(
-        "freeze-io", params(lab, [data.mountpoint], "bk-killed", 2, FsfreezeCommand=str(hanging)), lab.root
+        "freeze-io", params(lab, [data.mountpoint], "bk-killed", 4, FsfreezeCommand=str(hanging)), lab.root
     )
     started = time.time()
     with open(lab.root / "freeze.out", "wb") as out:
         freeze_io = lab.spawn("sh", str(script), stdout=out, stderr=out, start_new_session=True)
-    assert wait_until(ready.exists, 10), "freeze-io did not freeze"
+    assert wait_until(ready.exists, 60), "freeze-io did not freeze"
     writer = lab.writer(data)
     assert blocked(writer, 0.2)
 
@@ -219,10 +222,10 @@ def test_killing_the_freeze_process_group_after_arming_still_thaws(lab: Lab) -> 
     os.killpg(freeze_io.pid, signal.SIGKILL)
     freeze_io.wait(5)
 
-    # Then the watchdog (armed before the freeze, so at most 2 s after start) thaws it
-    done = finished_at(writer, 6)
+    # Then the watchdog (armed before the freeze, so at most 4 s after start) thaws it
+    done = finished_at(writer, 10)
     assert done is not None, "nobody thawed after freeze-io was killed"
-    assert done <= started + 2 + 1
+    assert done <= started + 4 + 1
     assert "fired" in watchdog_log(lab, "bk-killed")
 
 
@@ -289,7 +292,7 @@ def test_a_freeze_that_fails_midway_thaws_what_it_froze_and_cancels_the_watchdog
     assert failed.report["stage"] == "freeze"
     assert "injected failure" in failed.report["reason"]
     assert failed.report["frozeAt"] is None
-    assert wait_until(lambda: not alive(failed.report["watchdogPid"]), 2)
+    assert wait_until(lambda: not alive(failed.report["watchdogPid"]), 60)
     assert "rollback" in watchdog_log(lab, "bk-midway")
     writer = lab.writer(data)
     assert finished_at(writer, 5) is not None, "the first filesystem was left frozen"
@@ -325,21 +328,22 @@ def test_thaw_io_copes_with_a_filesystem_unmounted_while_frozen(lab: Lab) -> Non
     assert entry["result"] in {"thawed", "not-mounted"}
     assert "unmounted" in entry["detail"]
     assert thawed.report["watchdog"] == "cancelled"
-    assert wait_until(lambda: not superblock_alive(data.device), 2), "the filesystem is still held"
+    assert wait_until(lambda: not superblock_alive(data.device), 60), "the filesystem is still held"
 
 
 def test_the_watchdog_copes_with_a_filesystem_unmounted_while_frozen(lab: Lab) -> None:
     data = lab.xfs()
-    frozen = freeze(lab, [data], "bk-umount-wd", timeout=1)
+    # a deadline the umount comes well before, however busy the machine
+    frozen = freeze(lab, [data], "bk-umount-wd", timeout=5)
     assert frozen.returncode == 0, frozen.stderr
     subprocess.run(["umount", str(data.mountpoint)], check=True, timeout=10)
 
-    assert wait_until(lambda: not alive(frozen.report["watchdogPid"]), 3), "the watchdog did not finish"
+    assert wait_until(lambda: not alive(frozen.report["watchdogPid"]), 60), "the watchdog did not finish"
 
     log = watchdog_log(lab, "bk-umount-wd")
     assert "fired" in log
     assert "unmounted" in log
-    assert wait_until(lambda: not superblock_alive(data.device), 2), "the filesystem is still held"
+    assert wait_until(lambda: not superblock_alive(data.device), 60), "the filesystem is still held"
     # and a later thaw-io is still fine
     late = thaw(lab, [data], "bk-umount-wd")
     assert late.report["status"] == "thawed"
