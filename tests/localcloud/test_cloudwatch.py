@@ -628,38 +628,42 @@ def test_a_held_alarm_is_left_out_of_the_periodic_evaluation_until_released(aws,
         time.sleep(1)
 
 
-def test_metric_stat_queries_aggregate_each_period_from_start_time(aws) -> None:
+def test_metric_stat_queries_aggregate_each_period_from_start_time_rounded_to_the_minute(aws) -> None:
     """GetMetricData of ``MetricStat`` queries alone (LocalStack's own path, read in one query
     per metric by vsa_localcloud.patches._metric_stat_read_in_one_query): every statistic per
-    period, periods counted from StartTime (LocalStack's rule), a period without samples left
-    out, newest first unless asked otherwise, values from PutMetricData's statistic sets too."""
+    period, a period without samples left out, newest first unless asked otherwise, values from
+    PutMetricData's statistic sets too. The periods count from StartTime rounded down to the
+    minute, as the GetMetricData API reference says of a start less than 15 days ago (LocalStack
+    counted them from StartTime's second)."""
     cloudwatch = aws("cloudwatch")
     namespace, name = f"VSA/Test{uuid.uuid4().hex[:8]}", "Ops"
     dims = [{"Name": "ArrayId", "Value": "a1"}]
-    start = _this_minute() - timedelta(hours=2) + timedelta(seconds=17)  # not on a period boundary
-    # samples at these offsets from start (seconds): two periods of 600 s hold samples, one none
-    samples = {10: 4.0, 300: 8.0, 599: 1.0, 1300: 10.0}
+    minute = _this_minute() - timedelta(hours=2)
+    start = minute + timedelta(seconds=17)  # on no minute's or period's boundary
+    # samples at these offsets from the minute (seconds): the periods of 600 s from it hold
+    # 27 and 317; 605 (588 s after StartTime itself); none; 1850 and the statistic set at 1950
+    samples = {27: 4.0, 317: 8.0, 605: 1.0, 1850: 10.0}
     cloudwatch.put_metric_data(
         Namespace=namespace,
         MetricData=[
-            {"MetricName": name, "Dimensions": dims, "Timestamp": start + timedelta(seconds=s), "Value": v}
+            {"MetricName": name, "Dimensions": dims, "Timestamp": minute + timedelta(seconds=s), "Value": v}
             for s, v in samples.items()
         ]
         + [
             {
                 "MetricName": name,
                 "Dimensions": dims,
-                "Timestamp": start + timedelta(seconds=1400),
+                "Timestamp": minute + timedelta(seconds=1950),
                 "StatisticValues": {"SampleCount": 4, "Sum": 20.0, "Minimum": 2.0, "Maximum": 9.0},
             }
         ],
     )
     expected = {
-        "Sum": [30.0, 13.0],
-        "Average": [30.0 / 5, 13.0 / 3],
-        "Minimum": [2.0, 1.0],
-        "Maximum": [10.0, 8.0],
-        "SampleCount": [5.0, 3.0],
+        "Sum": [30.0, 1.0, 12.0],
+        "Average": [30.0 / 5, 1.0, 12.0 / 2],
+        "Minimum": [2.0, 1.0, 4.0],
+        "Maximum": [10.0, 1.0, 8.0],
+        "SampleCount": [5.0, 1.0, 2.0],
     }
     queries = [
         {
@@ -672,22 +676,98 @@ def test_metric_stat_queries_aggregate_each_period_from_start_time(aws) -> None:
         }
         for stat in expected
     ]
-    # (EndTime inside the third period: LocalStack's last period runs past it)
-    reply = cloudwatch.get_metric_data(
-        MetricDataQueries=queries, StartTime=start, EndTime=start + timedelta(seconds=1500)
-    )
+    # (EndTime inside the fourth period, which is returned: it starts before EndTime)
+    end = start + timedelta(seconds=2100)
+    reply = cloudwatch.get_metric_data(MetricDataQueries=queries, StartTime=start, EndTime=end)
     got = {r["Id"]: r for r in reply["MetricDataResults"]}
+    stamps = [minute + timedelta(seconds=s) for s in (1800, 600, 0)]
     for stat, values in expected.items():
         result = got[stat.lower()]
-        assert result["Timestamps"] == [start + timedelta(seconds=1200), start], (stat, result)
+        assert result["Timestamps"] == stamps, (stat, result)
         assert result["Values"] == pytest.approx(values), (stat, result)
     ascending = cloudwatch.get_metric_data(
-        MetricDataQueries=queries[:1],
-        StartTime=start,
-        EndTime=start + timedelta(seconds=1500),
-        ScanBy="TimestampAscending",
+        MetricDataQueries=queries[:1], StartTime=start, EndTime=end, ScanBy="TimestampAscending"
     )["MetricDataResults"][0]
-    assert ascending["Values"] == pytest.approx([13.0, 30.0])
+    assert ascending["Values"] == pytest.approx([12.0, 1.0, 30.0])
+
+
+def _five_minutes_ago_boundary() -> datetime:
+    """A clock 5-minute boundary at least 15 minutes ago."""
+    minute = _this_minute() - timedelta(minutes=15)
+    return minute - timedelta(minutes=minute.minute % 5)
+
+
+def test_a_math_query_counts_its_periods_from_start_time_rounded_to_the_minute(aws) -> None:
+    # GetMetricData API reference, StartTime: a start less than 15 days ago is rounded down to the
+    # whole minute (not to a multiple of the period); the periods follow from there
+    cloudwatch = aws("cloudwatch")
+    namespace = f"VSA/Test{uuid.uuid4().hex[:8]}"
+    boundary = _five_minutes_ago_boundary()
+    cloudwatch.put_metric_data(
+        Namespace=namespace,
+        MetricData=[{"MetricName": "Failed", "Timestamp": boundary - timedelta(seconds=50), "Value": 1.0}],
+    )
+    metric = {"Namespace": namespace, "MetricName": "Failed"}
+    start = boundary - timedelta(minutes=3) + timedelta(seconds=17)
+    result = cloudwatch.get_metric_data(
+        MetricDataQueries=[
+            {"Id": "m", "MetricStat": {"Metric": metric, "Period": 300, "Stat": "Sum"}, "ReturnData": False},
+            {"Id": "twice", "Expression": "m * 2"},
+        ],
+        StartTime=start,
+        EndTime=start + timedelta(minutes=9),
+    )["MetricDataResults"]
+    # the periods start at boundary - 3 min and + 2 min (from a multiple of 300 s they would
+    # start at boundary - 5 min and at the boundary)
+    assert [(r["Id"], r["Timestamps"], r["Values"]) for r in result] == [
+        ("twice", [boundary - timedelta(minutes=3)], [2.0])
+    ]
+
+
+def test_an_alarm_window_slides_a_count_stays_in_it_for_a_whole_period(aws, control, alarms) -> None:
+    # "Alarm evaluation window" (CloudWatch User Guide): without EvaluationWindow an alarm uses a
+    # sliding window, which advances each time the alarm is evaluated. Given a count alarm over
+    # 5-minute periods and one failure counted 50 s before a clock 5-minute boundary
+    cloudwatch = aws("cloudwatch")
+    namespace = f"VSA/Test{uuid.uuid4().hex[:8]}"
+    boundary = _five_minutes_ago_boundary()
+    cloudwatch.put_metric_data(
+        Namespace=namespace,
+        MetricData=[{"MetricName": "Failed", "Timestamp": boundary - timedelta(seconds=50), "Value": 1.0}],
+    )
+    name = _name("count")
+    alarms.append(name)
+    cloudwatch.put_metric_alarm(
+        AlarmName=name,
+        Metrics=[
+            {
+                "Id": "failed",
+                "MetricStat": {
+                    "Metric": {"Namespace": namespace, "MetricName": "Failed"},
+                    "Period": 300,
+                    "Stat": "Sum",
+                },
+                "ReturnData": False,
+            },
+            {"Id": "count", "Expression": "FILL(failed, 0)"},
+        ],
+        EvaluationPeriods=1,
+        Threshold=0.0,
+        ComparisonOperator="GreaterThanThreshold",
+        TreatMissingData="notBreaching",
+    )
+
+    def evaluated(minutes_after: int) -> str:
+        at = boundary + timedelta(minutes=minutes_after, seconds=5)
+        states: dict[str, str] = control("cloudwatch", "evaluate", AlarmName=name, At=at.isoformat())[
+            "States"
+        ]
+        return states[name]
+
+    # When it is evaluated in the minutes after the boundary, Then the count is in its newest
+    # period through the fourth minute after the boundary (a window ending with the evaluation's
+    # minute: five minutes from the failure's), and out of it from the fifth
+    assert [evaluated(m) for m in (0, 1, 3, 4, 5)] == ["ALARM", "ALARM", "ALARM", "OK", "OK"]
 
 
 def test_a_state_update_in_the_alarm_history_carries_that_updates_time_and_evaluated_data(

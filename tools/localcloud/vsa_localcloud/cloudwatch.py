@@ -65,7 +65,14 @@ from vsa_localcloud.cloudwatch_alarms import (
     rule_children,
     timestamp,
 )
-from vsa_localcloud.cloudwatch_math import MetricMathError, Value, compute, metric_data_results, query_period
+from vsa_localcloud.cloudwatch_math import (
+    MetricMathError,
+    Value,
+    compute,
+    metric_data_results,
+    query_period,
+    rounded_start,
+)
 
 LOG = logging.getLogger(__name__)
 STATE_KEYS = (
@@ -132,10 +139,14 @@ class VsaCloudwatchProvider(CloudwatchProvider):
         # LocalStack reads q["MetricStat"] of every query (InternalError 'MetricStat' on an
         # Expression) and returns ReturnData=False queries too: those requests are answered here.
         if all("MetricStat" in q and q.get("ReturnData", True) for q in metric_data_queries):
+            # LocalStack counts the periods from StartTime to the second; CloudWatch rounds it first
+            rounded = datetime.fromtimestamp(
+                rounded_start(start_time, query_period(metric_data_queries)), UTC
+            )
             return super().get_metric_data(
                 context,
                 metric_data_queries,
-                start_time,
+                rounded,
                 end_time,
                 next_token,
                 scan_by,

@@ -5,7 +5,10 @@ Metric alarms ("Evaluating an alarm", "Configuring how CloudWatch alarms treat m
 the alarm looks at the most recent ``EvaluationPeriods`` (N) periods, fetching a few more (the
 evaluation range) so real datapoints are used before missing ones are filled; ``DatapointsToAlarm``
 (M, default N) of them must breach for ALARM. Missing datapoints are treated per
-``TreatMissingData``. The period containing the evaluation time is the newest one evaluated.
+``TreatMissingData``. The window slides ("Alarm evaluation window", the default
+``SlidingWindow``): its newest period ends with the minute that holds the evaluation's instant, so
+a datapoint stays in an alarm's newest period for a whole period, whatever the clock's 5-minute
+boundaries (for a period under a minute, the newest is the one holding the instant).
 """
 
 import json
@@ -88,8 +91,10 @@ def evaluate_metric_alarm(alarm: Mapping[str, Any], fetch: Fetch, now: datetime)
     threshold = float(alarm["Threshold"])
     breaches, words = COMPARE[alarm["ComparisonOperator"]]
     treat = alarm.get("TreatMissingData") or "missing"
-    # evaluation range: N periods plus a few older ones (CloudWatch does not say how many)
-    newest = int(now.timestamp()) // period * period
+    # the sliding window ends with the evaluation's minute; the evaluation range is its N
+    # periods plus a few older ones (CloudWatch does not say how many)
+    step = 60 if period % 60 == 0 else period
+    newest = int(now.timestamp()) // step * step + step - period
     oldest = newest - (n + max(2, n // 3) - 1) * period
     results = fetch(
         queries, datetime.fromtimestamp(oldest, UTC), datetime.fromtimestamp(newest + period, UTC)

@@ -24,7 +24,7 @@ import math
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from localstack.services.cloudwatch.cloudwatch_database_helper import CloudwatchDatabase
@@ -51,8 +51,7 @@ def read_series(
 
     Own query instead of ``CloudwatchDatabase.get_metric_data_stat``: that one matches dimensions
     with ``LIKE '%VolumeId=vol-1%'`` (so ``vol-1`` also matches ``vol-10``, and a metric with extra
-    dimensions matches too), while CloudWatch matches the exact dimension set; and its periods start
-    at StartTime instead of at multiples of the period."""
+    dimensions matches too), while CloudWatch matches the exact dimension set."""
     if not grid:
         return {}
     metric, period, stat = metric_stat["Metric"], int(metric_stat["Period"]), metric_stat["Stat"]
@@ -96,9 +95,22 @@ def read_series(
     return {start: aggregate[stat](rows_) for start, rows_ in sorted(buckets.items())}
 
 
+def rounded_start(start: datetime, period: int, now: datetime | None = None) -> int:
+    """StartTime (epoch seconds) as CloudWatch rounds it (GetMetricData API reference, StartTime):
+    with a period of 5, 10, 20 or 30 s, down to that division of a minute; otherwise down to the
+    minute when less than 15 days ago, to the 5 minutes when 15 to 63 days ago, to the hour when
+    older. The periods are counted from there, not from multiples of the period."""
+    if period < 60:
+        unit = period if 60 % period == 0 else 1
+    else:
+        age = (now or datetime.now(UTC)) - start
+        unit = 60 if age < timedelta(days=15) else 300 if age < timedelta(days=63) else 3600
+    return math.floor(start.timestamp()) // unit * unit
+
+
 def time_grid(start: datetime, end: datetime, period: int) -> list[int]:
-    """Period starts from StartTime (rounded down to a multiple of the period) to before EndTime."""
-    first = int(start.timestamp()) // period * period
+    """Period starts from StartTime (rounded as CloudWatch rounds it) to before EndTime."""
+    first = rounded_start(start, period)
     return list(range(first, math.ceil(end.timestamp()), period))
 
 
