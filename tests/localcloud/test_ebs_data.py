@@ -189,7 +189,7 @@ def test_a_write_after_create_snapshot_returned_is_not_in_the_snapshot_even_whil
 ) -> None:
     # "The snapshot is created immediately, but it remains in the pending state [...] You can
     # continue to use the volume during this time without impacting the snapshot."
-    control("ebs", "configure", snapshot_seconds=3)
+    pending = control("ebs", "configure", snapshot_seconds=15)["snapshot_seconds"]
     # Given a volume holding data, attached to a node
     node = ebs.node()
     volume = ebs.volume()
@@ -198,10 +198,14 @@ def test_a_write_after_create_snapshot_returned_is_not_in_the_snapshot_even_whil
     write(node.device(volume), 8 * MIB, first)
     # When a snapshot is taken and, once CreateSnapshot returned, the node overwrites the data
     # and writes elsewhere while the snapshot is pending
+    taken = time.monotonic()
     snapshot = ebs.snapshot(volume)
     write(node.device(volume), 8 * MIB, second)
     write(node.device(volume), 16 * MIB, second)
-    assert ebs.ec2.describe_snapshots(SnapshotIds=[snapshot])["Snapshots"][0]["State"] == "pending"
+    # (pending still, unless this look came after its pending time, on a busy machine)
+    state = ebs.ec2.describe_snapshots(SnapshotIds=[snapshot])["Snapshots"][0]["State"]
+    looked = time.monotonic() - taken
+    assert state == "pending" or (state == "completed" and looked >= pending), (state, looked)
     # Then the snapshot holds what the volume held when the call was made, now and once completed
     held = Path(ebs.data_file(SnapshotId=snapshot)["Path"])
     assert read(held, 8 * MIB, MIB) == first
