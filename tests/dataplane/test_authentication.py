@@ -461,12 +461,6 @@ ROTATION = {"KeepAliveTmo": KATO}
 """These scenarios' connects (KATO: why not the product's 2 s)."""
 
 
-class LongFio(Fio):
-    """Fio that outlasts a whole rotation (a dozen document runs) however slow the machine."""
-
-    MAX_SECONDS = 840
-
-
 def path_keys(lab: Lab, index: int, host_nqn: str = GOOD) -> dict[str, str]:
     """The host's path to controller ``index`` as its sysfs shows it: device, state and the keys
     the kernel holds for it (dhchap_secret, dhchap_ctrl_secret: a key or none)."""
@@ -613,7 +607,7 @@ def test_keys_rotate_controller_by_controller_under_io_without_an_error(lab: Lab
     for i in (0, 1):
         assert connect_for_setup(lab, i, GOOD, secret).report["connected"] == [NQN]
     assert live(lab) == sorted(link.controller_address for link in lab.links)
-    fio = LongFio(lab, "rotation", head_device(lab))
+    fio = Fio(lab, "rotation", head_device(lab))
 
     # When the host's secret has both new keys for controller 0's address (a host that missed a
     # half of the rotation) and connect-path runs for that address
@@ -721,7 +715,7 @@ def test_an_array_switched_from_none_to_keys_reconnects_one_path_at_a_time_under
         connect_for_setup(lab, i, SWITCH)
     assert live(lab, SWITCH) == sorted(link.controller_address for link in lab.links)
     assert {path_keys(lab, i, SWITCH)["hostKey"] for i in (0, 1)} == {"none"}
-    fio = LongFio(lab, "switch", head_device(lab))
+    fio = Fio(lab, "switch", head_device(lab))
     # When both controllers get keys for it (the connections stay up, unauthenticated)
     KEYS.update({"switch": gen_key()})
     for i in (0, 1):

@@ -174,9 +174,10 @@ class Fio:
     while running: ``verify_backlog``; ``verify_fatal``), every completion logged (clat log), so
     the longest gap between two completions is the longest stall the application saw. It runs
     until ``stop`` (SIGINT to its PID: fio ends its jobs and reports), so the IO spans the event
-    however slow the machine; ``MAX_SECONDS`` bounds it if nobody stops it: longer than any test
-    may run (pytest's 600 s), since a fio that ended on its own before ``stop`` would no longer
-    span the event (300 s was outlived by a scale-out on a loaded machine).
+    however slow the machine; ``MAX_SECONDS`` bounds it if nobody stops it: longer than any tier
+    test may run (``HANG_SECONDS``, pytest-timeout's guard), since a fio that ended on its own
+    before ``stop`` would no longer span the event (900 s was outlived by a key rotation on a
+    machine running at half its speed).
 
     The writes are paced (``RATE_IOPS``): the IO only has to flow through every event, and
     under TCG an unpaced fio takes the host guest's whole emulated CPU, so every document the
@@ -185,7 +186,7 @@ class Fio:
     still shows in the gaps.
     ``rate_iops=0`` writes as fast as the guest can (a benchmark's load)."""
 
-    MAX_SECONDS = 900
+    MAX_SECONDS = HANG_SECONDS + 60
     RATE_IOPS = 50
 
     def __init__(self, lab: Lab, name: str, device: str, rate_iops: int | None = None) -> None:
