@@ -691,22 +691,24 @@ def test_metric_stat_queries_aggregate_each_period_from_start_time_rounded_to_th
     assert ascending["Values"] == pytest.approx([12.0, 1.0, 30.0])
 
 
-def _five_minutes_ago_boundary() -> datetime:
-    """A clock 5-minute boundary at least 15 minutes ago."""
+def _one_failure_before_a_boundary(cloudwatch: Any) -> tuple[str, datetime]:
+    """(a new namespace, a clock 5-minute boundary at least 15 minutes ago) with one ``Failed``
+    datapoint of 1 in that namespace 50 s before the boundary."""
+    namespace = f"VSA/Test{uuid.uuid4().hex[:8]}"
     minute = _this_minute() - timedelta(minutes=15)
-    return minute - timedelta(minutes=minute.minute % 5)
+    boundary = minute - timedelta(minutes=minute.minute % 5)
+    cloudwatch.put_metric_data(
+        Namespace=namespace,
+        MetricData=[{"MetricName": "Failed", "Timestamp": boundary - timedelta(seconds=50), "Value": 1.0}],
+    )
+    return namespace, boundary
 
 
 def test_a_math_query_counts_its_periods_from_start_time_rounded_to_the_minute(aws) -> None:
     # GetMetricData API reference, StartTime: a start less than 15 days ago is rounded down to the
     # whole minute (not to a multiple of the period); the periods follow from there
     cloudwatch = aws("cloudwatch")
-    namespace = f"VSA/Test{uuid.uuid4().hex[:8]}"
-    boundary = _five_minutes_ago_boundary()
-    cloudwatch.put_metric_data(
-        Namespace=namespace,
-        MetricData=[{"MetricName": "Failed", "Timestamp": boundary - timedelta(seconds=50), "Value": 1.0}],
-    )
+    namespace, boundary = _one_failure_before_a_boundary(cloudwatch)
     metric = {"Namespace": namespace, "MetricName": "Failed"}
     start = boundary - timedelta(minutes=3) + timedelta(seconds=17)
     result = cloudwatch.get_metric_data(
@@ -729,12 +731,7 @@ def test_an_alarm_window_slides_a_count_stays_in_it_for_a_whole_period(aws, cont
     # sliding window, which advances each time the alarm is evaluated. Given a count alarm over
     # 5-minute periods and one failure counted 50 s before a clock 5-minute boundary
     cloudwatch = aws("cloudwatch")
-    namespace = f"VSA/Test{uuid.uuid4().hex[:8]}"
-    boundary = _five_minutes_ago_boundary()
-    cloudwatch.put_metric_data(
-        Namespace=namespace,
-        MetricData=[{"MetricName": "Failed", "Timestamp": boundary - timedelta(seconds=50), "Value": 1.0}],
-    )
+    namespace, boundary = _one_failure_before_a_boundary(cloudwatch)
     name = _name("count")
     alarms.append(name)
     cloudwatch.put_metric_alarm(
