@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from tests.specs import SPREAD
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.naming import ARRAY_ID_PATTERN
+from vsa_core.scaling.forecast import Floor
 from vsa_core.scaling.planner import (
     REVERSAL_MINUTES,
     SETTLE_MINUTES,
@@ -135,6 +136,51 @@ def test_an_abrupt_fall_the_window_holds_partway_is_shed_in_one_step_once_the_wi
     lowered = replace(falling, spec=array.model_copy(update={"max_controllers": 7}), current_controllers=8)
     capped = plan(lowered)
     assert (capped.action, capped.desired_controllers) == ("scale-in", 7), capped.reason
+
+
+def test_a_recurring_fall_under_way_is_shed_in_one_step_to_the_cycles_level():
+    # Given 12 controllers at the top of a recurring cycle whose fall is in force: every recent
+    # cycle fell in this bucket and kept what 3 controllers serve at target after it
+    array = spec(min_controllers=2, max_controllers=16)
+    per_at_target = array.per_controller_iops * array.target_utilisation
+    level = Floor(3, 2.9 * per_at_target, "cycles of 60 min", "forecast", 10, 12, 11.5 * per_at_target)
+    fall = replace(level, fall_at=T0.isoformat(), fall_controllers=3, fall_iops=2.9 * per_at_target)
+    top = 11.5 * per_at_target
+    before = [top] * 6
+    in_force = fall.in_force(T0 + timedelta(minutes=2), 6.5 * per_at_target, [*before, 9 * per_at_target])
+    assert (in_force.ceiling_controllers, in_force.falling) == (3, True)
+    falling = PlanInput(
+        array,
+        6.5 * per_at_target,
+        12,
+        now=T0 + timedelta(minutes=2),
+        recent_demand=[*before[-3:], 9 * per_at_target],
+        sustained_minutes=5,
+        scale_in_headroom=0.9,
+        forecast=in_force,
+    )
+    # When the demand is halfway down and still falling
+    waits = plan(falling)
+    # Then no scale-in to the 7 the current demand needs: it waits (ScaleArray re-arms its alarm)
+    assert (waits.action, waits.desired_controllers, waits.waiting) == ("hold", 12, True), waits.reason
+    assert "recurring fall is under way" in waits.reason
+    # and once the demand is at the cycle's level, the whole fall goes in one step, at target (no
+    # scale-in margin to leave a controller the low alarm sheds minutes later)
+    there = replace(
+        falling,
+        demand_iops=2.95 * per_at_target,
+        now=T0 + timedelta(minutes=4),
+        recent_demand=[top, top, 9 * per_at_target, 6.5 * per_at_target, 4 * per_at_target],
+    )
+    shed = plan(there)
+    assert (shed.action, shed.desired_controllers) == ("scale-in", 3), shed.reason
+    # and a fall that stops above the level (no falling trend) is shed as far as the demand allows
+    # with the scale-in margin, not to the level: 6.5 at target x 0.9 needs 8
+    stopped = plan(replace(falling, recent_demand=[6.5 * per_at_target] * 4))
+    assert (stopped.action, stopped.desired_controllers) == ("scale-in", 8), stopped.reason
+    # and the same ceiling of 3 that is not the cycle's fall keeps the scale-in margin: 4
+    not_a_fall = plan(replace(there, forecast=replace(in_force, falling=False)))
+    assert (not_a_fall.action, not_a_fall.desired_controllers) == ("scale-in", 4), not_a_fall.reason
 
 
 def test_scale_in_stops_at_the_minimum():

@@ -24,11 +24,14 @@ from vsa_core.scaling.planner import (
     climb_hold,
     demand_ahead,
     fall_allows,
+    fall_in_force,
+    fall_wait,
     floor_decided,
     partial_wait,
     plan,
     scale_in_step,
 )
+from vsa_core.scaling.planner import controllers_needed as needed_at
 
 cooldowns = st.one_of(st.sampled_from([0, 60, 180, 300, 900]), st.integers(0, 3_600))
 floors = st.one_of(
@@ -219,6 +222,81 @@ def test_a_scale_in_waits_for_the_window_only_when_it_would_shed_less_than_the_s
         assert allows < step < current
         assert current - step < PARTIAL_SHARE * (current - allows)
         assert choose_move(a).waiting
+
+
+@st.composite
+def falling_inputs(draw: st.DrawFn) -> PlanInput:
+    """Any valid input whose forecast carries a short cycle's fall, in force or not."""
+    inp = draw(inputs())
+    fall_controllers = draw(st.integers(1, 4))
+    # in force (``Floor.in_force``), the ceiling is the level the cycles kept after the fall
+    falling = draw(st.booleans())
+    ceiling = fall_controllers if falling else draw(st.integers(0, 20))
+    start = T0 + timedelta(minutes=draw(st.integers(-10, 2)))
+    floor = Floor(
+        draw(st.integers(0, 20)),
+        draw(st.floats(0.0, 10_000_000.0)),
+        "cycles of 60 min",
+        "forecast",
+        15,
+        ceiling_controllers=ceiling,
+        ceiling_iops=draw(st.floats(0.0, 10_000_000.0)),
+        fall_at=start.isoformat(),
+        fall_controllers=fall_controllers,
+        fall_iops=draw(st.floats(0.0, 10_000_000.0)),
+        falling=falling,
+    )
+    if draw(st.booleans()):
+        # a large array halfway down from a top: what a recurring fall under way looks like
+        current = draw(st.integers(5, MULTI_ATTACH_LIMIT))
+        top = current * inp.spec.per_controller_iops * inp.spec.target_utilisation
+        inp = replace(inp, current_controllers=current, demand_iops=draw(st.floats(0.0, top)))
+    if draw(st.booleans()):
+        # a demand coming down: each recent minute above the next, the current one the lowest
+        steps = draw(st.lists(st.floats(1_000.0, 2_000_000.0), min_size=1, max_size=6))
+        recent = [inp.demand_iops + sum(steps[i:]) for i in range(len(steps))]
+        inp = replace(inp, recent_demand=tuple(recent))
+    return replace(inp, now=T0, forecast=floor)
+
+
+_TOP = 260_000 * 0.7
+# halfway down a fall in force from 12 to a level of 3, still falling: the step waits
+_HALFWAY = PlanInput(
+    spec(2, 16),
+    6.5 * _TOP,
+    12,
+    now=T0 + timedelta(minutes=2),
+    recent_demand=(11.5 * _TOP, 11.5 * _TOP, 11.5 * _TOP, 9 * _TOP),
+    sustained_minutes=5,
+    forecast=Floor(
+        3, 2.9 * _TOP, "cycles of 60 min", "forecast", 10, 3, 2.9 * _TOP, T0.isoformat(), 3, 2.9 * _TOP, True
+    ),
+)
+
+
+@given(inp=falling_inputs())
+@example(inp=_HALFWAY)
+def test_a_scale_in_waits_on_a_recurring_fall_only_while_it_is_under_way_and_above_the_level(inp: PlanInput):
+    a = assess(inp)
+    if not a.targets.in_target < inp.current_controllers:
+        return
+    step = scale_in_step(a)
+    held = fall_wait(a, step)
+    if inp is _HALFWAY:
+        assert held is not None
+    if held is None:
+        return
+    # Only once the fall is in force, the demand still falling, the step above the cycle's level
+    # and the current demand at target still above it
+    assert inp.forecast is not None
+    assert inp.now is not None
+    assert fall_in_force(inp)
+    assert inp.forecast.falling
+    assert a.needs.slope < 0
+    level = max(a.bounds.floor, min(inp.forecast.fall_controllers, a.bounds.useful), a.targets.by_forecast)
+    assert step > level
+    assert needed_at(inp.demand_iops, inp.spec.per_controller_iops, inp.spec.target_utilisation) > level
+    assert choose_move(a).waiting
 
 
 @given(inp=inputs())

@@ -94,6 +94,10 @@ class Floor:
     the demand has come down, within the bucket instead of at the next look-ahead."""
     fall_controllers: int = 0
     fall_iops: float = 0.0
+    falling: bool = False
+    """Set by ``in_force`` only: the fall has come, and the ceiling is the level the cycles kept
+    after it. A stored floor never has it (``from_stored`` does not read it): each PlanScale
+    run decides it from its own demand."""
 
     @property
     def on(self) -> bool:
@@ -116,6 +120,7 @@ class Floor:
             iops=min(self.iops, self.fall_iops),
             ceiling_controllers=self.fall_controllers,
             ceiling_iops=self.fall_iops,
+            falling=True,
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -20,7 +20,10 @@ fields, and each one switches on one more rule, named in the decision's reason:
   scale-out ahead of the demand waits while the running count delivers the demand ahead within
   ``AHEAD_UTILISATION`` of its IOPS (``ahead_wait``: fewer, larger steps up a recurring ramp),
   and while the cycle is still climbing a scale-in keeps the ceiling (``climb_hold``: a dip
-  part way up sheds nothing the climb takes back).
+  part way up sheds nothing the climb takes back). Once the cycle's own fall is in force
+  (``fall_in_force``), a scale-in goes to what the demand needs at target and waits, while the
+  demand is still coming down, until it can go to the cycle's level after the fall
+  (``fall_wait``: the fall in one step, not one a scale-in cooldown).
 
 ``plan`` applies the rules as named steps, each a pure function of typed values:
 
@@ -37,7 +40,9 @@ fields, and each one switches on one more rule, named in the decision's reason:
    (``hold_move``), waiting while a cooldown, the hysteresis or a controller in flight holds it,
    or, for a scale-out ahead of the demand, while the running count still delivers the demand
    ahead (``ahead_wait``), and, for a scale-in the low alarm's window stops partway after an
-   abrupt fall, until the window lets the whole fall go in one step (``partial_wait``);
+   abrupt fall, until the window lets the whole fall go in one step (``partial_wait``), or
+   one partway down a recurring fall still under way, until it reaches the cycle's level
+   (``fall_wait``);
 7. ``decision``: the ``ScaleDecision``, with whether the forecast floor set the count
    (``floor_decided``) and the reason in words (``explain``, ``limit_notes``).
 """
@@ -109,7 +114,7 @@ TREND_MINUTES = 5
 """The trend is read from the last ``TREND_MINUTES`` one-minute samples of ``recent_demand`` plus
 the current demand: long enough to ignore one noisy minute, short enough to see a ramp start."""
 
-AHEAD_UTILISATION = 0.9
+AHEAD_UTILISATION = 0.95
 """A scale-out ahead of the demand waits while the running count would deliver the demand
 ahead (``demand_ahead``: its trend and what every recent cycle reached in the coming minutes)
 at no more than this share of its IOPS (``ahead_wait``). Stepping at every look-ahead on a
@@ -117,8 +122,10 @@ recurring ramp changed the count 8-9 times an hour; waiting until the running co
 what it delivers takes the ramp in fewer, larger steps, and the step still serves before the
 demand passes 100% (what starves) when the cycle holds. The share is above the target
 utilisation (the steps come later than the target alone would place them) and leaves a
-tenth for a cycle that comes a little above the last ones; only with a short cycle's ceiling
-in force (``forecast.Floor.ceiling_iops``), whose recent cycles bound the demand ahead."""
+twentieth for a cycle that comes a little above the last ones (with none, a sawtooth tooth a
+little above the last ones starved a minute: docs/scaling.md); only with a short cycle's
+ceiling in force (``forecast.Floor.ceiling_iops``), whose recent cycles bound the demand
+ahead."""
 PARTIAL_SHARE = 0.5
 """A scale-in that sheds less than this share of what the current demand alone would let go
 (``partial_wait``) waits for the low alarm's window to clear instead. After an abrupt fall the
@@ -427,6 +434,14 @@ def count_targets(inp: PlanInput, needs: Needs, bounds: Bounds) -> Targets:
         # cycle's own, shed now rather than after the low alarm's window confirms it
         per, util = inp.spec.per_controller_iops, inp.spec.target_utilisation
         now_in = controllers_needed(inp.demand_iops, per, util * inp.scale_in_headroom)
+        if (
+            fall_in_force(inp)
+            and controllers_needed(inp.demand_iops, per, util) <= inp.forecast.ceiling_controllers
+        ):
+            # the demand is down to the level the cycles kept after their fall: the scale-in
+            # goes there, at target, since the margin would leave one controller the low alarm
+            # sheds minutes later (a second drain on every host for the same fall)
+            now_in = inp.forecast.ceiling_controllers
         released = max(now_in, needs.needed_out, inp.forecast.ceiling_controllers)
         reactive_in = min(reactive_in, max(bounds.floor, min(released, bounds.useful)))
     by_climb = climb_hold(inp, bounds)
@@ -604,7 +619,7 @@ def scale_out_move(a: Assessment) -> Move:
 def scale_in_move(a: Assessment) -> Move:
     """Down to ``scale_in_step``, unless ``scale_in_wait`` or ``partial_wait`` names what holds it."""
     step = scale_in_step(a)
-    wait = scale_in_wait(a, step) or partial_wait(a, step)
+    wait = scale_in_wait(a, step) or partial_wait(a, step) or fall_wait(a, step)
     if wait is not None:
         return _wait(a, wait)
     return Move("scale-in", step, notes=scale_in_notes(a, step))
@@ -637,6 +652,34 @@ def partial_wait(a: Assessment, step: int) -> str | None:
     return (
         f"scale-in to {step} waits: the demand now needs only {allows}, and the low alarm's window "
         f"still holds minutes that need {step}; one scale-in when they have left it, not two"
+    )
+
+
+def fall_in_force(inp: PlanInput) -> bool:
+    """The short cycle's own fall is in force (``forecast.Floor.in_force`` has put the level the
+    cycles kept after it in place of the ceiling): its bucket has begun and the demand is down."""
+    return inp.forecast is not None and inp.forecast.falling and bool(inp.forecast.fall_controllers)
+
+
+def fall_wait(a: Assessment, step: int) -> str | None:
+    """What holds a scale-in partway down a recurring fall, or None. While the cycle's own fall
+    is in force and the demand is still coming down (a falling trend, and the current demand
+    at target still needing more than the cycle's level after the fall), a scale-in that stops
+    above that level waits: the fall is shed in one step once the demand is there, not in one
+    step a scale-in cooldown as the demand passes each count (three or four drains on every
+    host for one fall). It keeps the count only for the rest of the drop; a fall that stops
+    above the level (the trend no longer falling) is shed as far as the demand allows."""
+    inp = a.inp
+    if not fall_in_force(inp) or a.needs.slope >= 0 or inp.forecast is None:
+        return None
+    level = max(a.bounds.floor, min(inp.forecast.fall_controllers, a.bounds.useful), a.targets.by_forecast)
+    now_in = controllers_needed(inp.demand_iops, inp.spec.per_controller_iops, inp.spec.target_utilisation)
+    if step <= level or now_in <= level:
+        return None
+    return (
+        f"scale-in to {step} waits: the array's own recurring fall is under way (the demand still "
+        f"falling, its cycles kept {level} after it); one scale-in when the demand is there, "
+        "not one a cooldown"
     )
 
 
