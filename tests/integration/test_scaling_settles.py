@@ -23,6 +23,7 @@ from typing import Any
 import boto3
 import pytest
 
+from tests.integration.alarm_reads import minutes_seen
 from tests.integration.arrays_world import (
     AZ,
     alarms_of,
@@ -299,7 +300,7 @@ def _decisions_agree(stack_outputs: dict[str, str], array_id: str, publisher: Eb
     forecast floor the simulator builds from the trace. Asserts the same action, count and
     minimum needed; and that the simulator's alarm model (``simulator.Alarms``) was in breach,
     for the run's count, at a minute the run's alarm read when it went to ALARM (its alarm
-    history lists the datapoints it evaluated: ``_minutes_seen``). How many decisions agreed."""
+    history lists the datapoints it evaluated: ``minutes_seen``). How many decisions agreed."""
     minutes = sorted(publisher.levels)
     trace = [publisher.levels[m] for m in minutes]
     # the alarms' windows reach back before EBS's first minute: missing data there (the Alarms
@@ -332,7 +333,7 @@ def _decisions_agree(stack_outputs: dict[str, str], array_id: str, publisher: Eb
         kind = "high" if run["alarm"].endswith("-high") else "low"
         evaluated = _evaluated_datapoints(run["alarm"], run["transitionedAt"])
         if evaluated:  # what the alarm's own evaluation read
-            near = _minutes_seen(evaluated, publisher.levels, minutes)
+            near = minutes_seen(evaluated, publisher.levels, minutes)
             assert near, _unmatched(kind, evaluated, publisher, run)
         else:  # it evaluated no datapoint (missing data): the minutes landed by then
             landed = [
@@ -371,37 +372,6 @@ def _evaluated_datapoints(alarm: str, transitioned_at: float) -> dict[datetime, 
     (update,) = [u for u in updates if u["stateValue"] == "ALARM"]
     points = (update.get("stateReasonData") or {}).get("evaluatedDatapoints", [])
     return {datetime.fromisoformat(p["timestamp"]): float(p["value"]) for p in points if "value" in p}
-
-
-def _minutes_seen(
-    evaluated: dict[datetime, float], levels: dict[datetime, float], minutes: list[datetime]
-) -> list[int]:
-    """The trace's minutes at which the simulator's alarm model may stand for that evaluation.
-    The product's alarm math fills a series' minutes not landed yet with its newest value
-    (``FILL(…, REPEAT)``, ``arrays.demand``), and EBS's two series of a volume (VolumeReadOps,
-    VolumeWriteOps: half the level each here) land apart, as on AWS, where nothing makes them
-    one write: the alarm read the reads up to some newest landed minute ``j`` and the writes up
-    to ``k``, each series' newest level after it, up to the newest minute it evaluated (``e``).
-    Every pair the values agree with, and the minutes from the older of the first such pair up
-    to ``e``: the model, which reads whole minutes only, is in breach at one of them."""
-    newest = max(evaluated)
-    seen = [m for m in minutes if m <= newest and m in evaluated]
-
-    def level(t: datetime, through: datetime) -> float:
-        return levels[t] if t <= through else levels[through]
-
-    def read_through(j: datetime, k: datetime) -> bool:
-        return all(
-            math.isclose(v, (level(t, j) + level(t, k)) / 2, rel_tol=1e-6, abs_tol=1e-6)
-            for t, v in evaluated.items()
-            if t in levels
-        )
-
-    landed = [min(j, k) for j in seen for k in seen if read_through(j, k)]
-    if not landed:
-        return []
-    last = max(i for i, m in enumerate(minutes) if m <= newest)
-    return list(range(minutes.index(min(landed)), last + 1))
 
 
 def _when(stamp: str | None) -> datetime | None:
