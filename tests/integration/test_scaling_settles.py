@@ -296,11 +296,12 @@ def _decisions_agree(stack_outputs: dict[str, str], array_id: str, publisher: Eb
     refused stale data or fell back to its alarm's datapoint) replayed through the simulator's
     decision step (``simulator.run_decision``, the step its minute loop takes): the run's newest
     minute of demand (``demandMinute``) as the trace's minute, the run's count, clock, last
-    scale-out and scale-in and controllers in flight, the volumes' IOPS it read from EC2 and the
-    forecast floor the simulator builds from the trace. Asserts the same action, count and
-    minimum needed; and that the simulator's alarm model (``simulator.Alarms``) was in breach,
-    for the run's count, at a minute the run's alarm read when it went to ALARM (its alarm
-    history lists the datapoints it evaluated: ``minutes_seen``). How many decisions agreed."""
+    scale-out and scale-in and controllers in flight, the volumes' IOPS it read from EC2, the
+    forecast floor the simulator builds from the trace and whether the high alarm started it.
+    Asserts the same action, count and minimum needed; and that the simulator's alarm model
+    (``simulator.Alarms``) was in breach, for the run's count, at a minute the run's alarm read
+    when it went to ALARM (its alarm history lists the datapoints it evaluated:
+    ``minutes_seen``). How many decisions agreed."""
     minutes = sorted(publisher.levels)
     trace = [publisher.levels[m] for m in minutes]
     # the alarms' windows reach back before EBS's first minute: missing data there (the Alarms
@@ -320,7 +321,16 @@ def _decisions_agree(stack_outputs: dict[str, str], array_id: str, publisher: Eb
             _when(answer["last_scale_in_at"]),
             answer["in_flight"],
         )
-        replayed = run_decision(spec, trace, t, state, volume_iops=answer["volume_iops"], floor=floors.at(t))
+        by_high_alarm = run["alarm"].endswith("-high") and not run["lookahead"]
+        replayed = run_decision(
+            spec,
+            trace,
+            t,
+            state,
+            volume_iops=answer["volume_iops"],
+            floor=floors.at(t),
+            by_high_alarm=by_high_alarm,
+        )
         shown = (answer["action"], answer["desired_controllers"], answer["reason"], replayed.reason)
         assert (replayed.action, replayed.desired_controllers, replayed.needed_controllers) == (
             answer["action"],

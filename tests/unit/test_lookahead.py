@@ -114,6 +114,8 @@ def test_the_started_run_carries_a_valid_scale_request() -> None:
     )
     assert request.demand_iops is None  # ScaleArray reads the demand itself
     assert request.event_id.startswith("lookahead:")
+    # standing in for the high alarm, it is not the alarm's own run: no datapoints confirmed it
+    assert not request.by_high_alarm
     assert request.rearm_seconds == 45
     assert request.lock_until > request.lock_now == int(NOW.timestamp())
 

@@ -514,6 +514,23 @@ def test_a_single_step_is_not_extrapolated():
     assert decision.desired_controllers == controllers_needed(900_000, 260_000, 0.7) == 5
 
 
+def test_a_run_the_high_alarm_did_not_start_adds_nothing_for_one_minute_above_target():
+    # Given 3 controllers at a steady 480,000 IOPS (3 at target), then one minute at 560,000
+    # (4 at target), in a run the low alarm or the look-ahead started
+    steady = [480_000.0] * 10
+    decision = plan(PlanInput(spec(), 560_000, 3, recent_demand=steady, by_high_alarm=False))
+    # Then it holds, saying the minute is not yet what the high alarm answers
+    assert decision.needed_controllers == 4
+    assert (decision.action, decision.desired_controllers) == ("hold", 3)
+    assert "one minute above target" in decision.reason
+    # And once the minute before was above target too, the same run scales out
+    held = plan(PlanInput(spec(), 560_000, 3, recent_demand=[*steady, 550_000], by_high_alarm=False))
+    assert (held.action, held.desired_controllers) == ("scale-out", 4)
+    # And a run the high alarm started answers the current minute (its datapoints confirmed it)
+    alarmed = plan(PlanInput(spec(), 560_000, 3, recent_demand=steady))
+    assert (alarmed.action, alarmed.desired_controllers) == ("scale-out", 4)
+
+
 def test_scale_in_waits_for_the_recent_peak_and_the_headroom():
     # Given 4 controllers, a quiet minute now but a peak 10 minutes ago that needs 4
     recent = [700_000] + [100_000] * 9

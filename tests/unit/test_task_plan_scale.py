@@ -94,6 +94,34 @@ def test_scale_out_from_the_groups_capacity_with_what_the_workflow_needs(registr
     assert (decision["alarmName"], decision["eventId"]) == ("vsa-demo-iops-high", REQUEST["eventId"])
 
 
+def test_only_the_high_alarms_own_run_scales_out_on_one_minute(registry, autoscaling):
+    # Given array "demo" with 3 serving controllers, ReadDemand's minutes steady at what 3 serve
+    # and the newest one minute above target (4 at target)
+    registry.create(DEMO)
+    make_group(autoscaling, 3)
+    read = {
+        "demandIops": 560_000.0,
+        "recentDemand": [480_000.0] * 10,
+        "newestMinute": "2026-11-02T17:04:00+00:00",
+    }
+    runs = {
+        "the high alarm": {},
+        "the low alarm": {"alarmName": "vsa-demo-iops-low", "alarmKind": "low"},
+        "the look-ahead": {"eventId": "lookahead:2026-11-02T17:05:00+00:00"},
+    }
+    decisions = {
+        name: plan_scale(request(demand=read, **changes), registry, autoscaling, NOW)
+        for name, changes in runs.items()
+    }
+    # Then the high alarm's own run scales out; a run anything else started holds, saying why
+    assert {n: (d["action"], d["desired_controllers"]) for n, d in decisions.items()} == {
+        "the high alarm": ("scale-out", 4),
+        "the low alarm": ("hold", 3),
+        "the look-ahead": ("hold", 3),
+    }
+    assert "one minute above target" in decisions["the look-ahead"]["reason"]
+
+
 def six_serving(registry: ArrayRegistry, autoscaling: Any, registry_table: str) -> list[str]:
     """Array "demo" with 6 serving controllers in slots 0..5 (the newest in the lowest)."""
     registry.create(DEMO)

@@ -17,10 +17,7 @@ from typing import Any, Literal
 from vsa_core.arrays.lock import SCALE_LEASE_SECONDS
 from vsa_core.naming import iops_alarm_name, scale_execution_name
 from vsa_core.observability import logger
-from vsa_core.scaling.events import ScaleRequest
-
-EVENT_PREFIX = "lookahead:"
-"""A look-ahead run's ``eventId`` starts with this (the decision record carries it)."""
+from vsa_core.scaling.events import EVENT_PREFIX, ScaleRequest
 
 
 @dataclass(frozen=True)

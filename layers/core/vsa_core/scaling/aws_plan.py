@@ -150,6 +150,7 @@ def plan_scale(  # noqa: PLR0913
             in_flight=in_flight,
             recent_demand=recent,
             volume_iops=provisioned_iops(ec2 or client("ec2"), array.spec),
+            by_high_alarm=request.by_high_alarm,
             # the same tuning the simulator and the benchmark measure
             **planner_inputs(array.spec),
         )

@@ -82,6 +82,10 @@ class ReadDemand(BaseModel):
     source: str = "AWS/EBS"
 
 
+EVENT_PREFIX = "lookahead:"
+"""A look-ahead run's ``eventId`` starts with this (the decision record carries it)."""
+
+
 class ScaleRequest(BaseModel):
     """Input of the ScaleArray workflow, as ``on_iops_alarm`` starts it."""
 
@@ -107,6 +111,12 @@ class ScaleRequest(BaseModel):
     """The base pause before the run's alarm is set back to OK (``rules.rearm_after``)."""
     demand: ReadDemand | None = None
     """Set by the workflow's ReadDemand step; absent, the alarm's datapoint is the demand."""
+
+    @property
+    def by_high_alarm(self) -> bool:
+        """The high alarm's own change to ALARM started the run (not the low alarm's, not the
+        health check's look-ahead standing in for either): ``PlanInput.by_high_alarm``."""
+        return self.alarm_kind == "high" and not self.event_id.startswith(EVENT_PREFIX)
 
 
 class ReadDemandRequest(BaseModel):

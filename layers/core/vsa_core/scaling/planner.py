@@ -54,6 +54,7 @@ from dataclasses import KW_ONLY, asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from vsa_core.alarm_tuning import HIGH_DATAPOINTS_TO_ALARM
 from vsa_core.arrays.capacity import (
     controllers_needed,
     deliverable_iops,
@@ -197,6 +198,11 @@ class PlanInput:
     forecast: Floor | None = None
     """The forecast floor: scale-out goes at least to its controllers and scale-in never below
     them (within [min, the volumes' useful count]); ``floor_set`` says when it decided."""
+    by_high_alarm: bool = True
+    """The run was started by the high alarm's own change to ALARM, whose datapoints confirm the
+    rise. False for a run anything else started (the low alarm, the health check's look-ahead):
+    its scale-out then answers only demand that held over the high alarm's datapoints
+    (``held_demand``), so it adds nothing for one noisy minute the alarm would not answer."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "recent_demand", tuple(self.recent_demand))
@@ -372,6 +378,20 @@ def scale_in_window(inp: PlanInput) -> Sequence[float]:
     return recent[max(0, len(recent) - inp.sustained_minutes + 1) :]
 
 
+def held_demand(inp: PlanInput) -> float:
+    """The demand a scale-out answers without a trend. In a run the high alarm started, the
+    current demand (the alarm has confirmed the rise); in any other run (``by_high_alarm``
+    False), the least of the current minute and the ``HIGH_DATAPOINTS_TO_ALARM - 1`` before it,
+    the minutes the high alarm itself must see above its threshold: such a run adds no
+    controller for one noisy minute above target the alarm would not answer (a scale-out and
+    the scale-in after it: a connect and a drain on every host), and answers a demand that
+    holds when the alarm would."""
+    if inp.by_high_alarm or not inp.recent_demand:
+        return inp.demand_iops
+    previous = inp.recent_demand[len(inp.recent_demand) - (HIGH_DATAPOINTS_TO_ALARM - 1) :]
+    return min([*previous, inp.demand_iops])
+
+
 def demand_needs(inp: PlanInput) -> Needs:
     """Controllers for the demand now, ahead and sustained. A scale-out plans for the larger of
     the current demand and its trend; a scale-in keeps enough for all three, the sustained demand
@@ -379,11 +399,12 @@ def demand_needs(inp: PlanInput) -> Needs:
     is not at once above the high alarm), so a single quiet minute removes nothing."""
     per, util = inp.spec.per_controller_iops, inp.spec.target_utilisation
     slope, trend = rising_trend(inp)
+    held = held_demand(inp)
     ceiling = inp.forecast.ceiling_iops if inp.forecast is not None else 0.0
     if trend is not None and ceiling > 0:
         # the recurring cycle's most in the coming minutes bounds where the trend goes
-        trend = max(inp.demand_iops, min(trend, ceiling))
-    planned_for = max(inp.demand_iops, trend or 0.0)
+        trend = max(held, min(trend, ceiling))
+    planned_for = max(held, trend or 0.0)
     window = scale_in_window(inp)
     sustained = max([*window, inp.demand_iops]) if inp.recent_demand else None
     needed = controllers_needed(inp.demand_iops, per, util)
@@ -753,6 +774,11 @@ def hold_move(a: Assessment) -> Move:
             )
     elif needs.needed_out > needs.needed and by_demand_alone < current:
         notes = (f"no scale-in: the rising demand needs {needs.needed_out} within {inp.lead_minutes:g} min",)
+    elif needs.needed > current and a.targets.out_target <= current:
+        notes = (
+            f"no scale-out: one minute above target, not yet the {HIGH_DATAPOINTS_TO_ALARM} the high "
+            "alarm answers (this run was not the high alarm's)",
+        )
     return Move("hold", current, notes=notes)
 
 

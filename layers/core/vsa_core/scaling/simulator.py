@@ -286,12 +286,14 @@ def run_decision(  # noqa: PLR0913 (the trace, the minute, the run's state, and 
     scale_in_headroom: float = SCALE_IN_HYSTERESIS,
     volume_iops: int | None = None,
     floor: forecasting.Floor | None = None,
+    by_high_alarm: bool = True,
 ) -> ScaleDecision:
     """The decision of a ScaleArray run whose newest minute of demand is minute ``t`` of the
     trace, as PlanScale makes it: that minute as the demand, the ``RECENT_MINUTES`` before it as
     the recent demand (ReadDemand's GetMetricData window), the deployed tuning
     (``planner_inputs`` at the deployed boot allowance, whatever boot the replay models: the
-    product does not know how long a controller boots), the volumes' IOPS and the floor."""
+    product does not know how long a controller boots), the volumes' IOPS, the floor, and
+    whether the high alarm started the run (``PlanInput.by_high_alarm``)."""
     tuning = planner_inputs(spec)
     return plan(
         PlanInput(
@@ -308,6 +310,7 @@ def run_decision(  # noqa: PLR0913 (the trace, the minute, the run's state, and 
             sustained_minutes=tuning["sustained_minutes"],
             volume_iops=volume_iops,
             forecast=floor,
+            by_high_alarm=by_high_alarm,
         )
     )
 
@@ -404,9 +407,10 @@ def simulate_planner(  # noqa: C901, PLR0913, PLR0915
             if started is not None:
                 for run in forecasting.lookahead_runs(floor, started, desired, now):
                     scheduled[int((run - EPOCH).total_seconds() // 60)] = (started, floor)
+        lookahead_run = False
         if not fired and t in scheduled:
             kind_due, floor = scheduled[t]
-            fired = [kind_due]
+            fired, lookahead_run = [kind_due], True
         if floor is not None:  # what PlanScale does with the stored floor and ReadDemand's minutes
             floor = floor.in_force(now, demand[t], demand[max(0, t - RECENT_MINUTES) : t])
         for _ in range(_RUNS_PER_MINUTE):
@@ -423,7 +427,10 @@ def simulate_planner(  # noqa: C901, PLR0913, PLR0915
                 scale_in_headroom=scale_in_headroom,
                 volume_iops=volume_iops,
                 floor=floor,
+                # every-minute runs stand for no alarm: they plan as the alarms' runs did before
+                by_high_alarm=trigger == "every-minute" or (kind == "high" and not lookahead_run),
             )
+            lookahead_run = False  # the runs after it in this minute are the alarms' own
             added = decision.desired_controllers - desired
             if added > 0:
                 if boot_minutes == 0:
