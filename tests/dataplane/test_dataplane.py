@@ -183,7 +183,7 @@ class Fio:
     under TCG an unpaced fio takes the host guest's whole emulated CPU, so every document the
     scenario runs beside it waits for it (docs/measurements.md, "The data-plane tier"); paced
     IO costs this machine's cores too, in the host guest and in each controller it reaches (a
-    lab's guests took 1.22 cores at 50 IOPS, 0.80 at 25, 0.58 at 10, 0.40 idle:
+    lab's guests took 1.22 cores at 50 IOPS, 0.90 at 25, 0.68 at 10, 0.40 idle:
     docs/measurements.md). At 20 IOPS with 4 in flight a completion is due every 50 ms, so a
     stall of a quarter of a second still shows in the gaps, and every write is read back within
     a second (``verify_backlog``).

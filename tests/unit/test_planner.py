@@ -526,6 +526,10 @@ def test_a_run_the_high_alarm_did_not_start_adds_nothing_for_one_minute_above_ta
     # And once the minute before was above target too, the same run scales out
     held = plan(PlanInput(spec(), 560_000, 3, recent_demand=[*steady, 550_000], by_high_alarm=False))
     assert (held.action, held.desired_controllers) == ("scale-out", 4)
+    # And at maxControllers the hold is the bound's, not the minute's, and says no such thing
+    capped = plan(PlanInput(spec(max_controllers=3), 560_000, 3, recent_demand=steady, by_high_alarm=False))
+    assert capped.action == "hold"
+    assert "one minute above target" not in capped.reason
     # And a run the high alarm started answers the current minute (its datapoints confirmed it)
     alarmed = plan(PlanInput(spec(), 560_000, 3, recent_demand=steady))
     assert (alarmed.action, alarmed.desired_controllers) == ("scale-out", 4)

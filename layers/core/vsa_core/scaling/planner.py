@@ -774,7 +774,12 @@ def hold_move(a: Assessment) -> Move:
             )
     elif needs.needed_out > needs.needed and by_demand_alone < current:
         notes = (f"no scale-in: the rising demand needs {needs.needed_out} within {inp.lead_minutes:g} min",)
-    elif needs.needed > current and a.targets.out_target <= current:
+    elif (
+        not inp.by_high_alarm
+        and needs.planned_for < inp.demand_iops
+        and min(needs.needed, a.bounds.useful) > current >= a.targets.out_target
+    ):
+        # held_demand alone kept the count, not a bound (the useful top would allow more)
         notes = (
             f"no scale-out: one minute above target, not yet the {HIGH_DATAPOINTS_TO_ALARM} the high "
             "alarm answers (this run was not the high alarm's)",
