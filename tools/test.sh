@@ -32,8 +32,14 @@ kept() { local name="$1"; shift; local log; log="$(mktemp)"; local rc=0
     echo "[$name] failed without a FAILED or ERROR line: $(tail -n 1 "$log")" >>"$failures"
   fi
   rm -f "$log"; return $rc; }
-what_failed() {
-  if [[ -s "$failures" ]]; then echo; echo "=== what failed"; cat "$failures"; fi
+what_failed() { # the failures' own words last: a CI run shows only the end of its output
+  if [[ -s "$failures" ]]; then
+    echo; echo "=== what failed"; cat "$failures"
+    if compgen -G "$ROOT/.test-reports/*.xml" >/dev/null; then
+      echo; echo "=== what each failure said (its last lines; the whole output above)"
+      "$VENV/python" "$ROOT/tools/slowest_tests.py" --failures 12 "$ROOT"/.test-reports/*.xml
+    fi
+  fi
   rm -f "$failures"; }
 phase() { phase_times+=("$(printf '%-48s %5d s' "$1" "$2")"); }
 TOTAL_START="$(date +%s)"

@@ -52,3 +52,40 @@ def test_durations_are_written_by_node_id_from_junit_reports(tmp_path: Path) -> 
         "tests/integration/test_roll.py::test_a": 88.7,
         "tests/integration/test_scaling.py::test_b[x]": 3.0,
     }
+
+
+def test_the_failures_own_words_end_the_output_last_lines_of_each(tmp_path: Path) -> None:
+    # Given a report with a failed test (pytest's E lines inside its traceback), an erred one and
+    # a passed one
+    report = tmp_path / "dataplane.xml"
+    traceback = "\n".join(
+        ["    def test_x():", ">       fio.result()", "E       AssertionError: fio failed (1):"]
+        + [f"E       line {i}" for i in range(1, 6)]
+        + ["", "tests/dataplane/test_dataplane.py:230: AssertionError"]
+    )
+    report.write_text(
+        '<testsuites><testsuite name="pytest">'
+        f'<testcase classname="tests.dataplane.test_dataplane" name="test_x"><failure message="m">{traceback}'
+        "</failure></testcase>"
+        '<testcase classname="tests.dataplane.test_dataplane" name="test_y">'
+        '<error message="fixture lab failed">setup went wrong</error></testcase>'
+        '<testcase classname="tests.dataplane.test_dataplane" name="test_z"/>'
+        "</testsuite></testsuites>"
+    )
+    # When the tool prints the last 3 lines of each
+    out = subprocess.run(
+        [sys.executable, "tools/slowest_tests.py", "--failures", "3", str(report)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    # Then each failed or erred test is named, with its last E lines (its whole text if none)
+    assert out == [
+        "[dataplane] tests/dataplane/test_dataplane.py::test_x",
+        "    line 3",
+        "    line 4",
+        "    line 5",
+        "[dataplane] tests/dataplane/test_dataplane.py::test_y",
+        "    setup went wrong",
+    ]
