@@ -92,7 +92,9 @@ start() {
       "$VSA_STATE/venv/bin/python" -m localstack.runtime.main
   ) >>"$LOG" 2>&1 &
   echo $! > "$PIDFILE"
-  for _ in $(seq 1 600); do
+  # a cap, not a wait: it returns at "Ready." (about 20 s; three clouds starting beside the
+  # data-plane tier's boots take longer)
+  for _ in $(seq 1 1800); do
     if grep -q "^Ready\." "$LOG"; then
       echo "local cloud ready on $VSA_LOCALCLOUD_URL (pid $(cat "$PIDFILE"), log $LOG)"
       return 0
@@ -104,7 +106,7 @@ start() {
     fi
     sleep 0.1
   done
-  echo "error: the local cloud did not print Ready. within 60 s; its log:" >&2
+  echo "error: the local cloud did not print Ready. within 180 s; its log:" >&2
   cat "$LOG" >&2
   stop
   exit 1

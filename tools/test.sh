@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # The test command (make test; .ci/run calls it). Runs, in order: the data-plane tier
 # (tests/dataplane: the documents on real kernels in QEMU guests; no local cloud) in the
-# background, and beside it ruff, mypy, import-linter, sam validate --lint; then the stack built once (sam build) and deployed
-# to a second local cloud, where the tests that wait minutes on CloudWatch's cadence start in
-# the background; beside all that the unit, infra, local-cloud, documents and workflow tests
-# (pytest-xdist, nice 10: the tier gets the cores first); the same build deployed to the first
-# cloud while the tier ends; then, once the tier has ended, the integration tests against both
-# clouds, side by side: those under the fast latency profile on the first while those
-# under the realistic one run on the second (the profile is a local cloud's, so each cloud keeps
-# one for the whole command, never switched per test). It starts the local clouds unless one is
-# already running on that port and stops those it started, even on failure. When a test fails,
-# the local clouds' logs are printed.
+# background, and beside it ruff, mypy, import-linter, sam validate --lint; then three local
+# clouds started and the stack built once (sam build); in the background, the stack deployed to
+# the second cloud, where the tests that wait minutes on CloudWatch's cadence start, and to the
+# first (two Regions), and the unit, infra, local-cloud, documents and workflow tests on the third
+# (pytest-xdist, nice 10: the tier and the integration tests get the cores first); then, once the
+# tier has ended, the integration tests against the first two clouds, side by side: those under
+# the fast latency profile on the first while those under the realistic one run on the second
+# (the profile is a local cloud's, so each cloud keeps one for the whole command, never switched
+# per test). It starts the local clouds unless one is already running on that port and stops
+# those it started, even on failure. When a test fails, the local clouds' logs are printed.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT" || exit 1
@@ -93,15 +93,21 @@ if [[ $status -ne 0 ]]; then
 fi
 phase "static checks (ruff, mypy, imports, sam validate)" "$SECONDS"
 
-# Two local clouds: the first (VSA_LOCALCLOUD_PORT) for the tests before the deploy and the
-# integration tests under the fast profile, the second (100 ports up; its service port range,
-# +1000..+1050, then overlaps no other's) for those under the realistic profile. The realistic
-# tests mostly wait on AWS-like delays (about half a core between them), so they run beside the
-# fast ones instead of after them: the phase takes the longer of the two, not their sum. Five
-# of them at once, not more: with seven beside the fast tests' three, the two cores ran at a
-# load of 15-17 and an apply outlasted API Gateway's 29 s.
+# Three local clouds: the first (VSA_LOCALCLOUD_PORT) for the integration tests under the fast
+# profile; the second (100 ports up; its service port range, +1000..+1050, then overlaps no
+# other's) for the minutes tests and those under the realistic profile; the third (200 up) for
+# the unit phase's local-cloud, documents and workflow tests. Those switch a cloud's global
+# controls (its timing profile, held alarms), so they get a cloud of their own: the stack is then
+# deployed to the first cloud while the unit phase runs, and the integration tests start as soon
+# as the tier has ended, beside whatever is left of the unit phase (nice 10: the clouds and the
+# integration tests get the cores first). The realistic tests mostly wait on AWS-like delays
+# (about half a core between them), so they run beside the fast ones instead of after them: the
+# phase takes the longer of the two, not their sum. Five of them at once, not more: with seven
+# beside the fast tests' three, the two cores ran at a load of 15-17 and an apply outlasted API
+# Gateway's 29 s.
 FAST_PORT="${VSA_LOCALCLOUD_PORT:-4566}"
 REALISTIC_PORT="$((FAST_PORT + 100))"
+UNIT_PORT="$((FAST_PORT + 200))"
 on() { local port="$1"; shift; env VSA_LOCALCLOUD_PORT="$port" VSA_LOCALCLOUD_URL="http://127.0.0.1:$port" \
   AWS_ENDPOINT_URL="http://127.0.0.1:$port" "$@"; }
 started=()
@@ -112,14 +118,19 @@ stop_clouds() { # side by side: a cloud busy shutting down may take its whole 30
   started=()
 }
 trap 'stop_dataplane; stop_clouds' EXIT
-start_cloud() {
-  if ! on "$1" tools/localcloud.sh status >/dev/null 2>&1; then
-    on "$1" tools/localcloud.sh start || exit 1
-    started+=("$1")
-  fi
+start_clouds() { # port...: started side by side, each unless one already runs on its port
+  local starting=() port pid failed=0
+  for port in "$@"; do
+    if ! on "$port" tools/localcloud.sh status >/dev/null 2>&1; then
+      on "$port" tools/localcloud.sh start & starting+=("$!")
+      started+=("$port")
+    fi
+  done
+  for pid in "${starting[@]}"; do wait "$pid" || failed=1; done
+  return $failed
 }
 show_log() {
-  for port in "$FAST_PORT" "$REALISTIC_PORT"; do
+  for port in "$UNIT_PORT" "$FAST_PORT" "$REALISTIC_PORT"; do
     echo; echo "=== local cloud log, port $port (tests failed)"
     tail -n 400 "${VSA_STATE:-$ROOT/.localcloud}/run-$port/localstack.log"
   done
@@ -127,15 +138,39 @@ show_log() {
 timings() {
   curl -fsS -X POST "http://127.0.0.1:$1/_localcloud/timings/configure" -d "{\"profile\": \"$2\"}" >/dev/null
 }
+# Runs put in the background write their output to a log, and log.rc and log.end when they end;
+# each is printed whole when the command comes to it.
+background_pids=()
+# shellcheck disable=SC2317  # called by the EXIT trap
+stop_background() { # each run's pytest is the child of a subshell that keeps its status
+  local pid
+  for pid in "${background_pids[@]}"; do pkill -INT -P "$pid"; wait "$pid"; done
+  background_pids=()
+}
+trap 'stop_dataplane; stop_background; stop_clouds' EXIT
+in_background() { # log command...: runs it in the background; log.rc and log.end when it ends
+  local log="$1"; shift
+  ( "$@" >"$log" 2>&1; echo $? >"$log.rc"; date +%s >"$log.end" ) &
+  background_pids+=("$!")
+}
+ended() { # name log start: prints a background run's output, notes its failures and its time
+  local name="$1" log="$2" start="$3"
+  echo; echo "=== $name"
+  kept "$name" cat "$log" >/dev/null
+  cat "$log"
+  if [[ "$(cat "$log.rc" 2>/dev/null)" != 0 ]]; then
+    status=1
+    grep -qE '^(FAILED|ERROR) ' "$log" || echo "[$name] failed without a FAILED or ERROR line: $(tail -n 1 "$log")" >>"$failures"
+  fi
+  phase "$name" "$(($(cat "$log.end" 2>/dev/null || date +%s) - start))"
+  rm -f "$log" "$log.rc" "$log.end"
+}
 SECONDS=0
-start_cloud "$FAST_PORT"
-# the second cloud starts in the background: the minutes tests are deployed to it during the unit phase
-realistic_start=""
-if ! on "$REALISTIC_PORT" tools/localcloud.sh status >/dev/null 2>&1; then
-  on "$REALISTIC_PORT" tools/localcloud.sh start & realistic_start=$!
-  started+=("$REALISTIC_PORT")
+if ! start_clouds "$FAST_PORT" "$REALISTIC_PORT" "$UNIT_PORT"; then
+  echo; echo "=== what failed"; echo "[start] a local cloud did not start (ports $FAST_PORT, $REALISTIC_PORT, $UNIT_PORT)"
+  exit 1
 fi
-phase "local cloud started" "$SECONDS"
+phase "local clouds started (three, side by side)" "$SECONDS"
 
 # Tests run side by side (pytest-xdist) where they do not share state: with --dist loadgroup,
 # tests/conftest.py keeps each group on one worker (the local-cloud fidelity tests switch its
@@ -143,17 +178,13 @@ phase "local cloud started" "$SECONDS"
 # spreads over the workers. The integration tests each make their own arrays, volumes and
 # hosts.
 
-step "the real template built once (sam build); deployed to the second local cloud, where the minutes tests start, in the background"
+step "the real template built once (sam build); deployed to the first and second local clouds in the background, the minutes tests starting on the second"
 SECONDS=0
 if ! sam build --config-env local >/dev/null; then
   echo; echo "=== what failed"; echo "[build] sam build --config-env local"
   exit 1
 fi
-if [[ -n "$realistic_start" ]] && ! wait "$realistic_start"; then
-  echo; echo "=== what failed"; echo "[build + deploy] the second local cloud did not start (port $REALISTIC_PORT)"
-  exit 1
-fi
-phase "build (sam build), the second cloud started" "$SECONDS"
+phase "build (sam build)" "$SECONDS"
 # Each deploy's output is kept. A deploy that fails is shown (its last lines) and tried once more:
 # the cause of a one-off failure of the local cloud's CloudFormation is then on record at the end
 # of the output (all CI shows) even when the run passes, and a second failure stops the command.
@@ -181,19 +212,16 @@ long_log="$(mktemp)"
     -m "realistic and minutes" --junitxml="$reports/integration-minutes.xml" --durations=5 tests/integration >"$long_log" 2>&1
 ) &
 long_pid=$!
-step "tests, beside it: unit + infra (no network); local-cloud fidelity; host documents (real XFS on loop devices, as root; SSM documents on sandbox nodes); workflows (the deployed ASL, tasks mocked)"
-SECONDS=0
-kept "unit, infra, local cloud, documents, workflows" \
-  on "$FAST_PORT" nice -n 10 "$VENV/python" -m pytest -n 3 --dist loadgroup --durations=10 --junitxml="$reports/unit-infra-localcloud.xml" tests/unit tests/infra tests/localcloud tests/documents tests/workflows || status=1
-phase "unit, infra, local cloud, documents, workflows (nice 10)" "$SECONDS"
-
-# The first cloud is free now: the same build is deployed to it while the tier goes on.
-step "integration: the same build deployed to the first local cloud (sam deploy), the real Lambda code, while the data plane ends"
+# the same build deployed to the first cloud, and in a second Region of it: the disaster-recovery
+# stack that restores the backup sets copied there (tests/integration/test_copies.py)
 SECONDS=0
 deploy fast "$FAST_PORT" & fast_deploy=$!
-# the same deployment in a second Region of the fast cloud: the disaster-recovery stack that
-# restores the backup sets copied there (tests/integration/test_copies.py)
 deploy dr "$FAST_PORT" REGION=us-west-2 & dr_deploy=$!
+step "tests, in the background: unit + infra (no network); local-cloud fidelity; host documents (real XFS on loop devices, as root; SSM documents on sandbox nodes); workflows (the deployed ASL, tasks mocked) - on the third local cloud (port $UNIT_PORT)"
+unit_log="$(mktemp)"
+unit_start="$(date +%s)"
+in_background "$unit_log" on "$UNIT_PORT" nice -n 10 "$VENV/python" -m pytest -n 3 --dist loadgroup --durations=10 \
+  --junitxml="$reports/unit-infra-localcloud.xml" tests/unit tests/infra tests/localcloud tests/documents tests/workflows
 failed_deploys=()
 wait "$fast_deploy" || failed_deploys+=("fast:port $FAST_PORT, us-east-1")
 wait "$dr_deploy" || failed_deploys+=("dr:port $FAST_PORT, us-west-2")
@@ -202,7 +230,7 @@ while [[ ! -e "$deploy_logs/realistic.ok" && ! -e "$deploy_logs/failed" ]] && ki
   sleep 1
 done
 [[ -e "$deploy_logs/realistic.ok" ]] || failed_deploys+=("realistic:port $REALISTIC_PORT, us-east-1")
-phase "deploy (the first cloud, two Regions)" "$SECONDS"
+phase "deploy (three stacks on two clouds, side by side)" "$SECONDS"
 if [[ ${#failed_deploys[@]} -ne 0 ]]; then
   stop_dataplane; dataplane_pid=""; rm -f "$dataplane_log"
   show_log
@@ -226,7 +254,7 @@ timings "$FAST_PORT" fast
 # Gateway's 29 s integration timeout, which an apply's Lambda outlasted when the tier's guests
 # took the cores. Side by side the command ended about 120 s sooner on a quiet machine,
 # and on a busy one both sides failed on time (docs/measurements.md). The unit phase, which
-# waits on no clock, is what runs beside the tier.
+# waits on no clock of its own and runs at nice 10, is what runs beside both.
 step "integration waits for the data plane (QEMU) to end"
 wait "$dataplane_pid" || status=1
 dataplane_pid=""
@@ -235,44 +263,20 @@ echo; echo "=== data plane (started first)"
 kept "data plane" cat "$dataplane_log" >/dev/null
 cat "$dataplane_log"
 rm -f "$dataplane_log"
-# The fast profile's tests on the first cloud, the realistic profile's on the second. Each run's
-# output, exit status and end time are kept in files and printed whole when it ends.
+# The fast profile's tests on the first cloud, the realistic profile's on the second.
 step "integration, side by side: the fast latency profile (port $FAST_PORT) and the realistic one (AWS-like waits, port $REALISTIC_PORT)"
 integration_start="$(date +%s)"
-integration_pids=()
-# shellcheck disable=SC2317  # called by the EXIT trap
-stop_integration() { # each run's pytest is the child of a subshell that keeps its status
-  local pid
-  for pid in "${integration_pids[@]}"; do pkill -INT -P "$pid"; wait "$pid"; done
-}
-trap 'stop_dataplane; stop_integration; stop_clouds' EXIT
-in_background() { # log command...: runs it in the background; log.rc and log.end when it ends
-  local log="$1"; shift
-  ( "$@" >"$log" 2>&1; echo $? >"$log.rc"; date +%s >"$log.end" ) &
-  integration_pids+=("$!")
-}
 realistic_log="$(mktemp)"
 fast_log="$(mktemp)"
 in_background "$realistic_log" on "$REALISTIC_PORT" env VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest -n 5 \
   -m "realistic and not minutes" --junitxml="$reports/integration-realistic.xml" --durations=10 tests/integration
 in_background "$fast_log" on "$FAST_PORT" "$VENV/python" -m pytest -n 3 -m "not realistic" --durations=10 \
   --junitxml="$reports/integration-fast.xml" tests/integration
-for pid in "${integration_pids[@]}"; do wait "$pid"; done
-integration_pids=()
-ended() { # name log: prints a background run's output, notes its failures and its time
-  local name="$1" log="$2"
-  echo; echo "=== $name"
-  kept "$name" cat "$log" >/dev/null
-  cat "$log"
-  if [[ "$(cat "$log.rc" 2>/dev/null)" != 0 ]]; then
-    status=1
-    grep -qE '^(FAILED|ERROR) ' "$log" || echo "[$name] failed without a FAILED or ERROR line: $(tail -n 1 "$log")" >>"$failures"
-  fi
-  phase "$name" "$(($(cat "$log.end" 2>/dev/null || date +%s) - integration_start))"
-  rm -f "$log" "$log.rc" "$log.end"
-}
-ended "integration, fast profile" "$fast_log"
-ended "integration, realistic profile (beside it)" "$realistic_log"
+for pid in "${background_pids[@]}"; do wait "$pid"; done
+background_pids=()
+ended "unit, infra, local cloud, documents, workflows (nice 10), from its start" "$unit_log" "$unit_start"
+ended "integration, fast profile" "$fast_log" "$integration_start"
+ended "integration, realistic profile (beside it)" "$realistic_log" "$integration_start"
 if [[ $status -ne 0 ]]; then show_log; fi
 
 step "integration (minutes of CloudWatch's cadence; started beside the unit phase)"
