@@ -200,6 +200,13 @@ class Fio:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.request = lab.host.submit(
             "#!/bin/bash\n"
+            # SIGPIPE ignored, as servers that do IO ignore it: with one vCPU the host's nvme-tcp
+            # sends a request from the submitting process's own context, and a send on a path
+            # whose socket has just broken ("nvme nvmeX: failed to send request -32", EPIPE)
+            # came with a SIGPIPE that killed fio (signal 13, in the same second; its job had no
+            # IO error: the failed send is the multipath layer's to retry on another path). An
+            # ignored signal stays ignored through exec, and fio installs no handler for it.
+            "trap '' PIPE\n"
             f"echo $$ > {self.dir}/pid\n"
             f"exec fio --name={name} --filename={device} --direct=1 --ioengine=libaio --rw=randwrite"
             f" --bs=4k --iodepth=4 --size=128M --time_based --runtime={self.MAX_SECONDS}{pacing}"
