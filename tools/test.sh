@@ -268,10 +268,14 @@ step "integration, side by side: the fast latency profile (port $FAST_PORT) and 
 integration_start="$(date +%s)"
 realistic_log="$(mktemp)"
 fast_log="$(mktemp)"
+# --maxschedchunk 1: pytest-xdist's load scheduling otherwise deals the first quarter of each
+# worker's share out as one block, so with the tests sorted longest first (tests/integration/
+# conftest.py) one worker got the nine longest and the phase lasted as long as they did.
 in_background "$realistic_log" on "$REALISTIC_PORT" env VSA_TIMINGS_PROFILE=realistic "$VENV/python" -m pytest -n 5 \
-  -m "realistic and not minutes" --junitxml="$reports/integration-realistic.xml" --durations=10 tests/integration
-in_background "$fast_log" on "$FAST_PORT" "$VENV/python" -m pytest -n 3 -m "not realistic" --durations=10 \
-  --junitxml="$reports/integration-fast.xml" tests/integration
+  --maxschedchunk 1 -m "realistic and not minutes" --junitxml="$reports/integration-realistic.xml" --durations=10 \
+  tests/integration
+in_background "$fast_log" on "$FAST_PORT" "$VENV/python" -m pytest -n 3 --maxschedchunk 1 -m "not realistic" \
+  --durations=10 --junitxml="$reports/integration-fast.xml" tests/integration
 for pid in "${background_pids[@]}"; do wait "$pid"; done
 background_pids=()
 ended "unit, infra, local cloud, documents, workflows (nice 10), from its start" "$unit_log" "$unit_start"

@@ -103,10 +103,11 @@ DURATIONS = Path(__file__).with_name("durations.json")
 
 
 def longest_first(items: list[pytest.Item], durations: dict[str, float]) -> None:
-    """Sorts the tests longest first, so that pytest-xdist, which deals them out in order,
-    starts the long ones at once and ends on short ones, instead of on one long test while the
-    other workers idle. A test without a recorded time goes first (it may be long); equal times
-    keep the collection's order."""
+    """Sorts the tests longest first, so that pytest-xdist, which deals them out in order (two
+    at a time with ``--maxschedchunk 1``, as tools/test.sh runs them), starts the long ones at
+    once and ends on short ones, instead of on one long test while the other workers idle. A
+    test without a recorded time goes first (it may be long); equal times keep the collection's
+    order."""
     unknown = max(durations.values(), default=0.0) + 1
     items.sort(key=lambda item: -durations.get(item.nodeid, unknown))
 
