@@ -17,7 +17,17 @@ mkdir -p "$RUN"
 PIDFILE="$RUN/localstack.pid"
 LOG="$RUN/localstack.log"
 
-running() { [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+# A process that has exited stays a zombie until its parent reaps it, and kill -0 still succeeds
+# on it. The local cloud is detached (its parent is PID 1), and an init that reaps late kept
+# stop() waiting its whole 30 s, then "killing" a process already gone: a zombie counts as ended.
+alive() {
+  local stat
+  kill -0 "$1" 2>/dev/null || return 1
+  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+  stat="${stat##*) }" # the state follows the command's name, which may hold spaces
+  [[ "${stat%% *}" != Z ]]
+}
+running() { [[ -f "$PIDFILE" ]] && alive "$(cat "$PIDFILE")"; }
 
 port_free() {
   "$VSA_STATE/venv/bin/python" - "$VSA_LOCALCLOUD_PORT" <<'PY'
@@ -123,7 +133,7 @@ stop() {
   kill -TERM "$pid"
   local stopped=0
   for _ in $(seq 1 300); do
-    if ! kill -0 "$pid" 2>/dev/null; then stopped=1; break; fi
+    if ! alive "$pid"; then stopped=1; break; fi
     sleep 0.1
   done
   if [[ $stopped -eq 0 ]]; then
