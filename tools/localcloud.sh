@@ -131,13 +131,13 @@ stop() {
   local pid
   pid="$(cat "$PIDFILE")"
   kill -TERM "$pid"
-  local stopped=0
-  for _ in $(seq 1 300); do
+  local stopped=0 grace="${VSA_LOCALCLOUD_STOP_SECONDS:-30}"
+  for _ in $(seq 1 "$((grace * 10))"); do
     if ! alive "$pid"; then stopped=1; break; fi
     sleep 0.1
   done
   if [[ $stopped -eq 0 ]]; then
-    echo "local cloud did not stop in 30 s; killing pid $pid" >&2
+    echo "local cloud did not stop in $grace s; killing pid $pid" >&2
     kill -KILL "$pid" 2>/dev/null || true
   fi
   rm -f "$PIDFILE"

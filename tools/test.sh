@@ -111,9 +111,13 @@ UNIT_PORT="$((FAST_PORT + 200))"
 on() { local port="$1"; shift; env VSA_LOCALCLOUD_PORT="$port" VSA_LOCALCLOUD_URL="http://127.0.0.1:$port" \
   AWS_ENDPOINT_URL="http://127.0.0.1:$port" "$@"; }
 started=()
-stop_clouds() { # side by side: a cloud busy shutting down may take its whole 30 s
+# A cloud with a run's state behind it took more than 30 s to exit after its services had
+# stopped (py-spy: the main thread alone, busy, with no Python frame: the interpreter's own
+# teardown). It persists nothing, so the command gives it 5 s before it is killed; its Lambda
+# runtimes, Run Command scripts and fence watches are ended by their PID files either way.
+stop_clouds() { # side by side
   local stopping=() pid
-  for port in "${started[@]}"; do on "$port" tools/localcloud.sh stop & stopping+=("$!"); done
+  for port in "${started[@]}"; do on "$port" env VSA_LOCALCLOUD_STOP_SECONDS=5 tools/localcloud.sh stop & stopping+=("$!"); done
   for pid in "${stopping[@]}"; do wait "$pid"; done
   started=()
 }
