@@ -18,8 +18,8 @@ PIDFILE="$RUN/localstack.pid"
 LOG="$RUN/localstack.log"
 
 # A process that has exited stays a zombie until its parent reaps it, and kill -0 still succeeds
-# on it. The local cloud is detached (its parent is PID 1), and an init that reaps late kept
-# stop() waiting its whole 30 s, then "killing" a process already gone: a zombie counts as ended.
+# on it. The local cloud is detached (its parent is PID 1, which may reap late), so a zombie
+# counts as ended: stop() would otherwise wait on, then "kill", a process already gone.
 alive() {
   local stat
   kill -0 "$1" 2>/dev/null || return 1
@@ -132,6 +132,10 @@ stop() {
   pid="$(cat "$PIDFILE")"
   kill -TERM "$pid"
   local stopped=0 grace="${VSA_LOCALCLOUD_STOP_SECONDS:-30}"
+  if [[ ! "$grace" =~ ^[0-9]+$ ]]; then
+    echo "VSA_LOCALCLOUD_STOP_SECONDS must be a whole number of seconds, not '$grace'" >&2
+    grace=30
+  fi
   for _ in $(seq 1 "$((grace * 10))"); do
     if ! alive "$pid"; then stopped=1; break; fi
     sleep 0.1

@@ -111,9 +111,9 @@ UNIT_PORT="$((FAST_PORT + 200))"
 on() { local port="$1"; shift; env VSA_LOCALCLOUD_PORT="$port" VSA_LOCALCLOUD_URL="http://127.0.0.1:$port" \
   AWS_ENDPOINT_URL="http://127.0.0.1:$port" "$@"; }
 started=()
-# A cloud with a run's state behind it took more than 30 s to exit after its services had
-# stopped (py-spy: the main thread alone, busy, with no Python frame: the interpreter's own
-# teardown). It persists nothing, so the command gives it 5 s before it is killed; its Lambda
+# A cloud with a run's state behind it could take 30 s and more to exit after its services had
+# stopped (py-spy 8 s after SIGTERM: the main thread alone, busy, with no Python frame: the
+# interpreter's own teardown). It persists nothing, so the command gives it 5 s before it is killed; its Lambda
 # runtimes, Run Command scripts and fence watches are ended by their PID files either way.
 stop_clouds() { # side by side
   local stopping=() pid
