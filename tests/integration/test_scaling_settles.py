@@ -296,8 +296,9 @@ def _decisions_agree(stack_outputs: dict[str, str], array_id: str, publisher: Eb
     refused stale data or fell back to its alarm's datapoint) replayed through the simulator's
     decision step (``simulator.run_decision``, the step its minute loop takes): the run's newest
     minute of demand (``demandMinute``) as the trace's minute, the run's count, clock, last
-    scale-out and scale-in and controllers in flight, the volumes' IOPS it read from EC2, the
-    forecast floor the simulator builds from the trace and whether the high alarm started it.
+    scale-out and scale-in, controllers in flight and the changes of the last hour it read, the
+    volumes' IOPS it read from EC2, the forecast floor the simulator builds from the trace and
+    whether the high alarm started it.
     Asserts the same action, count and minimum needed; and that the simulator's alarm model
     (``simulator.Alarms``) was in breach, for the run's count, at a minute the run's alarm read
     when it went to ALARM (its alarm history lists the datapoints it evaluated:
@@ -320,6 +321,7 @@ def _decisions_agree(stack_outputs: dict[str, str], array_id: str, publisher: Eb
             _when(answer["last_scale_out_at"]),
             _when(answer["last_scale_in_at"]),
             answer["in_flight"],
+            tuple(datetime.fromisoformat(at) for at in answer["recent_scalings"]),
         )
         by_high_alarm = run["alarm"].endswith("-high") and not run["lookahead"]
         replayed = run_decision(

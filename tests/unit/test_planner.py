@@ -594,6 +594,7 @@ def test_bad_keyword_inputs_are_rejected(kwargs: dict[str, Any], message: str):
 
 recent_demands = st.lists(st.floats(0.0, 5_000_000.0, allow_nan=False, allow_subnormal=False), max_size=15)
 ages = st.one_of(st.none(), st.integers(0, 3_600).map(lambda s: T0 - timedelta(seconds=s)))
+scaling_times = st.lists(st.integers(0, 5_400).map(lambda s: T0 - timedelta(seconds=s)), max_size=9)
 
 
 @st.composite
@@ -604,6 +605,7 @@ def contexts(draw: st.DrawFn) -> dict[str, Any]:
         "last_scale_in_at": draw(ages),
         "in_flight": draw(st.integers(0, 3)),
         "recent_demand": draw(recent_demands),
+        "recent_scalings": draw(scaling_times),
         "lead_minutes": draw(st.floats(0.0, 30.0)),
         "scale_in_headroom": draw(st.floats(0.5, 1.0)),
         "sustained_minutes": draw(st.one_of(st.none(), st.integers(1, 20))),

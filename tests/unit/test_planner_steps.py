@@ -13,6 +13,8 @@ from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT
 from vsa_core.scaling.forecast import Floor
 from vsa_core.scaling.planner import (
     AHEAD_UTILISATION,
+    CHURN_LIMIT,
+    CHURN_WINDOW_MINUTES,
     PARTIAL_SHARE,
     REVERSAL_MINUTES,
     SETTLE_MINUTES,
@@ -21,6 +23,7 @@ from vsa_core.scaling.planner import (
     ahead_wait,
     assess,
     choose_move,
+    churn_left,
     climb_hold,
     demand_ahead,
     fall_allows,
@@ -152,6 +155,35 @@ def test_no_scale_in_while_a_reversal_settles(inp: PlanInput, since_out: int, un
     reversed_input = replace(inp, last_scale_out_at=out_at, last_scale_in_at=out_at - timedelta(seconds=undo))
     # Then no scale-in, whatever the demand and the cooldowns
     assert _moved(assess(reversed_input))[0] != "scale-in"
+
+
+@given(
+    inp=inputs(),
+    ages=st.lists(st.integers(0, CHURN_WINDOW_MINUTES * 60 - 1), min_size=CHURN_LIMIT, max_size=12),
+)
+def test_no_scale_in_is_the_seventh_change_within_an_hour(inp: PlanInput, ages: list[int]):
+    # Given CHURN_LIMIT changes of the count or more in the last hour, and a count not above
+    # maxControllers (a lowered maximum is the spec's step, not the demand's)
+    churned = replace(inp, recent_scalings=[T0 - timedelta(seconds=s) for s in ages])
+    a = assess(churned)
+    # Then no scale-in; and a scale-out is never held by it
+    if inp.current_controllers <= a.bounds.ceiling:
+        assert _moved(a)[0] != "scale-in"
+    calm = _moved(assess(replace(inp, recent_scalings=())))
+    assert (calm[0] == "scale-out") == (_moved(a)[0] == "scale-out")
+    if calm[0] == "scale-out":
+        assert _moved(a) == calm
+
+
+def test_the_churn_limit_holds_until_enough_changes_have_left_the_hour():
+    hour = timedelta(minutes=CHURN_WINDOW_MINUTES)
+    changes = [T0 - timedelta(minutes=m) for m in (70, 55, 50, 40, 30, 20, 10, 5)]
+    # seven of them within the hour: held until the second oldest of those (55 min ago) leaves
+    assert churn_left(T0, changes) == (T0 - timedelta(minutes=50) + hour - T0).total_seconds() == 600
+    assert churn_left(T0, changes[1:7]) == 300  # six within the hour: until the oldest leaves
+    assert churn_left(T0, changes[2:7]) == 0  # five within: a scale-in may be the sixth
+    assert churn_left(None, changes) == 0  # no clock, no limit
+    assert churn_left(T0, [T0 + timedelta(minutes=1)] * 8) == 0  # a change "after now" is not counted
 
 
 @given(inp=inputs(), in_flight=st.integers(1, 16))

@@ -135,7 +135,7 @@ def test_decisions_are_newest_first_limited_and_per_array(
         },
     )
     # When the newest two of "demo" are read
-    decisions = registry.decisions("demo", limit=2)
+    decisions = registry.scale_decisions().newest("demo", limit=2)
     # Then they are its two latest, newest first, without the SPEC item or the other array's
     assert decisions == [
         {"sk": "DECISION#2026-11-02T17:03:00Z#scale-demo-3", "desired_controllers": 5},
@@ -145,7 +145,7 @@ def test_decisions_are_newest_first_limited_and_per_array(
 
 def test_decisions_of_an_array_without_any_are_empty(registry: ArrayRegistry):
     registry.create(make_spec())
-    assert registry.decisions("demo") == []
+    assert registry.scale_decisions().newest("demo") == []
 
 
 def test_default_client_comes_from_the_environment(registry_table: str):

@@ -1,7 +1,7 @@
 """The simulator: hand examples, the references, and ``vsactl simulate``."""
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from vsactl.main import SimulationModel, app
 
 from vsa_core.alarm_tuning import SCALE_IN_HYSTERESIS
-from vsa_core.scaling.planner import controllers_needed
+from vsa_core.scaling.planner import CHURN_LIMIT, CHURN_WINDOW_MINUTES, ScaleDecision, controllers_needed
 from vsa_core.scaling.simulator import (
     EPOCH,
     MODELS,
@@ -244,6 +244,29 @@ def test_vsactl_simulate_refuses_a_bad_trace(tmp_path: Path):
     assert "minute,iops" in result.output
 
 
+def _scale_ins_past_the_churn_limit(decisions: tuple[ScaleDecision, ...]) -> list[int]:
+    """The scale-ins (their index) that came after ``CHURN_LIMIT`` changes in the hour before."""
+    changed = [datetime.fromisoformat(d.now or "") for d in decisions]
+    hour = timedelta(minutes=CHURN_WINDOW_MINUTES)
+    return [
+        i
+        for i, d in enumerate(decisions)
+        if d.action == "scale-in" and len([at for at in changed[:i] if changed[i] - at < hour]) >= CHURN_LIMIT
+    ]
+
+
+def test_a_ramp_every_twenty_minutes_never_scales_in_for_a_seventh_change_in_an_hour():
+    # Given 4 hours of a 5-minute climb from 200,000 to 3,000,000 IOPS and a 5-minute fall back,
+    # every 20 minutes (the planner without the churn limit scaled in 21 times past it here)
+    climb = [200_000 + 2_800_000 * p / 5 for p in range(5)]
+    demand = (climb + [3_000_000 - 2_800_000 * p / 5 for p in range(5)] + [200_000.0] * 10) * 12
+    result = simulate_planner(SPEC, demand, trigger="alarms-rearmed")
+    # Then every scale-in waited until it was at most the sixth change in its hour
+    assert _scale_ins_past_the_churn_limit(result.decisions) == []
+    # while the array still climbs with every cycle (scale-outs are never held)
+    assert sum(d.action == "scale-out" for d in result.decisions) >= 12
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     demand=st.lists(st.floats(0.0, 3_500_000.0, allow_nan=False), min_size=1, max_size=240),
@@ -268,3 +291,5 @@ def test_every_replayed_decision_keeps_the_planner_invariants(demand: list[float
                 ),
                 16,
             )
+    # no scale-in is the seventh change of the count within an hour (scale-outs are never held)
+    assert _scale_ins_past_the_churn_limit(result.decisions) == []

@@ -190,6 +190,48 @@ def test_the_scale_in_cooldown_runs_from_the_registry(registry, autoscaling, reg
     assert "cooldown" in decision["reason"]
 
 
+def _record(registry_table: str, started: datetime, current: int, desired: int, name: str) -> None:
+    """A decision as ScaleArray's RecordDecision writes it (its run's start time in the key)."""
+    action = "hold" if current == desired else "scale-out" if desired > current else "scale-in"
+    answer = {"action": action, "current_controllers": current, "desired_controllers": desired}
+    boto3.client("dynamodb", region_name=REGION).put_item(
+        TableName=registry_table,
+        Item={
+            "pk": {"S": "ARRAY#demo"},
+            "sk": {"S": f"DECISION#{started.isoformat().replace('+00:00', 'Z')}#{name}"},
+            "decision": {"S": json.dumps(answer)},
+        },
+    )
+
+
+def test_a_scale_in_waits_while_the_recorded_decisions_hold_six_changes_in_the_hour(
+    registry, autoscaling, registry_table: str
+):
+    # Given 6 serving controllers, demand that 2 serve, and six recorded changes of the count in
+    # the last hour (the oldest 50 minutes ago), beside holds and a change 61 minutes ago
+    six_serving(registry, autoscaling, registry_table)
+    _record(registry_table, NOW - timedelta(minutes=61), 5, 6, "older")
+    for i, minutes in enumerate((50, 40, 30, 20, 12, 8)):
+        _record(registry_table, NOW - timedelta(minutes=minutes), 5 + i % 2, 6 - i % 2, f"run-{i}")
+        _record(registry_table, NOW - timedelta(minutes=minutes - 1), 6, 6, f"hold-{i}")
+    low = request(alarmName="vsa-demo-iops-low", alarmKind="low", demandIops=200_000.0)
+    held = plan_scale(low, registry, autoscaling, NOW)
+    # Then the scale-in waits until the oldest of the six has left the hour, and says so
+    assert (held["action"], held["desired_controllers"], held["waiting"]) == ("hold", 6, True)
+    assert "changed 6 times in the last 60 min" in held["reason"]
+    assert "600s left" in held["reason"]
+    assert len(held["recent_scalings"]) == 6
+    # and once it has left, the scale-in goes ahead (the change 61 minutes ago never counted)
+    later_at = NOW + timedelta(minutes=10, seconds=1)
+    fresh = {"stateTimestamp": later_at.isoformat()}
+    low_later = request(alarmName="vsa-demo-iops-low", alarmKind="low", demandIops=200_000.0, **fresh)
+    later = plan_scale(low_later, registry, autoscaling, later_at)
+    assert (later["action"], later["desired_controllers"]) == ("scale-in", 5)
+    # while a scale-out is never held by it
+    high = request(demandIops=1_900_000.0)
+    assert plan_scale(high, registry, autoscaling, NOW)["action"] == "scale-out"
+
+
 def test_unregistered_array_or_missing_group_is_array_not_found(registry, autoscaling):
     with pytest.raises(ArrayNotFoundError, match="not registered"):
         plan_scale(request(), registry, autoscaling, NOW)

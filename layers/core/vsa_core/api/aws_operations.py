@@ -105,7 +105,7 @@ def describe_array(
         ),
         "status": apply.as_json(service.status(array.spec, registry.slots(array_id), documents)),
         "keptVolumes": kept_volumes(service, array),
-        "decisions": registry.decisions(array_id, limit=10),
+        "decisions": registry.scale_decisions().newest(array_id, limit=10),
         "backups": [
             {
                 "backupId": b.backup_id,

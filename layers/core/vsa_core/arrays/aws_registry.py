@@ -118,6 +118,10 @@ class ArrayRegistry:
         """The arrays' stored changes and their callers, in the same table."""
         return ArrayHistory(self._table, self._dynamodb)
 
+    def scale_decisions(self) -> "ScaleDecisions":
+        """The arrays' recorded scale decisions, in the same table."""
+        return ScaleDecisions(self._table, self._dynamodb)
+
     def get(self, array_id: str) -> RegisteredArray:
         item = self._dynamodb.get_item(
             TableName=self._table, Key=array_key(array_id), ConsistentRead=True
@@ -346,7 +350,17 @@ class ArrayRegistry:
         """The keys (pk, sk) of the slots the ``instances`` index lists for the instance."""
         return aws_index.slot_keys(self._dynamodb, self._table, instance_id)
 
-    def decisions(self, array_id: str, limit: int = 10) -> list[dict[str, Any]]:
+
+class ScaleDecisions:
+    """The array's scale decisions as the ScaleArray workflow recorded them (``sk =
+    DECISION#<run's start time>#<run's name>``), beside its spec: read by the API and by
+    PlanScale's churn limit."""
+
+    def __init__(self, table_name: str, dynamodb: "DynamoDBClient") -> None:
+        self._table = table_name
+        self._dynamodb = dynamodb
+
+    def newest(self, array_id: str, limit: int = 10) -> list[dict[str, Any]]:
         """The newest scale decisions, newest first, as the workflow recorded them."""
         response = self._dynamodb.query(
             TableName=self._table,
@@ -358,6 +372,33 @@ class ArrayRegistry:
         return [
             {"sk": item["sk"]["S"], **json.loads(item["decision"]["S"])} for item in response.get("Items", [])
         ]
+
+    def scalings_since(self, array_id: str, since: datetime) -> list[datetime]:
+        """When the array's scale decisions changed its count from ``since`` on, oldest first:
+        the run's start time in each recorded scale-out or scale-in (the time its
+        ``lastScaleOutAt`` / ``lastScaleInAt`` took). Every page of the range is read (an hour
+        holds a run per alarm evaluation at most)."""
+        start = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        pages = self._dynamodb.get_paginator("query").paginate(
+            TableName=self._table,
+            KeyConditionExpression="pk = :pk AND sk BETWEEN :from AND :to",
+            ExpressionAttributeValues={
+                ":pk": {"S": f"ARRAY#{array_id}"},
+                ":from": {"S": f"DECISION#{start}"},
+                ":to": {"S": "DECISION$"},  # "$" sorts right after "#"
+            },
+            # the last run recorded its decision just before it released the scaling lock
+            ConsistentRead=True,
+        )
+        changed = []
+        for page in pages:
+            for item in page.get("Items", []):
+                decision = json.loads(item["decision"]["S"])
+                if decision.get("desired_controllers") == decision.get("current_controllers"):
+                    continue  # a hold, or a run that found the lock busy
+                at = datetime.fromisoformat(item["sk"]["S"].split("#", 2)[1])
+                changed.append(at if at.tzinfo else at.replace(tzinfo=UTC))
+        return sorted(changed)
 
 
 class ArrayHistory:

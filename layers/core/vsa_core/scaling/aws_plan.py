@@ -28,7 +28,7 @@ from vsa_core.naming import deployment, group_name, owned_volume_name
 from vsa_core.observability import logger
 from vsa_core.scaling import forecast, rules
 from vsa_core.scaling.events import ScaleRequest
-from vsa_core.scaling.planner import PlanInput, plan
+from vsa_core.scaling.planner import CHURN_WINDOW_MINUTES, PlanInput, plan
 from vsa_core.scaling.rules import IN_FLIGHT, SCALE_FIELDS, rearm_after
 from vsa_core.scaling.tuning import planner_inputs
 from vsa_core.settings import HealthPeriod, HistoryRetention, StackMetrics
@@ -147,6 +147,9 @@ def plan_scale(  # noqa: PLR0913
             now=now,
             last_scale_out_at=_parse(array.last_scale_out_at),
             last_scale_in_at=_parse(array.last_scale_in_at),
+            recent_scalings=registry.scale_decisions().scalings_since(
+                request.array_id, now - timedelta(minutes=CHURN_WINDOW_MINUTES)
+            ),
             in_flight=in_flight,
             recent_demand=recent,
             volume_iops=provisioned_iops(ec2 or client("ec2"), array.spec),

@@ -6,6 +6,8 @@ fields, and each one switches on one more rule, named in the decision's reason:
 
 - ``now`` with ``last_scale_out_at`` / ``last_scale_in_at``: the spec's cooldowns, and the
   reversal hysteresis (``REVERSAL_MINUTES``, ``SETTLE_MINUTES``: bounded churn);
+- ``recent_scalings``: a scale-in is never the seventh change of the count in 60 minutes
+  (``CHURN_LIMIT``, ``churn_left``: bounded churn on any demand);
 - ``in_flight``: nothing changes while a controller is bootstrapping or draining;
 - ``recent_demand``: the demand trend (scale out ahead of a rising demand) and sustained demand
   (scale in only when every recent minute fits one controller fewer, and then straight to what
@@ -35,7 +37,7 @@ fields, and each one switches on one more rule, named in the decision's reason:
    the scale-in window (``scale_in_window``);
 4. ``count_targets``: where a scale-out or a scale-in would go, clamped to the bounds and raised
    to the forecast floor (a scale-in also to ``climb_hold``);
-5. ``time_left``: what the cooldowns and the reversal hysteresis still hold;
+5. ``time_left``: what the cooldowns, the reversal hysteresis and the churn limit still hold;
 6. ``choose_move``: scale out (``scale_out_move``), scale in (``scale_in_move``) or hold
    (``hold_move``), waiting while a cooldown, the hysteresis or a controller in flight holds it,
    or, for a scale-out ahead of the demand, while the running count still delivers the demand
@@ -68,6 +70,8 @@ from vsa_core.scaling.forecast import Floor
 
 __all__ = [
     "AHEAD_UTILISATION",
+    "CHURN_LIMIT",
+    "CHURN_WINDOW_MINUTES",
     "PARTIAL_SHARE",
     "Assessment",
     "Bounds",
@@ -81,6 +85,7 @@ __all__ = [
     "assess",
     "check_input",
     "choose_move",
+    "churn_left",
     "climb_hold",
     "controllers_needed",
     "count_bounds",
@@ -148,6 +153,18 @@ oracle in ``make bench``), and the alarms' own hysteresis (``SCALE_IN_HYSTERESIS
 alarm's 5 of 5) already keeps noise from flapping. It uses only the two clocks the
 registry already keeps (``lastScaleOutAt``, ``lastScaleInAt``): the deployed rule, which the
 simulator runs as it is."""
+CHURN_WINDOW_MINUTES = 60
+CHURN_LIMIT = 6
+"""A scale-in waits while the last ``CHURN_WINDOW_MINUTES`` already hold this many changes of
+the count (``churn_left``), so no scale-in makes a seventh in any 60 minutes: each change
+drains or bootstraps a controller on every host's paths. A scale-out never waits for it (a
+starved array is worse than a busy one), so the limit bounds churn without risking the demand;
+what a held scale-in keeps is a controller or two for the minutes until the oldest change
+leaves the window. On ``make bench`` it took the traces with more than 6 changes in a clock
+hour from 8 to 2 and the worst ratio of no family but sawtooth's up (1.006x to 1.015x); a
+limit of 5 (a slot kept for a scale-out) took the ramp variants' worst to 1.179x
+(docs/scaling.md). The deployed run reads the changes from the array's recorded decisions
+(``ScaleDecisions.scalings_since``)."""
 
 
 @dataclass(frozen=True)
@@ -198,6 +215,10 @@ class PlanInput:
     forecast: Floor | None = None
     """The forecast floor: scale-out goes at least to its controllers and scale-in never below
     them (within [min, the volumes' useful count]); ``floor_set`` says when it decided."""
+    recent_scalings: Sequence[datetime] = ()
+    """When the array's count last changed by a scale decision (its scale-outs and scale-ins),
+    those of the last ``CHURN_WINDOW_MINUTES`` at least (stored as a tuple): a scale-in waits
+    while they already hold ``CHURN_LIMIT`` (``churn_left``; none without ``now``)."""
     by_high_alarm: bool = True
     """The run was started by the high alarm's own change to ALARM, whose datapoints confirm the
     rise. False for a run anything else started (the low alarm, the health check's look-ahead):
@@ -206,6 +227,7 @@ class PlanInput:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "recent_demand", tuple(self.recent_demand))
+        object.__setattr__(self, "recent_scalings", tuple(self.recent_scalings))
         check_input(self)
 
 
@@ -237,6 +259,9 @@ class ScaleDecision:
     in_flight: int = 0
     recent_samples: int = 0
     """How many ``recent_demand`` samples the decision saw."""
+    recent_scalings: tuple[str, ...] = ()
+    """When the count changed in the last ``CHURN_WINDOW_MINUTES`` (ISO 8601, oldest first), as
+    the decision saw them (``PlanInput.recent_scalings``)."""
     forecast_iops: float | None = None
     """The demand extrapolated ``lead_minutes`` ahead (None without a rising trend)."""
     sustained_iops: float | None = None
@@ -500,13 +525,15 @@ class Waits:
     """The scale-in cooldown after the last scale-out or scale-in, whichever ends later."""
     settle: float
     """The hysteresis after a reversal (``settle_left``)."""
+    churn: float = 0.0
+    """The churn limit (``churn_left``)."""
 
 
 def time_left(inp: PlanInput) -> Waits:
-    """How long the cooldowns and the reversal hysteresis still hold a change. A scale-in waits
-    out the scale-in cooldown after either scaling (capacity just added is seen at work before
-    it is taken away); a scale-out waits only for its own cooldown (a scale-in never delays
-    serving a demand)."""
+    """How long the cooldowns, the reversal hysteresis and the churn limit still hold a change.
+    A scale-in waits out the scale-in cooldown after either scaling (capacity just added is seen
+    at work before it is taken away); a scale-out waits only for its own cooldown (a scale-in
+    never delays serving a demand), and never for the churn limit."""
     spec, now = inp.spec, inp.now
     in_left = max(
         _left(now, inp.last_scale_in_at, spec.scale_in_cooldown_seconds),
@@ -516,6 +543,7 @@ def time_left(inp: PlanInput) -> Waits:
         out_left=_left(now, inp.last_scale_out_at, spec.scale_out_cooldown_seconds),
         in_left=in_left,
         settle=settle_left(now, inp.last_scale_out_at, inp.last_scale_in_at),
+        churn=churn_left(now, inp.recent_scalings),
     )
 
 
@@ -716,7 +744,9 @@ def scale_in_step(a: Assessment) -> int:
 
 def scale_in_wait(a: Assessment, step: int) -> str | None:
     """What holds a scale-in to ``step``, or None: a controller bootstrapping or draining, the
-    scale-in cooldown, then the hysteresis after a reversal (the first that holds is named)."""
+    scale-in cooldown, the hysteresis after a reversal, then the churn limit (the first that
+    holds is named). A count above maxControllers (lowered below it) is not held by the churn
+    limit: that step is the spec's, not the demand's."""
     inp, waits = a.inp, a.waits
     if inp.in_flight:
         return f"scale-in to {step} waits: {inp.in_flight} controller(s) bootstrapping or draining"
@@ -730,6 +760,13 @@ def scale_in_wait(a: Assessment, step: int) -> str | None:
             f"scale-in to {step} waits: hysteresis after a reversal (the last scale-out undid "
             f"a scale-in within {REVERSAL_MINUTES} min; none for {SETTLE_MINUTES} min after it), "
             f"{waits.settle:.0f}s left"
+        )
+    if waits.churn > 0 and inp.current_controllers <= a.bounds.ceiling:
+        changed = len(_within_churn_window(inp.now, inp.recent_scalings))
+        return (
+            f"scale-in to {step} waits: the count changed {changed} "
+            f"times in the last {CHURN_WINDOW_MINUTES} min (at most {CHURN_LIMIT}, a scale-out "
+            f"excepted), {waits.churn:.0f}s left"
         )
     return None
 
@@ -892,6 +929,7 @@ def decision(a: Assessment, move: Move) -> ScaleDecision:
         last_scale_in_at=_iso(inp.last_scale_in_at),
         in_flight=inp.in_flight,
         recent_samples=len(inp.recent_demand),
+        recent_scalings=tuple(t.isoformat() for t in _within_churn_window(inp.now, inp.recent_scalings)),
         forecast_iops=a.needs.trend,
         sustained_iops=a.needs.sustained,
         lead_minutes=inp.lead_minutes if inp.recent_demand else None,
@@ -953,3 +991,23 @@ def settle_left(now: datetime | None, last_out: datetime | None, last_in: dateti
     if not timedelta(0) <= last_out - last_in <= timedelta(minutes=REVERSAL_MINUTES):
         return 0.0
     return _left(now, last_out, SETTLE_MINUTES * 60)
+
+
+def _within_churn_window(now: datetime | None, scalings: Sequence[datetime]) -> list[datetime]:
+    """The changes of the last ``CHURN_WINDOW_MINUTES`` before ``now``, oldest first."""
+    if now is None:
+        return []
+    window = timedelta(minutes=CHURN_WINDOW_MINUTES)
+    return sorted(t for t in scalings if timedelta(0) <= now - t < window)
+
+
+def churn_left(now: datetime | None, scalings: Sequence[datetime]) -> float:
+    """Seconds a scale-in still waits for the churn limit: while the last
+    ``CHURN_WINDOW_MINUTES`` hold ``CHURN_LIMIT`` changes or more, until enough of them have
+    left it that the scale-in is at most the ``CHURN_LIMIT``-th; 0 otherwise (or without a
+    clock)."""
+    within = _within_churn_window(now, scalings)
+    if now is None or len(within) < CHURN_LIMIT:
+        return 0.0
+    leaves = within[len(within) - CHURN_LIMIT] + timedelta(minutes=CHURN_WINDOW_MINUTES)
+    return max(0.0, (leaves - now).total_seconds())

@@ -15,10 +15,11 @@ What is modelled, minute by minute (one trace sample = one minute of demand, in 
   pause ``rules.rearm_after`` gives that run's decision (the very function ScaleArray's
   PlanScale answers with), so an alarm still in breach fires again at its next evaluation
   after it. ``trigger="every-minute"`` runs ScaleArray
-  every minute. Each run plans with the clock, the last scale-out and scale-in, the controllers
-  in flight, the last ``RECENT_MINUTES`` of demand (``sustained_minutes`` = the low alarm's
-  window), the deployed trend lead (``tuning.planner_inputs``: the product's boot allowance,
-  whatever ``boot_minutes`` the replay models), and
+  every minute. Each run plans with the clock, the last scale-out and scale-in, the changes of
+  the count in the last hour (the churn limit), the controllers in flight, the last
+  ``RECENT_MINUTES`` of demand (``sustained_minutes`` = the low alarm's window), the deployed
+  trend lead (``tuning.planner_inputs``: the product's boot allowance, whatever
+  ``boot_minutes`` the replay models), and
   ``scale_in_headroom`` (default ``SCALE_IN_HYSTERESIS``, the low alarm's margin).
 - **oracle**: knows the whole trace and serves every minute at the target utilisation with
   exactly ``ceil(demand / (perControllerIops x targetUtilisation))`` controllers (clamped to
@@ -69,7 +70,7 @@ from vsa_core.arrays.capacity import (
 from vsa_core.arrays.plan import alarm_thresholds
 from vsa_core.arrays.spec import MULTI_ATTACH_LIMIT, ArraySpec
 from vsa_core.scaling import forecast as forecasting
-from vsa_core.scaling.planner import REVERSAL_MINUTES, PlanInput, ScaleDecision, plan
+from vsa_core.scaling.planner import CHURN_LIMIT, REVERSAL_MINUTES, PlanInput, ScaleDecision, plan
 from vsa_core.scaling.rules import rearm_after
 from vsa_core.scaling.tuning import DEFAULT_BOOT_MINUTES, planner_inputs
 
@@ -268,13 +269,15 @@ def _needed(spec: ArraySpec, demand: float, volume_iops: int | None = None) -> i
 @dataclass(frozen=True)
 class RunState:
     """What a ScaleArray run reads besides the demand: the desired count, its clock, the last
-    scale-out and scale-in, the controllers booting or draining."""
+    scale-out and scale-in, the controllers booting or draining, the changes of the count in
+    the last hour (the run's recorded decisions)."""
 
     desired: int
     now: datetime
     last_scale_out_at: datetime | None = None
     last_scale_in_at: datetime | None = None
     in_flight: int = 0
+    recent_scalings: tuple[datetime, ...] = ()
 
 
 def run_decision(  # noqa: PLR0913 (the trace, the minute, the run's state, and the replay's options)
@@ -304,6 +307,7 @@ def run_decision(  # noqa: PLR0913 (the trace, the minute, the run's state, and 
             last_scale_out_at=state.last_scale_out_at,
             last_scale_in_at=state.last_scale_in_at,
             in_flight=state.in_flight,
+            recent_scalings=state.recent_scalings,
             recent_demand=demand[max(0, t - RECENT_MINUTES) : t],
             lead_minutes=tuning["lead_minutes"],
             scale_in_headroom=scale_in_headroom,
@@ -374,6 +378,7 @@ def simulate_planner(  # noqa: C901, PLR0913, PLR0915
     serving_log: list[int] = []
     billed_log: list[int] = []
     changes: list[ScaleDecision] = []
+    changed_at: list[datetime] = []  # when each change was decided: the churn limit's window
     alarms = Alarms(spec, demand)
     rearm_at: dict[str, int] = {}  # alarm kind -> minute ScaleArray sets it back to OK
     floors = Floors(spec, demand)
@@ -418,7 +423,14 @@ def simulate_planner(  # noqa: C901, PLR0913, PLR0915
                 break
             kind = fired.pop(0)
             now = EPOCH + timedelta(minutes=t)
-            state = RunState(desired, now, last_out, last_in, in_flight=len(booting) + len(draining))
+            state = RunState(
+                desired,
+                now,
+                last_out,
+                last_in,
+                in_flight=len(booting) + len(draining),
+                recent_scalings=tuple(changed_at[-CHURN_LIMIT:]),
+            )
             decision = run_decision(
                 spec,
                 demand,
@@ -446,6 +458,7 @@ def simulate_planner(  # noqa: C901, PLR0913, PLR0915
                 last_in = now
             if added:
                 changes.append(decision)
+                changed_at.append(now)
             desired = decision.desired_controllers
             if trigger == "alarms-rearmed":
                 rearm_at[kind] = t + rearm_minutes(decision)
