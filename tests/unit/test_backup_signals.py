@@ -125,6 +125,41 @@ def test_with_signals_each_host_gets_its_urls_presigned_with_signature_version_4
     assert polls == {str(signals.poll_milliseconds(len(hosts)))}
 
 
+def test_the_freeze_step_reaches_the_snapshot_steps_services_after_the_sends_and_never_fails_for_it(
+    world: dict[str, Any], bucket: Signals
+) -> None:
+    # Given a host to freeze, with the deployment's signals
+    backup = record(world["table"], state="freezing")
+    hosts = [{**h, "timeoutSeconds": "10"} for h in _frozen_hosts(backup.backup_id)]
+    calls: list[str] = []
+    ec2 = boto3.client("ec2", region_name=REGION)
+    ssm, stub, _ = _sends(len(hosts))
+    for client in (bucket.s3, ec2, ssm):
+        client.meta.events.register("provide-client-params", lambda model, **_: calls.append(model.name))
+    with stub:
+        service(world["table"], ssm=ssm, ec2=ec2, signals=bucket).freeze(
+            backup.backup_id, hosts, "vsa-freeze-io", "demo"
+        )
+    # Then after the sends, inside the lead, one listing of the set's reports and one
+    # DescribeSnapshots of the set: the Snapshot step's first look and its CreateSnapshots then
+    # find their connections open in this execution environment
+    presigned = {"GetObject", "PutObject"}  # the hosts' URLs, signed here, never sent from here
+    assert [c for c in calls if c not in presigned] == ["SendCommand"] * len(hosts) + [
+        "ListObjectsV2",
+        "DescribeSnapshots",
+    ]
+    # and an EC2 that refuses it costs only the warm-up: the freeze is answered as before
+    refusing = Stubber(ec2)
+    refusing.add_client_error("describe_snapshots", "UnauthorizedOperation", http_status_code=403)
+    _answer_sends(stub, len(hosts))
+    with stub, refusing:
+        answer = service(world["table"], ssm=ssm, ec2=ec2, signals=bucket).freeze(
+            backup.backup_id, hosts, "vsa-freeze-io", "demo"
+        )
+    assert [h["freezeError"] for h in answer["hosts"]] == [""] * len(hosts)
+    refusing.assert_no_pending_responses()
+
+
 def test_every_host_is_given_one_instant_to_freeze_at_a_lead_after_the_sends_began(
     world: dict[str, Any],
 ) -> None:
