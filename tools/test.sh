@@ -113,8 +113,9 @@ on() { local port="$1"; shift; env VSA_LOCALCLOUD_PORT="$port" VSA_LOCALCLOUD_UR
 started=()
 # A cloud with a run's state behind it could take 30 s and more to exit after its services had
 # stopped (py-spy 8 s after SIGTERM: the main thread alone, busy, with no Python frame: the
-# interpreter's own teardown). It persists nothing, so the command gives it 5 s before it is killed; its Lambda
-# runtimes, Run Command scripts and fence watches are ended by their PID files either way.
+# interpreter's own teardown). It persists nothing, so the command gives it 5 s before it is
+# killed; its Lambda runtimes, Run Command scripts and fence watches are ended by their PID
+# files either way.
 stop_clouds() { # side by side
   local stopping=() pid
   for port in "${started[@]}"; do on "$port" env VSA_LOCALCLOUD_STOP_SECONDS=5 tools/localcloud.sh stop & stopping+=("$!"); done

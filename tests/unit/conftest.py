@@ -91,6 +91,19 @@ def an_image_id(ec2: Any) -> str:
     return image_id
 
 
+def record_decision(table: str, when: str, name: str, decision: dict[str, Any]) -> None:
+    """A scale decision of array "demo" as ScaleArray's RecordDecision writes it: ``when`` is
+    its run's start time (``$$.Execution.StartTime``), ``name`` its run's name."""
+    boto3.client("dynamodb", region_name=REGION).put_item(
+        TableName=table,
+        Item={
+            "pk": {"S": "ARRAY#demo"},
+            "sk": {"S": f"DECISION#{when}#{name}"},
+            "decision": {"S": json.dumps(decision)},
+        },
+    )
+
+
 def load_event(relative: str) -> dict[str, Any]:
     """A sample event from ``events/`` (a fresh copy: tests may edit it)."""
     return json.loads((EVENTS / relative).read_text())

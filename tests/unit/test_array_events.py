@@ -14,7 +14,7 @@ from botocore.stub import ANY, Stubber
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit.conftest import ACCOUNT, REGION, FakeLambdaContext, load_event
+from tests.unit.conftest import ACCOUNT, REGION, FakeLambdaContext, load_event, record_decision
 from vsa_core.api import aws_timeline, timeline
 from vsa_core.api.timeline import Event, Execution
 from vsa_core.arrays import callers
@@ -168,17 +168,6 @@ def _spec(array_id: str = "demo") -> ArraySpec:
     return ArraySpec.model_validate(body)
 
 
-def _decision(table: str, when: str, name: str, decision: dict[str, Any]) -> None:
-    boto3.client("dynamodb", region_name=REGION).put_item(
-        TableName=table,
-        Item={
-            "pk": {"S": "ARRAY#demo"},
-            "sk": {"S": f"DECISION#{when}#{name}"},
-            "decision": {"S": json.dumps(decision)},
-        },
-    )
-
-
 WORKFLOWS = aws_timeline.Workflows(
     scale=sm("scale"),
     bootstrap=sm("bootstrap"),
@@ -229,7 +218,7 @@ def test_read_events_merges_the_registry_the_runs_and_the_group_in_order(
 ) -> None:
     # Given a decision, a backup set, and the group's history naming I1 (launched) and I2
     scale_name = "scale-demo-" + "a" * 20
-    _decision(
+    record_decision(
         registry_table,
         "2025-01-31T08:03:00.000Z",
         scale_name,
@@ -421,8 +410,9 @@ def test_an_unknown_array_is_404(api: None) -> None:
 
 
 def test_the_route_answers_the_decisions_since_as_asked(api: None, registry_table: str) -> None:
-    _decision(registry_table, "2025-01-31T07:00:00.000Z", "scale-demo-" + "a" * 20, {"action": "hold"})
-    _decision(registry_table, "2025-01-31T09:00:00.000Z", "scale-demo-" + "b" * 20, {"action": "scale-out"})
+    run = "scale-demo-"
+    record_decision(registry_table, "2025-01-31T07:00:00.000Z", run + "a" * 20, {"action": "hold"})
+    record_decision(registry_table, "2025-01-31T09:00:00.000Z", run + "b" * 20, {"action": "scale-out"})
     status, reply = call(load_event("apigateway/get_array_events.json"))  # since 08:00Z, limit 20
     assert status == 200, reply
     assert [(e["kind"], e["what"], e["outcome"]) for e in reply["events"]] == [

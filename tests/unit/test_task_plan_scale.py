@@ -12,7 +12,7 @@ import pytest
 
 from task_plan_scale import handler
 from tests.specs import SPREAD
-from tests.unit.conftest import REGION, FakeLambdaContext, an_image_id, load_event
+from tests.unit.conftest import REGION, FakeLambdaContext, an_image_id, load_event, record_decision
 from vsa_core.arrays.aws_registry import ArrayRegistry, array_key
 from vsa_core.arrays.spec import ArraySpec
 from vsa_core.errors import ArrayNotFoundError
@@ -191,17 +191,10 @@ def test_the_scale_in_cooldown_runs_from_the_registry(registry, autoscaling, reg
 
 
 def _record(registry_table: str, started: datetime, current: int, desired: int, name: str) -> None:
-    """A decision as ScaleArray's RecordDecision writes it (its run's start time in the key)."""
+    """A decision that kept or changed the count from ``current`` to ``desired``."""
     action = "hold" if current == desired else "scale-out" if desired > current else "scale-in"
     answer = {"action": action, "current_controllers": current, "desired_controllers": desired}
-    boto3.client("dynamodb", region_name=REGION).put_item(
-        TableName=registry_table,
-        Item={
-            "pk": {"S": "ARRAY#demo"},
-            "sk": {"S": f"DECISION#{started.isoformat().replace('+00:00', 'Z')}#{name}"},
-            "decision": {"S": json.dumps(answer)},
-        },
-    )
+    record_decision(registry_table, started.isoformat().replace("+00:00", "Z"), name, answer)
 
 
 def test_a_scale_in_waits_while_the_recorded_decisions_hold_six_changes_in_the_hour(

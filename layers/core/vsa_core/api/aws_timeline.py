@@ -34,15 +34,14 @@ deployment's recent runs, never with one ``DescribeExecution`` per run of every 
 """
 
 import dataclasses
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from vsa_core.api import timeline
 from vsa_core.api.timeline import Event, Execution
-from vsa_core.arrays.aws_registry import ArrayRegistry
+from vsa_core.arrays.aws_registry import ArrayRegistry, ScaleDecisions
 from vsa_core.backups.aws_registry import BackupRegistry
 from vsa_core.naming import group_name
 from vsa_core.waiters import execution_arn
@@ -226,22 +225,5 @@ def _group_history(
 def _decisions(
     clients: EventClients, array_id: str, since: datetime | None, limit: int
 ) -> Iterable[tuple[datetime, str, dict[str, Any]]]:
-    """The newest ``limit`` decisions from ``since`` on: ``(when, execution name, decision)``.
-    Their sort key is ``DECISION#<run's start time>#<run's name>``."""
-    start = "DECISION#" + (since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S") if since else "")
-    response = clients.dynamodb.query(
-        TableName=clients.table,
-        KeyConditionExpression="pk = :pk AND sk BETWEEN :from AND :to",
-        ExpressionAttributeValues={
-            ":pk": {"S": f"ARRAY#{array_id}"},
-            ":from": {"S": start},
-            ":to": {"S": "DECISION$"},  # "$" sorts right after "#"
-        },
-        ScanIndexForward=False,
-        Limit=limit,
-    )
-    found = []
-    for item in response.get("Items", []):
-        _, at, name = item["sk"]["S"].split("#", 2)
-        found.append((datetime.fromisoformat(at), name, json.loads(item["decision"]["S"])))
-    return found
+    """The newest ``limit`` decisions from ``since`` on: ``(when, execution name, decision)``."""
+    return ScaleDecisions(clients.table, clients.dynamodb).since(array_id, since, limit)

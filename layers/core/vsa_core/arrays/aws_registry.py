@@ -373,12 +373,13 @@ class ScaleDecisions:
             {"sk": item["sk"]["S"], **json.loads(item["decision"]["S"])} for item in response.get("Items", [])
         ]
 
-    def scalings_since(self, array_id: str, since: datetime) -> list[datetime]:
-        """When the array's scale decisions changed its count from ``since`` on, oldest first:
-        the run's start time in each recorded scale-out or scale-in (the time its
-        ``lastScaleOutAt`` / ``lastScaleInAt`` took). Every page of the range is read (an hour
-        holds a run per alarm evaluation at most)."""
-        start = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    def since(
+        self, array_id: str, since: datetime | None, limit: int | None = None, *, consistent: bool = False
+    ) -> list[tuple[datetime, str, dict[str, Any]]]:
+        """The decisions recorded from ``since`` on (every one without it), newest first: the
+        run's start time, its name and the decision; at most ``limit`` (every page without
+        one)."""
+        start = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S") if since else ""
         pages = self._dynamodb.get_paginator("query").paginate(
             TableName=self._table,
             KeyConditionExpression="pk = :pk AND sk BETWEEN :from AND :to",
@@ -387,18 +388,30 @@ class ScaleDecisions:
                 ":from": {"S": f"DECISION#{start}"},
                 ":to": {"S": "DECISION$"},  # "$" sorts right after "#"
             },
-            # the last run recorded its decision just before it released the scaling lock
-            ConsistentRead=True,
+            ScanIndexForward=False,
+            ConsistentRead=consistent,
+            PaginationConfig={"MaxItems": limit} if limit else {},
         )
-        changed = []
+        found = []
         for page in pages:
             for item in page.get("Items", []):
-                decision = json.loads(item["decision"]["S"])
-                if decision.get("desired_controllers") == decision.get("current_controllers"):
-                    continue  # a hold, or a run that found the lock busy
-                at = datetime.fromisoformat(item["sk"]["S"].split("#", 2)[1])
-                changed.append(at if at.tzinfo else at.replace(tzinfo=UTC))
-        return sorted(changed)
+                _, at, name = item["sk"]["S"].split("#", 2)
+                when = datetime.fromisoformat(at)
+                when = when if when.tzinfo else when.replace(tzinfo=UTC)
+                found.append((when, name, json.loads(item["decision"]["S"])))
+        return found
+
+    def scalings_since(self, array_id: str, since: datetime) -> list[datetime]:
+        """When the array's scale decisions changed its count from ``since`` on, oldest first:
+        the run's start time in each recorded scale-out or scale-in (the time its
+        ``lastScaleOutAt`` / ``lastScaleInAt`` took); holds, and runs that found the lock busy,
+        are not changes. Read consistently: the last run recorded its decision just before it
+        released the scaling lock."""
+        return sorted(
+            at
+            for at, _, decision in self.since(array_id, since, consistent=True)
+            if decision.get("desired_controllers") != decision.get("current_controllers")
+        )
 
 
 class ArrayHistory:
